@@ -1,0 +1,41 @@
+"""tensorbox: structured tensor data for PyTorch.
+
+A ``TensorDict`` is a nested mapping of tensors that share leading batch dims and
+behaves like one tensor; ``@tensorclass`` gives the same to your own typed classes;
+``memmap``/``load_memmap`` keep either on disk as a directory tree of raw tensor files.
+
+>>> import torch, tensorbox
+>>> td = tensorbox.TensorDict({"x": torch.zeros(8, 3)}, batch_size=[8])
+>>> torch.stack([td, td]).batch_size
+torch.Size([2, 8])
+"""
+
+from . import _pytree  # noqa: F401  (registers TensorDict with torch's pytree and collate)
+from ._keys import NestedKey
+from ._nontensor import NonTensorData
+from ._td import TensorDict, is_tensor_collection
+from .errors import (
+    BatchSizeError,
+    FormatError,
+    IncompleteTreeError,
+    KeyCollisionError,
+    LockedError,
+    TensorboxError,
+    TensorDictKeyError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BatchSizeError",
+    "FormatError",
+    "IncompleteTreeError",
+    "KeyCollisionError",
+    "LockedError",
+    "NestedKey",
+    "NonTensorData",
+    "TensorDict",
+    "TensorDictKeyError",
+    "TensorboxError",
+    "is_tensor_collection",
+]

@@ -1,0 +1,133 @@
+"""Non-tensor values carried beside the tensors of a container.
+
+A ``NonTensorData`` holds one Python value shared by every batch element (a
+string, a number, a list...). Stacking containers whose values differ gives a
+*stacked* ``NonTensorData``: a numpy object array with one value per batch
+element over the stacked dims, so indexing keeps working.
+
+>>> import numpy as np
+>>> NonTensorData("a").data
+'a'
+>>> s = NonTensorData.stack([NonTensorData("a"), NonTensorData("b")], 0, ())
+>>> s.stacked, s.tolist()
+(True, ['a', 'b'])
+>>> s[1].data
+'b'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["NonTensorData"]
+
+
+class NonTensorData:
+    """A non-tensor value inside a container.
+
+    ``stacked=False``: ``data`` is one value shared by the whole batch.
+    ``stacked=True``: ``data`` is a numpy object array whose shape is exactly the
+    batch size of the container holding it (one value per batch element).
+    """
+
+    __slots__ = ("data", "stacked")
+
+    def __init__(self, data: Any, *, stacked: bool = False) -> None:
+        self.data = data
+        self.stacked = stacked
+
+    @property
+    def value(self) -> Any:
+        """What ``td[key]`` returns: the value, or a (nested) list for a stack."""
+        return self.data.tolist() if self.stacked else self.data
+
+    def tolist(self) -> Any:
+        return self.value
+
+    def map_batch(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> NonTensorData:
+        """Apply a batch-shape op given as a function on tensors (indexing, permute...).
+
+        The op runs on a tensor of element numbers shaped like the batch, and the
+        values are gathered with its result, so every op has torch's semantics.
+        """
+        if not self.stacked:
+            return self
+        ix = fn(torch.arange(self.data.size).reshape(self.data.shape))
+        out = self.data.reshape(-1)[ix.numpy()]
+        if not isinstance(out, np.ndarray) or out.ndim == 0:
+            return NonTensorData(out.item() if isinstance(out, np.ndarray) else out)
+        return NonTensorData(out, stacked=True)
+
+    def __getitem__(self, idx: Any) -> NonTensorData:
+        if not self.stacked:
+            return self
+        return self.map_batch(lambda t: t[idx])
+
+    def full(self, batch_size: Sequence[int]) -> np.ndarray:
+        """An object array shaped like ``batch_size`` holding one value per element."""
+        if self.stacked:
+            return self.data
+        return _filled(self.data, tuple(batch_size))
+
+    @staticmethod
+    def stack(items: Sequence[NonTensorData], dim: int, batch_size: Sequence[int]) -> NonTensorData:
+        """Identical shared values stay one value; anything else becomes a stack.
+
+        ``batch_size`` is the common batch size of the stacked containers.
+        """
+        if _all_same(items):
+            return items[0]
+        return NonTensorData(
+            np.stack([it.full(batch_size) for it in items], axis=dim), stacked=True
+        )
+
+    @staticmethod
+    def cat(
+        items: Sequence[NonTensorData], dim: int, batch_sizes: Sequence[Sequence[int]]
+    ) -> NonTensorData:
+        """Concatenate along batch dim ``dim``; ``batch_sizes`` are the inputs' batch sizes."""
+        if _all_same(items):
+            return items[0]
+        parts = [it.full(bs) for it, bs in zip(items, batch_sizes)]
+        return NonTensorData(np.concatenate(parts, axis=dim), stacked=True)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, NonTensorData):
+            return NotImplemented
+        if self.stacked != other.stacked:
+            return False
+        if self.stacked:
+            return self.data.shape == other.data.shape and self.tolist() == other.tolist()
+        return _same(self.data, other.data)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"NonTensorData({self.value!r})"
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:
+        return False
+
+
+def _all_same(items: Sequence[NonTensorData]) -> bool:
+    first = items[0]
+    return not first.stacked and all(
+        (not it.stacked) and _same(it.data, first.data) for it in items[1:]
+    )
+
+
+def _filled(value: Any, shape: tuple[int, ...]) -> np.ndarray:
+    arr = np.empty(shape, dtype=object)
+    for ix in np.ndindex(*shape):
+        arr[ix] = value
+    return arr

@@ -1,0 +1,779 @@
+"""TensorDict: a nested mapping of string keys to tensors that share leading batch dims.
+
+Storage is one plain ``dict`` per level (``_tensordict``) plus a ``torch.Size``
+batch size and an optional device. Hot paths (key lookup, batch indexing) are
+written out here; everything else is a one-line method that calls the module
+owning the job (``_ops`` for tensor operations, ``_persist`` for the disk).
+
+>>> import torch
+>>> from tensorbox import TensorDict
+>>> td = TensorDict({"obs": torch.zeros(4, 3), "info": {"step": torch.arange(4)}}, batch_size=[4])
+>>> td["info", "step"][2].item()
+2
+>>> td[1:3].batch_size
+torch.Size([2])
+>>> td[torch.tensor([0, 3])]["obs"].shape
+torch.Size([2, 3])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Self
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from . import _ops
+from ._keys import NestedKey, format_key, unravel_key
+from ._nontensor import NonTensorData
+from ._shape import as_batch_size, check_leaf_shape, normalize_index
+from .errors import BatchSizeError, LockedError, TensorDictKeyError
+
+__all__ = ["TensorDict", "is_tensor_collection"]
+
+_Size = torch.Size
+_NO_DEFAULT: Any = object()
+
+
+def is_tensor_collection(obj: Any) -> bool:
+    """True for a TensorDict or a tensorclass instance (or either class)."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    return getattr(cls, "_is_tensor_collection", False)
+
+
+def _is_key(index: Any) -> bool:
+    if type(index) is str:
+        return True
+    if type(index) is tuple and index:
+        return all(type(i) is str or (type(i) is tuple and _is_key(i)) for i in index)
+    return False
+
+
+class TensorDict:
+    """A dict of tensors (and nested TensorDicts) sharing leading batch dims.
+
+    Args:
+        source: a mapping of keys to tensors, nested mappings, TensorDicts,
+            tensorclass instances or plain Python values (kept as non-tensor data).
+        batch_size: the leading dims every leaf shares (int or sequence). Default ``[]``.
+        device: if given, every leaf is moved there now and on every later ``set``.
+        **kwargs: more entries, as in ``dict(**kwargs)``.
+
+    >>> td = TensorDict(a=torch.zeros(2, 5), batch_size=2)
+    >>> td
+    TensorDict(batch_size=[2], device=None, fields={a: float32[5]})
+    """
+
+    __slots__ = ("__weakref__", "_batch_size", "_device", "_locked", "_tensordict")
+    _is_tensor_collection = True
+
+    _tensordict: dict[str, Any]
+    _batch_size: torch.Size
+    _device: torch.device | None
+    _locked: bool
+
+    def __init__(
+        self,
+        source: Mapping[str, Any] | None = None,
+        batch_size: Sequence[int] | int | torch.Size | None = None,
+        device: torch.device | str | int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._batch_size = as_batch_size(batch_size)
+        self._device = None if device is None else torch.device(device)
+        self._locked = False
+        self._tensordict = {}
+        if source is not None:
+            if isinstance(source, TensorDict):
+                source = source._tensordict
+            elif not isinstance(source, Mapping):
+                raise TypeError(
+                    f"TensorDict source must be a mapping of keys to values, "
+                    f"got {type(source).__name__}"
+                )
+            for key, value in source.items():
+                self._set_str(_check_str_key(key), value, (key,))
+        for key, value in kwargs.items():
+            self._set_str(key, value, (key,))
+
+    @classmethod
+    def _new_unsafe(
+        cls, source: dict[str, Any], batch_size: torch.Size, device: torch.device | None
+    ) -> Self:
+        """Build without any check: for results whose validity follows from the inputs."""
+        self = object.__new__(cls)
+        self._tensordict = source
+        self._batch_size = batch_size
+        self._device = device
+        self._locked = False
+        return self
+
+    @classmethod
+    def from_dict(
+        cls,
+        source: Mapping[str, Any],
+        batch_size: Sequence[int] | int | None = None,
+        *,
+        auto_batch_size: bool = False,
+        batch_dims: int | None = None,
+        device: torch.device | str | None = None,
+    ) -> Self:
+        """Build from a (nested) dict. ``auto_batch_size=True`` takes the longest common
+        leading shape of all leaves (at most ``batch_dims`` dims when given).
+
+        >>> TensorDict.from_dict({"a": torch.zeros(3, 4), "b": {"c": torch.zeros(3, 4, 5)}},
+        ...                      auto_batch_size=True).batch_size
+        torch.Size([3, 4])
+        """
+        out = cls(source, batch_size=batch_size, device=device)
+        if auto_batch_size and batch_size is None:
+            out._batch_size = _ops.common_batch_size(out, batch_dims)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """A nested ``dict`` of tensors (and plain values for non-tensor entries)."""
+        out: dict[str, Any] = {}
+        for k, v in self._tensordict.items():
+            if isinstance(v, Tensor):
+                out[k] = v
+            elif isinstance(v, NonTensorData):
+                out[k] = v.value
+            else:
+                out[k] = v.to_dict()
+        return out
+
+    # ------------------------------------------------------------------ shape
+
+    @property
+    def batch_size(self) -> torch.Size:
+        """The leading dims shared by every leaf."""
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: Sequence[int] | int) -> None:
+        new = as_batch_size(value)
+        for path, leaf in _ops.iter_shaped(self):
+            check_leaf_shape(format_key(path), leaf.shape, new)
+        _ops.set_batch_size_nested(self, new)
+
+    @property
+    def shape(self) -> torch.Size:
+        return self._batch_size
+
+    @property
+    def batch_dims(self) -> int:
+        return len(self._batch_size)
+
+    @property
+    def ndim(self) -> int:
+        return len(self._batch_size)
+
+    def dim(self) -> int:
+        return len(self._batch_size)
+
+    def numel(self) -> int:
+        """Number of batch elements (the product of the batch size)."""
+        return math.prod(self._batch_size)
+
+    def size(self, dim: int | None = None) -> torch.Size | int:
+        return self._batch_size if dim is None else self._batch_size[dim]
+
+    def __len__(self) -> int:
+        return self._batch_size[0] if self._batch_size else 0
+
+    @property
+    def device(self) -> torch.device | None:
+        """The device every leaf lives on, or None when not fixed."""
+        return self._device
+
+    @property
+    def is_locked(self) -> bool:
+        return self._locked
+
+    def lock_(self) -> Self:
+        """Forbid adding, removing or replacing entries (in-place writes stay allowed)."""
+        _ops.set_locked(self, True)
+        return self
+
+    def unlock_(self) -> Self:
+        _ops.set_locked(self, False)
+        return self
+
+    # ------------------------------------------------------------ key access
+
+    def __getitem__(self, index: Any) -> Any:
+        if type(index) is str:
+            try:
+                v = self._tensordict[index]
+            except KeyError:
+                raise self._missing((index,)) from None
+            return v.value if type(v) is NonTensorData else v
+        if _is_key(index):
+            return self._get_path(unravel_key(index))
+        return self._index(index)
+
+    def get(self, key: NestedKey, default: Any = None) -> Any:
+        """The value at ``key``, or ``default`` (None) when it is missing."""
+        try:
+            return self[key] if type(key) is str else self._get_path(unravel_key(key))
+        except TensorDictKeyError:
+            if default is _NO_DEFAULT:
+                raise
+            return default
+
+    def _get_path(self, path: tuple[str, ...]) -> Any:
+        node: Any = self
+        for i, part in enumerate(path):
+            store = getattr(node, "_tensordict", None)
+            if store is None or part not in store:
+                raise self._missing(path, i)
+            node = store[part]
+        return node.value if type(node) is NonTensorData else node
+
+    def _missing(self, path: tuple[str, ...], depth: int = 0) -> TensorDictKeyError:
+        """A KeyError naming the missing key and the deepest level that exists."""
+        node: Any = self
+        for part in path[:depth]:
+            node = node._tensordict[part]
+        store = getattr(node, "_tensordict", None)
+        where = "" if depth == 0 else f" under {format_key(path[:depth])}"
+        if store is None:
+            return TensorDictKeyError(
+                f"key {format_key(path)} not found: {format_key(path[:depth])} is a leaf, "
+                "not a TensorDict"
+            )
+        return TensorDictKeyError(
+            f"key {format_key(path)} not found: no {path[depth]!r}{where}; "
+            f"existing keys there: {sorted(store)!r}"
+        )
+
+    def __contains__(self, key: object) -> bool:
+        if type(key) is str:
+            return key in self._tensordict
+        if _is_key(key):
+            try:
+                self._get_path(unravel_key(key))
+            except TensorDictKeyError:
+                return False
+            return True
+        raise TypeError(
+            f"'in' looks up keys (str or tuple of str), got {type(key).__name__}; "
+            "to search values compare with == and use .any()"
+        )
+
+    def set(self, key: NestedKey, value: Any, *, inplace: bool = False) -> Self:
+        """Set ``key`` to ``value``; tuple keys create missing nested levels.
+
+        ``inplace=True`` copies into the existing tensor (allowed when locked).
+        """
+        if type(key) is str:
+            path: tuple[str, ...] = (key,)
+        else:
+            path = unravel_key(key)
+        node = self._node_for(path) if len(path) > 1 else self
+        if inplace and path[-1] in node._tensordict:
+            return self._copy_into(node, path, value)
+        node._set_str(path[-1], value, path)
+        return self
+
+    def set_(self, key: NestedKey, value: Any) -> Self:
+        """Copy ``value`` into the existing entry ``key`` (works on locked containers)."""
+        path = unravel_key(key)
+        node = self._node_for(path) if len(path) > 1 else self
+        if path[-1] not in node._tensordict:
+            raise self._missing(path, len(path) - 1)
+        return self._copy_into(node, path, value)
+
+    def _copy_into(self, node: TensorDict, path: tuple[str, ...], value: Any) -> Self:
+        current = node._tensordict[path[-1]]
+        if isinstance(current, Tensor):
+            current.copy_(value)
+        elif isinstance(current, NonTensorData):
+            node._tensordict[path[-1]] = node._prepare(path[-1], value, path)
+        else:
+            current.update_(value)
+        return self
+
+    def _node_for(self, path: tuple[str, ...]) -> TensorDict:
+        """The container that holds ``path[-1]``, creating missing levels."""
+        node: TensorDict = self
+        for i, part in enumerate(path[:-1]):
+            nxt = node._tensordict.get(part)
+            if nxt is None:
+                if node._locked:
+                    raise LockedError(
+                        f"cannot create {format_key(path[: i + 1])}: the TensorDict is locked"
+                    )
+                nxt = TensorDict._new_unsafe({}, node._batch_size, node._device)
+                node._tensordict[part] = nxt
+            elif not is_tensor_collection(nxt):
+                raise TensorDictKeyError(
+                    f"cannot set {format_key(path)}: {format_key(path[: i + 1])} is a leaf, "
+                    "not a TensorDict"
+                )
+            node = nxt if isinstance(nxt, TensorDict) else nxt._tensordict
+        return node
+
+    def _set_str(self, key: str, value: Any, path: tuple[str, ...]) -> None:
+        if self._locked:
+            raise LockedError(
+                f"cannot set {format_key(path)}: the TensorDict is locked "
+                "(unlock_() first, or write in place with set_ / td[idx] = ...)"
+            )
+        self._tensordict[key] = self._prepare(key, value, path)
+
+    def _prepare(self, key: str, value: Any, path: tuple[str, ...]) -> Any:
+        """Validate ``value`` for this level and convert it to a stored entry."""
+        bs = self._batch_size
+        if isinstance(value, Tensor):
+            if value.shape[: len(bs)] != bs:
+                check_leaf_shape(format_key(path), value.shape, bs)
+            if self._device is not None and value.device != self._device:
+                value = value.to(self._device)
+            return value
+        if is_tensor_collection(value):
+            if value.batch_size[: len(bs)] != bs:
+                raise BatchSizeError(
+                    f"key {format_key(path)} holds a {type(value).__name__} with batch_size "
+                    f"{tuple(value.batch_size)}, which does not start with batch_size {tuple(bs)}"
+                )
+            if self._device is not None and value.device != self._device:
+                value = value.to(self._device)
+            return value
+        if isinstance(value, Mapping):
+            sub = TensorDict._new_unsafe({}, bs, self._device)
+            for k, v in value.items():
+                sub._set_str(_check_str_key(k, path), v, (*path, k))
+            return sub
+        if isinstance(value, NonTensorData):
+            if value.stacked and tuple(value.data.shape) != tuple(bs):
+                raise BatchSizeError(
+                    f"key {format_key(path)} holds {value.data.shape[0]} stacked values "
+                    f"but batch_size is {tuple(bs)}"
+                )
+            return value
+        if isinstance(value, np.ndarray) and value.dtype != object:
+            return self._prepare(key, torch.from_numpy(value), path)
+        return NonTensorData(value)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if type(index) is str:
+            self._set_str(index, value, (index,))
+        elif _is_key(index):
+            self.set(index, value)
+        else:
+            _ops.setitem_batch(self, index, value)
+
+    def __delitem__(self, key: NestedKey) -> None:
+        self.del_(key)
+
+    def del_(self, key: NestedKey) -> Self:
+        """Remove ``key`` (a tuple key removes a nested entry)."""
+        path = unravel_key(key)
+        node: Any = self
+        for i, part in enumerate(path[:-1]):
+            node = node._tensordict.get(part)
+            if node is None or not is_tensor_collection(node):
+                raise self._missing(path, i)
+        store = node._tensordict
+        if path[-1] not in store:
+            raise self._missing(path, len(path) - 1)
+        if node._locked:
+            raise LockedError(f"cannot delete {format_key(path)}: the TensorDict is locked")
+        del store[path[-1]]
+        return self
+
+    def pop(self, key: NestedKey, default: Any = _NO_DEFAULT) -> Any:
+        """Remove ``key`` and return its value (or ``default`` when missing)."""
+        try:
+            value = self.get(key, _NO_DEFAULT)
+        except TensorDictKeyError:
+            if default is _NO_DEFAULT:
+                raise
+            return default
+        self.del_(key)
+        return value
+
+    def rename_key_(self, old: NestedKey, new: NestedKey) -> Self:
+        """Move the entry ``old`` to ``new``."""
+        self.set(new, self.pop(old))
+        return self
+
+    def keys(
+        self, include_nested: bool = False, leaves_only: bool = False
+    ) -> Sequence[NestedKey] | Any:
+        """Keys of this level; with ``include_nested`` also nested keys as tuples."""
+        if not include_nested and not leaves_only:
+            return self._tensordict.keys()
+        return [k for k, _ in _ops.iter_items(self, include_nested, leaves_only)]
+
+    def items(
+        self, include_nested: bool = False, leaves_only: bool = False
+    ) -> Iterator[tuple[NestedKey, Any]]:
+        """``(key, value)`` pairs; non-tensor entries give their plain value."""
+        for k, v in _ops.iter_items(self, include_nested, leaves_only):
+            yield k, (v.value if type(v) is NonTensorData else v)
+
+    def values(self, include_nested: bool = False, leaves_only: bool = False) -> Iterator[Any]:
+        for _, v in self.items(include_nested, leaves_only):
+            yield v
+
+    def is_empty(self) -> bool:
+        """True when no tensor leaf exists at any depth."""
+        return not any(True for _ in _ops.iter_shaped(self))
+
+    def __iter__(self) -> Iterator[Self]:
+        """Iterate over the first batch dim, like a tensor (use ``keys()`` for keys)."""
+        if not self._batch_size:
+            raise TypeError("iteration over a TensorDict with batch_size [] (use keys())")
+        return iter(self.unbind(0))
+
+    # ---------------------------------------------------------- batch indexing
+
+    def _index(self, index: Any) -> Self:
+        bs = self._batch_size
+        if type(index) is int:
+            n = bs[0] if bs else None
+            if n is None or not -n <= index < n:
+                raise IndexError(
+                    f"index {index} is out of range for batch_size {tuple(bs)}"
+                    if n is not None
+                    else "cannot index a TensorDict with batch_size [] (no batch dims)"
+                )
+            return self._new_unsafe(
+                {k: v[index] for k, v in self._tensordict.items()}, bs[1:], self._device
+            )
+        if type(index) is not slice:
+            if isinstance(index, list):
+                index = torch.tensor(index)
+            elif isinstance(index, range):
+                index = torch.arange(index.start, index.stop, index.step)
+            index = normalize_index(index, len(bs))
+        out = {k: v[index] for k, v in self._tensordict.items()}
+        return self._new_unsafe(out, _ops.batch_after_index(self, out, index), self._device)
+
+    def __getitems__(self, indices: Sequence[int] | Tensor) -> Self:
+        """Batched fetch for ``torch.utils.data.DataLoader``: one gather per leaf."""
+        return _ops.gather_rows(self, indices)
+
+    # ---------------------------------------------------------- tensor ops
+
+    def apply(
+        self,
+        fn: Callable[..., Any],
+        *others: Any,
+        batch_size: Sequence[int] | None = None,
+        device: Any = _NO_DEFAULT,
+        inplace: bool = False,
+    ) -> Self:
+        """``fn`` on every tensor leaf (with the matching leaves of ``others``).
+
+        A ``None`` result drops the leaf; ``batch_size`` declares a new batch size.
+        """
+        return _ops.apply(self, fn, others, batch_size, device, inplace, named=False)
+
+    def named_apply(
+        self,
+        fn: Callable[..., Any],
+        *others: Any,
+        nested_keys: bool = False,
+        batch_size: Sequence[int] | None = None,
+    ) -> Self:
+        """Like ``apply`` but ``fn(key, leaf, *others)``; nested keys are tuples if asked."""
+        return _ops.apply(
+            self, fn, others, batch_size, _NO_DEFAULT, False, named=True, nested_keys=nested_keys
+        )
+
+    def to(self, *args: Any, **kwargs: Any) -> Self:
+        """Move to a device and/or cast. A dtype casts floating-point leaves only,
+        unless ``floating_only=False``. ``non_blocking`` is passed to each copy.
+
+        >>> td = TensorDict(x=torch.zeros(2), y=torch.arange(2), batch_size=[2])
+        >>> out = td.to(torch.float16)
+        >>> out["x"].dtype, out["y"].dtype
+        (torch.float16, torch.int64)
+        """
+        return _ops.to(self, args, kwargs)
+
+    def cpu(self) -> Self:
+        return self.to("cpu")
+
+    def cuda(self, device: int | str | None = None) -> Self:
+        return self.to(
+            torch.device("cuda")
+            if device is None
+            else torch.device("cuda", device)
+            if isinstance(device, int)
+            else torch.device(device)
+        )
+
+    def clear_device_(self) -> Self:
+        """Forget the fixed device (leaves stay where they are)."""
+        _ops.clear_device(self)
+        return self
+
+    def pin_memory(self, num_threads: int | None = None) -> Self:
+        """Copy every leaf into page-locked memory (threads for many leaves)."""
+        return _ops.pin_memory(self, num_threads)
+
+    def is_pinned(self) -> bool:
+        return all(v.is_pinned() for _, v in _ops.iter_shaped(self))
+
+    def clone(self, recurse: bool = True) -> Self:
+        """A copy; ``recurse=False`` copies the structure and shares the tensors."""
+        return _ops.clone(self, recurse)
+
+    def copy(self) -> Self:
+        return _ops.clone(self, False)
+
+    def contiguous(self) -> Self:
+        return self.apply(Tensor.contiguous)
+
+    def detach(self) -> Self:
+        return self.apply(Tensor.detach)
+
+    def detach_(self) -> Self:
+        return self.apply(Tensor.detach_, inplace=True)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Self:
+        return self.apply(lambda t: t.requires_grad_(requires_grad), inplace=True)
+
+    def zero_(self) -> Self:
+        return self.apply(Tensor.zero_, inplace=True)
+
+    def fill_(self, key: NestedKey, value: float | bool) -> Self:
+        """Fill the leaf ``key`` with ``value`` in place."""
+        self[key].fill_(value)
+        return self
+
+    def share_memory_(self) -> Self:
+        """Move every leaf into shared memory so worker processes see writes."""
+        return self.apply(Tensor.share_memory_, inplace=True)
+
+    def is_shared(self) -> bool:
+        return all(v.is_shared() for _, v in _ops.iter_shaped(self))
+
+    def update(
+        self,
+        other: Mapping[str, Any] | TensorDict,
+        *,
+        inplace: bool = False,
+        keys_to_update: Sequence[NestedKey] | None = None,
+    ) -> Self:
+        """Merge ``other`` in, recursing into nested containers present on both sides."""
+        _ops.update(self, other, inplace, keys_to_update)
+        return self
+
+    def update_(self, other: Mapping[str, Any] | TensorDict) -> Self:
+        """Copy the values of ``other`` into the existing tensors, in place."""
+        _ops.update(self, other, True, None)
+        return self
+
+    def copy_(self, other: Mapping[str, Any] | TensorDict) -> Self:
+        return self.update_(other)
+
+    def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> Self:
+        """Only the given (possibly nested) keys; missing keys raise unless ``strict=False``."""
+        return _ops.select(self, keys, inplace, strict)
+
+    def exclude(self, *keys: NestedKey, inplace: bool = False) -> Self:
+        """Everything but the given (possibly nested) keys."""
+        return _ops.exclude(self, keys, inplace)
+
+    def flatten_keys(self, separator: str = ".") -> Self:
+        """One level with keys joined by ``separator``: ``{"a": {"b": x}}`` -> ``{"a.b": x}``."""
+        return _ops.flatten_keys(self, separator)
+
+    def unflatten_keys(self, separator: str = ".") -> Self:
+        """The inverse of ``flatten_keys``."""
+        return _ops.unflatten_keys(self, separator)
+
+    # shape ops on batch dims (feature dims follow along untouched)
+    def reshape(self, *shape: Any) -> Self:
+        return _ops.reshape(self, shape, "reshape")
+
+    def view(self, *shape: Any) -> Self:
+        return _ops.reshape(self, shape, "view")
+
+    def unsqueeze(self, dim: int) -> Self:
+        return _ops.unsqueeze(self, dim)
+
+    def squeeze(self, dim: int | None = None) -> Self:
+        return _ops.squeeze(self, dim)
+
+    def permute(self, *dims: Any) -> Self:
+        return _ops.permute(self, dims)
+
+    def transpose(self, dim0: int, dim1: int) -> Self:
+        return _ops.transpose(self, dim0, dim1)
+
+    def expand(self, *shape: Any) -> Self:
+        return _ops.expand(self, shape)
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
+        return _ops.flatten(self, start_dim, end_dim)
+
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> Self:
+        return _ops.unflatten(self, dim, sizes)
+
+    def unbind(self, dim: int = 0) -> tuple[Self, ...]:
+        return _ops.unbind(self, dim)
+
+    def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple[Self, ...]:
+        return _ops.split(self, split_size, dim)
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Self, ...]:
+        return _ops.chunk(self, chunks, dim)
+
+    @classmethod
+    def __torch_function__(
+        cls, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        return _ops.torch_function(func, args, kwargs or {})
+
+    # ------------------------------------------------------- comparison, reprs
+
+    def __eq__(self, other: object) -> Self:  # type: ignore[override]
+        return _ops.compare(self, other, torch.eq)
+
+    def __ne__(self, other: object) -> Self:  # type: ignore[override]
+        return _ops.compare(self, other, torch.ne)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __bool__(self) -> bool:
+        raise RuntimeError(
+            "the truth value of a TensorDict is ambiguous: use (a == b).all() or .any() "
+            "to reduce a comparison, len(td.keys()) to test for keys, td.is_empty() for leaves"
+        )
+
+    def all(self, dim: int | None = None) -> bool | Self:
+        """True when every element of every leaf is true (per batch element with ``dim``)."""
+        return _ops.reduce_bool(self, dim, torch.all)
+
+    def any(self, dim: int | None = None) -> bool | Self:
+        return _ops.reduce_bool(self, dim, torch.any)
+
+    def __invert__(self) -> Self:
+        return self.apply(torch.logical_not)
+
+    def __and__(self, other: Any) -> Self:
+        return _ops.binary(self, other, torch.logical_and)
+
+    def __or__(self, other: Any) -> Self:
+        return _ops.binary(self, other, torch.logical_or)
+
+    def __add__(self, other: Any) -> Self:
+        return _ops.binary(self, other, torch.add)
+
+    def __sub__(self, other: Any) -> Self:
+        return _ops.binary(self, other, torch.sub)
+
+    def __mul__(self, other: Any) -> Self:
+        return _ops.binary(self, other, torch.mul)
+
+    def __truediv__(self, other: Any) -> Self:
+        return _ops.binary(self, other, torch.div)
+
+    def __neg__(self) -> Self:
+        return self.apply(torch.neg)
+
+    __radd__ = __add__
+    __rmul__ = __mul__
+
+    def __repr__(self) -> str:
+        return _ops.format_repr(self)
+
+    # ------------------------------------------------------------ pickling
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _ops.reduce(self)
+
+    # ---------------------------------------------------------- persistence
+
+    def memmap_(
+        self,
+        prefix: Any = None,
+        *,
+        num_threads: int = 0,
+        copy_existing: bool = False,
+        fsync: bool = False,
+    ) -> Self:
+        """Write every tensor under ``prefix`` (one file each), map them back, and lock."""
+        from . import _persist
+
+        return _persist.memmap_(
+            self, prefix, num_threads=num_threads, copy_existing=copy_existing, fsync=fsync
+        )
+
+    def memmap(self, prefix: Any = None, *, num_threads: int = 0, fsync: bool = False) -> Self:
+        """A memory-mapped copy written under ``prefix`` (this one is unchanged)."""
+        from . import _persist
+
+        return _persist.memmap(self, prefix, num_threads=num_threads, fsync=fsync)
+
+    save = memmap
+    dumps = memmap
+
+    def memmap_like(self, prefix: Any = None, *, num_threads: int = 0, fsync: bool = False) -> Self:
+        """Files of the same structure, allocated but not filled (no data copied)."""
+        from . import _persist
+
+        return _persist.memmap_like(self, prefix, num_threads=num_threads, fsync=fsync)
+
+    @classmethod
+    def load_memmap(cls, prefix: Any, *, device: Any = None, non_blocking: bool = False) -> Any:
+        """Open a saved tree lazily: nothing is read until a leaf is used."""
+        from . import _persist
+
+        return _persist.load_memmap(cls, prefix, device=device, non_blocking=non_blocking)
+
+    load = load_memmap
+
+    def is_memmap(self) -> bool:
+        """True when every tensor leaf is backed by a file of a saved tree."""
+        from . import _persist
+
+        return _persist.is_memmap(self)
+
+    # ---------------------------------------------------------------- weights
+
+    @classmethod
+    def from_module(cls, module: torch.nn.Module, as_module: bool = False) -> Any:
+        """Parameters and buffers of ``module``, nested by submodule, sharing storage."""
+        from . import nn
+
+        return nn.from_module(module, as_module=as_module)
+
+    def to_module(self, module: torch.nn.Module, *, inplace: bool = False) -> Any:
+        """Put these weights into ``module``; returns what was there before."""
+        from . import nn
+
+        return nn.to_module(self, module, inplace=inplace)
+
+    def state_dict(self, *, keep_vars: bool = False) -> dict[str, Tensor]:
+        """A flat ``{"dotted.key": tensor}`` dict, as ``nn.Module.state_dict()``."""
+        from . import nn
+
+        return nn.state_dict(self, keep_vars=keep_vars)
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> Self:
+        """Copy a dotted-key state dict into the matching leaves."""
+        from . import nn
+
+        nn.load_state_dict(self, state_dict, strict=strict)
+        return self
+
+
+def _check_str_key(key: Any, parent: tuple[str, ...] = ()) -> str:
+    if type(key) is not str:
+        if isinstance(key, str):
+            return str(key)
+        where = f" under {format_key(parent)}" if parent else ""
+        raise TensorDictKeyError(
+            f"key {key!r}{where} is a {type(key).__name__}; TensorDict keys are str"
+        )
+    return key
