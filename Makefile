@@ -1,0 +1,44 @@
+# The README's two commands: `make demo` and `make test`.
+# Each creates .venv on first use and installs what it needs; later runs reuse it
+# (re-installing only when pyproject.toml or constraints.txt change).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt
+ARGS   ?=
+
+.PHONY: demo test lint bench tutorials clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# torch is installed first and pinned, so resolving the extras never picks a CUDA build.
+$(VENV)/.core: $(BIN)/python pyproject.toml constraints.txt
+	$(PIP) "torch==2.13.0"
+	$(PIP) -e ".[test,images]"
+	touch $@
+
+$(VENV)/.bench: $(VENV)/.core
+	$(PIP) "tensordict>=0.14"
+	touch $@
+
+demo: $(VENV)/.bench
+	$(BIN)/python -m tensorbox.demo $(ARGS)
+
+test: $(VENV)/.core
+	$(BIN)/python -m pytest $(ARGS)
+
+lint: $(VENV)/.core
+	$(BIN)/python -m pip install -q ruff
+	$(BIN)/ruff check tensorbox tests benchmarks tutorials
+	$(BIN)/ruff format --check tensorbox tests benchmarks tutorials
+
+bench: $(VENV)/.bench
+	$(BIN)/python benchmarks/ops.py
+	$(BIN)/python benchmarks/persist.py
+	$(BIN)/python benchmarks/weights.py
+	$(BIN)/python benchmarks/dataload.py
+	$(BIN)/python benchmarks/buffer.py
+
+clean:
+	rm -rf $(VENV) .cache
