@@ -12,8 +12,10 @@ torch.Size([2, 8])
 
 from . import _pytree  # noqa: F401  (registers TensorDict with torch's pytree and collate)
 from ._keys import NestedKey
+from ._memmap_tensor import MemoryMappedTensor
 from ._nontensor import NonTensorData
 from ._td import TensorDict, is_tensor_collection
+from ._tensorclass import TensorClass, field, fields, is_tensorclass, tensorclass
 from .errors import (
     BatchSizeError,
     FormatError,
@@ -32,10 +34,16 @@ __all__ = [
     "IncompleteTreeError",
     "KeyCollisionError",
     "LockedError",
+    "MemoryMappedTensor",
     "NestedKey",
     "NonTensorData",
+    "TensorClass",
     "TensorDict",
     "TensorDictKeyError",
     "TensorboxError",
+    "field",
+    "fields",
     "is_tensor_collection",
+    "is_tensorclass",
+    "tensorclass",
 ]

@@ -1,0 +1,510 @@
+"""Model weights as TensorDicts: ``from_module``, ``to_module``, ``state_dict``.
+
+A module's parameters and buffers become a TensorDict nested like the module
+tree (``td["encoder", "layers", "0", "linear1", "weight"]``), whose leaves *are*
+the module's own ``nn.Parameter`` and buffer objects (no copy). Saved with
+``memmap``, that tree is a directory per submodule and a file per tensor, so
+loading a whole model or one sub-tree is opening files, not unpickling.
+
+>>> import torch
+>>> from torch import nn
+>>> from tensorbox import TensorDict
+>>> model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+>>> params = TensorDict.from_module(model)
+>>> params["0", "weight"] is model[0].weight
+True
+>>> sorted(params["1"].keys())
+['bias', 'num_batches_tracked', 'running_mean', 'running_var', 'weight']
+
+``to_module`` swaps tensors into a module (zero copy; plain tensors are wrapped
+as ``nn.Parameter`` with the original ``requires_grad``) and returns what it took
+out, so the swap can be undone; it is also a context manager:
+
+>>> zeros = params.apply(lambda t: torch.zeros_like(t))
+>>> with zeros.to_module(model):
+...     bool((model[0].weight == 0).all()), isinstance(model[0].weight, nn.Parameter)
+(True, True)
+>>> model[0].weight is params["0", "weight"]
+True
+
+``state_dict``/``load_state_dict`` speak ``nn.Module``'s dotted keys:
+
+>>> list(params.state_dict())[:2]
+['0.weight', '0.bias']
+>>> _ = params.load_state_dict(nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)).state_dict())
+
+Decisions (see docs/weights.md):
+
+* Non-persistent buffers (``register_buffer(..., persistent=False)``) are left
+  out, as ``nn.Module.state_dict`` leaves them out, so a from_module tree and a
+  module's state dict always have the same keys. ``to_module`` never requires
+  them but accepts them (``from_module(m, non_persistent=True)`` includes them).
+* ``None`` parameters and buffers (``bias=False``) and submodules without any
+  tensor (``nn.ReLU``) get no entry.
+* Tied parameters appear under every owner's key as the same tensor object.
+  ``to_module`` keeps them tied: every owner gets the value found under the
+  first owner's key (module order, as in ``state_dict``).
+* ``as_module=True`` returns a ``ParamTree``: an ``nn.Module`` skeleton holding
+  the same parameter objects (for optimizers, ``.to()``, registration in another
+  module), with ``.td`` giving the TensorDict view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from ._ops import _inner, _is_coll
+from ._td import TensorDict
+from .errors import TensorboxError
+
+__all__ = [
+    "DEFAULT_CHUNK_BYTES",
+    "IncompatibleKeys",
+    "ParamTree",
+    "SwappedWeights",
+    "WeightsMismatchError",
+    "copy_chunked",
+    "from_module",
+    "load_state_dict",
+    "state_dict",
+    "to_module",
+]
+
+#: Largest slice ``copy_chunked`` moves (and converts) at once: bounds the extra
+#: memory a copy from disk or across devices/dtypes can take, whatever the tensor size.
+DEFAULT_CHUNK_BYTES = 32 << 20
+
+_Path = tuple[str, ...]
+_SCALAR = torch.Size([])
+_PASSIVE = torch._C._disabled_torch_function_impl
+
+
+class WeightsMismatchError(TensorboxError, ValueError, RuntimeError):
+    """Weights and module (or state dict) disagree on keys or shapes.
+
+    Also a ``RuntimeError``, which is what ``nn.Module.load_state_dict`` raises.
+    """
+
+
+class IncompatibleKeys(NamedTuple):
+    """What ``load_state_dict(strict=False)`` skipped, as ``nn.Module`` returns it."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+
+
+# ------------------------------------------------------------ module walking
+
+
+class _Slot(NamedTuple):
+    """One place a module keeps a tensor: ``owner._parameters[name]`` or ``_buffers``."""
+
+    owner: nn.Module
+    name: str
+    is_param: bool
+    tensor: Tensor
+    optional: bool  # a non-persistent buffer: never "missing"
+
+
+def _slots(module: nn.Module, prefix: _Path, out: dict[_Path, _Slot]) -> dict[_Path, _Slot]:
+    """Every tensor slot of the tree, in ``state_dict`` order (params, buffers, children)."""
+    for name, p in module._parameters.items():
+        if p is not None:
+            out[(*prefix, name)] = _Slot(module, name, True, p, False)
+    skip = module._non_persistent_buffers_set
+    for name, b in module._buffers.items():
+        if b is not None:
+            out[(*prefix, name)] = _Slot(module, name, False, b, name in skip)
+    for name, child in module._modules.items():
+        if child is not None:
+            _slots(child, (*prefix, name), out)
+    return out
+
+
+def _tree(module: nn.Module, non_persistent: bool) -> TensorDict | None:
+    """The nested TensorDict of one module, or None when its subtree holds no tensor."""
+    entries: dict[str, Any] = {k: p for k, p in module._parameters.items() if p is not None}
+    skip = () if non_persistent else module._non_persistent_buffers_set
+    for k, b in module._buffers.items():
+        if b is not None and k not in skip:
+            entries[k] = b
+    for k, child in module._modules.items():
+        sub = None if child is None else _tree(child, non_persistent)
+        if sub is not None:
+            entries[k] = sub
+    return TensorDict._new_unsafe(entries, _SCALAR, None) if entries else None
+
+
+def from_module(
+    module: nn.Module, as_module: bool = False, *, non_persistent: bool = False
+) -> TensorDict | ParamTree:
+    """Parameters and persistent buffers of ``module``, nested by submodule.
+
+    The leaves are the module's own tensor objects (``td["0", "weight"] is
+    module[0].weight``), so writes in place go both ways. ``non_persistent=True``
+    also takes buffers registered with ``persistent=False``. ``as_module=True``
+    returns a ``ParamTree`` (an ``nn.Module`` holding the same objects).
+    """
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"from_module expects an nn.Module, got {type(module).__name__}")
+    if as_module:
+        return ParamTree(module, non_persistent=non_persistent)
+    td = _tree(module, non_persistent)
+    return TensorDict._new_unsafe({}, _SCALAR, None) if td is None else td
+
+
+# ------------------------------------------------------------------ checking
+
+
+def _dotted(path: _Path) -> str:
+    return ".".join(path)
+
+
+def _shape(t: Any) -> str:
+    if not isinstance(t, Tensor):
+        return f"a {type(t).__name__}, not a tensor"
+    return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
+
+
+def _listing(keys: list[str], limit: int = 8) -> str:
+    shown = ", ".join(repr(k) for k in keys[:limit])
+    return shown + (f", ... and {len(keys) - limit} more" if len(keys) > limit else "")
+
+
+def _report(
+    what: str,
+    missing: list[str],
+    unexpected: list[str],
+    mismatched: list[tuple[str, Tensor, Tensor]],
+    fix: str,
+) -> WeightsMismatchError:
+    """One error listing every disagreement, so a user fixes them all in one go."""
+    lines = [
+        f"{what}: {len(missing)} missing, {len(unexpected)} unexpected, "
+        f"{len(mismatched)} with a different shape"
+    ]
+    if missing:
+        lines.append(f"  missing (in the target, not in the source): {_listing(missing)}")
+    if unexpected:
+        lines.append(f"  unexpected (in the source, not in the target): {_listing(unexpected)}")
+    for k, src, dst in mismatched[:8]:
+        lines.append(f"  shape mismatch at {k!r}: source {_shape(src)}, target {_shape(dst)}")
+    if len(mismatched) > 8:
+        lines.append(f"  ... and {len(mismatched) - 8} more shape mismatches")
+    lines.append(f"  fix: {fix}")
+    return WeightsMismatchError("\n".join(lines))
+
+
+def _leaves(td: Any) -> dict[_Path, Tensor]:
+    if isinstance(td, ParamTree):
+        td = td.td
+    if not isinstance(td, TensorDict):
+        raise TypeError(f"expected a TensorDict of weights, got {type(td).__name__}")
+    return _collect(td, (), {})
+
+
+def _collect(td: TensorDict, prefix: _Path, out: dict[_Path, Tensor]) -> dict[_Path, Tensor]:
+    for k, v in td._tensordict.items():
+        if isinstance(v, Tensor):
+            out[(*prefix, k)] = v
+        elif _is_coll(v):
+            _collect(_inner(v), (*prefix, k), out)
+    return out
+
+
+# ------------------------------------------------------------------ to_module
+
+
+class SwappedWeights(TensorDict):
+    """What ``to_module`` took out of a module: a TensorDict that can put it back.
+
+    ``old.to_module(module)`` restores by hand; as a context manager the restore
+    happens on exit (also on an exception). Results of operations on it are plain
+    TensorDicts.
+    """
+
+    __slots__ = ("_inplace", "_module")
+
+    @classmethod
+    def _new_unsafe(
+        cls, source: dict[str, Any], batch_size: torch.Size, device: torch.device | None
+    ) -> Any:
+        return TensorDict._new_unsafe(source, batch_size, device)
+
+    def __enter__(self) -> SwappedWeights:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        to_module(self, self._module, inplace=self._inplace, return_swap=False, strict=False)
+
+
+def _mirror(td: TensorDict, prefix: _Path, values: dict[_Path, Tensor]) -> dict[str, Any]:
+    """``td``'s structure with the leaves found in ``values`` (others, and empty nodes, left out)."""
+    out: dict[str, Any] = {}
+    for k, v in td._tensordict.items():
+        path = (*prefix, k)
+        if isinstance(v, Tensor):
+            if path in values:
+                out[k] = values[path]
+        elif _is_coll(v):
+            sub = _mirror(_inner(v), path, values)
+            if sub:
+                out[k] = TensorDict._new_unsafe(sub, _SCALAR, None)
+    return out
+
+
+def _as_slot_value(slot: _Slot, value: Tensor) -> Tensor:
+    """What goes into the slot for ``value``, sharing its storage.
+
+    A parameter stays a parameter (with its ``requires_grad``); a tensor that already
+    requires grad goes in as it is, so gradients still reach where it came from. A
+    passive subclass (``MemoryMappedTensor``: torch function disabled, every op returns
+    a plain tensor) goes in as a plain tensor over the same storage: ``nn.Parameter()``
+    refuses such subclasses, and a model should not carry one.
+    """
+    cls = type(value)
+    if cls is nn.Parameter:
+        return value
+    passive = cls is Tensor or cls.__torch_function__ is _PASSIVE
+    if not passive or value.requires_grad:
+        return value  # a Parameter-like subclass, or a tensor in an autograd graph
+    if slot.is_param:  # what nn.Parameter() does for a plain tensor, minus its checks
+        return Tensor._make_subclass(nn.Parameter, value, slot.tensor.requires_grad)
+    return value if cls is Tensor else value.as_subclass(Tensor)
+
+
+def to_module(
+    td: TensorDict | ParamTree,
+    module: nn.Module,
+    *,
+    inplace: bool = False,
+    return_swap: bool = True,
+    strict: bool = True,
+    chunk_bytes: int | None = None,
+) -> SwappedWeights | None:
+    """Put the weights of ``td`` into ``module``; return what the module held before.
+
+    ``inplace=False`` (default) swaps the tensors in: zero copy, the module now
+    uses ``td``'s storage (a memory-mapped file, another device...) and adopts its
+    dtype and device, like ``load_state_dict(assign=True)``. ``inplace=True``
+    copies into the existing tensors (in bounded chunks), which keep their
+    identity, device and dtype; the returned swap is then a copy of the old values.
+
+    Everything is checked before anything changes: missing keys, unexpected keys
+    and shape mismatches raise one ``WeightsMismatchError`` listing all of them.
+    ``strict=False`` lets missing and unexpected keys pass (shape mismatches
+    never do).
+    """
+    leaves = _leaves(td)
+    slots = _slots(module, (), {})
+    missing = [_dotted(p) for p, s in slots.items() if p not in leaves and not s.optional]
+    unexpected = [_dotted(p) for p in leaves if p not in slots]
+    mismatched = [
+        (_dotted(p), t, slots[p].tensor)
+        for p, t in leaves.items()
+        if p in slots and t.shape != slots[p].tensor.shape
+    ]
+    if mismatched or (strict and (missing or unexpected)):
+        raise _report(
+            f"to_module: the weights do not fit {type(module).__name__}",
+            missing if strict else [],
+            unexpected if strict else [],
+            mismatched,
+            "build the weights with TensorDict.from_module(<a module of the same "
+            "architecture>), or select the sub-tree of a submodule and pass that submodule "
+            "(td['encoder'].to_module(model.encoder)); tensorbox.nn.to_module(..., "
+            "strict=False) skips missing and unexpected keys",
+        )
+    # Group the slots by the tensor they hold now: tied parameters (and submodules
+    # reached by two paths) form one group and get one new tensor, so they stay tied.
+    groups: dict[int, list[_Path]] = {}
+    for p, s in slots.items():
+        if p in leaves:
+            groups.setdefault(id(s.tensor), []).append(p)
+    old: dict[_Path, Tensor] = {}
+    with torch.no_grad():
+        for paths in groups.values():
+            first = slots[paths[0]]
+            value = leaves[paths[0]]
+            if inplace:
+                if return_swap:
+                    saved = first.tensor.detach().clone()
+                    old.update((p, saved) for p in paths)
+                if value is not first.tensor:
+                    copy_chunked(first.tensor, value, chunk_bytes)
+                continue
+            new = _as_slot_value(first, value)
+            for p in paths:
+                s = slots[p]
+                old[p] = s.tensor
+                (s.owner._parameters if s.is_param else s.owner._buffers)[s.name] = new
+    if not return_swap:
+        return None
+    swap = object.__new__(SwappedWeights)
+    swap._tensordict, swap._batch_size, swap._device, swap._locked = (
+        _mirror(td.td if isinstance(td, ParamTree) else td, (), old),
+        _SCALAR,
+        None,
+        False,
+    )
+    swap._module, swap._inplace = module, inplace
+    return swap
+
+
+# ------------------------------------------------------------ chunked copies
+
+
+def copy_chunked(dst: Tensor, src: Tensor, chunk_bytes: int | None = None) -> Tensor:
+    """``dst.copy_(src)`` in slices of at most ``chunk_bytes``; returns ``dst``.
+
+    A copy that converts dtype or crosses devices materializes its source in the
+    destination's format; slicing bounds that temporary (and the pages faulted in
+    at once from a memory-mapped source) to ``chunk_bytes`` whatever the tensor
+    size. Runs without autograd, so ``dst`` may be a parameter.
+
+    >>> dst = torch.empty(1000, 3)
+    >>> copy_chunked(dst, torch.ones(1000, 3, dtype=torch.float64), chunk_bytes=256).sum().item()
+    3000.0
+    """
+    if dst.shape != src.shape:
+        raise WeightsMismatchError(
+            f"copy_chunked: source shape {tuple(src.shape)} differs from destination shape "
+            f"{tuple(dst.shape)}; copies do not broadcast here"
+        )
+    limit = DEFAULT_CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    per_item = max(dst.element_size(), src.element_size())
+    step = max(1, limit // per_item)  # elements per slice
+    with torch.no_grad():
+        _copy(dst, src, step)
+    return dst
+
+
+def _copy(dst: Tensor, src: Tensor, step: int) -> None:
+    n = dst.numel()
+    if n <= step:
+        dst.copy_(src)
+    elif dst.is_contiguous() and src.is_contiguous():
+        d, s = dst.view(-1), src.view(-1)
+        for i in range(0, n, step):
+            d[i : i + step].copy_(s[i : i + step])
+    else:  # strided: slice whole rows, and go one level down when one row is too big
+        row = n // dst.shape[0]
+        rows = step // row
+        if rows == 0:
+            for i in range(dst.shape[0]):
+                _copy(dst[i], src[i], step)
+        else:
+            for i in range(0, dst.shape[0], rows):
+                dst[i : i + rows].copy_(src[i : i + rows])
+
+
+# ----------------------------------------------------------------- state dicts
+
+
+def state_dict(td: TensorDict | ParamTree, *, keep_vars: bool = False) -> dict[str, Tensor]:
+    """A flat ``{"dotted.key": tensor}`` dict, as ``nn.Module.state_dict()`` gives it.
+
+    Tensors are detached unless ``keep_vars=True`` (then parameters stay parameters).
+    """
+    return {_dotted(p): (t if keep_vars else t.detach()) for p, t in _leaves(td).items()}
+
+
+def load_state_dict(
+    td: TensorDict | ParamTree,
+    state_dict: Mapping[str, Tensor] | TensorDict,
+    strict: bool = True,
+    *,
+    chunk_bytes: int | None = None,
+) -> IncompatibleKeys:
+    """Copy a dotted-key state dict into the matching leaves of ``td``, in place.
+
+    As ``nn.Module.load_state_dict``: ``strict`` makes missing and unexpected keys
+    an error, shape mismatches always are, and nothing is written unless
+    everything fits. Copies go in chunks of ``chunk_bytes``, so loading a large
+    checkpoint into a memory-mapped tree never holds a whole tensor in memory.
+    """
+    if isinstance(state_dict, TensorDict | ParamTree):
+        state_dict = _flat(state_dict, keep_vars=True)
+    leaves = {_dotted(p): t for p, t in _leaves(td).items()}
+    missing = [k for k in leaves if k not in state_dict]
+    unexpected = [k for k in state_dict if k not in leaves]
+    mismatched = [
+        (k, v, leaves[k])
+        for k, v in state_dict.items()
+        if k in leaves and (not isinstance(v, Tensor) or v.shape != leaves[k].shape)
+    ]
+    if mismatched or (strict and (missing or unexpected)):
+        raise _report(
+            "load_state_dict: the state dict does not fit the TensorDict",
+            missing if strict else [],
+            unexpected if strict else [],
+            mismatched,
+            "compare the keys with list(td.state_dict()); strict=False skips missing and "
+            "unexpected keys",
+        )
+    for k, v in state_dict.items():
+        if k in leaves and v is not leaves[k]:
+            copy_chunked(leaves[k], v, chunk_bytes)
+    return IncompatibleKeys(missing, unexpected)
+
+
+_flat = state_dict  # load_state_dict's argument shadows the function's name
+
+
+# ------------------------------------------------------------------ as_module
+
+
+class ParamTree(nn.Module):
+    """The parameters and buffers of a module in an ``nn.Module`` with nothing else.
+
+    Same tree, same names, same objects as the source module: give
+    ``tree.parameters()`` to an optimizer, move it with ``.to()``, register it in
+    another module. ``tree.td`` is the TensorDict view (built fresh on each access,
+    because ``Module.to`` replaces buffer objects); ``tree["encoder"]`` indexes it.
+
+    >>> tree = ParamTree(nn.Linear(2, 3))
+    >>> [n for n, _ in tree.named_parameters()]
+    ['weight', 'bias']
+    """
+
+    def __init__(self, module: nn.Module, *, non_persistent: bool = False) -> None:
+        super().__init__()
+        self._copy_tree(module, non_persistent, {id(module): self})
+
+    def _copy_tree(self, module: nn.Module, non_persistent: bool, memo: dict[int, Any]) -> None:
+        self._parameters.update((k, p) for k, p in module._parameters.items() if p is not None)
+        for k, b in module._buffers.items():
+            persistent = k not in module._non_persistent_buffers_set
+            if b is not None and (persistent or non_persistent):
+                self.register_buffer(k, b, persistent=persistent)
+        for k, child in module._modules.items():
+            if child is None or _tree(child, non_persistent) is None:
+                continue
+            if id(child) not in memo:  # a shared submodule stays shared
+                memo[id(child)] = sub = ParamTree.__new__(ParamTree)
+                nn.Module.__init__(sub)
+                sub._copy_tree(child, non_persistent, memo)
+            self._modules[k] = memo[id(child)]
+
+    @property
+    def td(self) -> TensorDict:
+        """The TensorDict view: leaves are this tree's parameter and buffer objects."""
+        td = _tree(self, True)
+        return TensorDict._new_unsafe({}, _SCALAR, None) if td is None else td
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.td[key]
+
+    def to_module(self, module: nn.Module, **kwargs: Any) -> SwappedWeights | None:
+        """Put these weights into ``module`` (see ``tensorbox.nn.to_module``)."""
+        return to_module(self.td, module, **kwargs)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            "a ParamTree holds weights only and cannot be called; put them into a model "
+            "with tree.to_module(model) and call the model"
+        )
