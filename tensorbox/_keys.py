@@ -9,19 +9,25 @@ A key is a non-empty ``str``; a nested key is a tuple of them, ``("obs", "pixels
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from .errors import TensorDictKeyError
 
 NestedKey: TypeAlias = str | tuple["NestedKey", ...]
 
-__all__ = ["NestedKey", "format_key", "unravel_key"]
+__all__ = ["NestedKey", "check_str_key", "format_key", "unravel_key"]
 
 
 def unravel_key(key: object) -> tuple[str, ...]:
     """Return ``key`` as a flat tuple of strings, or raise ``TensorDictKeyError``."""
     if type(key) is str:
         return (key,)
+    if type(key) is tuple and key:  # the common case: already flat, all str
+        for part in key:
+            if type(part) is not str:
+                break
+        else:
+            return key
     if isinstance(key, tuple):
         out: list[str] = []
         for part in key:
@@ -32,7 +38,8 @@ def unravel_key(key: object) -> tuple[str, ...]:
             else:
                 raise TensorDictKeyError(
                     f"key {key!r} contains {part!r} of type {type(part).__name__}; "
-                    "keys are str or tuples of str"
+                    "keys are str or tuples of str (to index the batch dims of an entry, "
+                    "look it up first: td[key][index])"
                 )
         if not out:
             raise TensorDictKeyError("the empty tuple () is not a key; use a str or a tuple of str")
@@ -47,3 +54,15 @@ def unravel_key(key: object) -> tuple[str, ...]:
 def format_key(path: tuple[str, ...]) -> str:
     """Show a key path the way a user would type it: ``'a'`` or ``('a', 'b')``."""
     return repr(path[0]) if len(path) == 1 else repr(path)
+
+
+def check_str_key(key: Any, parent: tuple[str, ...] = ()) -> str:
+    """``key`` if it is a str (a str subclass becomes a str), else a ``TensorDictKeyError``."""
+    if type(key) is not str:
+        if isinstance(key, str):
+            return str(key)
+        where = f" under {format_key(parent)}" if parent else ""
+        raise TensorDictKeyError(
+            f"key {key!r}{where} is a {type(key).__name__}; TensorDict keys are str"
+        )
+    return key

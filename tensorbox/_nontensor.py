@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["NonTensorData"]
+__all__ = ["NonTensorData", "cpu_index"]
 
 
 class NonTensorData:
@@ -65,7 +65,20 @@ class NonTensorData:
     def __getitem__(self, idx: Any) -> NonTensorData:
         if not self.stacked:
             return self
+        idx = cpu_index(idx)  # the element numbers live on the CPU
         return self.map_batch(lambda t: t[idx])
+
+    def unbind(self, dim: int, n: int) -> list[NonTensorData]:
+        """The ``n`` slices along batch dim ``dim`` (``n`` is that dim's size)."""
+        if not self.stacked:
+            return [self] * n
+        out = []
+        for x in np.moveaxis(self.data, dim, 0):
+            if isinstance(x, np.ndarray) and x.ndim:
+                out.append(NonTensorData(x, stacked=True))
+            else:  # a 1-D array iterates over its objects
+                out.append(NonTensorData(x.item() if isinstance(x, np.ndarray) else x))
+        return out
 
     def full(self, batch_size: Sequence[int]) -> np.ndarray:
         """An object array shaped like ``batch_size`` holding one value per element."""
@@ -110,6 +123,15 @@ class NonTensorData:
         return f"NonTensorData({self.value!r})"
 
 
+def cpu_index(index: Any) -> Any:
+    """``index`` with every tensor in it moved to the CPU."""
+    if isinstance(index, torch.Tensor):
+        return index.cpu()
+    if isinstance(index, tuple):
+        return tuple(cpu_index(i) for i in index)
+    return index
+
+
 def _same(a: Any, b: Any) -> bool:
     if a is b:
         return True
@@ -128,6 +150,5 @@ def _all_same(items: Sequence[NonTensorData]) -> bool:
 
 def _filled(value: Any, shape: tuple[int, ...]) -> np.ndarray:
     arr = np.empty(shape, dtype=object)
-    for ix in np.ndindex(*shape):
-        arr[ix] = value
+    arr.fill(value)  # for an object array: the same object everywhere, never broadcast
     return arr

@@ -22,17 +22,26 @@ import torch
 
 from .errors import BatchSizeError
 
-__all__ = ["as_batch_size", "check_dim", "normalize_index", "shape_from_args"]
+__all__ = ["as_batch_size", "check_dim", "leads_with", "normalize_index", "shape_from_args"]
 
 _Size = torch.Size
 
 
 def as_batch_size(batch_size: Any) -> torch.Size:
     """Parse ``batch_size`` given as None, an int, a sequence of ints or a ``torch.Size``."""
-    if type(batch_size) is _Size:
+    t = type(batch_size)
+    if t is _Size:
         return batch_size
     if batch_size is None:
         return _Size(())
+    if t is list or t is tuple:  # the common case, checked without the general machinery
+        for d in batch_size:
+            if type(d) is not int or d < 0:
+                break
+        else:
+            return _Size(batch_size)
+    elif t is int and batch_size >= 0:
+        return _Size((batch_size,))
     if isinstance(batch_size, (int, np.integer)) and not isinstance(batch_size, bool):
         dims: Sequence[Any] = (int(batch_size),)
     elif isinstance(batch_size, torch.Tensor) and batch_size.ndim <= 1:
@@ -105,6 +114,15 @@ def normalize_index(index: Any, batch_dims: int) -> Any:
                 out.append(it)
         return tuple(out)
     return index
+
+
+def leads_with(shape: torch.Size, batch_size: torch.Size) -> bool:
+    """``shape[:len(batch_size)] == batch_size``, without slicing a ``torch.Size``
+    for the common 0 or 1 batch dims (slicing one costs several times more)."""
+    n = len(batch_size)
+    if n == 1:
+        return len(shape) > 0 and shape[0] == batch_size[0]
+    return n == 0 or shape[:n] == batch_size
 
 
 def check_leaf_shape(path: str, shape: torch.Size, batch_size: torch.Size) -> None:

@@ -1,9 +1,13 @@
 """TensorDict: a nested mapping of string keys to tensors that share leading batch dims.
 
 Storage is one plain ``dict`` per level (``_tensordict``) plus a ``torch.Size``
-batch size and an optional device. Hot paths (key lookup, batch indexing) are
-written out here; everything else is a one-line method that calls the module
-owning the job (``_ops`` for tensor operations, ``_persist`` for the disk).
+batch size, an optional device and a lock flag. Key lookup is written out here
+(it is the hottest path); everything else is a one-line method that calls the
+module owning the job: ``_index`` (batch indexing), ``_ops`` (apply, to, clone,
+traversal, repr), ``_keyops`` (select, exclude, update, flatten_keys),
+``_stackcat`` (batch-shape ops, stack, cat), ``_compare`` (==, all, arithmetic),
+``_persist`` (the disk), ``nn`` (model weights), ``distributed`` (through the
+``_td_dist`` mixin).
 
 >>> import torch
 >>> from tensorbox import TensorDict
@@ -22,20 +26,22 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Self
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from . import _ops
+from . import _compare, _index, _ops, _stackcat
 from ._keys import NestedKey, format_key, unravel_key
 from ._nontensor import NonTensorData
-from ._shape import as_batch_size, check_leaf_shape, normalize_index
+from ._shape import as_batch_size, check_leaf_shape
+from ._td_dist import DistributedMethods
 from .errors import BatchSizeError, LockedError, TensorDictKeyError
 
 __all__ = ["TensorDict", "is_tensor_collection"]
 
 _Size = torch.Size
 _NO_DEFAULT: Any = object()
+_NO_DEVICE = _ops._NO_DEVICE
+_NTD = NonTensorData
 
 
 def is_tensor_collection(obj: Any) -> bool:
@@ -52,7 +58,7 @@ def _is_key(index: Any) -> bool:
     return False
 
 
-class TensorDict:
+class TensorDict(DistributedMethods):
     """A dict of tensors (and nested TensorDicts) sharing leading batch dims.
 
     Args:
@@ -60,6 +66,9 @@ class TensorDict:
             tensorclass instances or plain Python values (kept as non-tensor data).
         batch_size: the leading dims every leaf shares (int or sequence). Default ``[]``.
         device: if given, every leaf is moved there now and on every later ``set``.
+        names: not supported (dim names); must be None. Kept so that tensordict
+            code passing ``names=None`` keeps working.
+        lock: lock the container once built (see ``lock_()``).
         **kwargs: more entries, as in ``dict(**kwargs)``.
 
     >>> td = TensorDict(a=torch.zeros(2, 5), batch_size=2)
@@ -80,24 +89,35 @@ class TensorDict:
         source: Mapping[str, Any] | None = None,
         batch_size: Sequence[int] | int | torch.Size | None = None,
         device: torch.device | str | int | None = None,
+        *,
+        names: Sequence[str] | None = None,
+        lock: bool = False,
         **kwargs: Any,
     ) -> None:
+        if names is not None:
+            raise TypeError(
+                f"names={names!r}: tensorbox has no named batch dims; drop the argument "
+                "(to store an entry called 'names', pass it inside the source dict)"
+            )
         self._batch_size = as_batch_size(batch_size)
-        self._device = None if device is None else torch.device(device)
+        self._device = None if device is None else _ops.as_device(device)
         self._locked = False
         self._tensordict = {}
         if source is not None:
-            if isinstance(source, TensorDict):
+            if type(source) is dict:
+                pass
+            elif isinstance(source, TensorDict):
                 source = source._tensordict
             elif not isinstance(source, Mapping):
                 raise TypeError(
                     f"TensorDict source must be a mapping of keys to values, "
                     f"got {type(source).__name__}"
                 )
-            for key, value in source.items():
-                self._set_str(_check_str_key(key), value, (key,))
-        for key, value in kwargs.items():
-            self._set_str(key, value, (key,))
+            _ops.fill_entries(self, source, ())
+        if kwargs:
+            _ops.fill_entries(self, kwargs, ())
+        if lock:
+            _ops.set_locked(self, True)
 
     @classmethod
     def _new_unsafe(
@@ -130,7 +150,7 @@ class TensorDict:
         """
         out = cls(source, batch_size=batch_size, device=device)
         if auto_batch_size and batch_size is None:
-            out._batch_size = _ops.common_batch_size(out, batch_dims)
+            _ops.set_batch_size_nested(out, _ops.common_batch_size(out, batch_dims))
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -139,10 +159,10 @@ class TensorDict:
         for k, v in self._tensordict.items():
             if isinstance(v, Tensor):
                 out[k] = v
-            elif isinstance(v, NonTensorData):
+            elif type(v) is _NTD:
                 out[k] = v.value
             else:
-                out[k] = v.to_dict()
+                out[k] = _ops._inner(v).to_dict()
         return out
 
     # ------------------------------------------------------------------ shape
@@ -209,53 +229,55 @@ class TensorDict:
             try:
                 v = self._tensordict[index]
             except KeyError:
-                raise self._missing((index,)) from None
-            return v.value if type(v) is NonTensorData else v
-        if _is_key(index):
-            return self._get_path(unravel_key(index))
-        return self._index(index)
+                raise _ops.missing_key_error(self, (index,), 0) from None
+            return v.value if type(v) is _NTD else v
+        if type(index) is tuple and index and type(index[0]) is str:
+            return self._get_path(index)
+        return _index.getitem(self, index)
 
     def get(self, key: NestedKey, default: Any = None) -> Any:
-        """The value at ``key``, or ``default`` (None) when it is missing."""
+        """The value at ``key``, or ``default`` (None) when it is missing.
+
+        A malformed key (not a str or tuple of str) raises ``TensorDictKeyError``.
+        """
+        if type(key) is str:
+            v = self._tensordict.get(key, _NO_DEFAULT)
+            if v is _NO_DEFAULT:
+                if default is _NO_DEFAULT:
+                    raise _ops.missing_key_error(self, (key,), 0)
+                return default
+            return v.value if type(v) is _NTD else v
+        if type(key) is not tuple:
+            key = unravel_key(key)  # raises for anything but a (str subclass) key
         try:
-            return self[key] if type(key) is str else self._get_path(unravel_key(key))
+            return self._get_path(key)
         except TensorDictKeyError:
+            unravel_key(key)  # a malformed key raises, whatever the default
             if default is _NO_DEFAULT:
                 raise
             return default
 
-    def _get_path(self, path: tuple[str, ...]) -> Any:
+    def _get_path(self, path: Any) -> Any:
+        """The value at a tuple key; the common all-str, all-present case is one loop."""
         node: Any = self
-        for i, part in enumerate(path):
-            store = getattr(node, "_tensordict", None)
-            if store is None or part not in store:
-                raise self._missing(path, i)
-            node = store[part]
-        return node.value if type(node) is NonTensorData else node
-
-    def _missing(self, path: tuple[str, ...], depth: int = 0) -> TensorDictKeyError:
-        """A KeyError naming the missing key and the deepest level that exists."""
-        node: Any = self
-        for part in path[:depth]:
-            node = node._tensordict[part]
-        store = getattr(node, "_tensordict", None)
-        where = "" if depth == 0 else f" under {format_key(path[:depth])}"
-        if store is None:
-            return TensorDictKeyError(
-                f"key {format_key(path)} not found: {format_key(path[:depth])} is a leaf, "
-                "not a TensorDict"
-            )
-        return TensorDictKeyError(
-            f"key {format_key(path)} not found: no {path[depth]!r}{where}; "
-            f"existing keys there: {sorted(store)!r}"
-        )
+        try:
+            for part in path:
+                node = node._tensordict[part]
+        except (KeyError, AttributeError, TypeError):
+            flat = unravel_key(path)
+            if flat != path:
+                return self._get_path(flat)
+            raise _ops.find_missing(self, flat) from None
+        # Through a tensorclass, node._tensordict[part] was a TensorDict lookup that
+        # already unwrapped non-tensor values.
+        return node.value if type(node) is _NTD else node
 
     def __contains__(self, key: object) -> bool:
         if type(key) is str:
             return key in self._tensordict
         if _is_key(key):
             try:
-                self._get_path(unravel_key(key))
+                self._get_path(key)
             except TensorDictKeyError:
                 return False
             return True
@@ -264,15 +286,17 @@ class TensorDict:
             "to search values compare with == and use .any()"
         )
 
-    def set(self, key: NestedKey, value: Any, *, inplace: bool = False) -> Self:
+    def set(self, key: NestedKey, value: Any, inplace: bool = False) -> Self:
         """Set ``key`` to ``value``; tuple keys create missing nested levels.
 
         ``inplace=True`` copies into the existing tensor (allowed when locked).
         """
         if type(key) is str:
-            path: tuple[str, ...] = (key,)
-        else:
-            path = unravel_key(key)
+            if inplace and key in self._tensordict:
+                return self._copy_into(self, (key,), value)
+            self._set_str(key, value, (key,))
+            return self
+        path = unravel_key(key)
         node = self._node_for(path) if len(path) > 1 else self
         if inplace and path[-1] in node._tensordict:
             return self._copy_into(node, path, value)
@@ -282,16 +306,24 @@ class TensorDict:
     def set_(self, key: NestedKey, value: Any) -> Self:
         """Copy ``value`` into the existing entry ``key`` (works on locked containers)."""
         path = unravel_key(key)
-        node = self._node_for(path) if len(path) > 1 else self
+        node: Any = self
+        for part in path[:-1]:
+            node = node._tensordict.get(part)
+            if node is None or isinstance(node, Tensor) or type(node) is _NTD:
+                raise _ops.find_missing(self, path)
+            node = _ops._inner(node)
         if path[-1] not in node._tensordict:
-            raise self._missing(path, len(path) - 1)
+            raise _ops.find_missing(self, path)
         return self._copy_into(node, path, value)
 
     def _copy_into(self, node: TensorDict, path: tuple[str, ...], value: Any) -> Self:
         current = node._tensordict[path[-1]]
         if isinstance(current, Tensor):
-            current.copy_(value)
-        elif isinstance(current, NonTensorData):
+            try:
+                _ops.copy_leaf(current, value)
+            except RuntimeError as err:
+                raise BatchSizeError(f"cannot copy into {format_key(path)}: {err}") from None
+        elif type(current) is _NTD:
             node._tensordict[path[-1]] = node._prepare(path[-1], value, path)
         else:
             current.update_(value)
@@ -300,6 +332,14 @@ class TensorDict:
     def _node_for(self, path: tuple[str, ...]) -> TensorDict:
         """The container that holds ``path[-1]``, creating missing levels."""
         node: TensorDict = self
+        for part in path[:-1]:  # the common case: every level exists and is a TensorDict
+            nxt = node._tensordict.get(part)
+            if type(nxt) is not TensorDict:
+                break
+            node = nxt
+        else:
+            return node
+        node = self
         for i, part in enumerate(path[:-1]):
             nxt = node._tensordict.get(part)
             if nxt is None:
@@ -309,12 +349,12 @@ class TensorDict:
                     )
                 nxt = TensorDict._new_unsafe({}, node._batch_size, node._device)
                 node._tensordict[part] = nxt
-            elif not is_tensor_collection(nxt):
+            elif isinstance(nxt, Tensor) or type(nxt) is _NTD:
                 raise TensorDictKeyError(
                     f"cannot set {format_key(path)}: {format_key(path[: i + 1])} is a leaf, "
                     "not a TensorDict"
                 )
-            node = nxt if isinstance(nxt, TensorDict) else nxt._tensordict
+            node = _ops._inner(nxt)
         return node
 
     def _set_str(self, key: str, value: Any, path: tuple[str, ...]) -> None:
@@ -325,39 +365,8 @@ class TensorDict:
             )
         self._tensordict[key] = self._prepare(key, value, path)
 
-    def _prepare(self, key: str, value: Any, path: tuple[str, ...]) -> Any:
-        """Validate ``value`` for this level and convert it to a stored entry."""
-        bs = self._batch_size
-        if isinstance(value, Tensor):
-            if value.shape[: len(bs)] != bs:
-                check_leaf_shape(format_key(path), value.shape, bs)
-            if self._device is not None and value.device != self._device:
-                value = value.to(self._device)
-            return value
-        if is_tensor_collection(value):
-            if value.batch_size[: len(bs)] != bs:
-                raise BatchSizeError(
-                    f"key {format_key(path)} holds a {type(value).__name__} with batch_size "
-                    f"{tuple(value.batch_size)}, which does not start with batch_size {tuple(bs)}"
-                )
-            if self._device is not None and value.device != self._device:
-                value = value.to(self._device)
-            return value
-        if isinstance(value, Mapping):
-            sub = TensorDict._new_unsafe({}, bs, self._device)
-            for k, v in value.items():
-                sub._set_str(_check_str_key(k, path), v, (*path, k))
-            return sub
-        if isinstance(value, NonTensorData):
-            if value.stacked and tuple(value.data.shape) != tuple(bs):
-                raise BatchSizeError(
-                    f"key {format_key(path)} holds {value.data.shape[0]} stacked values "
-                    f"but batch_size is {tuple(bs)}"
-                )
-            return value
-        if isinstance(value, np.ndarray) and value.dtype != object:
-            return self._prepare(key, torch.from_numpy(value), path)
-        return NonTensorData(value)
+    # Validate a value for this level and convert it to a stored entry (see _ops).
+    _prepare = _ops.prepare_entry
 
     def __setitem__(self, index: Any, value: Any) -> None:
         if type(index) is str:
@@ -365,7 +374,7 @@ class TensorDict:
         elif _is_key(index):
             self.set(index, value)
         else:
-            _ops.setitem_batch(self, index, value)
+            _index.setitem_batch(self, index, value)
 
     def __delitem__(self, key: NestedKey) -> None:
         self.del_(key)
@@ -374,13 +383,14 @@ class TensorDict:
         """Remove ``key`` (a tuple key removes a nested entry)."""
         path = unravel_key(key)
         node: Any = self
-        for i, part in enumerate(path[:-1]):
+        for part in path[:-1]:
             node = node._tensordict.get(part)
-            if node is None or not is_tensor_collection(node):
-                raise self._missing(path, i)
+            if node is None or isinstance(node, Tensor) or type(node) is _NTD:
+                raise _ops.find_missing(self, path)
+            node = _ops._inner(node)
         store = node._tensordict
         if path[-1] not in store:
-            raise self._missing(path, len(path) - 1)
+            raise _ops.find_missing(self, path)
         if node._locked:
             raise LockedError(f"cannot delete {format_key(path)}: the TensorDict is locked")
         del store[path[-1]]
@@ -399,23 +409,26 @@ class TensorDict:
 
     def rename_key_(self, old: NestedKey, new: NestedKey) -> Self:
         """Move the entry ``old`` to ``new``."""
+        if self._locked:
+            raise LockedError(f"cannot rename {old!r}: the TensorDict is locked")
         self.set(new, self.pop(old))
         return self
 
     def keys(
         self, include_nested: bool = False, leaves_only: bool = False
     ) -> Sequence[NestedKey] | Any:
-        """Keys of this level; with ``include_nested`` also nested keys as tuples."""
+        """Keys of this level (a live view); with ``include_nested`` or ``leaves_only``
+        a list, with nested keys as tuples."""
         if not include_nested and not leaves_only:
             return self._tensordict.keys()
-        return [k for k, _ in _ops.iter_items(self, include_nested, leaves_only)]
+        return _ops.keys_list(self, include_nested, leaves_only)
 
     def items(
         self, include_nested: bool = False, leaves_only: bool = False
     ) -> Iterator[tuple[NestedKey, Any]]:
         """``(key, value)`` pairs; non-tensor entries give their plain value."""
         for k, v in _ops.iter_items(self, include_nested, leaves_only):
-            yield k, (v.value if type(v) is NonTensorData else v)
+            yield k, (v.value if type(v) is _NTD else v)
 
     def values(self, include_nested: bool = False, leaves_only: bool = False) -> Iterator[Any]:
         for _, v in self.items(include_nested, leaves_only):
@@ -423,7 +436,7 @@ class TensorDict:
 
     def is_empty(self) -> bool:
         """True when no tensor leaf exists at any depth."""
-        return not any(True for _ in _ops.iter_shaped(self))
+        return not _ops.tensor_leaves(self)
 
     def __iter__(self) -> Iterator[Self]:
         """Iterate over the first batch dim, like a tensor (use ``keys()`` for keys)."""
@@ -433,31 +446,9 @@ class TensorDict:
 
     # ---------------------------------------------------------- batch indexing
 
-    def _index(self, index: Any) -> Self:
-        bs = self._batch_size
-        if type(index) is int:
-            n = bs[0] if bs else None
-            if n is None or not -n <= index < n:
-                raise IndexError(
-                    f"index {index} is out of range for batch_size {tuple(bs)}"
-                    if n is not None
-                    else "cannot index a TensorDict with batch_size [] (no batch dims)"
-                )
-            return self._new_unsafe(
-                {k: v[index] for k, v in self._tensordict.items()}, bs[1:], self._device
-            )
-        if type(index) is not slice:
-            if isinstance(index, list):
-                index = torch.tensor(index)
-            elif isinstance(index, range):
-                index = torch.arange(index.start, index.stop, index.step)
-            index = normalize_index(index, len(bs))
-        out = {k: v[index] for k, v in self._tensordict.items()}
-        return self._new_unsafe(out, _ops.batch_after_index(self, out, index), self._device)
-
     def __getitems__(self, indices: Sequence[int] | Tensor) -> Self:
         """Batched fetch for ``torch.utils.data.DataLoader``: one gather per leaf."""
-        return _ops.gather_rows(self, indices)
+        return _index.gather_rows(self, indices)
 
     # ---------------------------------------------------------- tensor ops
 
@@ -466,7 +457,7 @@ class TensorDict:
         fn: Callable[..., Any],
         *others: Any,
         batch_size: Sequence[int] | None = None,
-        device: Any = _NO_DEFAULT,
+        device: Any = _NO_DEVICE,
         inplace: bool = False,
     ) -> Self:
         """``fn`` on every tensor leaf (with the matching leaves of ``others``).
@@ -484,7 +475,7 @@ class TensorDict:
     ) -> Self:
         """Like ``apply`` but ``fn(key, leaf, *others)``; nested keys are tuples if asked."""
         return _ops.apply(
-            self, fn, others, batch_size, _NO_DEFAULT, False, named=True, nested_keys=nested_keys
+            self, fn, others, batch_size, _NO_DEVICE, False, named=True, nested_keys=nested_keys
         )
 
     def to(self, *args: Any, **kwargs: Any) -> Self:
@@ -520,7 +511,7 @@ class TensorDict:
         return _ops.pin_memory(self, num_threads)
 
     def is_pinned(self) -> bool:
-        return all(v.is_pinned() for _, v in _ops.iter_shaped(self))
+        return all(v.is_pinned() for v in _ops.tensor_leaves(self))
 
     def clone(self, recurse: bool = True) -> Self:
         """A copy; ``recurse=False`` copies the structure and shares the tensors."""
@@ -530,10 +521,10 @@ class TensorDict:
         return _ops.clone(self, False)
 
     def contiguous(self) -> Self:
-        return self.apply(Tensor.contiguous)
+        return _ops.map_leaves(self, Tensor.contiguous)
 
     def detach(self) -> Self:
-        return self.apply(Tensor.detach)
+        return _ops.map_leaves(self, Tensor.detach)
 
     def detach_(self) -> Self:
         return self.apply(Tensor.detach_, inplace=True)
@@ -554,7 +545,7 @@ class TensorDict:
         return self.apply(Tensor.share_memory_, inplace=True)
 
     def is_shared(self) -> bool:
-        return all(v.is_shared() for _, v in _ops.iter_shaped(self))
+        return all(v.is_shared() for v in _ops.tensor_leaves(self))
 
     def update(
         self,
@@ -568,8 +559,9 @@ class TensorDict:
         return self
 
     def update_(self, other: Mapping[str, Any] | TensorDict) -> Self:
-        """Copy the values of ``other`` into the existing tensors, in place."""
-        _ops.update(self, other, True, None)
+        """Copy the values of ``other`` into the existing entries, in place; every key
+        of ``other`` must exist here (works on locked containers)."""
+        _ops.update(self, other, True, None, strict=True)
         return self
 
     def copy_(self, other: Mapping[str, Any] | TensorDict) -> Self:
@@ -593,54 +585,57 @@ class TensorDict:
 
     # shape ops on batch dims (feature dims follow along untouched)
     def reshape(self, *shape: Any) -> Self:
-        return _ops.reshape(self, shape, "reshape")
+        return _stackcat.reshape(self, shape, "reshape")
 
     def view(self, *shape: Any) -> Self:
-        return _ops.reshape(self, shape, "view")
+        return _stackcat.reshape(self, shape, "view")
 
     def unsqueeze(self, dim: int) -> Self:
-        return _ops.unsqueeze(self, dim)
+        return _stackcat.unsqueeze(self, dim)
 
     def squeeze(self, dim: int | None = None) -> Self:
-        return _ops.squeeze(self, dim)
+        return _stackcat.squeeze(self, dim)
 
     def permute(self, *dims: Any) -> Self:
-        return _ops.permute(self, dims)
+        return _stackcat.permute(self, dims)
 
     def transpose(self, dim0: int, dim1: int) -> Self:
-        return _ops.transpose(self, dim0, dim1)
+        return _stackcat.transpose(self, dim0, dim1)
 
     def expand(self, *shape: Any) -> Self:
-        return _ops.expand(self, shape)
+        return _stackcat.expand(self, shape)
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
-        return _ops.flatten(self, start_dim, end_dim)
+        return _stackcat.flatten(self, start_dim, end_dim)
 
     def unflatten(self, dim: int, sizes: Sequence[int]) -> Self:
-        return _ops.unflatten(self, dim, sizes)
+        return _stackcat.unflatten(self, dim, sizes)
+
+    def narrow(self, dim: int, start: int, length: int) -> Self:
+        return _stackcat.narrow(self, dim, start, length)
 
     def unbind(self, dim: int = 0) -> tuple[Self, ...]:
-        return _ops.unbind(self, dim)
+        return _stackcat.unbind(self, dim)
 
     def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple[Self, ...]:
-        return _ops.split(self, split_size, dim)
+        return _stackcat.split(self, split_size, dim)
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Self, ...]:
-        return _ops.chunk(self, chunks, dim)
+        return _stackcat.chunk(self, chunks, dim)
 
     @classmethod
     def __torch_function__(
         cls, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
     ) -> Any:
-        return _ops.torch_function(func, args, kwargs or {})
+        return _stackcat.torch_function(func, args, kwargs or {})
 
     # ------------------------------------------------------- comparison, reprs
 
     def __eq__(self, other: object) -> Self:  # type: ignore[override]
-        return _ops.compare(self, other, torch.eq)
+        return _compare.compare(self, other, torch.eq)
 
     def __ne__(self, other: object) -> Self:  # type: ignore[override]
-        return _ops.compare(self, other, torch.ne)
+        return _compare.compare(self, other, torch.ne)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -652,31 +647,31 @@ class TensorDict:
 
     def all(self, dim: int | None = None) -> bool | Self:
         """True when every element of every leaf is true (per batch element with ``dim``)."""
-        return _ops.reduce_bool(self, dim, torch.all)
+        return _compare.reduce_bool(self, dim, torch.all)
 
     def any(self, dim: int | None = None) -> bool | Self:
-        return _ops.reduce_bool(self, dim, torch.any)
+        return _compare.reduce_bool(self, dim, torch.any)
 
     def __invert__(self) -> Self:
         return self.apply(torch.logical_not)
 
     def __and__(self, other: Any) -> Self:
-        return _ops.binary(self, other, torch.logical_and)
+        return _compare.binary(self, other, torch.logical_and)
 
     def __or__(self, other: Any) -> Self:
-        return _ops.binary(self, other, torch.logical_or)
+        return _compare.binary(self, other, torch.logical_or)
 
     def __add__(self, other: Any) -> Self:
-        return _ops.binary(self, other, torch.add)
+        return _compare.binary(self, other, torch.add)
 
     def __sub__(self, other: Any) -> Self:
-        return _ops.binary(self, other, torch.sub)
+        return _compare.binary(self, other, torch.sub)
 
     def __mul__(self, other: Any) -> Self:
-        return _ops.binary(self, other, torch.mul)
+        return _compare.binary(self, other, torch.mul)
 
     def __truediv__(self, other: Any) -> Self:
-        return _ops.binary(self, other, torch.div)
+        return _compare.binary(self, other, torch.div)
 
     def __neg__(self) -> Self:
         return self.apply(torch.neg)
@@ -742,17 +737,34 @@ class TensorDict:
     # ---------------------------------------------------------------- weights
 
     @classmethod
-    def from_module(cls, module: torch.nn.Module, as_module: bool = False) -> Any:
+    def from_module(
+        cls, module: torch.nn.Module, as_module: bool = False, *, non_persistent: bool = False
+    ) -> Any:
         """Parameters and buffers of ``module``, nested by submodule, sharing storage."""
         from . import nn
 
-        return nn.from_module(module, as_module=as_module)
+        return nn.from_module(module, as_module=as_module, non_persistent=non_persistent)
 
-    def to_module(self, module: torch.nn.Module, *, inplace: bool = False) -> Any:
+    def to_module(
+        self,
+        module: torch.nn.Module,
+        *,
+        inplace: bool = False,
+        return_swap: bool = True,
+        strict: bool = True,
+        chunk_bytes: int | None = None,
+    ) -> Any:
         """Put these weights into ``module``; returns what was there before."""
         from . import nn
 
-        return nn.to_module(self, module, inplace=inplace)
+        return nn.to_module(
+            self,
+            module,
+            inplace=inplace,
+            return_swap=return_swap,
+            strict=strict,
+            chunk_bytes=chunk_bytes,
+        )
 
     def state_dict(self, *, keep_vars: bool = False) -> dict[str, Tensor]:
         """A flat ``{"dotted.key": tensor}`` dict, as ``nn.Module.state_dict()``."""
@@ -760,20 +772,11 @@ class TensorDict:
 
         return nn.state_dict(self, keep_vars=keep_vars)
 
-    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> Self:
-        """Copy a dotted-key state dict into the matching leaves."""
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, *, chunk_bytes: int | None = None
+    ) -> Self:
+        """Copy a dotted-key state dict into the matching leaves (in chunks)."""
         from . import nn
 
-        nn.load_state_dict(self, state_dict, strict=strict)
+        nn.load_state_dict(self, state_dict, strict=strict, chunk_bytes=chunk_bytes)
         return self
-
-
-def _check_str_key(key: Any, parent: tuple[str, ...] = ()) -> str:
-    if type(key) is not str:
-        if isinstance(key, str):
-            return str(key)
-        where = f" under {format_key(parent)}" if parent else ""
-        raise TensorDictKeyError(
-            f"key {key!r}{where} is a {type(key).__name__}; TensorDict keys are str"
-        )
-    return key

@@ -19,6 +19,7 @@ __all__ = [
     "LockedError",
     "TensorboxError",
     "TensorDictKeyError",
+    "WeightsMismatchError",
 ]
 
 
@@ -55,3 +56,10 @@ class FormatError(TensorboxError, ValueError):
 
 class IncompleteTreeError(FormatError):
     """A saved tree has no ``meta.json``: the save that wrote it did not finish."""
+
+
+class WeightsMismatchError(TensorboxError, ValueError, RuntimeError):
+    """Weights and module (or state dict) disagree on keys or shapes.
+
+    Also a ``RuntimeError``, which is what ``nn.Module.load_state_dict`` raises.
+    """

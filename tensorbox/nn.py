@@ -59,7 +59,7 @@ from torch import Tensor, nn
 
 from ._ops import _inner, _is_coll
 from ._td import TensorDict
-from .errors import TensorboxError
+from .errors import WeightsMismatchError
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -81,13 +81,6 @@ DEFAULT_CHUNK_BYTES = 32 << 20
 _Path = tuple[str, ...]
 _SCALAR = torch.Size([])
 _PASSIVE = torch._C._disabled_torch_function_impl
-
-
-class WeightsMismatchError(TensorboxError, ValueError, RuntimeError):
-    """Weights and module (or state dict) disagree on keys or shapes.
-
-    Also a ``RuntimeError``, which is what ``nn.Module.load_state_dict`` raises.
-    """
 
 
 class IncompatibleKeys(NamedTuple):

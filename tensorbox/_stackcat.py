@@ -1,0 +1,392 @@
+"""Batch-shape ops (reshape, permute, ...), unbind/split/chunk, stack/cat, torch functions.
+
+Each batch-shape op is written once, as a function on "a tensor whose leading dims
+are the batch dims", and applied by ``_map`` to every tensor leaf and to every
+nested container (whose methods have the same names and meaning, and whose
+``shape`` is its batch size), and to stacked non-tensor values through
+``NonTensorData.map_batch``. New batch sizes are computed by running the same op
+on a stride-0 stand-in tensor shaped like the batch, so errors and edge cases
+are torch's own.
+
+>>> import torch
+>>> from tensorbox import TensorDict
+>>> td = TensorDict(x=torch.zeros(2, 3, 5), batch_size=[2, 3])
+>>> td.permute(1, 0)["x"].shape, td.reshape(-1)["x"].shape
+(torch.Size([3, 2, 5]), torch.Size([6, 5]))
+>>> [p.batch_size for p in td.split([1, 2], dim=1)]
+[torch.Size([2, 1]), torch.Size([2, 2])]
+>>> torch.cat([td, td], dim=1).batch_size
+torch.Size([2, 6])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from ._nontensor import NonTensorData
+from ._shape import check_dim, shape_from_args
+from .errors import BatchSizeError, TensorDictKeyError
+
+if TYPE_CHECKING:
+    from ._td import TensorDict
+
+__all__ = [
+    "cat",
+    "chunk",
+    "expand",
+    "flatten",
+    "narrow",
+    "permute",
+    "reshape",
+    "split",
+    "squeeze",
+    "stack",
+    "torch_function",
+    "transpose",
+    "unbind",
+    "unflatten",
+    "unsqueeze",
+]
+
+_Size = torch.Size
+_NTD = NonTensorData
+
+
+def _inner(v: Any) -> TensorDict:
+    inner = v._tensordict
+    return v if type(inner) is dict else inner
+
+
+def _stand_in(bs: torch.Size) -> Tensor:
+    """A tensor shaped like the batch that costs no memory (every stride is 0)."""
+    return torch.empty(()).expand(bs)
+
+
+def _map(td: TensorDict, fn: Callable[[Any], Any], new_bs: torch.Size) -> TensorDict:
+    out = {k: (v.map_batch(fn) if type(v) is _NTD else fn(v)) for k, v in td._tensordict.items()}
+    return td._new_unsafe(out, new_bs, td._device)
+
+
+def _feat(x: Any, bd: int) -> tuple[int, ...]:
+    return tuple(x.shape[bd:])
+
+
+def reshape(td: TensorDict, args: tuple[Any, ...], how: str) -> TensorDict:
+    shape = shape_from_args(args)
+    bd = len(td._batch_size)
+    try:
+        new_bs = _stand_in(td._batch_size).reshape(shape).shape
+    except RuntimeError as err:
+        raise BatchSizeError(
+            f"cannot {how} batch_size {tuple(td._batch_size)} to {shape}: {err}"
+        ) from None
+    return _map(td, lambda x: getattr(x, how)(*new_bs, *_feat(x, bd)), new_bs)
+
+
+def unsqueeze(td: TensorDict, dim: int) -> TensorDict:
+    bs = td._batch_size
+    d = check_dim(dim, len(bs) + 1)
+    return _map(td, lambda x: x.unsqueeze(d), _Size((*bs[:d], 1, *bs[d:])))
+
+
+def squeeze(td: TensorDict, dim: int | None) -> TensorDict:
+    bs = td._batch_size
+    dims = [i for i, s in enumerate(bs) if s == 1] if dim is None else [check_dim(dim, len(bs))]
+    dims = [d for d in dims if bs[d] == 1]
+    if not dims:
+        return td
+    new_bs = _Size(s for i, s in enumerate(bs) if i not in dims)
+
+    def fn(x: Any) -> Any:
+        for d in reversed(dims):
+            x = x.squeeze(d)
+        return x
+
+    return _map(td, fn, new_bs)
+
+
+def permute(td: TensorDict, args: tuple[Any, ...]) -> TensorDict:
+    dims = shape_from_args(args)
+    bd = len(td._batch_size)
+    if len(dims) != bd:
+        raise IndexError(f"permute needs {bd} dims (one per batch dim), got {dims}")
+    dims = tuple(check_dim(d, bd) for d in dims)
+    if sorted(dims) != list(range(bd)):
+        raise IndexError(f"permute dims {dims} are not a permutation of range({bd})")
+    bs = td._batch_size
+    return _map(td, lambda x: x.permute(*dims, *range(bd, x.ndim)), _Size(bs[d] for d in dims))
+
+
+def transpose(td: TensorDict, dim0: int, dim1: int) -> TensorDict:
+    bd = len(td._batch_size)
+    a, b = check_dim(dim0, bd), check_dim(dim1, bd)
+    bs = list(td._batch_size)
+    bs[a], bs[b] = bs[b], bs[a]
+    return _map(td, lambda x: x.transpose(a, b), _Size(bs))
+
+
+def expand(td: TensorDict, args: tuple[Any, ...]) -> TensorDict:
+    shape = shape_from_args(args)
+    bd = len(td._batch_size)
+    try:
+        new_bs = _stand_in(td._batch_size).expand(shape).shape
+    except RuntimeError as err:
+        raise BatchSizeError(
+            f"cannot expand batch_size {tuple(td._batch_size)} to {shape}: {err}"
+        ) from None
+    return _map(td, lambda x: x.expand(*new_bs, *_feat(x, bd)), new_bs)
+
+
+def flatten(td: TensorDict, start: int, end: int) -> TensorDict:
+    bd = len(td._batch_size)
+    if bd == 0:
+        return td
+    s, e = check_dim(start, bd), check_dim(end, bd)
+    if s > e:
+        raise IndexError(f"flatten: start_dim {start} comes after end_dim {end}")
+    bs = td._batch_size
+    new_bs = _Size((*bs[:s], math.prod(bs[s : e + 1]), *bs[e + 1 :]))
+    return _map(td, lambda x: x.flatten(s, e), new_bs)
+
+
+def unflatten(td: TensorDict, dim: int, sizes: Sequence[int]) -> TensorDict:
+    bs = td._batch_size
+    d = check_dim(dim, len(bs))
+    try:
+        inner = _stand_in(_Size([bs[d]])).unflatten(0, tuple(sizes)).shape
+    except RuntimeError as err:
+        raise BatchSizeError(
+            f"cannot unflatten batch dim {d} of size {bs[d]} into {tuple(sizes)}: {err}"
+        ) from None
+    new_bs = _Size((*bs[:d], *inner, *bs[d + 1 :]))
+    return _map(td, lambda x: x.unflatten(d, inner), new_bs)
+
+
+def narrow(td: TensorDict, dim: int, start: int, length: int) -> TensorDict:
+    bs = td._batch_size
+    d = check_dim(dim, len(bs))
+    new_bs = _stand_in(bs).narrow(d, start, length).shape  # torch's checks and errors
+    return _map(td, lambda x: x.narrow(d, start, length), new_bs)
+
+
+def _rows(td: TensorDict, parts: dict[str, Sequence[Any]], sizes: Sequence[torch.Size]) -> tuple:
+    """Containers ``i = 0..len(sizes)-1`` made of ``parts[k][i]``."""
+    new = td._new_unsafe
+    dev = td._device
+    keys = list(parts)
+    return tuple(
+        new(dict(zip(keys, row)), bs, dev)
+        for row, bs in zip(zip(*parts.values()) if keys else [()] * len(sizes), sizes)
+    )
+
+
+def unbind(td: TensorDict, dim: int) -> tuple[TensorDict, ...]:
+    bs = td._batch_size
+    d = check_dim(dim, len(bs))
+    n = bs[d]
+    parts: dict[str, Sequence[Any]] = {}
+    for k, v in td._tensordict.items():
+        if type(v) is _NTD:
+            parts[k] = v.unbind(d, n)
+        else:
+            parts[k] = v.unbind(d)
+    return _rows(td, parts, [_Size((*bs[:d], *bs[d + 1 :]))] * n)
+
+
+def split(td: TensorDict, split_size: int | Sequence[int], dim: int) -> tuple[TensorDict, ...]:
+    bs = td._batch_size
+    d = check_dim(dim, len(bs))
+    if not isinstance(split_size, int):
+        split_size = list(split_size)
+    try:
+        shapes = [p.shape for p in _stand_in(bs).split(split_size, d)]
+    except RuntimeError as err:
+        raise ValueError(f"cannot split batch dim {d} of size {bs[d]}: {err}") from None
+    return _split_at(td, d, [s[d] for s in shapes], shapes)
+
+
+def chunk(td: TensorDict, chunks: int, dim: int) -> tuple[TensorDict, ...]:
+    bs = td._batch_size
+    d = check_dim(dim, len(bs))
+    if chunks <= 0:
+        raise ValueError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
+    shapes = [p.shape for p in _stand_in(bs).chunk(chunks, d)]
+    return _split_at(td, d, [s[d] for s in shapes], shapes)
+
+
+def _split_at(
+    td: TensorDict, d: int, sizes: list[int], shapes: list[torch.Size]
+) -> tuple[TensorDict, ...]:
+    parts: dict[str, Sequence[Any]] = {}
+    for k, v in td._tensordict.items():
+        if type(v) is _NTD:
+            starts = [sum(sizes[:i]) for i in range(len(sizes))]
+            parts[k] = [
+                v.map_batch(lambda t, s=s, n=n: t.narrow(d, s, n)) for s, n in zip(starts, sizes)
+            ]
+        else:
+            parts[k] = v.split(sizes, d)
+    return _rows(td, parts, shapes)
+
+
+# ----------------------------------------------------------- stack and cat
+
+
+def _keys_differ(items: Sequence[TensorDict], i: int, what: str) -> TensorDictKeyError:
+    keys = items[0]._tensordict.keys()
+    other = items[i]._tensordict.keys()
+    missing = sorted(set(keys) - set(other))
+    extra = sorted(set(other) - set(keys))
+    return TensorDictKeyError(
+        f"{what}: element {i} has different keys than element 0 "
+        f"(missing {missing!r}, unexpected {extra!r})"
+    )
+
+
+def _gather(items: list[TensorDict], what: str) -> list[tuple[str, Any, list[Any]]]:
+    """``(key, first entry, entries of every item)`` per key, checking the key sets."""
+    stores = [it._tensordict for it in items]
+    first = stores[0]
+    n = len(first)
+    for i, s in enumerate(stores):
+        if len(s) != n:
+            raise _keys_differ(items, i, what)
+    try:
+        return [(k, v, [s[k] for s in stores]) for k, v in first.items()]
+    except KeyError:
+        bad = next(i for i, s in enumerate(stores) if s.keys() != first.keys())
+        raise _keys_differ(items, bad, what) from None
+
+
+def stack(items: Sequence[Any], dim: int = 0) -> Any:
+    items = list(items)
+    if not items:
+        raise ValueError("stack expects a non-empty sequence of TensorDicts")
+    first = items[0]
+    if type(first._tensordict) is not dict:  # tensorclass: stack the inner TensorDicts
+        return type(first)._from_tensordict(stack([x._tensordict for x in items], dim))
+    bs = first._batch_size
+    d = check_dim(dim, len(bs) + 1)
+    for i, it in enumerate(items):
+        if type(it._tensordict) is not dict:
+            it = items[i] = it._tensordict
+        obs = it._batch_size
+        if obs is not bs and obs != bs:
+            raise BatchSizeError(
+                f"stack: element {i} has batch_size {tuple(obs)}, element 0 has "
+                f"{tuple(bs)}; stacked TensorDicts must share a batch size"
+            )
+    out: dict[str, Any] = {}
+    tstack = torch.stack
+    for k, v, vals in _gather(items, "stack"):
+        if isinstance(v, Tensor):
+            try:
+                out[k] = tstack(vals, d)
+            except (RuntimeError, TypeError) as err:
+                raise BatchSizeError(f"stack: cannot stack key {k!r}: {err}") from None
+        elif type(v) is _NTD:
+            out[k] = NonTensorData.stack(
+                [x if type(x) is _NTD else NonTensorData(x) for x in vals], d, bs
+            )
+        else:
+            try:
+                out[k] = stack(vals, d)
+            except (BatchSizeError, TensorDictKeyError) as err:
+                raise type(err)(f"under {k!r}: {err}") from None
+            except AttributeError:
+                raise BatchSizeError(
+                    f"stack: key {k!r} holds a {type(v).__name__} in element 0 but not in "
+                    "every element"
+                ) from None
+    return first._new_unsafe(out, _Size((*bs[:d], len(items), *bs[d:])), first._device)
+
+
+def cat(items: Sequence[Any], dim: int = 0) -> Any:
+    items = list(items)
+    if not items:
+        raise ValueError("cat expects a non-empty sequence of TensorDicts")
+    first = items[0]
+    if type(first._tensordict) is not dict:
+        return type(first)._from_tensordict(cat([x._tensordict for x in items], dim))
+    items = [_inner(x) for x in items]
+    bs = first._batch_size
+    d = check_dim(dim, len(bs))
+    for i, it in enumerate(items[1:], 1):
+        obs = it._batch_size
+        if len(obs) != len(bs) or obs[:d] != bs[:d] or obs[d + 1 :] != bs[d + 1 :]:
+            raise BatchSizeError(
+                f"cat: element {i} has batch_size {tuple(obs)}, incompatible with "
+                f"{tuple(bs)} along dim {d}"
+            )
+    out: dict[str, Any] = {}
+    for k, v, vals in _gather(items, "cat"):
+        if isinstance(v, Tensor):
+            try:
+                out[k] = torch.cat(vals, d)
+            except (RuntimeError, TypeError) as err:
+                raise BatchSizeError(f"cat: cannot concatenate key {k!r}: {err}") from None
+        elif type(v) is _NTD:
+            vals = [x if type(x) is _NTD else NonTensorData(x) for x in vals]
+            out[k] = NonTensorData.cat(vals, d, [it._batch_size for it in items])
+        else:
+            out[k] = cat(vals, d)
+    total = sum(it._batch_size[d] for it in items)
+    return first._new_unsafe(out, _Size((*bs[:d], total, *bs[d + 1 :])), first._device)
+
+
+# ---------------------------------------------------------- torch functions
+
+
+def torch_function(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Route ``torch.stack(tds)``, ``torch.cat(tds)`` and friends to the functions here."""
+    impl = _TORCH_FUNCTIONS.get(func)
+    if impl is None:
+        return NotImplemented
+    return impl(*args, **kwargs)
+
+
+def _no_out(out: Any, name: str) -> None:
+    if out is not None:
+        raise TypeError(f"torch.{name}(..., out=...) is not supported for TensorDicts")
+
+
+def _stack_fn(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
+    _no_out(out, "stack")
+    return stack(tensors, dim)
+
+
+def _cat_fn(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
+    _no_out(out, "cat")
+    return cat(tensors, dim)
+
+
+def _concatenate_fn(tensors: Sequence[Any], axis: int = 0, *, out: Any = None) -> Any:
+    _no_out(out, "concatenate")
+    return cat(tensors, axis)
+
+
+_TORCH_FUNCTIONS: dict[Any, Callable[..., Any]] = {
+    torch.stack: _stack_fn,
+    torch.cat: _cat_fn,
+    torch.concat: _cat_fn,
+    torch.concatenate: _concatenate_fn,
+    torch.unbind: lambda x, dim=0: x.unbind(dim),
+    torch.split: lambda x, split_size_or_sections, dim=0: x.split(split_size_or_sections, dim),
+    torch.chunk: lambda x, chunks, dim=0: x.chunk(chunks, dim),
+    torch.narrow: lambda x, dim, start, length: x.narrow(dim, start, length),
+    torch.squeeze: lambda x, dim=None: x.squeeze(dim),
+    torch.unsqueeze: lambda x, dim: x.unsqueeze(dim),
+    torch.permute: lambda x, dims: x.permute(*dims),
+    torch.reshape: lambda x, shape: x.reshape(*shape),
+    torch.flatten: lambda x, start_dim=0, end_dim=-1: x.flatten(start_dim, end_dim),
+    torch.unflatten: lambda x, dim, sizes: x.unflatten(dim, sizes),
+    torch.transpose: lambda x, dim0, dim1: x.transpose(dim0, dim1),
+    torch.clone: lambda x, memory_format=None: x.clone(),
+    torch.eq: lambda x, other: x == other,
+    torch.ne: lambda x, other: x != other,
+}
