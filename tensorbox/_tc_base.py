@@ -33,6 +33,7 @@ from ._keys import NestedKey
 from ._nontensor import NonTensorData
 from ._tc_build import MISSING, Field, build_class, field, set_field
 from ._td import TensorDict
+from ._td_dist import DistributedMethods
 from .errors import TensorDictKeyError
 
 __all__ = ["TensorClass"]
@@ -89,7 +90,7 @@ else:
     _Meta = type
 
 
-class TensorClass(metaclass=_Meta):
+class TensorClass(DistributedMethods, metaclass=_Meta):
     """Base class of tensorclasses: annotate fields, get ``__init__`` and every container op.
 
     ``class Foo(TensorClass, frozen=True, kw_only=True)`` takes the class options of
@@ -544,6 +545,9 @@ class TensorClass(metaclass=_Meta):
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Self, ...]:
         wrap = self._from_tensordict
         return tuple([wrap(td) for td in self._tensordict.chunk(chunks, dim)])
+
+    def narrow(self, dim: int, start: int, length: int) -> Self:
+        return self._from_tensordict(self._tensordict.narrow(dim, start, length))
 
     @classmethod
     def __torch_function__(
