@@ -16,6 +16,7 @@ from ._memmap_tensor import MemoryMappedTensor
 from ._nontensor import NonTensorData
 from ._td import TensorDict, is_tensor_collection
 from ._tensorclass import TensorClass, field, fields, is_tensorclass, tensorclass
+from .data import BatchLoader, ImageFolderData
 from .errors import (
     BatchSizeError,
     FormatError,
@@ -29,8 +30,10 @@ from .errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchLoader",
     "BatchSizeError",
     "FormatError",
+    "ImageFolderData",
     "IncompleteTreeError",
     "KeyCollisionError",
     "LockedError",

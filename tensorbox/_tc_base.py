@@ -668,11 +668,18 @@ class TensorClass(DistributedMethods, metaclass=_Meta):
         return out
 
     @classmethod
-    def load_memmap(cls, prefix: Any, *, device: Any = None, non_blocking: bool = False) -> Self:
-        """Open a tree saved from this class, lazily (nothing read until a tensor is used)."""
+    def load_memmap(
+        cls, prefix: Any, *, device: Any = None, non_blocking: bool = False, mode: str = "r+"
+    ) -> Self:
+        """Open a tree saved from this class, lazily (nothing read until a tensor is used).
+
+        ``mode="r"`` maps copy-on-write: writes stay in this process, never reach the files.
+        """
         from . import _persist
 
-        out: Any = _persist.load_memmap(cls, prefix, device=device, non_blocking=non_blocking)
+        out: Any = _persist.load_memmap(
+            cls, prefix, device=device, non_blocking=non_blocking, mode=mode
+        )
         keys = set(out._tensordict._tensordict) if isinstance(out, cls) else set()
         if not isinstance(out, cls) or keys != cls.__tc_names__:
             raise TypeError(

@@ -720,11 +720,18 @@ class TensorDict(DistributedMethods):
         return _persist.memmap_like(self, prefix, num_threads=num_threads, fsync=fsync)
 
     @classmethod
-    def load_memmap(cls, prefix: Any, *, device: Any = None, non_blocking: bool = False) -> Any:
-        """Open a saved tree lazily: nothing is read until a leaf is used."""
+    def load_memmap(
+        cls, prefix: Any, *, device: Any = None, non_blocking: bool = False, mode: str = "r+"
+    ) -> Any:
+        """Open a saved tree lazily: nothing is read until a leaf is used.
+
+        ``mode="r"`` maps copy-on-write: writes stay in this process, never reach the files.
+        """
         from . import _persist
 
-        return _persist.load_memmap(cls, prefix, device=device, non_blocking=non_blocking)
+        return _persist.load_memmap(
+            cls, prefix, device=device, non_blocking=non_blocking, mode=mode
+        )
 
     load = load_memmap
 

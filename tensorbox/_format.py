@@ -1,0 +1,739 @@
+"""The on-disk format of a saved tree: specification, key encoding, ``meta.json`` I/O.
+
+This docstring is the specification (also rendered in ``docs/format.md``).
+
+Format ``tensorbox`` version 1
+==============================
+
+A saved tree is a directory. Every *node* (the root, and each nested
+``TensorDict`` or tensorclass instance) is a directory that holds:
+
+- ``meta.json``: the node's description, a UTF-8 JSON object (below);
+- one ``<name>.memmap`` file per tensor leaf: the tensor's elements in C
+  (row-major) order, little-endian, no header, no padding. A file may be longer
+  than its tensor (readers ignore the tail) but never shorter;
+- one sub-directory per nested node, itself a node.
+
+Each node's ``meta.json`` is self-contained: any sub-directory of a tree can be
+opened as a tree of its own.
+
+``meta.json`` keeps the node's own fields apart from its entries, so no key name
+can collide with a field::
+
+    {
+      "format": "tensorbox",           required, exactly this string
+      "version": 1,                    required int; unknown versions are refused
+      "type": "TensorDict",            "TensorDict", or "module:QualName" of a tensorclass
+      "batch_size": [3],               list of ints >= 0
+      "device": "cpu",                 a torch device string, or null
+      "entries": {                     one per key, in the container's order
+        "pixels": {"kind": "tensor", "dtype": "uint8", "shape": [3, 84, 84],
+                   "file": "pixels.memmap"},
+        "info":   {"kind": "node", "dir": "info"},
+        "name":   {"kind": "json", "value": "a string"},
+        "tags":   {"kind": "json", "value": ["a", "b", "c"], "stacked": true}
+      }
+    }
+
+- ``tensor``: ``dtype`` is one of :data:`DTYPES` (torch names without ``torch.``);
+  ``shape`` starts with the node's ``batch_size``; ``file`` is a file name in
+  the node's directory.
+- ``node``: ``dir`` is a sub-directory name; its ``meta.json`` describes it, and
+  its ``batch_size`` starts with this node's.
+- ``json``: a value shared by the whole batch, or with ``"stacked": true`` one
+  value per batch element as nested lists of shape ``batch_size``. Values are
+  JSON (``NaN`` and ``Infinity`` are written as Python's ``json`` writes them).
+
+No other field is allowed. Nothing in a file is ever unpickled or imported: a
+``type`` only selects a class the reader already has.
+
+Write order: every ``.memmap`` file and every sub-node first, the node's
+``meta.json`` last, through a temporary file and ``os.replace``. A tree whose
+root has no ``meta.json`` is incomplete (a save that did not finish) and is
+refused with :class:`~tensorbox.errors.IncompleteTreeError`. An overwrite
+removes the old ``meta.json`` files before it writes anything.
+
+File names
+----------
+A key becomes a name by a reversible encoding that is safe on case-insensitive
+and Unicode-normalising file systems: every byte of the key's UTF-8 is kept
+when it is one of ``a-z 0-9 _ -``, and ``.`` too except in first place or in
+a directory name; an ASCII capital ``X`` becomes ``^x``; every other byte
+becomes ``%XX`` (upper-case hex). The empty key is ``%``. A name equal to a
+Windows device name (``con``, ``nul``, ``com1``...) before its first dot gets its
+first letter escaped. A name longer than 200 characters is cut to 180 and ends
+with ``~`` and 16 hex digits of the key's SHA-256 (``meta.json`` keeps the key).
+Leaf files add ``.memmap``; directories have no dot, so they never collide with a
+leaf file or with ``meta.json``, and no name starts with ``.``, the prefix of
+temporary files.
+
+>>> encode_key("obs"), encode_key("Weird key/..", node=True), encode_key("")
+('obs', '^weird%20key%2F%2E%2E', '%')
+>>> decode_key("^weird%20key%2F%2E%2E")
+'Weird key/..'
+
+Reading a tree written by tensordict (0.14, 0.15: its format versions 0 and 1)
+is supported as a migration path: :func:`read_node` returns the same
+:class:`Node` for both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import stat
+import sys
+import threading
+from collections.abc import Iterator
+from itertools import count
+from typing import Any, NamedTuple
+
+import numpy as np
+import orjson
+import torch
+
+from .errors import FormatError, IncompleteTreeError
+
+__all__ = [
+    "DTYPES",
+    "FORMAT",
+    "MAX_DEPTH",
+    "MAX_DIMS",
+    "META",
+    "SUFFIX",
+    "VERSION",
+    "JsonEntry",
+    "Node",
+    "NodeEntry",
+    "TensorEntry",
+    "check_json_value",
+    "decode_key",
+    "dtype_name",
+    "encode_key",
+    "is_plain_name",
+    "iter_tree",
+    "node_meta",
+    "read_child",
+    "read_node",
+    "write_meta",
+]
+
+FORMAT = "tensorbox"
+VERSION = 1
+META = "meta.json"
+SUFFIX = ".memmap"
+#: Bounds that keep a hostile file from asking for absurd work before the size check.
+MAX_DIMS = 64
+MAX_DEPTH = 200  # nested nodes; loading recurses once per level
+MAX_META_BYTES = 1 << 28
+_INT64_LIMIT = 1 << 63
+
+#: dtype name (as written in ``meta.json``) -> torch dtype. Names are torch's, without "torch.".
+_DTYPE_NAMES_TEXT = (
+    "bool uint8 int8 int16 int32 int64 uint16 uint32 uint64 float16 bfloat16 float32 float64 "
+    "complex32 complex64 complex128 float8_e4m3fn float8_e5m2 float8_e4m3fnuz float8_e5m2fnuz "
+    "float8_e8m0fnu"
+)
+_DTYPE_LIST = _DTYPE_NAMES_TEXT.split()
+DTYPES: dict[str, torch.dtype] = {
+    name: getattr(torch, name)
+    for name in _DTYPE_LIST
+    if isinstance(getattr(torch, name, None), torch.dtype)
+}
+_DTYPE_NAMES = {dt: name for name, dt in DTYPES.items()}
+
+
+def dtype_name(dtype: torch.dtype, where: str = "") -> str:
+    """The name ``meta.json`` uses for ``dtype``; TypeError for dtypes the format lacks."""
+    try:
+        return _DTYPE_NAMES[dtype]
+    except KeyError:
+        raise TypeError(
+            f"{where or 'tensor'} has dtype {dtype}, which the tensorbox format cannot store; "
+            f"supported: {sorted(DTYPES)}"
+        ) from None
+
+
+# ---------------------------------------------------------------- key encoding
+
+_LOWER = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
+_WINDOWS_DEVICES = frozenset(
+    ["con", "prn", "aux", "nul"] + [f"{p}{i}" for p in ("com", "lpt") for i in range(10)]
+)
+_MAX_NAME = 200
+
+
+def encode_key(key: str, *, node: bool = False) -> str:
+    """The file-system name of ``key`` (without the ``.memmap`` suffix). See the module doc."""
+    if not key:
+        return "%"
+    out = []
+    for i, ch in enumerate(key):
+        if ch in _LOWER or (ch == "." and i and not node):
+            out.append(ch)
+        elif "A" <= ch <= "Z":
+            out.append("^" + ch.lower())
+        else:
+            out.extend(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
+    name = "".join(out)
+    if name.split(".", 1)[0] in _WINDOWS_DEVICES:
+        name = f"%{ord(name[0]):02X}{name[1:]}"
+    if len(name) > _MAX_NAME:
+        digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        name = f"{name[:180]}~{digest}"
+    return name
+
+
+def decode_key(name: str) -> str:
+    """Invert :func:`encode_key` (names cut with ``~`` cannot be inverted: read meta.json)."""
+    if name == "%":
+        return ""
+    out = bytearray()
+    i = 0
+    while i < len(name):
+        ch = name[i]
+        if ch == "%" and i + 2 < len(name) + 0 and _is_hex2(name[i + 1 : i + 3]):
+            out.append(int(name[i + 1 : i + 3], 16))
+            i += 3
+        elif ch == "^" and i + 1 < len(name) and "a" <= name[i + 1] <= "z":
+            out += name[i + 1].upper().encode()
+            i += 2
+        elif ch in _LOWER or ch == ".":
+            out += ch.encode()
+            i += 1
+        else:
+            raise ValueError(f"{name!r} is not a name made by encode_key (at {name[i:]!r})")
+    return out.decode("utf-8", "surrogatepass")
+
+
+def _is_hex2(s: str) -> bool:
+    return len(s) == 2 and all(c in "0123456789ABCDEF" for c in s)
+
+
+def _legacy_name(key: str) -> str:
+    """tensordict's ``_encode_key_for_filesystem`` (its robust default), for reading its trees."""
+    if not key:
+        return "%"
+    if key in (".", ".."):
+        return "%2E" * len(key)
+    return "".join(
+        f"%{ord(c):02X}" if (c in '/<>:"|?*\\ \0%' or ord(c) < 32 or ord(c) == 127) else c
+        for c in key
+    )
+
+
+def is_plain_name(name: object) -> bool:
+    """A single path component that cannot leave its directory (and that the OS can encode)."""
+    if type(name) is not str or name in ("", ".", "..") or "/" in name or "\\" in name:
+        return False
+    if name.isascii():  # every name tensorbox writes: skip the encoding
+        return "\0" not in name and len(name) <= 255
+    try:
+        return "\0" not in name and len(os.fsencode(name)) <= 255
+    except UnicodeError:  # a lone surrogate, which Python's json lets through
+        return False
+
+
+# ---------------------------------------------------------------- writing
+
+
+def check_json_value(value: Any, where: str) -> bool:
+    """Raise TypeError unless ``value`` round-trips through JSON exactly.
+
+    Returns True when the value needs Python's ``json`` writer (NaN, infinities,
+    or integers beyond 64 bits, which ``orjson`` does not write).
+    """
+    needs_std = False
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if v is None or t is bool or t is str:
+            continue
+        if t is int:
+            needs_std |= not -_INT64_LIMIT <= v < _INT64_LIMIT
+        elif t is float:
+            needs_std |= not math.isfinite(v)
+        elif t is list:
+            stack.extend(v)
+        elif t is dict:
+            for k, item in v.items():
+                if type(k) is not str:
+                    raise TypeError(
+                        f"{where}: dict key {k!r} of type {type(k).__name__} cannot be saved; "
+                        "JSON keeps str keys only"
+                    )
+                stack.append(item)
+        else:
+            raise TypeError(
+                f"{where}: value {_short_repr(v)} of type {t.__name__} cannot be saved; a saved "
+                "tree keeps non-tensor values as JSON (None, bool, int, float, str, list, dict "
+                "with str keys) and never pickles. Convert it (a tuple to a list, a numpy value "
+                "with .tolist()), or store it as a tensor"
+            )
+    return needs_std
+
+
+def _short_repr(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
+def node_meta(type_name: str, batch_size: Any, device: Any, entries: dict[str, Any]) -> dict:
+    """The ``meta.json`` object of a node (entries built by the caller)."""
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "type": type_name,
+        "batch_size": [int(d) for d in batch_size],
+        "device": None if device is None else str(device),
+        "entries": entries,
+    }
+
+
+_tmp_counter = count()
+
+
+def temp_name(directory: str) -> str:
+    """A fresh temporary path in ``directory``; no encoded name starts with '.'."""
+    return os.path.join(
+        directory, f".tbx-{os.getpid()}-{threading.get_ident()}-{next(_tmp_counter)}.tmp"
+    )
+
+
+def write_meta(directory: str, meta: dict, *, fsync: bool = False, std_json: bool = False) -> None:
+    """Write ``directory/meta.json`` atomically: a temporary file, then ``os.replace``.
+
+    One entry per line, so the file reads well and diffs well.
+    """
+    if std_json:  # NaN, infinities or huge ints, which orjson does not write
+
+        def dumps(v: Any) -> bytes:
+            return json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    else:
+        dumps = _orjson_or_json
+    entries = meta["entries"]
+    head = dumps({k: v for k, v in meta.items() if k != "entries"})[:-1]
+    lines = b",\n".join(dumps(k) + b": " + dumps(v) for k, v in entries.items())
+    data = b"".join((head, b', "entries": {\n', lines, b"\n}}\n"))
+    tmp = temp_name(directory)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, os.path.join(directory, META))
+    except BaseException:  # out of space, interrupted: leave no temporary file behind
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if fsync:
+        fsync_dir(directory)
+
+
+def _orjson_or_json(v: Any) -> bytes:
+    try:
+        return orjson.dumps(v)
+    except TypeError:  # nesting deeper than orjson writes (255)
+        return json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def fsync_dir(directory: str) -> None:
+    """Make a rename or a file creation in ``directory`` durable (POSIX)."""
+    if sys.platform == "win32":  # pragma: no cover - directories cannot be opened there
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------- reading
+
+
+class TensorEntry(NamedTuple):
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    path: str  # the file, checked to exist, to stay inside the tree and to be long enough
+    nbytes: int  # of the tensor (the file may be longer)
+    ident: tuple[int, int]  # (st_dev, st_ino) of the file
+
+
+class NodeEntry(NamedTuple):
+    path: str  # the sub-directory, checked to be a real directory
+
+
+class JsonEntry(NamedTuple):
+    value: Any  # a plain value, or a numpy object array of shape batch_size when stacked
+    stacked: bool
+
+
+class Node(NamedTuple):
+    """One parsed and checked ``meta.json``."""
+
+    path: str
+    version: int  # the tensorbox format version, or tensordict's (0, 1) when legacy
+    type: str
+    batch_size: tuple[int, ...]
+    device: str | None
+    entries: dict[str, TensorEntry | NodeEntry | JsonEntry]
+    legacy: bool
+
+
+_NODE_FIELDS = frozenset(("format", "version", "type", "batch_size", "device", "entries"))
+_ENTRY_FIELDS = {
+    "tensor": frozenset(("kind", "dtype", "shape", "file")),
+    "node": frozenset(("kind", "dir")),
+    "json": frozenset(("kind", "value", "stacked")),
+}
+
+
+def read_node(directory: str, root_real: str | None = None) -> Node:
+    """Parse and check ``directory/meta.json``; every problem is a FormatError naming the file.
+
+    ``root_real`` is the top of the tree, symlinks resolved (default: ``directory``'s):
+    a leaf reached through a symlink must resolve inside it. Sub-nodes are not read:
+    their :class:`NodeEntry` tells the caller where they are.
+    """
+    directory = os.path.abspath(directory)
+    if root_real is None:
+        root_real = os.path.realpath(directory)
+    meta_path = os.path.join(directory, META)
+    raw = _read_meta_bytes(directory, meta_path)
+    doc = _parse_json(raw, meta_path)
+    if not isinstance(doc, dict):
+        raise FormatError(f"{meta_path}: expected a JSON object, got {type(doc).__name__}")
+    if "format" not in doc and ("_type" in doc or "shape" in doc):
+        return _read_legacy_node(directory, meta_path, doc, root_real)
+    if doc.get("format") != FORMAT:
+        raise FormatError(
+            f"{meta_path}: 'format' is {doc.get('format')!r}, expected {FORMAT!r}: "
+            "not a tree saved by tensorbox or tensordict"
+        )
+    version = doc.get("version")
+    if type(version) is not int:
+        raise FormatError(f"{meta_path}: 'version' is {version!r}, expected an int")
+    if version != VERSION:
+        raise FormatError(
+            f"{meta_path}: format version {version!r}; this tensorbox reads version {VERSION}"
+            + (" (the tree is newer: upgrade tensorbox)" if version > VERSION else "")
+        )
+    extra = doc.keys() - _NODE_FIELDS
+    missing = _NODE_FIELDS - doc.keys()
+    if extra or missing:
+        raise FormatError(
+            f"{meta_path}: unexpected fields {sorted(extra)!r}, missing fields {sorted(missing)!r}"
+        )
+    type_name = doc["type"]
+    if type(type_name) is not str or not type_name:
+        raise FormatError(f"{meta_path}: 'type' is {type_name!r}, expected a non-empty str")
+    batch_size = check_shape(doc["batch_size"], meta_path, "'batch_size'")
+    device = check_device(doc["device"], meta_path)
+    entries_doc = doc["entries"]
+    if type(entries_doc) is not dict:
+        raise FormatError(
+            f"{meta_path}: 'entries' is {_short_repr(entries_doc)}, expected an object"
+        )
+    entries: dict[str, Any] = {}
+    for key, e in entries_doc.items():
+        where = f"{meta_path}: entry {key!r}"
+        kind = e.get("kind") if type(e) is dict else None
+        fields = _ENTRY_FIELDS.get(kind) if type(kind) is str else None
+        if fields is None:
+            raise FormatError(
+                f"{where} is {_short_repr(e)}; expected an object with 'kind' one of "
+                f"{sorted(_ENTRY_FIELDS)!r}"
+            )
+        if not e.keys() <= fields or (kind != "json" and e.keys() != fields):
+            raise FormatError(
+                f"{where} has fields {sorted(e)!r}; a {kind!r} entry has {sorted(fields)!r}"
+            )
+        if kind == "tensor":
+            entries[key] = tensor_entry(
+                directory, root_real, e["file"], e["dtype"], e["shape"], batch_size, where
+            )
+        elif kind == "node":
+            entries[key] = node_entry(directory, root_real, e["dir"], where)
+        else:
+            if "value" not in e:
+                raise FormatError(f"{where} has no 'value'")
+            stacked = e.get("stacked", False)
+            if type(stacked) is not bool:
+                raise FormatError(f"{where}: 'stacked' is {stacked!r}, expected true or false")
+            value = stacked_array(e["value"], batch_size, where) if stacked else e["value"]
+            entries[key] = JsonEntry(value, stacked)
+    return Node(directory, version, type_name, batch_size, device, entries, False)
+
+
+def _read_meta_bytes(directory: str, meta_path: str) -> bytes:
+    try:
+        fd = os.open(meta_path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        if not os.path.isdir(directory):
+            raise FileNotFoundError(f"no saved tree at {directory!r}: not a directory") from None
+        raise IncompleteTreeError(
+            f"{meta_path} is missing: the save that wrote {directory!r} did not finish "
+            "(or this is not a saved tree); save it again"
+        ) from None
+    except OSError as err:  # a symlinked meta.json (ELOOP), a directory, no permission
+        raise FormatError(f"{meta_path} cannot be read: {err}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FormatError(f"{meta_path} is not a regular file")
+        if st.st_size > MAX_META_BYTES:
+            raise FormatError(f"{meta_path} is {st.st_size} bytes, over {MAX_META_BYTES}")
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _parse_json(raw: bytes, meta_path: str) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as err:
+        # orjson refuses NaN/Infinity, which Python's json writes; tensordict writes them too.
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError):
+            raise FormatError(
+                f"{meta_path} is not valid JSON (truncated or damaged): {err}"
+            ) from None
+
+
+def check_shape(value: Any, meta_path: str, what: str) -> tuple[int, ...]:
+    """A list of ints >= 0 (bools refused) whose element count fits in int64."""
+    if type(value) is not list or len(value) > MAX_DIMS:
+        raise FormatError(
+            f"{meta_path}: {what} is {_short_repr(value)}, expected a list of at most "
+            f"{MAX_DIMS} ints >= 0"
+        )
+    span = 1
+    for d in value:
+        if type(d) is not int or d < 0:
+            raise FormatError(
+                f"{meta_path}: {what} is {_short_repr(value)}; {d!r} is not an int >= 0"
+            )
+        span *= max(d, 1)
+    if span >= _INT64_LIMIT:
+        raise FormatError(f"{meta_path}: {what} {_short_repr(value)} is too large for a tensor")
+    return tuple(value)
+
+
+def check_device(value: Any, meta_path: str) -> str | None:
+    if value is None:
+        return None
+    if type(value) is str:
+        try:
+            torch.device(value)
+            return value
+        except Exception:  # torch raises RuntimeError, ValueError... for a bad string
+            pass
+    raise FormatError(f"{meta_path}: 'device' is {_short_repr(value)}, expected a device or null")
+
+
+def tensor_entry(
+    directory: str, root_real: str, file: Any, dtype: Any, shape: Any, batch: tuple, where: str
+) -> TensorEntry:
+    if type(dtype) is not str or dtype not in DTYPES:
+        raise FormatError(f"{where}: dtype {_short_repr(dtype)} is not one of {sorted(DTYPES)}")
+    torch_dtype = DTYPES[dtype]
+    shp = check_shape(shape, where, "'shape'")
+    if shp[: len(batch)] != batch:
+        raise FormatError(
+            f"{where}: shape {list(shp)} does not start with batch_size {list(batch)}"
+        )
+    need = math.prod(shp) * torch_dtype.itemsize
+    if need >= _INT64_LIMIT:
+        raise FormatError(f"{where}: shape {list(shp)} is too large for a tensor")
+    path, st = _leaf_file(directory, root_real, file, where)
+    size = st.st_size
+    if size < need:
+        raise FormatError(
+            f"{path} is {size} bytes, but {dtype} of shape {list(shp)} needs {need}: "
+            "the file is truncated or belongs to another tree"
+        )
+    return TensorEntry(torch_dtype, shp, path, need, (st.st_dev, st.st_ino))
+
+
+def _leaf_file(directory: str, root_real: str, file: Any, where: str) -> tuple[str, Any]:
+    """The leaf's path and stat: a regular file, or a symlink to one inside the tree."""
+    if not is_plain_name(file):
+        raise FormatError(f"{where}: file {_short_repr(file)} is not a plain file name")
+    path = f"{directory}{os.sep}{file}"  # a plain name: no need for os.path.join
+    try:
+        st = os.lstat(path)
+    except OSError:
+        raise FormatError(f"{path} is missing ({where})") from None
+    if stat.S_ISREG(st.st_mode):
+        return path, st
+    if stat.S_ISLNK(st.st_mode):
+        real = os.path.realpath(path)
+        if _inside(real, root_real) and os.path.isfile(real):
+            return real, os.stat(real)
+        raise FormatError(
+            f"{path} is a symlink to {real!r}, outside the tree {root_real!r}: refused"
+        )
+    raise FormatError(f"{path} is not a regular file ({where})")
+
+
+def node_entry(directory: str, root_real: str, name: Any, where: str) -> NodeEntry:
+    if not is_plain_name(name):
+        raise FormatError(f"{where}: dir {_short_repr(name)} is not a plain directory name")
+    path = os.path.join(directory, name)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        raise FormatError(f"{path} is missing ({where})") from None
+    if not stat.S_ISDIR(st.st_mode):
+        # Symlinked directories are refused outright: they could form cycles.
+        raise FormatError(f"{path} is not a directory (symlinks are refused) ({where})")
+    return NodeEntry(path)
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def stacked_array(value: Any, shape: tuple[int, ...], where: str) -> np.ndarray:
+    """Nested lists of exactly ``shape`` -> an object array, checked before allocating."""
+    flat: list[Any] = []
+
+    def walk(v: Any, depth: int) -> None:
+        if depth == len(shape):
+            flat.append(v)
+            return
+        if type(v) is not list or len(v) != shape[depth]:
+            raise FormatError(
+                f"{where}: stacked value does not have the shape of batch_size {list(shape)} "
+                f"(at depth {depth}: {_short_repr(v)})"
+            )
+        for item in v:
+            walk(item, depth + 1)
+
+    walk(value, 0)
+    arr = np.empty(len(flat), dtype=object)
+    for i, v in enumerate(flat):  # one by one: numpy would turn list values into dims
+        arr[i] = v
+    return arr.reshape(shape)
+
+
+def read_child(parent: Node, entry: NodeEntry, root_real: str, depth: int) -> Node:
+    """The sub-node ``entry`` of ``parent``, checked against it; ``depth`` is its level."""
+    child = read_node(entry.path, root_real)
+    if depth > MAX_DEPTH:
+        raise FormatError(f"{child.path}: nodes are nested more than {MAX_DEPTH} deep")
+    if child.batch_size[: len(parent.batch_size)] != parent.batch_size:
+        raise FormatError(
+            f"{os.path.join(child.path, META)}: batch_size {list(child.batch_size)} does not "
+            f"start with its parent's {list(parent.batch_size)}"
+        )
+    return child
+
+
+def iter_tree(path: str) -> Iterator[tuple[tuple[str, ...], Node]]:
+    """Every node of the tree at ``path``, parents first, checked (used by ``verify``)."""
+    root_real = os.path.realpath(path)
+    todo: list[tuple[tuple[str, ...], Node]] = [((), read_node(os.path.abspath(path), root_real))]
+    while todo:
+        keys, node = todo.pop()
+        yield keys, node
+        for k, e in reversed(node.entries.items()):
+            if type(e) is NodeEntry:
+                todo.append(((*keys, k), read_child(node, e, root_real, len(keys) + 1)))
+
+
+# ---------------------------------------------------------------- tensordict trees
+
+# Node fields of tensordict's meta.json, mixed with its entries: a field whose
+# value is an object is an entry of that name (tensordict's own rule).
+_LEGACY_FIELDS = frozenset(
+    ("shape", "device", "_type", "_format_version", "_class", "_names", "_metadata")
+)
+_LEGACY_TD_TYPES = ("<class 'tensordict._td.TensorDict'>", "tensordict:TensorDict")
+
+
+def _read_legacy_node(directory: str, meta_path: str, doc: dict, root_real: str) -> Node:
+    """A node written by tensordict 0.14/0.15 (its format versions 0 and 1)."""
+    version = doc.get("_format_version", 0)
+    if type(version) is dict:  # a leaf named "_format_version" in a version-0 tree
+        version = 0
+    if type(version) is not int or version not in (0, 1):
+        raise FormatError(
+            f"{meta_path}: tensordict format version {version!r}; tensorbox reads 0 and 1"
+        )
+    cls = doc.get("_class") if version else doc.get("_type")
+    if type(cls) is dict:
+        cls = doc.get("_type")
+    if cls not in _LEGACY_TD_TYPES:
+        raise FormatError(
+            f"{meta_path}: a tensordict tree of class {_short_repr(cls)}; tensorbox reads "
+            "TensorDict trees only (save lazy stacks and tensorclasses as TensorDicts)"
+        )
+    shape = doc.get("shape")
+    batch_size = check_shape(shape if type(shape) is not dict else None, meta_path, "'shape'")
+    device = doc.get("device")
+    device = check_device(device if type(device) is not dict else None, meta_path)
+    entries: dict[str, Any] = {}
+    for key, e in doc.items():
+        where = f"{meta_path}: entry {key!r}"
+        if type(e) is not dict:
+            if key in _LEGACY_FIELDS:
+                continue
+            raise FormatError(f"{where} is {_short_repr(e)}, expected an object")
+        if "dtype" in e:
+            dtype = e["dtype"]
+            if type(dtype) is not str or not dtype.startswith("torch."):
+                raise FormatError(f"{where}: dtype {_short_repr(dtype)} is not a torch dtype")
+            if e.get("is_nested", False) is not False:
+                raise FormatError(f"{where}: nested (jagged) tensors are not supported")
+            name = _legacy_existing(directory, key, SUFFIX)
+            entries[key] = tensor_entry(
+                directory, root_real, name, dtype[6:], e.get("shape"), batch_size, where
+            )
+            continue
+        kind = e.get("type")
+        if kind == "TensorDict":
+            entries[key] = node_entry(directory, root_real, _legacy_existing(directory, key), where)
+        elif kind in ("NonTensorData", "NonTensorStack"):
+            sub = node_entry(directory, root_real, _legacy_existing(directory, key), where).path
+            sub_meta = os.path.join(sub, META)
+            value = _parse_json(_read_meta_bytes(sub, sub_meta), sub_meta)
+            if type(value) is not dict or "data" not in value:
+                raise FormatError(f"{sub_meta}: expected an object with a 'data' field")
+            if kind == "NonTensorStack":
+                if value.get("stack_dim", 0) != 0:
+                    raise FormatError(f"{sub_meta}: only stacks along dim 0 are supported")
+                entries[key] = JsonEntry(stacked_array(value["data"], batch_size, where), True)
+            else:
+                entries[key] = JsonEntry(value["data"], False)
+        else:
+            raise FormatError(
+                f"{where} has type {_short_repr(kind)}; tensorbox reads TensorDict, "
+                "NonTensorData, NonTensorStack and tensors from tensordict trees"
+            )
+    return Node(directory, version, "TensorDict", batch_size, device, entries, True)
+
+
+def _legacy_existing(directory: str, key: str, suffix: str = "") -> str:
+    """tensordict's encoded name, or the raw key when only that exists (older writers)."""
+    name = _legacy_name(key) + suffix
+    if (
+        not os.path.lexists(os.path.join(directory, name))
+        and is_plain_name(key + suffix)
+        and os.path.lexists(os.path.join(directory, key + suffix))
+    ):
+        return key + suffix
+    return name
