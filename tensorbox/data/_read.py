@@ -1,0 +1,303 @@
+"""How one batch is read out of a dataset into reused buffers (the loader's inner loop).
+
+A :class:`ReadPlan` is built once per loader from the dataset (a ``TensorDict`` or a
+tensorclass instance, memory-mapped or not). For each batch it fills a :class:`Slot`,
+a set of buffers allocated once and reused for every batch that slot carries:
+
+- every ordinary tensor leaf is read with one gather into its buffer (``np.take`` with
+  ``out=`` on CPU, ``torch.index_select(..., out=)`` elsewhere), indices sorted by the
+  caller so that reads walk the file forward;
+- the image leaf can be cropped while it is read (random or centre window, per
+  sample), so bytes that would be cropped away are never copied, flipped per sample,
+  and, on CPU, converted to float and normalised in the same pass: each image goes
+  memmap -> float buffer -> ``x * scale + bias`` while it is in cache.
+
+Why buffers are reused: on this class of VM, memory freed a couple of seconds ago comes
+back about 10x slower than reused memory, and a fresh float batch is 38 MB.
+
+Why the per-row work is numpy: these loops run in the loader's threads, and a torch op
+on an image-sized tensor starts an OpenMP team of ``torch.get_num_threads()`` threads
+from *each* calling thread. With 2 reader threads x 2 intra-op threads on 2 busy cores,
+a 150 KB copy took 6 ms instead of 20 us (threads wait for a descheduled team mate).
+numpy's copies and ufuncs are single-threaded and release the GIL, so reader threads are
+the only parallelism and scale without that cliff.
+
+>>> import torch
+>>> from tensorbox import TensorDict
+>>> td = TensorDict({"images": torch.arange(4 * 3 * 6 * 6, dtype=torch.uint8).view(4, 3, 6, 6),
+...                  "targets": torch.arange(4)}, batch_size=[4])
+>>> plan = ReadPlan(td, ReadOptions(crop=(4, 4), crop_mode="center"))
+>>> slot = plan.new_slot(2)
+>>> idx = torch.tensor([1, 3])
+>>> batch = plan.build(plan.read(slot, idx, torch.Generator().manual_seed(0)), idx)
+>>> tuple(batch["images"].shape), batch["targets"].tolist()
+((2, 3, 4, 4), [1, 3])
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .._nontensor import NonTensorData
+from .._td import TensorDict
+from .transforms import BatchTransform, Compose, Normalize
+
+__all__ = ["ReadOptions", "ReadPlan", "Slot", "as_numpy", "gather_rows"]
+
+
+@dataclass
+class ReadOptions:
+    """What happens to the image leaf while it is read (see ``BatchLoader``)."""
+
+    image_key: tuple[str, ...] = ("images",)
+    crop: tuple[int, int] | None = None
+    crop_mode: str = "random"
+    flip: float = 0.0
+    normalize: Normalize | None = None
+    transform: Any = None
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    pin: bool = False
+
+
+def takes_generator(fn: Any) -> bool:
+    """Whether ``fn(x, generator=g)`` is accepted: tensorbox transforms, and any callable
+    (or module ``forward``) with a ``generator`` parameter, get each batch's generator."""
+    if fn is None:
+        return False
+    if isinstance(fn, (BatchTransform, Compose)):
+        return True
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    try:
+        return "generator" in inspect.signature(target).parameters
+    except (TypeError, ValueError):  # builtins without a signature
+        return False
+
+
+def _collection_parts(node: Any) -> tuple[TensorDict, bool]:
+    """The TensorDict holding ``node``'s entries, and whether ``node`` is a tensorclass."""
+    inner = node._tensordict
+    if type(inner) is dict:
+        return node, False
+    return inner, True
+
+
+def _leaves(node: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Tensor]]:
+    td, _ = _collection_parts(node)
+    out = []
+    for k, v in td._tensordict.items():
+        if isinstance(v, Tensor):
+            out.append(((*prefix, k), v))
+        elif type(v) is not NonTensorData:
+            out.extend(_leaves(v, (*prefix, k)))
+    return out
+
+
+def as_numpy(t: Tensor) -> np.ndarray | None:
+    """A numpy view of a CPU tensor, or None where numpy lacks the dtype (bfloat16...)."""
+    if t.device.type != "cpu" or t.dtype in _NO_NUMPY:
+        return None
+    return t.detach().numpy()
+
+
+_NO_NUMPY = {torch.bfloat16, torch.complex32, torch.float8_e4m3fn, torch.float8_e5m2}
+
+
+def gather_rows(src: Tensor, idx: Tensor, out: Tensor) -> Tensor:
+    """``torch.index_select(src, 0, idx, out=out)``: one gather into a reused buffer.
+
+    On CPU it is numpy's ``take(..., out=, mode="clip")``: one C loop of row copies that
+    releases the GIL and starts no OpenMP team (see the module docstring). ``mode="clip"``
+    matters: the default ``"raise"`` first copies ``out`` aside (3x slower here); the
+    indices come from the loader's own permutation, so they are always in range.
+    """
+    src_np, out_np = as_numpy(src), as_numpy(out)
+    if src_np is None or out_np is None:
+        if src.device != out.device:  # a dataset living on a GPU: gather there, then copy
+            return out.copy_(torch.index_select(src, 0, idx.to(src.device)))
+        return torch.index_select(src, 0, idx, out=out)
+    np.take(src_np, idx.numpy(), axis=0, out=out_np, mode="clip")
+    return out
+
+
+class Slot:
+    """Buffers for one batch in flight: one per leaf, allocated on first use, then reused."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.buffers: dict[Any, Tensor] = {}
+        self.event: Any = None  # CUDA event: the pinned buffers are still being copied from
+
+    def buffer(self, name: Any, shape: tuple[int, ...], dtype: torch.dtype, pin: bool) -> Tensor:
+        """A ``[capacity, *shape]`` buffer (reallocated only if ``shape``/``dtype`` change)."""
+        buf = self.buffers.get(name)
+        full = (self.capacity, *shape)
+        if buf is None or tuple(buf.shape) != full or buf.dtype != dtype:
+            buf = torch.empty(full, dtype=dtype, pin_memory=pin)
+            self.buffers[name] = buf
+        return buf
+
+
+class ReadPlan:
+    """Reads batches of ``data`` as ``options`` says; see the module docstring."""
+
+    def __init__(self, data: Any, options: ReadOptions) -> None:
+        if not getattr(type(data), "_is_tensor_collection", False):
+            raise TypeError(
+                f"expected a TensorDict or a tensorclass instance, got {type(data).__name__}"
+            )
+        if not data.batch_size:
+            raise ValueError("cannot load batches from a container with batch_size [] (no rows)")
+        self.data = data
+        self.opts = options
+        self.leaves = _leaves(data)
+        self.length = int(data.batch_size[0])
+        paths = [p for p, _ in self.leaves]
+        self.image: Tensor | None = None
+        needs_image = bool(options.flip) or any(
+            v is not None for v in (options.crop, options.normalize, options.transform)
+        )
+        if options.image_key in paths:
+            self.image = dict(self.leaves)[options.image_key]
+            if self.image.dim() < 4:
+                raise ValueError(
+                    f"image leaf {options.image_key!r} must be [N, C, H, W], got shape "
+                    f"{tuple(self.image.shape)!r}"
+                )
+        elif needs_image:
+            raise KeyError(
+                f"image_key {options.image_key!r} is not a tensor leaf of the dataset "
+                f"(tensor leaves: {paths!r}); crop/flip/normalize/transform act on it"
+            )
+        if self.image is not None and options.crop is not None:
+            h, w = self.image.shape[-2:]
+            if options.crop[0] > h or options.crop[1] > w:
+                raise ValueError(
+                    f"crop {options.crop!r} is larger than the images ({h}, {w}) of leaf "
+                    f"{options.image_key!r}"
+                )
+        self.pass_generator = takes_generator(options.transform)
+        on_cpu = options.device.type == "cpu"
+        # Normalising while reading is the fused fast path; it needs no transform in between
+        # and a CPU target (for an accelerator, uint8 crosses the bus: 4x fewer bytes).
+        self.fuse_normalize = options.normalize is not None and options.transform is None and on_cpu
+
+    def new_slot(self, capacity: int) -> Slot:
+        return Slot(capacity)
+
+    # -------------------------------------------------------------- per batch
+
+    def read(self, slot: Slot, idx: Tensor, gen: torch.Generator) -> dict[tuple[str, ...], Tensor]:
+        """Fill ``slot`` with rows ``idx`` (int64, CPU); return ``{leaf path: tensor}``.
+
+        Randomness comes from ``gen`` in a fixed order (crop offsets, flips, then the
+        transform), so a batch is a function of its indices and its generator.
+        """
+        n = int(idx.shape[0])
+        pin = self.opts.pin
+        values: dict[tuple[str, ...], Tensor] = {}
+        for path, src in self.leaves:
+            if self.image is not None and path == self.opts.image_key:
+                continue
+            buf = slot.buffer(path, tuple(src.shape[1:]), src.dtype, pin)[:n]
+            values[path] = gather_rows(src, idx, buf)
+        if self.image is not None:
+            values[self.opts.image_key] = self._read_image(slot, idx, gen)
+        return values
+
+    def _read_image(self, slot: Slot, idx: Tensor, gen: torch.Generator) -> Tensor:
+        src, opts = self.image, self.opts
+        assert src is not None
+        n = int(idx.shape[0])
+        h, w = src.shape[-2:]
+        ch, cw = opts.crop if opts.crop is not None else (h, w)
+        if opts.crop is None:
+            tops = lefts = [0] * n
+        elif opts.crop_mode == "center":
+            tops, lefts = [round((h - ch) / 2.0)] * n, [round((w - cw) / 2.0)] * n
+        else:
+            u = torch.rand((2, n), generator=gen)
+            tops = (u[0] * (h - ch + 1)).long().tolist()
+            lefts = (u[1] * (w - cw + 1)).long().tolist()
+        flips = (torch.rand(n, generator=gen) < opts.flip).tolist() if opts.flip else [False] * n
+        shape = (*src.shape[1:-2], ch, cw)
+        rows = idx.tolist()
+        src_np = as_numpy(src)
+        if self.fuse_normalize:
+            norm = opts.normalize
+            assert norm is not None
+            out = slot.buffer("image:float", shape, norm.dtype, False)[:n]
+            out_np = as_numpy(out)
+            scale = norm._scale_u8 if src.dtype == torch.uint8 else norm._scale
+            if src_np is None or out_np is None:  # e.g. bfloat16: torch ops, same maths
+                for k, (i, t, le, f) in enumerate(zip(rows, tops, lefts, flips)):
+                    view = src[i, ..., t : t + ch, le : le + cw]
+                    out[k].copy_(view.flip(-1) if f else view).mul_(scale).add_(norm._bias)
+                return out
+            scale_np, bias_np = as_numpy(scale), as_numpy(norm._bias)
+            for k, (i, t, le, f) in enumerate(zip(rows, tops, lefts, flips)):
+                view = src_np[i, ..., t : t + ch, le : le + cw]
+                o = out_np[k]
+                # uint8 -> float while copying (a flip is just a negative stride), then
+                # the affine map in place, while the image is still in cache.
+                np.copyto(o, view[..., ::-1] if f else view, casting="unsafe")
+                np.multiply(o, scale_np, out=o)
+                np.add(o, bias_np, out=o)
+            return out
+        raw = slot.buffer("image:raw", shape, src.dtype, opts.pin)[:n]
+        raw_np = as_numpy(raw)
+        if opts.crop is None and not any(flips):
+            gather_rows(src, idx, raw)  # whole rows: one gather
+        elif src_np is None or raw_np is None:
+            for k, (i, t, le, f) in enumerate(zip(rows, tops, lefts, flips)):
+                view = src[i, ..., t : t + ch, le : le + cw]
+                raw[k].copy_(view.flip(-1) if f else view)
+        else:
+            for k, (i, t, le, f) in enumerate(zip(rows, tops, lefts, flips)):
+                view = src_np[i, ..., t : t + ch, le : le + cw]
+                np.copyto(raw_np[k], view[..., ::-1] if f else view)
+        if opts.device.type != "cpu":
+            return raw  # transform and normalize run on the device, after the copy
+        return self.finish_image(slot, raw, gen)
+
+    def finish_image(self, slot: Slot | None, x: Tensor, gen: torch.Generator) -> Tensor:
+        """Transform then normalize ``x`` where it is (CPU in the reader, else on device)."""
+        opts = self.opts
+        if opts.transform is not None:
+            x = opts.transform(x, generator=gen) if self.pass_generator else opts.transform(x)
+        if opts.normalize is not None:
+            out = None
+            if slot is not None and x.device.type == "cpu":
+                buf = slot.buffer("image:norm", tuple(x.shape[1:]), opts.normalize.dtype, False)
+                out = buf[: x.shape[0]]
+            x = opts.normalize(x, out=out)
+        return x
+
+    def build(self, values: dict[tuple[str, ...], Any], idx: Tensor) -> Any:
+        """A container of ``data``'s type and structure holding ``values`` (batch ``[n]``)."""
+        target = self.opts.device
+        device = target if (self.data.device is not None or target.type != "cpu") else None
+        return _rebuild(self.data, values, idx, int(idx.shape[0]), (), device)
+
+
+def _rebuild(
+    node: Any, values: dict, idx: Tensor, n: int, prefix: tuple[str, ...], device: Any
+) -> Any:
+    td, is_tc = _collection_parts(node)
+    out: dict[str, Any] = {}
+    for k, v in td._tensordict.items():
+        path = (*prefix, k)
+        if isinstance(v, Tensor):
+            out[k] = values[path]
+        elif type(v) is NonTensorData:
+            out[k] = v[idx] if v.stacked else v
+        else:
+            out[k] = _rebuild(v, values, idx, n, path, device)
+    batch = torch.Size((n, *td.batch_size[1:]))
+    new = TensorDict._new_unsafe(out, batch, device)
+    return type(node)._from_tensordict(new) if is_tc else new

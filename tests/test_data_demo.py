@@ -1,0 +1,47 @@
+"""The demo (``make demo`` = ``python -m tensorbox.demo``) and its folder handling."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tensorbox import demo
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_cache_dir_order(monkeypatch, tmp_path):
+    monkeypatch.delenv("TENSORBOX_CACHE", raising=False)
+    assert demo.cache_dir() == Path(".cache", "tensorbox-demo")
+    monkeypatch.setenv("TENSORBOX_CACHE", str(tmp_path))
+    assert demo.cache_dir() == tmp_path
+    assert demo.cache_dir("/x") == Path("/x")
+
+
+def test_root_with_or_without_train_and_val(tmp_path):
+    (tmp_path / "flat" / "a").mkdir(parents=True)
+    train, val, what = demo.demo_folders(str(tmp_path / "flat"), tmp_path, small=True)
+    assert train == val == tmp_path / "flat" and "both train and val" in what
+    for split in ("train", "val"):
+        (tmp_path / "split" / split / "a").mkdir(parents=True)
+    train, val, _ = demo.demo_folders(str(tmp_path / "split"), tmp_path, small=True)
+    assert (train.name, val.name) == ("train", "val")
+
+
+@pytest.mark.slow
+def test_small_demo_runs_end_to_end(tmp_path):
+    env = dict(os.environ, TENSORBOX_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-m", "tensorbox.demo", "--small"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "tensorbox / per-image" in proc.stdout
