@@ -173,11 +173,13 @@ class AugmentBuffer:
         if method == "forkserver":
             self._ctx.set_forkserver_preload(["tensorbox.buffer"])
         self._workers = num_workers
+        # With no producer processes nothing is pickled, so any callable will do.
+        ship = method if num_workers > 0 else "fork"
         self._user = (
             dataset,
-            _portable(transform, "transform", method),
-            _portable(batch_transform, "batch_transform", method),
-            _portable(worker_init_fn, "worker_init_fn", method),
+            _portable(transform, "transform", ship),
+            _portable(batch_transform, "batch_transform", ship),
+            _portable(worker_init_fn, "worker_init_fn", ship),
         )
         self._producer = Producer(self._plan, dataset, transform, batch_transform, seed_global)
         self._seed_global = seed_global
