@@ -84,6 +84,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import stat
 import sys
 import threading
@@ -164,12 +165,20 @@ _WINDOWS_DEVICES = frozenset(
     ["con", "prn", "aux", "nul"] + [f"{p}{i}" for p in ("com", "lpt") for i in range(10)]
 )
 _MAX_NAME = 200
+# Keys that encode to themselves: kept characters only, no dot first (nor anywhere in a
+# directory name, hence two patterns), short enough not to be cut.
+_PLAIN_KEY_LEAF = re.compile(r"[a-z0-9_-][a-z0-9_.-]{0,199}").fullmatch
+_PLAIN_KEY_NODE = re.compile(r"[a-z0-9_-]{1,200}").fullmatch
 
 
 def encode_key(key: str, *, node: bool = False) -> str:
     """The file-system name of ``key`` (without the ``.memmap`` suffix). See the module doc."""
     if not key:
         return "%"
+    if (_PLAIN_KEY_NODE if node else _PLAIN_KEY_LEAF)(key) is not None and key.split(".", 1)[
+        0
+    ] not in _WINDOWS_DEVICES:
+        return key  # the usual key ("weight", "layers.0"): every character is kept
     out = []
     for i, ch in enumerate(key):
         if ch in _LOWER or (ch == "." and i and not node):
@@ -444,34 +453,109 @@ def read_node(directory: str, root_real: str | None = None) -> Node:
             f"{meta_path}: 'entries' is {_short_repr(entries_doc)}, expected an object"
         )
     entries: dict[str, Any] = {}
-    for key, e in entries_doc.items():
-        where = f"{meta_path}: entry {key!r}"
-        kind = e.get("kind") if type(e) is dict else None
-        fields = _ENTRY_FIELDS.get(kind) if type(kind) is str else None
-        if fields is None:
-            raise FormatError(
-                f"{where} is {_short_repr(e)}; expected an object with 'kind' one of "
-                f"{sorted(_ENTRY_FIELDS)!r}"
-            )
-        if not e.keys() <= fields or (kind != "json" and e.keys() != fields):
-            raise FormatError(
-                f"{where} has fields {sorted(e)!r}; a {kind!r} entry has {sorted(fields)!r}"
-            )
-        if kind == "tensor":
-            entries[key] = tensor_entry(
-                directory, root_real, e["file"], e["dtype"], e["shape"], batch_size, where
-            )
-        elif kind == "node":
-            entries[key] = node_entry(directory, root_real, e["dir"], where)
-        else:
-            if "value" not in e:
-                raise FormatError(f"{where} has no 'value'")
-            stacked = e.get("stacked", False)
-            if type(stacked) is not bool:
-                raise FormatError(f"{where}: 'stacked' is {stacked!r}, expected true or false")
-            value = stacked_array(e["value"], batch_size, where) if stacked else e["value"]
-            entries[key] = JsonEntry(value, stacked)
+    tensor_fields = _ENTRY_FIELDS["tensor"]
+    dir_fd = _open_dir(directory)
+    try:
+        for key, e in entries_doc.items():
+            # The common case first, with no per-entry string building (a tree of many
+            # small leaves spends its open time here); anything unusual takes the long
+            # way below, which names the problem.
+            if type(e) is dict and e.get("kind") == "tensor" and e.keys() == tensor_fields:
+                leaf = _tensor_fast(directory, dir_fd, e, batch_size)
+                if leaf is not None:
+                    entries[key] = leaf
+                    continue
+            entries[key] = _entry(directory, root_real, meta_path, key, e, batch_size)
+    finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
     return Node(directory, version, type_name, batch_size, device, entries, False)
+
+
+def _entry(
+    directory: str, root_real: str, meta_path: str, key: str, e: Any, batch_size: tuple
+) -> TensorEntry | NodeEntry | JsonEntry:
+    """One entry of ``meta.json``, checked; every problem is a FormatError naming the file."""
+    where = f"{meta_path}: entry {key!r}"
+    kind = e.get("kind") if type(e) is dict else None
+    fields = _ENTRY_FIELDS.get(kind) if type(kind) is str else None
+    if fields is None:
+        raise FormatError(
+            f"{where} is {_short_repr(e)}; expected an object with 'kind' one of "
+            f"{sorted(_ENTRY_FIELDS)!r}"
+        )
+    if not e.keys() <= fields or (kind != "json" and e.keys() != fields):
+        raise FormatError(
+            f"{where} has fields {sorted(e)!r}; a {kind!r} entry has {sorted(fields)!r}"
+        )
+    if kind == "tensor":
+        return tensor_entry(
+            directory, root_real, e["file"], e["dtype"], e["shape"], batch_size, where
+        )
+    if kind == "node":
+        return node_entry(directory, root_real, e["dir"], where)
+    if "value" not in e:
+        raise FormatError(f"{where} has no 'value'")
+    stacked = e.get("stacked", False)
+    if type(stacked) is not bool:
+        raise FormatError(f"{where}: 'stacked' is {stacked!r}, expected true or false")
+    value = stacked_array(e["value"], batch_size, where) if stacked else e["value"]
+    return JsonEntry(value, stacked)
+
+
+_S_IFMT = 0o170000
+# Names every tensorbox writer makes (a subset of is_plain_name): no separator, no dot first.
+_FAST_NAME = re.compile(r"[A-Za-z0-9_%^~-][A-Za-z0-9_.%^~-]{0,254}").fullmatch
+_S_IFREG = stat.S_IFREG
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+_STAT_DIR_FD = os.stat in os.supports_dir_fd and os.stat in os.supports_follow_symlinks
+
+
+def _open_dir(directory: str) -> int | None:
+    """A descriptor of ``directory`` for stat calls relative to it (one path walk per node)."""
+    if not _STAT_DIR_FD:  # pragma: no cover - Windows
+        return None
+    try:
+        return os.open(directory, _DIR_FLAGS)
+    except OSError:
+        return None
+
+
+def _tensor_fast(
+    directory: str, dir_fd: int | None, e: dict, batch: tuple[int, ...]
+) -> TensorEntry | None:
+    """The usual tensor entry, checked; None when anything is off (the caller's
+    :func:`tensor_entry` then finds and names the problem), symlinks included."""
+    dtype, shape, file = e["dtype"], e["shape"], e["file"]
+    torch_dtype = DTYPES.get(dtype) if type(dtype) is str else None
+    if (
+        torch_dtype is None
+        or type(shape) is not list
+        or len(shape) > MAX_DIMS
+        or type(file) is not str
+        or _FAST_NAME(file) is None
+    ):
+        return None
+    numel = 1
+    for d in shape:
+        if type(d) is not int or d < 0:
+            return None
+        numel *= d
+    need = numel * torch_dtype.itemsize
+    if not numel or need >= _INT64_LIMIT:
+        return None  # empty (its dims still need the overflow check) or too large
+    shp = tuple(shape)
+    if batch and shp[: len(batch)] != batch:
+        return None
+    if dir_fd is None:
+        return None
+    try:
+        st = os.stat(file, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return None
+    if st.st_mode & _S_IFMT != _S_IFREG or st.st_size < need:
+        return None  # a symlink, missing, too short...: checked and named the long way
+    return TensorEntry(torch_dtype, shp, f"{directory}{os.sep}{file}", need, (st.st_dev, st.st_ino))
 
 
 def _read_meta_bytes(directory: str, meta_path: str) -> bytes:

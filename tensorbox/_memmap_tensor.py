@@ -167,6 +167,15 @@ def write_file(
         if tensor is None:
             if nbytes:
                 os.ftruncate(fd, nbytes)
+        elif (
+            tensor.device.type == "cpu"
+            and tensor.is_contiguous()
+            and tensor.layout is torch.strided
+            and not (tensor.is_conj() or tensor.is_neg() or tensor.is_nested)
+        ):  # the usual case, without byte_chunks' generator (a save calls this per leaf)
+            chunk = _as_bytes(tensor.detach())
+            while chunk:
+                chunk = chunk[os.write(fd, chunk[:_MAX_WRITE]) :]
         else:
             for chunk in byte_chunks(tensor):
                 while chunk:
@@ -221,6 +230,16 @@ def _map_storage(
 
 
 _from_file = torch.UntypedStorage.from_file
+# One empty tensor per dtype: ``blank.new()`` is the cheapest way found to a fresh tensor
+# (half the cost of torch.empty), and ``set_`` without strides makes a contiguous view.
+_BLANKS: dict[torch.dtype, Tensor] = {}
+
+
+def _blank(dtype: torch.dtype) -> Tensor:
+    blank = _BLANKS.get(dtype)
+    if blank is None:
+        blank = _BLANKS[dtype] = torch.empty(0, dtype=dtype, device="cpu")
+    return blank
 
 
 def map_file(
@@ -234,9 +253,20 @@ def map_file(
     """Map ``path`` (checked by the caller) as a MemoryMappedTensor of ``shape``."""
     if nbytes < 0:
         nbytes = math.prod(shape) * dtype.itemsize
-    storage = _map_storage(path, mode, nbytes, ident)
-    # set_ without strides makes them contiguous: the cheapest way found to a shaped view.
-    return torch.empty(0, dtype=dtype).set_(storage, 0, shape).as_subclass(MemoryMappedTensor)
+    # _map_storage inlined: loading calls this once per leaf.
+    try:
+        storage = _from_file(path, mode == "r+", nbytes)
+    except RuntimeError:
+        storage = _map_storage(path, mode, nbytes, ident)  # raises the error that explains
+    storage._tbx_id = ident if ident is not None else _identity(path)
+    if mode == "r":
+        storage._tbx_ro = path
+    blank = _BLANKS[dtype] if dtype in _BLANKS else _blank(dtype)
+    t = blank.new().set_(storage, 0, shape)
+    # A fresh plain tensor that nothing else references: switching its class is what
+    # as_subclass does, without building a second Python object (loading maps one per leaf).
+    t.__class__ = MemoryMappedTensor
+    return t  # type: ignore[return-value]
 
 
 def _shared_memory(shape: tuple[int, ...], dtype: torch.dtype) -> MemoryMappedTensor:

@@ -150,6 +150,7 @@ def _remember_type(obj: Any, name: str) -> None:
 
 
 _CPU = torch.device("cpu")
+_DTYPE_NAMES = {dt: name for name, dt in fmt.DTYPES.items()}
 
 
 def _cpu(device: torch.device | None) -> torch.device | None:
@@ -215,7 +216,7 @@ class _Saver:
             elif _is_coll(v):
                 name = fmt.encode_key(k, node=True)
                 entries[k] = {"kind": "node", "dir": name}
-                sub = None if directory is None else os.path.join(directory, name)
+                sub = None if directory is None else f"{directory}{os.sep}{name}"
                 self._walk(v, sub, kpath, store, k)
             else:
                 entry, needs_std = _json_entry(v, kpath, td.batch_size)
@@ -230,18 +231,23 @@ class _Saver:
     def _leaf(
         self, t: Tensor, k: str, kpath: tuple[str, ...], directory: str | None, store: dict
     ) -> dict:
-        where = f"key {format_key(kpath)}"
-        dtype = fmt.dtype_name(t.dtype, where)
+        # Error messages are built only on error: a save of many small leaves spends its
+        # Python time here.
+        dtype = _DTYPE_NAMES.get(t.dtype)
+        if dtype is None:
+            dtype = fmt.dtype_name(t.dtype, f"key {format_key(kpath)}")  # raises
         if t.layout is not torch.strided or t.is_nested:
+            where = f"key {format_key(kpath)}"
             raise TypeError(f"{where} is a {t.layout} tensor; only dense tensors can be saved")
         if t.device.type == "meta" and self.mode != "like":
+            where = f"key {format_key(kpath)}"
             raise TypeError(f"{where} is on the meta device and has no data to save")
         if directory is None:
             if not (self.mode == "inplace" and isinstance(t, MemoryMappedTensor)):
                 self.writes.append(("", t, store, k))
             return {}
         file = fmt.encode_key(k) + fmt.SUFFIX
-        target = os.path.join(directory, file)
+        target = f"{directory}{os.sep}{file}"  # an encoded name: a single plain component
         if self.mode == "inplace" and isinstance(t, MemoryMappedTensor):
             if self._same_file(t, target):
                 self.keeps.append(target)
@@ -250,9 +256,10 @@ class _Saver:
             assert self.root is not None
             if not self.copy_existing and not where_now.startswith(self.root + os.sep):
                 raise RuntimeError(
-                    f"{where} is already memory-mapped at {where_now!r}; memmap_({self.root!r}) "
-                    "would leave it there. Pass copy_existing=True to copy it into the new "
-                    "prefix, or call memmap_() without a prefix to keep the files"
+                    f"key {format_key(kpath)} is already memory-mapped at {where_now!r}; "
+                    f"memmap_({self.root!r}) would leave it there. Pass copy_existing=True to "
+                    "copy it into the new prefix, or call memmap_() without a prefix to keep "
+                    "the files"
                 )
         self.writes.append((target, t, store, k))
         return {"kind": "tensor", "dtype": dtype, "shape": list(t.shape), "file": file}
@@ -418,9 +425,13 @@ class _Loader:
     def node(self, node: fmt.Node, cls: type | None, depth: int) -> Any:
         store: dict[str, Any] = {}
         device = self.device
+        tensor_entry, mode = fmt.TensorEntry, self.mode
         for key, e in node.entries.items():
-            if type(e) is fmt.TensorEntry:
-                leaf = self.leaf(e)
+            if type(e) is tensor_entry:
+                try:  # the common case inline: a tree of many small leaves spends its time here
+                    leaf = map_file(e.path, e.dtype, e.shape, mode, e.nbytes, e.ident)
+                except PermissionError:
+                    leaf = self.leaf(e)
                 store[key] = (
                     leaf
                     if device is None
@@ -436,6 +447,7 @@ class _Loader:
         return self.rebuild(node, store, want, cls)
 
     def leaf(self, e: fmt.TensorEntry) -> Tensor:
+        """A leaf that could not be mapped with ``mode``: read-only files map copy-on-write."""
         if self.mode == "r":
             return map_file(e.path, e.dtype, e.shape, "r", e.nbytes, e.ident)
         try:

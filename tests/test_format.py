@@ -282,6 +282,49 @@ def test_symlinks(tmp_path: Path) -> None:
         fmt.read_node(str(tree))
 
 
+def test_fast_path_agrees_with_the_checked_path(tmp_path: Path) -> None:
+    """read_node checks the usual tensor entry inline; anything unusual takes the long
+    way (tensor_entry). Both must give the same entries and the same errors."""
+    files = {
+        "x.memmap": bytes(24),
+        "%C3%A9.memmap": bytes(24),
+        "\u00e9.memmap": bytes(24),  # a name no tensorbox writer makes: still a plain name
+        "e.memmap": b"",
+        "long.memmap": bytes(40),  # longer than needed: fine
+    }
+    entries = {
+        "x": _tensor(),
+        "hex": _tensor(file="%C3%A9.memmap"),
+        "utf": _tensor(file="\u00e9.memmap"),
+        "empty": _tensor(shape=(2, 0)),
+        "empty2": _tensor(shape=(2, 0, 2**61), file="e.memmap"),
+        "long": _tensor(shape=(2, 5), dtype="int32", file="long.memmap"),
+    }
+    entries["empty"]["file"] = "e.memmap"
+    path = _tree(tmp_path, entries, files)
+    node = fmt.read_node(str(path))
+    for key, e in entries.items():
+        where = f"{path / 'meta.json'}: entry {key!r}"
+        slow = fmt.tensor_entry(
+            str(path), str(path), e["file"], e["dtype"], e["shape"], (2,), where
+        )
+        assert node.entries[key] == slow
+    bad = [
+        (_tensor(file="short.memmap"), {"short.memmap": bytes(8)}, r"short.memmap is 8 bytes"),
+        (_tensor(file="gone.memmap"), {}, r"gone.memmap is missing"),
+        (_tensor(shape=(3, 2)), {"x.memmap": bytes(24)}, r"does not start with batch_size"),
+        (_tensor(dtype="float128"), {"x.memmap": bytes(24)}, r"dtype 'float128'"),
+        (_tensor(shape=(2, 2**62, 2)), {"x.memmap": bytes(24)}, r"too large"),
+        (_tensor(file="sub"), {}, r"sub is not a regular file"),
+    ]
+    for i, (entry, more, match) in enumerate(bad):
+        tree = tmp_path / f"bad{i}"
+        _tree(tree, {"k": entry}, more)
+        (tree / "sub").mkdir()
+        with pytest.raises(FormatError, match=match):
+            fmt.read_node(str(tree))
+
+
 def test_nan_and_big_ints_round_trip_through_write_meta(tmp_path: Path) -> None:
     value = [float("nan"), float("inf"), 2**80, "ü"]
     meta = fmt.node_meta("TensorDict", [], None, {"v": {"kind": "json", "value": value}})
