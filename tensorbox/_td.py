@@ -303,15 +303,20 @@ class TensorDict(DistributedMethods):
         node._set_str(path[-1], value, path)
         return self
 
-    def set_(self, key: NestedKey, value: Any) -> Self:
-        """Copy ``value`` into the existing entry ``key`` (works on locked containers)."""
-        path = unravel_key(key)
+    def _existing_parent(self, path: tuple[str, ...]) -> TensorDict:
+        """The container holding ``path[-1]``; every level must exist already."""
         node: Any = self
         for part in path[:-1]:
             node = node._tensordict.get(part)
             if node is None or isinstance(node, Tensor) or type(node) is _NTD:
                 raise _ops.find_missing(self, path)
             node = _ops._inner(node)
+        return node
+
+    def set_(self, key: NestedKey, value: Any) -> Self:
+        """Copy ``value`` into the existing entry ``key`` (works on locked containers)."""
+        path = unravel_key(key)
+        node = self._existing_parent(path)
         if path[-1] not in node._tensordict:
             raise _ops.find_missing(self, path)
         return self._copy_into(node, path, value)
@@ -382,12 +387,7 @@ class TensorDict(DistributedMethods):
     def del_(self, key: NestedKey) -> Self:
         """Remove ``key`` (a tuple key removes a nested entry)."""
         path = unravel_key(key)
-        node: Any = self
-        for part in path[:-1]:
-            node = node._tensordict.get(part)
-            if node is None or isinstance(node, Tensor) or type(node) is _NTD:
-                raise _ops.find_missing(self, path)
-            node = _ops._inner(node)
+        node = self._existing_parent(path)
         store = node._tensordict
         if path[-1] not in store:
             raise _ops.find_missing(self, path)
