@@ -389,4 +389,18 @@ _TORCH_FUNCTIONS: dict[Any, Callable[..., Any]] = {
     torch.clone: lambda x, memory_format=None: x.clone(),
     torch.eq: lambda x, other: x == other,
     torch.ne: lambda x, other: x != other,
+    torch.where: lambda condition, input, other: (
+        input.where(condition, other)
+        if hasattr(input, "batch_size")
+        else other.where(~torch.as_tensor(condition), input)
+    ),
+    torch.zeros_like: lambda x, **kw: x.apply(lambda t: torch.zeros_like(t, **kw)),
+    torch.ones_like: lambda x, **kw: x.apply(lambda t: torch.ones_like(t, **kw)),
+    torch.empty_like: lambda x, **kw: x.apply(lambda t: torch.empty_like(t, **kw)),
+    torch.full_like: lambda x, fill_value, **kw: x.apply(
+        lambda t: torch.full_like(t, fill_value, **kw)
+    ),
+    torch.gather: lambda x, dim, index: x.gather(dim, index),
+    torch.flip: lambda x, dims: x.flip(dims),
+    torch.roll: lambda x, shifts, dims: x.roll(shifts, dims),
 }

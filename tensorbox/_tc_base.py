@@ -34,6 +34,7 @@ from ._nontensor import NonTensorData
 from ._tc_build import MISSING, Field, build_class, field, set_field
 from ._td import TensorDict
 from ._td_dist import DistributedMethods
+from ._td_tensor_methods import TensorMethods
 from .errors import TensorDictKeyError
 
 __all__ = ["TensorClass"]
@@ -90,7 +91,7 @@ else:
     _Meta = type
 
 
-class TensorClass(DistributedMethods, metaclass=_Meta):
+class TensorClass(TensorMethods, DistributedMethods, metaclass=_Meta):
     """Base class of tensorclasses: annotate fields, get ``__init__`` and every container op.
 
     ``class Foo(TensorClass, frozen=True, kw_only=True)`` takes the class options of
@@ -127,10 +128,15 @@ class TensorClass(DistributedMethods, metaclass=_Meta):
             return self._tensordict._device
 
     def __init_subclass__(
-        cls, *, frozen: bool | None = None, kw_only: bool | None = None, **kwargs: Any
+        cls,
+        *,
+        frozen: bool | None = None,
+        kw_only: bool | None = None,
+        shadow: bool | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init_subclass__(**kwargs)
-        build_class(cls, TensorClass, {"frozen": frozen, "kw_only": kw_only})
+        build_class(cls, TensorClass, {"frozen": frozen, "kw_only": kw_only, "shadow": shadow})
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("TensorClass is a base class: subclass it and annotate fields")

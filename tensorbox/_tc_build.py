@@ -219,10 +219,15 @@ def _own_fields(cls: type, reserved: Mapping[str, str]) -> list[Field]:
                 f"{name}: a field cannot be named {fname!r} (dunder names are Python's)"
             )
         if fname in reserved:
+            hint = (
+                ", or pass shadow=True to let the field hide this convenience method"
+                if fname in shadowable_names()
+                else ""
+            )
             raise TypeError(
                 f"{name}: field {fname!r} clashes with the {reserved[fname]} "
                 f"TensorClass.{fname}; a field must not hide a container member. "
-                f"Rename it (for example {fname + '_'!r})"
+                f"Rename it (for example {fname + '_'!r}){hint}"
             )
         value = cls.__dict__.get(fname, MISSING)
         if isinstance(value, Field):
@@ -439,6 +444,20 @@ def _make_init(cls: type, flds: tuple[Field, ...]) -> Callable[..., Any]:
 
 
 @functools.cache
+def shadowable_names() -> frozenset[str]:
+    """Convenience methods a field may hide with ``shadow=True``: the library never calls
+    them on a tensorclass itself, so hiding one only changes what the user sees."""
+    from ._td_dist import DistributedMethods
+    from ._td_tensor_methods import TensorMethods
+
+    return frozenset(
+        n
+        for mixin in (TensorMethods, DistributedMethods)
+        for n in vars(mixin)
+        if not n.startswith("_")
+    )
+
+
 def reserved_names(base: type) -> Mapping[str, str]:
     """Names a field may not take, with what they are on the base class."""
     out: dict[str, str] = {}
@@ -470,7 +489,13 @@ def build_class(cls: type, base: type, options: dict[str, Any]) -> None:
             f"{cls.__qualname__} defines __init__; a tensorclass generates it from the fields. "
             "Put checks in __post_init__, and other ways to build one in a classmethod"
         )
-    flds = collect_fields(cls, bool(kw_only), reserved_names(base))
+    shadow = options.get("shadow")
+    if shadow is None:
+        shadow = getattr(cls, "__tc_shadow__", False)
+    reserved = reserved_names(base)
+    if shadow:
+        reserved = {k: v for k, v in reserved.items() if k not in shadowable_names()}
+    flds = collect_fields(cls, bool(kw_only), reserved)
     for f in flds:
         setattr(cls, f.name, _make_property(cls.__name__, f.name))
     init: Any = _make_init(cls, flds)
@@ -479,6 +504,7 @@ def build_class(cls: type, base: type, options: dict[str, Any]) -> None:
     cls.__tc_fields__ = flds  # type: ignore[attr-defined]
     cls.__tc_names__ = frozenset(f.name for f in flds)  # type: ignore[attr-defined]
     cls.__tc_frozen__ = bool(frozen)  # type: ignore[attr-defined]
+    cls.__tc_shadow__ = bool(shadow)  # type: ignore[attr-defined]
     match = cls.__dict__.get("__match_args__")
     if match is None or match == cls.__dict__.get("__tc_match__"):
         match = tuple(f.name for f in flds if f.init and not f.kw_only)

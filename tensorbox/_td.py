@@ -34,6 +34,7 @@ from ._keys import NestedKey, format_key, unravel_key
 from ._nontensor import NonTensorData
 from ._shape import as_batch_size, check_leaf_shape
 from ._td_dist import DistributedMethods
+from ._td_tensor_methods import TensorMethods
 from .errors import BatchSizeError, LockedError, TensorDictKeyError
 
 __all__ = ["TensorDict", "is_tensor_collection"]
@@ -58,7 +59,7 @@ def _is_key(index: Any) -> bool:
     return False
 
 
-class TensorDict(DistributedMethods):
+class TensorDict(TensorMethods, DistributedMethods):
     """A dict of tensors (and nested TensorDicts) sharing leading batch dims.
 
     Args:

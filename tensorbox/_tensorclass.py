@@ -73,9 +73,13 @@ def is_tensorclass(obj: Any) -> bool:
 @overload
 def tensorclass(cls: _C, /) -> _C: ...
 @overload
-def tensorclass(*, frozen: bool = False, kw_only: bool = False) -> Callable[[_C], _C]: ...
+def tensorclass(
+    *, frozen: bool = False, kw_only: bool = False, shadow: bool = False
+) -> Callable[[_C], _C]: ...
 @dataclass_transform(field_specifiers=(field, dataclasses.field, Field, dataclasses.Field))
-def tensorclass(cls: Any = None, /, *, frozen: bool = False, kw_only: bool = False) -> Any:
+def tensorclass(
+    cls: Any = None, /, *, frozen: bool = False, kw_only: bool = False, shadow: bool = False
+) -> Any:
     """Make a tensorclass of ``cls``: a new class with the same name, body and bases, plus
     ``TensorClass`` as the last base.
 
@@ -83,6 +87,10 @@ def tensorclass(cls: Any = None, /, *, frozen: bool = False, kw_only: bool = Fal
         frozen: assigning a field raises ``dataclasses.FrozenInstanceError`` (the
             tensors themselves stay writable: use ``lock_()``/``memmap_()`` for that).
         kw_only: the class's own fields are keyword-only in ``__init__``.
+        shadow: let fields take the names of the convenience tensor methods
+            (``mean``, ``std``, ``sum``, ``log``, ``float``...; tensordict's option of the
+            same name). The field then hides the method on this class. Names the library
+            itself relies on (``apply``, ``to``, ``batch_size``...) stay refused.
 
     >>> import torch
     >>> @tensorclass(frozen=True)
@@ -96,12 +104,12 @@ def tensorclass(cls: Any = None, /, *, frozen: bool = False, kw_only: bool = Fal
     """
 
     def wrap(c: Any) -> Any:
-        return _make(c, frozen=frozen, kw_only=kw_only)
+        return _make(c, frozen=frozen, kw_only=kw_only, shadow=shadow)
 
     return wrap if cls is None else wrap(cls)
 
 
-def _make(cls: type, *, frozen: bool, kw_only: bool) -> type:
+def _make(cls: type, *, frozen: bool, kw_only: bool, shadow: bool) -> type:
     if not isinstance(cls, type):
         raise TypeError(f"@tensorclass decorates a class, got {cls!r}")
     if issubclass(cls, TensorClass):
@@ -109,7 +117,7 @@ def _make(cls: type, *, frozen: bool, kw_only: bool) -> type:
         # rebuild in place with these options.
         from ._tc_build import build_class
 
-        build_class(cls, TensorClass, {"frozen": frozen, "kw_only": kw_only})
+        build_class(cls, TensorClass, {"frozen": frozen, "kw_only": kw_only, "shadow": shadow})
         return cls
     if "__dataclass_fields__" in cls.__dict__:
         raise TypeError(
@@ -124,7 +132,7 @@ def _make(cls: type, *, frozen: bool, kw_only: bool) -> type:
     new = types.new_class(
         cls.__name__,
         bases,
-        {"frozen": frozen, "kw_only": kw_only},
+        {"frozen": frozen, "kw_only": kw_only, "shadow": shadow},
         lambda body: body.update(ns),
     )
     _rebind_class_cells(new, cls)

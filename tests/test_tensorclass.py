@@ -794,3 +794,31 @@ def test_docs_list_every_reserved_name() -> None:
     text = (Path(__file__).resolve().parents[1] / "docs" / "tensorclass.md").read_text()
     public = [n for n in reserved_names(TensorClass) if not n.startswith("_")]
     assert [n for n in public if f"`{n}`" not in text] == []
+
+
+def test_shadow_lets_fields_hide_convenience_methods_only() -> None:
+    with pytest.raises(TypeError, match=r"field 'mean' clashes .* or pass shadow=True"):
+
+        @tensorclass
+        class Gauss:
+            mean: torch.Tensor
+
+    @tensorclass(shadow=True)
+    class Gaussian:
+        mean: torch.Tensor
+        std: torch.Tensor
+
+    g = Gaussian(torch.zeros(4, 2), torch.ones(4, 2), batch_size=[4])
+    assert torch.equal(g.mean, torch.zeros(4, 2)) and torch.equal(g[1].std, torch.ones(2))
+    assert g.double().std.dtype == torch.float64  # the other convenience methods remain
+
+    class Summed(TensorClass, shadow=True):
+        sum: torch.Tensor
+
+    assert torch.equal(Summed(torch.ones(3), batch_size=[3]).sum, torch.ones(3))
+    # Names the library relies on stay refused, with no shadow hint.
+    with pytest.raises(TypeError, match=r"field 'apply' clashes .*'apply_'\)$"):
+
+        @tensorclass(shadow=True)
+        class Bad:
+            apply: torch.Tensor

@@ -1,0 +1,346 @@
+"""Tensor-like methods shared by ``TensorDict`` and ``TensorClass``.
+
+Casts, elementwise math, comparisons, reductions over batch dimensions, batch-dim
+``repeat``/``flip``/``roll``/``gather`` and a few mapping helpers, with tensordict's
+names and semantics. Each is written with public methods that both containers
+have (``apply``, ``batch_size``, ``items``, ``get``/``set``...), so each returns
+the caller's own type.
+
+>>> import torch
+>>> from tensorbox import TensorDict
+>>> td = TensorDict(a=torch.tensor([1.0, 4.0]), b=torch.tensor([2, 3]), batch_size=[2])
+>>> td.sqrt()["a"], td.float()["b"].dtype, td.sum()["b"]
+(tensor([1., 2.]), torch.float32, tensor(5))
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Self
+
+import torch
+from torch import Tensor
+
+from ._keys import NestedKey, format_key
+
+__all__ = ["TensorMethods"]
+
+_MISSING: Any = object()
+
+
+def _is_coll(v: Any) -> bool:
+    return getattr(type(v), "_is_tensor_collection", False) or hasattr(v, "_tensordict")
+
+
+def _leaves(obj: Any) -> Iterable[tuple[NestedKey, Tensor]]:
+    return ((k, v) for k, v in obj.items(True, True) if isinstance(v, Tensor))
+
+
+def _batch_dim(dim: int, ndim: int, what: str) -> int:
+    d = dim + ndim if dim < 0 else dim
+    if not 0 <= d < ndim:
+        raise IndexError(f"{what}: dim {dim} is out of range for {ndim} batch dimension(s)")
+    return d
+
+
+def _batch_dims(dims: int | Sequence[int], ndim: int, what: str) -> tuple[int, ...]:
+    seq = (dims,) if isinstance(dims, int) else tuple(dims)
+    return tuple(_batch_dim(d, ndim, what) for d in seq)
+
+
+def _expand(mask: Tensor, leaf: Tensor) -> Tensor:
+    """``mask`` (leading dims of ``leaf``) with trailing dims appended, expanded to ``leaf``."""
+    return mask.reshape(*mask.shape, *(1,) * (leaf.ndim - mask.ndim)).expand(leaf.shape)
+
+
+def _check_mask(obj: Any, mask: Tensor, what: str) -> Tensor:
+    mask = torch.as_tensor(mask)
+    for k, v in _leaves(obj):
+        if v.shape[: mask.ndim] != mask.shape:
+            raise ValueError(
+                f"{what}: mask of shape {tuple(mask.shape)} does not lead the shape "
+                f"{tuple(v.shape)} of key {format_key(k)}"
+            )
+    return mask
+
+
+def _binary(self: Any, other: Any, op: Callable[[Tensor, Any], Tensor]) -> Any:
+    if _is_coll(other):
+        return self.apply(op, other)
+    return self.apply(lambda t: op(t, other))
+
+
+def _cast(dtype: torch.dtype) -> Callable[[Any], Any]:
+    def cast(self: Any) -> Any:
+        return self.apply(lambda t: t.to(dtype))
+
+    cast.__doc__ = f"Every tensor leaf cast to ``{dtype}`` (``to(dtype)`` casts floats only)."
+    return cast
+
+
+def _unary(fn: Callable[[Tensor], Tensor], name: str) -> Callable[[Any], Any]:
+    def unary(self: Any) -> Any:
+        return self.apply(fn)
+
+    unary.__doc__ = f"``torch.{name}`` of every tensor leaf."
+    return unary
+
+
+def _compare(op: Callable[[Tensor, Any], Tensor], sym: str) -> Callable[[Any, Any], Any]:
+    def compare(self: Any, other: Any) -> Any:
+        return _binary(self, other, op)
+
+    compare.__doc__ = f"``leaf {sym} other`` per leaf: a container of bool tensors."
+    return compare
+
+
+class TensorMethods:
+    """Mixin of ``TensorDict`` and ``TensorClass``: tensor-like methods, leaf by leaf."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ casts
+
+    float = _cast(torch.float32)
+    double = _cast(torch.float64)
+    half = _cast(torch.float16)
+    bfloat16 = _cast(torch.bfloat16)
+    int = _cast(torch.int32)
+    long = _cast(torch.int64)
+    bool = _cast(torch.bool)
+
+    # ------------------------------------------------------------ elementwise
+
+    abs = _unary(torch.abs, "abs")
+    exp = _unary(torch.exp, "exp")
+    log = _unary(torch.log, "log")
+    sqrt = _unary(torch.sqrt, "sqrt")
+    sigmoid = _unary(torch.sigmoid, "sigmoid")
+
+    def clamp(self, min: Any = None, max: Any = None) -> Self:
+        """``torch.clamp(leaf, min, max)`` for every tensor leaf."""
+        return self.apply(lambda t: torch.clamp(t, min, max))
+
+    def __pow__(self, other: Any) -> Self:
+        return _binary(self, other, torch.pow)
+
+    __lt__ = _compare(torch.lt, "<")
+    __le__ = _compare(torch.le, "<=")
+    __gt__ = _compare(torch.gt, ">")
+    __ge__ = _compare(torch.ge, ">=")
+
+    def __rsub__(self, other: Any) -> Self:
+        return self.apply(lambda t: other - t)
+
+    def __rtruediv__(self, other: Any) -> Self:
+        return self.apply(lambda t: other / t)
+
+    def masked_fill(self, mask: Tensor, value: Any) -> Self:
+        """Leaves with ``value`` where ``mask`` (over leading batch dims) is true.
+
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2, 3), batch_size=[2])
+        >>> td.masked_fill(torch.tensor([True, False]), 1.0)["a"].sum().item()
+        3.0
+        """
+        mask = _check_mask(self, mask, "masked_fill")
+        return self.apply(lambda t: t.masked_fill(_expand(mask, t), value))
+
+    def masked_fill_(self, mask: Tensor, value: Any) -> Self:
+        """In-place ``masked_fill``: writes into the existing tensors."""
+        mask = _check_mask(self, mask, "masked_fill_")
+        return self.apply(lambda t: t.masked_fill_(_expand(mask, t), value), inplace=True)
+
+    def where(self, condition: Tensor, other: Any) -> Self:
+        """``torch.where(condition, leaf, other)``; ``condition`` spans leading batch dims.
+
+        ``other`` is a container with the same keys, a tensor or a scalar.
+        """
+        cond = _check_mask(self, condition, "where")
+        if _is_coll(other):
+            return self.apply(lambda t, o: torch.where(_expand(cond, t), t, o), other)
+        return self.apply(lambda t: torch.where(_expand(cond, t), t, other))
+
+    # ---------------------------------------------------------- constructors
+
+    def empty(self) -> Self:
+        """A container with this batch size and device but no entries."""
+        return self.exclude(*self.keys())
+
+    @classmethod
+    def fromkeys(cls, keys: Iterable[str], value: Any = 0) -> Self:
+        """A container (batch size ``[]``) with ``value`` as a tensor at every key."""
+        return cls.from_dict({k: torch.as_tensor(value) for k in keys})  # type: ignore[attr-defined]
+
+    @classmethod
+    def maybe_dense_stack(cls, items: Sequence[Any], dim: builtins.int = 0) -> Any:
+        """``torch.stack(items, dim)`` (tensordict's name; stacks here are always dense)."""
+        return torch.stack(list(items), dim)
+
+    # ------------------------------------------------------------ reductions
+
+    def _reduce(self, name: str, dim: Any, keepdim: builtins.bool, **kw: Any) -> Self:
+        fn = getattr(torch, name)
+        if dim is None:
+            return self.apply(lambda t: fn(t, **kw), batch_size=[])
+        bs = self.batch_size
+        dims = _batch_dims(dim, len(bs), name)
+        new = [1 if i in dims else s for i, s in enumerate(bs) if keepdim or i not in dims]
+        return self.apply(lambda t: fn(t, dim=dims, keepdim=keepdim, **kw), batch_size=new)
+
+    def sum(self, dim: Any = None, keepdim: builtins.bool = False, *, dtype: Any = None) -> Self:
+        """Sum over batch dim(s) ``dim`` (removed); with ``dim=None`` each leaf to a scalar.
+
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.ones(2, 3), batch_size=[2])
+        >>> td.sum(0)["a"], td.sum().batch_size
+        (tensor([2., 2., 2.]), torch.Size([]))
+        """
+        kw = {} if dtype is None else {"dtype": dtype}
+        return self._reduce("sum", dim, keepdim, **kw)
+
+    def mean(self, dim: Any = None, keepdim: builtins.bool = False, *, dtype: Any = None) -> Self:
+        """Mean over batch dim(s) ``dim``, or of each whole leaf with ``dim=None``."""
+        kw = {} if dtype is None else {"dtype": dtype}
+        return self._reduce("mean", dim, keepdim, **kw)
+
+    def std(
+        self, dim: Any = None, keepdim: builtins.bool = False, *, correction: builtins.int = 1
+    ) -> Self:
+        """Standard deviation over batch dim(s) ``dim``, or of each whole leaf."""
+        return self._reduce("std", dim, keepdim, correction=correction)
+
+    def var(
+        self, dim: Any = None, keepdim: builtins.bool = False, *, correction: builtins.int = 1
+    ) -> Self:
+        """Variance over batch dim(s) ``dim``, or of each whole leaf."""
+        return self._reduce("var", dim, keepdim, correction=correction)
+
+    def amax(self, dim: Any = None, keepdim: builtins.bool = False) -> Self:
+        """Maximum over batch dim(s) ``dim``, or of each whole leaf."""
+        return self._reduce("amax", dim, keepdim)
+
+    def amin(self, dim: Any = None, keepdim: builtins.bool = False) -> Self:
+        """Minimum over batch dim(s) ``dim``, or of each whole leaf."""
+        return self._reduce("amin", dim, keepdim)
+
+    # ----------------------------------------------------------------- shape
+
+    def repeat(self, *repeats: Any) -> Self:
+        """Tile the batch dims ``repeats`` times each (one count per batch dim)."""
+        if len(repeats) == 1 and not isinstance(repeats[0], int):
+            repeats = tuple(repeats[0])
+        bs = self.batch_size
+        if len(repeats) != len(bs):
+            raise ValueError(f"repeat: got {len(repeats)} counts for batch_size {tuple(bs)}")
+        new = [s * r for s, r in zip(bs, repeats, strict=True)]
+        return self.apply(lambda t: t.repeat(*repeats, *(1,) * (t.ndim - len(bs))), batch_size=new)
+
+    def flip(self, dims: builtins.int | Sequence[builtins.int]) -> Self:
+        """Reverse the order along batch dims ``dims``."""
+        d = _batch_dims(dims, self.batch_dims, "flip")
+        return self.apply(lambda t: torch.flip(t, d))
+
+    def roll(
+        self,
+        shifts: builtins.int | Sequence[builtins.int],
+        dims: builtins.int | Sequence[builtins.int],
+    ) -> Self:
+        """Roll along batch dims ``dims`` by ``shifts`` (as ``torch.roll``)."""
+        d = _batch_dims(dims, self.batch_dims, "roll")
+        return self.apply(lambda t: torch.roll(t, shifts, d))
+
+    def gather(self, dim: builtins.int, index: Tensor) -> Self:
+        """``torch.gather`` along batch dim ``dim``; ``index`` spans the batch dims."""
+        d = _batch_dim(dim, self.batch_dims, "gather")
+        if index.ndim != self.batch_dims:
+            raise ValueError(
+                f"gather: index has {index.ndim} dims, expected {self.batch_dims} (the batch dims)"
+            )
+
+        def fn(t: Tensor) -> Tensor:
+            extra = t.shape[index.ndim :]
+            idx = index.reshape(*index.shape, *(1,) * len(extra)).expand(*index.shape, *extra)
+            return torch.gather(t, d, idx)
+
+        return self.apply(fn, batch_size=index.shape)
+
+    # ------------------------------------------------------- mapping helpers
+
+    def setdefault(self, key: NestedKey, default: Any) -> Any:
+        """The entry at ``key``; when missing, set it to ``default`` first."""
+        if self.get(key, _MISSING) is _MISSING:
+            self.set(key, default)
+        return self.get(key)
+
+    def get_item_shape(self, key: NestedKey) -> torch.Size:
+        """Shape of the entry at ``key`` (a nested container's batch size; ``batch_size`` for
+        a non-tensor)."""
+        v = self._get_or_raise(key)
+        return v.shape if hasattr(v, "shape") else self.batch_size
+
+    def entry_class(self, key: NestedKey) -> type:
+        """Class of the entry at ``key``."""
+        return type(self._get_or_raise(key))
+
+    def _get_or_raise(self, key: NestedKey) -> Any:
+        v = self.get(key, _MISSING)
+        if v is _MISSING:
+            raise KeyError(f"key {format_key(key)} not found")
+        return v
+
+    def auto_batch_size_(self, batch_dims: builtins.int | None = None) -> Self:
+        """Set the batch size to the longest leading shape the leaves share (at most
+        ``batch_dims`` dims), nested levels too."""
+        from . import _ops
+
+        td = self if isinstance(self._tensordict, dict) else self._tensordict  # type: ignore[attr-defined]
+        _ops.set_batch_size_nested(td, _ops.common_batch_size(td, batch_dims))
+        return self
+
+    def filter_non_tensor_data(self) -> Self:
+        """A copy without the non-tensor entries."""
+        drop = [k for k, v in self.items(True, True) if not isinstance(v, Tensor)]
+        return self.exclude(*drop)
+
+    def numpy(self) -> dict[str, Any]:
+        """Nested dict of NumPy arrays (``Tensor.numpy``: shares memory; CPU, no grad)."""
+        out: dict[str, Any] = {}
+        for k, v in self.items():
+            if isinstance(v, Tensor) or _is_coll(v):
+                out[k] = v.numpy()
+            elif v is not None:
+                out[k] = v
+        return out
+
+    def tolist(self, *, convert_tensors: builtins.bool = False) -> Any:
+        """Nested lists (one level per batch dim) of per-element ``to_dict()`` dicts.
+
+        With ``convert_tensors`` the tensors become Python lists too.
+        """
+        if self.batch_dims:
+            return [x.tolist(convert_tensors=convert_tensors) for x in self.unbind(0)]  # type: ignore[attr-defined]
+        d = self.to_dict()  # type: ignore[attr-defined]
+        return _tolist(d) if convert_tensors else d
+
+    def data_ptr(self) -> Self:
+        """Same structure, batch size ``[]``: each leaf's ``data_ptr()`` as an int64 tensor."""
+        return self.apply(lambda t: torch.tensor(t.data_ptr()), batch_size=[])
+
+    @property
+    def sorted_keys(self) -> list[str]:
+        """The top-level keys, sorted."""
+        return sorted(self.keys())
+
+    def split_keys(self, *key_sets: Iterable[NestedKey]) -> tuple[Self, ...]:
+        """One container per key set, then one with the remaining keys."""
+        sets = [list(ks) for ks in key_sets]
+        out = [self.select(*ks) for ks in sets]
+        return (*out, self.exclude(*(k for ks in sets for k in ks)))
+
+
+def _tolist(d: Any) -> Any:
+    if isinstance(d, dict):
+        return {k: _tolist(v) for k, v in d.items()}
+    return d.tolist() if isinstance(d, Tensor) else d
