@@ -616,7 +616,6 @@ from ._keyops import exclude, flatten_keys, select, unflatten_keys, update  # no
 from ._stackcat import (  # noqa: E402
     cat,
     chunk,
-    expand,
     flatten,
     narrow,
     permute,
@@ -644,7 +643,6 @@ __all__ = [
     "common_batch_size",
     "compare",
     "exclude",
-    "expand",
     "fill_entries",
     "find_missing",
     "flatten",

@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 __all__ = [
     "cat",
     "chunk",
-    "expand",
     "flatten",
     "narrow",
     "permute",
@@ -77,10 +76,11 @@ def _feat(x: Any, bd: int) -> tuple[int, ...]:
 
 
 def reshape(td: TensorDict, args: tuple[Any, ...], how: str) -> TensorDict:
+    """``reshape``, ``view`` or ``expand`` (named by ``how``) of the batch dims."""
     shape = shape_from_args(args)
     bd = len(td._batch_size)
     try:
-        new_bs = _stand_in(td._batch_size).reshape(shape).shape
+        new_bs = getattr(_stand_in(td._batch_size), how)(shape).shape
     except RuntimeError as err:
         raise BatchSizeError(
             f"cannot {how} batch_size {tuple(td._batch_size)} to {shape}: {err}"
@@ -128,18 +128,6 @@ def transpose(td: TensorDict, dim0: int, dim1: int) -> TensorDict:
     bs = list(td._batch_size)
     bs[a], bs[b] = bs[b], bs[a]
     return _map(td, lambda x: x.transpose(a, b), _Size(bs))
-
-
-def expand(td: TensorDict, args: tuple[Any, ...]) -> TensorDict:
-    shape = shape_from_args(args)
-    bd = len(td._batch_size)
-    try:
-        new_bs = _stand_in(td._batch_size).expand(shape).shape
-    except RuntimeError as err:
-        raise BatchSizeError(
-            f"cannot expand batch_size {tuple(td._batch_size)} to {shape}: {err}"
-        ) from None
-    return _map(td, lambda x: x.expand(*new_bs, *_feat(x, bd)), new_bs)
 
 
 def flatten(td: TensorDict, start: int, end: int) -> TensorDict:

@@ -604,7 +604,7 @@ class TensorDict(TensorMethods, DistributedMethods):
         return _stackcat.transpose(self, dim0, dim1)
 
     def expand(self, *shape: Any) -> Self:
-        return _stackcat.expand(self, shape)
+        return _stackcat.reshape(self, shape, "expand")
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
         return _stackcat.flatten(self, start_dim, end_dim)

@@ -144,16 +144,20 @@ def main() -> None:
     print("one call transforms the whole batch:", tuple(y.shape), y.dtype, "on", y.device)
 
     step("6. BatchLoader: crop at read time, fused normalisation, reader threads")
-    loader = BatchLoader(
-        train,
-        64,
-        crop=crop,
-        flip=True,
-        normalize="imagenet",
-        device=device,
-        seed=0,
-        num_threads=workers,
-    )
+
+    def make() -> BatchLoader:
+        return BatchLoader(
+            train,
+            64,
+            crop=crop,
+            flip=True,
+            normalize="imagenet",
+            device=device,
+            seed=0,
+            num_threads=workers,
+        )
+
+    loader = make()
     first = next(iter(loader))
     assert first.images.shape == (64, 3, crop, crop) and first.images.dtype == torch.float32
     fast = rate(loader)
@@ -174,18 +178,6 @@ def main() -> None:
         nn.Linear(8, len(train.classes)),
     ).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-
-    def make() -> BatchLoader:
-        return BatchLoader(
-            train,
-            64,
-            crop=crop,
-            flip=True,
-            normalize="imagenet",
-            device=device,
-            seed=0,
-            num_threads=workers,
-        )
 
     uninterrupted = [b.targets.clone() for b in make()]  # epoch 0, start to end
     loader = make()

@@ -35,6 +35,7 @@ import torch
 from PIL import Image
 
 from ._folder import scan_image_folder
+from .transforms import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = [
     "IMAGENET_MEAN",
@@ -45,9 +46,6 @@ __all__ = [
     "sample_resized_crop_box",
     "torchvision_available",
 ]
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def pil_loader(path: str) -> Image.Image:
