@@ -14,8 +14,8 @@ from . import _pytree  # noqa: F401  (registers TensorDict with torch's pytree a
 from ._keys import NestedKey
 from ._memmap_tensor import MemoryMappedTensor
 from ._nontensor import NonTensorData
-from ._td import TensorDict, is_tensor_collection
 from ._tensorclass import TensorClass, field, fields, is_tensorclass, tensorclass
+from ._tensordict import TensorDict, is_tensor_collection
 from .data import BatchLoader, ImageFolderData
 from .errors import (
     BatchSizeError,

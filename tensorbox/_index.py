@@ -33,7 +33,7 @@ from ._shape import normalize_index
 from .errors import BatchSizeError, TensorDictKeyError
 
 if TYPE_CHECKING:
-    from ._td import TensorDict
+    from ._container import TensorCollection
 
 __all__ = ["batch_after_index", "gather_rows", "getitem", "setitem_batch"]
 
@@ -44,7 +44,7 @@ _int = torch.int32
 _bool = torch.bool
 
 
-def getitem(td: TensorDict, index: Any) -> Any:
+def getitem(td: TensorCollection, index: Any) -> Any:
     """``td[index]`` for a batch index (keys were handled by the caller)."""
     t = type(index)
     bs = td._batch_size
@@ -87,7 +87,7 @@ def getitem(td: TensorDict, index: Any) -> Any:
     return _generic(td, index)
 
 
-def _take(td: TensorDict, idx: Tensor) -> Any:
+def _take(td: TensorCollection, idx: Tensor) -> Any:
     """One ``index_select`` per leaf along dim 0, or None when that does not apply
     (negative or out-of-range entries, leaves on another device): the general
     path then gives torch's result or torch's error."""
@@ -102,7 +102,7 @@ def _take(td: TensorDict, idx: Tensor) -> Any:
     return td._new_unsafe(out, _Size((idx.shape[0], *bs[1:])), td._device)
 
 
-def _generic(td: TensorDict, index: Any) -> Any:
+def _generic(td: TensorCollection, index: Any) -> Any:
     index = normalize_index(index, len(td._batch_size))
     out = {k: v[index] for k, v in td._tensordict.items()}
     return td._new_unsafe(out, batch_after_index(td, out, index), td._device)
@@ -137,7 +137,7 @@ def as_index(index: list[Any] | range) -> Any:
         return tuple(index)  # a list of slices/tensors: torch's old tuple meaning
 
 
-def batch_after_index(td: TensorDict, out: dict[str, Any], index: Any) -> torch.Size:
+def batch_after_index(td: TensorCollection, out: dict[str, Any], index: Any) -> torch.Size:
     """The batch size of ``td[index]``, read off one indexed entry when there is one."""
     bd = len(td._batch_size)
     for k, v in td._tensordict.items():
@@ -151,7 +151,7 @@ def batch_after_index(td: TensorDict, out: dict[str, Any], index: Any) -> torch.
     return torch.empty(()).expand(td._batch_size)[cpu_index(index)].shape
 
 
-def gather_rows(td: TensorDict, indices: Sequence[int] | Tensor) -> Any:
+def gather_rows(td: TensorCollection, indices: Sequence[int] | Tensor) -> Any:
     """``td[indices]`` for a 1-D list of row numbers: what DataLoader's fetcher passes
     to ``__getitems__``; one ``index_select`` per leaf."""
     if not td._batch_size:
@@ -160,7 +160,7 @@ def gather_rows(td: TensorDict, indices: Sequence[int] | Tensor) -> Any:
     return getitem(td, idx)
 
 
-def setitem_batch(td: TensorDict, index: Any, value: Any) -> None:
+def setitem_batch(td: TensorCollection, index: Any, value: Any) -> None:
     """``td[index] = value``: write in place into the selected rows of every leaf."""
     if type(index) is list or type(index) is range:
         index = as_index(index)
@@ -171,8 +171,7 @@ def setitem_batch(td: TensorDict, index: Any, value: Any) -> None:
     if isinstance(value, Mapping):
         store = value
     elif getattr(type(value), "_is_tensor_collection", False):
-        inner = value._tensordict  # a TensorDict's dict, or a tensorclass's TensorDict
-        store = inner if type(inner) is dict else inner._tensordict
+        store = value._tensordict
     if store is not None:
         for k, v in store.items():
             cur = td._tensordict.get(k)
@@ -188,7 +187,7 @@ def setitem_batch(td: TensorDict, index: Any, value: Any) -> None:
             _write_rows(td, k, cur, index, value)
 
 
-def _write_rows(td: TensorDict, key: str, cur: Any, index: Any, value: Any) -> None:
+def _write_rows(td: TensorCollection, key: str, cur: Any, index: Any, value: Any) -> None:
     if isinstance(cur, Tensor):
         if type(value) is _NTD or isinstance(value, str):
             shown = value.value if type(value) is _NTD else value

@@ -22,24 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
+from ._apply import clone
+from ._entries import copy_leaf, prepare_entry
 from ._keys import NestedKey, unravel_key
 from ._nontensor import NonTensorData
-from ._ops import (
-    _inner,
-    _is_coll,
-    _raw,
-    _rewrap,
-    _store,
-    clone,
-    copy_leaf,
-    find_missing,
-    missing_key_error,
-    prepare_entry,
-)
+from ._tree import find_missing, is_coll, missing_key_error, new_plain, raw, store_of
 from .errors import KeyCollisionError, LockedError
 
 if TYPE_CHECKING:
-    from ._td import TensorDict
+    from ._container import TensorCollection
 
 __all__ = ["exclude", "flatten_keys", "select", "unflatten_keys", "update"]
 
@@ -47,7 +38,7 @@ _NTD = NonTensorData
 
 
 def update(
-    td: TensorDict,
+    td: TensorCollection,
     other: Any,
     inplace: bool,
     keys: Sequence[NestedKey] | None,
@@ -62,26 +53,26 @@ def update(
             if not found:
                 continue  # as tensordict: keys_to_update filters, it does not require
             if inplace and path in td:
-                td.set_(path, _raw(node))
+                td.set_(path, raw(node))
             elif strict:
                 raise find_missing(td, path)
             else:
-                td.set(path, _raw(node))
+                td.set(path, raw(node))
         return
     store = td._tensordict
-    for k, v in (other if type(other) is dict else _store(other)).items():
+    for k, v in (other if type(other) is dict else store_of(other)).items():
         cur = store.get(k)
         if cur is None:
             if strict:
                 raise missing_key_error(td, (k,), 0)
             td._set_str(k, v, (k,))
         elif isinstance(cur, Tensor):
-            if inplace and not (_is_coll(v) or isinstance(v, Mapping) or type(v) is _NTD):
+            if inplace and not (is_coll(v) or isinstance(v, Mapping) or type(v) is _NTD):
                 copy_leaf(cur, v)
             else:
                 td._set_str(k, v, (k,))
-        elif type(cur) is not _NTD and (_is_coll(v) or isinstance(v, Mapping)):
-            update(_inner(cur), v, inplace, None, strict)
+        elif type(cur) is not _NTD and (is_coll(v) or isinstance(v, Mapping)):
+            update(cur, v, inplace, None, strict)
         elif type(cur) is _NTD and inplace:
             store[k] = prepare_entry(td, k, v, (k,))
         else:
@@ -91,31 +82,33 @@ def update(
 def _lookup_mapping(obj: Any, path: tuple[str, ...]) -> tuple[bool, Any, None]:
     node = obj
     for part in path:
-        if not (_is_coll(node) or isinstance(node, Mapping)):
+        if not (is_coll(node) or isinstance(node, Mapping)):
             return False, None, None
-        store = _store(node)
+        store = store_of(node)
         if part not in store:
             return False, None, None
         node = store[part]
     return True, node, None
 
 
-def _lookup(td: TensorDict, path: tuple[str, ...]) -> tuple[bool, Any, list[Any]]:
+def _lookup(td: TensorCollection, path: tuple[str, ...]) -> tuple[bool, Any, list[Any]]:
     """(found, stored entry, the containers along the way)."""
     node: Any = td
     chain = []
     for part in path:
-        if not _is_coll(node):
+        if not is_coll(node):
             return False, None, chain
         chain.append(node)
-        store = _inner(node)._tensordict
+        store = node._tensordict
         if part not in store:
             return False, None, chain
         node = store[part]
     return True, node, chain
 
 
-def select(td: TensorDict, keys: Sequence[NestedKey], inplace: bool, strict: bool) -> TensorDict:
+def select(
+    td: TensorCollection, keys: Sequence[NestedKey], inplace: bool, strict: bool
+) -> TensorCollection:
     store = td._tensordict
     if _all_str(keys):
         if strict:
@@ -143,8 +136,8 @@ def _all_str(keys: Sequence[Any]) -> bool:
     return True
 
 
-def _select_nested(td: TensorDict, keys: Sequence[NestedKey], strict: bool) -> dict[str, Any]:
-    out = td._new_unsafe({}, td._batch_size, td._device)
+def _select_nested(td: TensorCollection, keys: Sequence[NestedKey], strict: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for key in keys:
         path = unravel_key(key)
         found, entry, chain = _lookup(td, path)
@@ -154,26 +147,15 @@ def _select_nested(td: TensorDict, keys: Sequence[NestedKey], strict: bool) -> d
             continue
         dest = out
         for part, src in zip(path[:-1], chain[1:]):
-            nxt = dest._tensordict.get(part)
-            if nxt is None:
-                inner = _inner(src)
-                nxt = td._new_unsafe({}, inner._batch_size, inner._device)
-                dest._tensordict[part] = nxt
-            dest = nxt
-        dest._tensordict[path[-1]] = entry
-    # Selected sub-containers of a tensorclass come back as that tensorclass.
-    return {k: _rewrap_like(td._tensordict[k], v) for k, v in out._tensordict.items()}
+            nxt = dest.get(part)
+            if nxt is None:  # a partial copy of the level, of the level's own type
+                nxt = dest[part] = type(src)._new_unsafe({}, src._batch_size, src._device)
+            dest = nxt._tensordict
+        dest[path[-1]] = entry
+    return out
 
 
-def _rewrap_like(src: Any, sel: Any) -> Any:
-    if isinstance(src, Tensor) or type(src) is _NTD or sel is src:
-        return sel
-    store = _inner(src)._tensordict
-    sel._tensordict = {k: _rewrap_like(store[k], v) for k, v in sel._tensordict.items()}
-    return _rewrap(src, sel)
-
-
-def exclude(td: TensorDict, keys: Sequence[NestedKey], inplace: bool) -> TensorDict:
+def exclude(td: TensorCollection, keys: Sequence[NestedKey], inplace: bool) -> TensorCollection:
     if inplace and td._locked:
         raise LockedError("exclude(inplace=True) on a locked TensorDict: unlock_() first")
     if _all_str(keys):
@@ -188,18 +170,18 @@ def exclude(td: TensorDict, keys: Sequence[NestedKey], inplace: bool) -> TensorD
         path = unravel_key(key)
         found, _, chain = _lookup(res, path)
         if found:
-            del _inner(chain[-1])._tensordict[path[-1]]
+            del chain[-1]._tensordict[path[-1]]
     return res
 
 
-def flatten_keys(td: TensorDict, sep: str) -> TensorDict:
+def flatten_keys(td: TensorCollection, sep: str) -> TensorCollection:
     out: dict[str, Any] = {}
 
-    def walk(node: TensorDict, prefix: str) -> None:
+    def walk(node: TensorCollection, prefix: str) -> None:
         for k, v in node._tensordict.items():
             name = f"{prefix}{sep}{k}" if prefix else k
-            if not (isinstance(v, Tensor) or type(v) is _NTD) and _inner(v)._tensordict:
-                walk(_inner(v), name)
+            if not (isinstance(v, Tensor) or type(v) is _NTD) and v._tensordict:
+                walk(v, name)
                 continue
             if name in out:
                 raise KeyCollisionError(
@@ -212,34 +194,34 @@ def flatten_keys(td: TensorDict, sep: str) -> TensorDict:
     return td._new_unsafe(out, td._batch_size, td._device)
 
 
-def unflatten_keys(td: TensorDict, sep: str) -> TensorDict:
+def unflatten_keys(td: TensorCollection, sep: str) -> TensorCollection:
     out = td._new_unsafe({}, td._batch_size, td._device)
     for k, v in td._tensordict.items():
-        if _is_coll(v):
-            v = _rewrap(v, unflatten_keys(_inner(v), sep))
+        if is_coll(v):
+            v = unflatten_keys(v, sep)
         path = tuple(k.split(sep))
         dest = out
         for i, part in enumerate(path[:-1]):
             nxt = dest._tensordict.get(part)
             if nxt is None:
-                nxt = td._new_unsafe({}, td._batch_size, td._device)
+                nxt = new_plain({}, td._batch_size, td._device)
                 dest._tensordict[part] = nxt
-            elif not _is_coll(nxt):
+            elif not is_coll(nxt):
                 raise KeyCollisionError(
                     f"unflatten_keys: {k!r} needs {sep.join(path[: i + 1])!r} to be a "
                     "TensorDict but it is a leaf"
                 )
-            dest = _inner(nxt)
+            dest = nxt
         last = path[-1]
         if last in dest._tensordict:
             prev = dest._tensordict[last]
-            if _is_coll(prev) and _is_coll(v):
-                for kk, vv in _inner(v)._tensordict.items():
-                    if kk in _inner(prev)._tensordict:
+            if is_coll(prev) and is_coll(v):
+                for kk, vv in v._tensordict.items():
+                    if kk in prev._tensordict:
                         raise KeyCollisionError(
                             f"unflatten_keys: {k!r} and another key both give {(*path, kk)!r}"
                         )
-                    _inner(prev)._tensordict[kk] = vv
+                    prev._tensordict[kk] = vv
                 continue
             raise KeyCollisionError(
                 f"unflatten_keys: {k!r} gives {path!r}, which another key already holds"

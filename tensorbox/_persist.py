@@ -60,9 +60,8 @@ from ._memmap_tensor import (
     write_file,
 )
 from ._nontensor import NonTensorData
-from ._ops import _inner, _is_coll, _rewrap, iter_shaped
-from ._td import TensorDict, is_tensor_collection
-from ._tensorclass import CLASS_REGISTRY
+from ._tensordict import TensorDict, is_tensor_collection
+from ._tree import CLASS_REGISTRY, is_coll, iter_shaped, type_name
 
 __all__ = ["is_memmap", "load_memmap", "memmap", "memmap_", "memmap_like", "saved_type"]
 
@@ -112,18 +111,18 @@ def load_memmap(
     dev = None if device is None else torch.device(device)
     loader = _Loader(root, CLASS_REGISTRY, dev, non_blocking, mode)
     obj = loader.node(fmt.read_node(root, root), cls, 0)
-    _inner(obj).lock_()
+    obj.lock_()
     return obj
 
 
 def is_memmap(obj: Any) -> bool:
     """True when every tensor leaf is a MemoryMappedTensor (and there is one, or it is locked)."""
     found = False
-    for _, t in iter_shaped(_inner(obj)):
+    for _, t in iter_shaped(obj):
         if not isinstance(t, MemoryMappedTensor):
             return False
         found = True
-    return found or _inner(obj).is_locked
+    return found or obj.is_locked
 
 
 def saved_type(obj: Any) -> str | None:
@@ -136,8 +135,7 @@ def saved_type(obj: Any) -> str | None:
 
 
 def _type_name(obj: Any) -> str:
-    cls = type(obj)
-    return "TensorDict" if cls is TensorDict else f"{cls.__module__}:{cls.__qualname__}"
+    return type_name(type(obj))
 
 
 _saved_types: dict[int, tuple[str, Any]] = {}
@@ -193,7 +191,7 @@ class _Saver:
                     else MemoryMappedTensor.from_tensor(t)
                 )
         result = self._build()
-        _inner(result).lock_()
+        result.lock_()
         return result
 
     # ------------------------------------------------------------ the walk
@@ -201,7 +199,7 @@ class _Saver:
     def _walk(
         self, obj: Any, directory: str | None, path: tuple[str, ...], parent: dict | None, key: Any
     ) -> None:
-        td = _inner(obj)
+        td = obj
         if directory is not None:
             self.dirs.append(directory)
         store = td._tensordict if self.mode == "inplace" else {}
@@ -213,7 +211,7 @@ class _Saver:
                 store[k] = v  # a placeholder that keeps the key order; replaced below
             if isinstance(v, Tensor):
                 entries[k] = self._leaf(v, k, kpath, directory, store)
-            elif _is_coll(v):
+            elif is_coll(v):
                 name = fmt.encode_key(k, node=True)
                 entries[k] = {"kind": "node", "dir": name}
                 sub = None if directory is None else f"{directory}{os.sep}{name}"
@@ -331,14 +329,13 @@ class _Saver:
         """New containers from the planned stores (copy/like); the same object in place."""
         result = None
         for obj, store, parent, key, _ in self.nodes:
-            td = _inner(obj)
+            td = obj
             if self.mode == "inplace":
                 if td.device is not None:
                     td._device = _cpu(td.device)
                 result = obj
                 continue
-            new = type(td)._new_unsafe(store, td.batch_size, _cpu(td.device))
-            result = new if obj is td else _rewrap(obj, new)
+            result = type(td)._new_unsafe(store, td.batch_size, _cpu(td.device))
             if parent is not None:
                 parent[key] = result
         return result

@@ -21,12 +21,12 @@ import torch.utils._pytree as pytree
 from torch.utils.data._utils import collate as _collate
 
 from ._nontensor import NonTensorData
-from ._td import TensorDict
+from ._tensordict import TensorDict
 
 __all__ = ["register_collection"]
 
 
-def _flatten(td: TensorDict) -> tuple[list[Any], Any]:
+def _flatten(td: Any) -> tuple[list[Any], Any]:
     keys, children, fixed = [], [], []
     for k, v in td._tensordict.items():
         if type(v) is NonTensorData:
@@ -44,7 +44,7 @@ def _unflatten(children: Any, context: Any, cls: type = TensorDict) -> Any:
     return cls._new_unsafe(store, torch.Size(bs), device)
 
 
-def _flatten_with_keys(td: TensorDict) -> tuple[list[tuple[Any, Any]], Any]:
+def _flatten_with_keys(td: Any) -> tuple[list[tuple[Any, Any]], Any]:
     children, ctx = _flatten(td)
     return [(pytree.MappingKey(k), c) for k, c in zip(ctx[0], children)], ctx
 
@@ -61,16 +61,10 @@ def register_collection(cls: type, name: str) -> None:
     """Make ``cls`` a pytree node and teach the default collate to pass it through."""
     pytree.register_pytree_node(
         cls,
-        _flatten if cls is TensorDict else (lambda x: _flatten(x._tensordict)),
-        (lambda c, ctx: _unflatten(c, ctx))
-        if cls is TensorDict
-        else (lambda c, ctx: cls._from_tensordict(_unflatten(c, ctx))),
+        _flatten,
+        lambda c, ctx: _unflatten(c, ctx, cls),
         serialized_type_name=name,
-        flatten_with_keys_fn=(
-            _flatten_with_keys
-            if cls is TensorDict
-            else (lambda x: _flatten_with_keys(x._tensordict))
-        ),
+        flatten_with_keys_fn=_flatten_with_keys,
     )
     _collate.default_collate_fn_map[cls] = _collate_batch
 

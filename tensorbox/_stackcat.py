@@ -33,7 +33,7 @@ from ._shape import check_dim, shape_from_args
 from .errors import BatchSizeError, TensorDictKeyError
 
 if TYPE_CHECKING:
-    from ._td import TensorDict
+    from ._container import TensorCollection
 
 __all__ = [
     "cat",
@@ -56,17 +56,12 @@ _Size = torch.Size
 _NTD = NonTensorData
 
 
-def _inner(v: Any) -> TensorDict:
-    inner = v._tensordict
-    return v if type(inner) is dict else inner
-
-
 def _stand_in(bs: torch.Size) -> Tensor:
     """A tensor shaped like the batch that costs no memory (every stride is 0)."""
     return torch.empty(()).expand(bs)
 
 
-def _map(td: TensorDict, fn: Callable[[Any], Any], new_bs: torch.Size) -> TensorDict:
+def _map(td: TensorCollection, fn: Callable[[Any], Any], new_bs: torch.Size) -> TensorCollection:
     out = {k: (v.map_batch(fn) if type(v) is _NTD else fn(v)) for k, v in td._tensordict.items()}
     return td._new_unsafe(out, new_bs, td._device)
 
@@ -75,7 +70,7 @@ def _feat(x: Any, bd: int) -> tuple[int, ...]:
     return tuple(x.shape[bd:])
 
 
-def reshape(td: TensorDict, args: tuple[Any, ...], how: str) -> TensorDict:
+def reshape(td: TensorCollection, args: tuple[Any, ...], how: str) -> TensorCollection:
     """``reshape``, ``view`` or ``expand`` (named by ``how``) of the batch dims."""
     shape = shape_from_args(args)
     bd = len(td._batch_size)
@@ -88,13 +83,13 @@ def reshape(td: TensorDict, args: tuple[Any, ...], how: str) -> TensorDict:
     return _map(td, lambda x: getattr(x, how)(*new_bs, *_feat(x, bd)), new_bs)
 
 
-def unsqueeze(td: TensorDict, dim: int) -> TensorDict:
+def unsqueeze(td: TensorCollection, dim: int) -> TensorCollection:
     bs = td._batch_size
     d = check_dim(dim, len(bs) + 1)
     return _map(td, lambda x: x.unsqueeze(d), _Size((*bs[:d], 1, *bs[d:])))
 
 
-def squeeze(td: TensorDict, dim: int | None) -> TensorDict:
+def squeeze(td: TensorCollection, dim: int | None) -> TensorCollection:
     bs = td._batch_size
     dims = [i for i, s in enumerate(bs) if s == 1] if dim is None else [check_dim(dim, len(bs))]
     dims = [d for d in dims if bs[d] == 1]
@@ -110,7 +105,7 @@ def squeeze(td: TensorDict, dim: int | None) -> TensorDict:
     return _map(td, fn, new_bs)
 
 
-def permute(td: TensorDict, args: tuple[Any, ...]) -> TensorDict:
+def permute(td: TensorCollection, args: tuple[Any, ...]) -> TensorCollection:
     dims = shape_from_args(args)
     bd = len(td._batch_size)
     if len(dims) != bd:
@@ -122,7 +117,7 @@ def permute(td: TensorDict, args: tuple[Any, ...]) -> TensorDict:
     return _map(td, lambda x: x.permute(*dims, *range(bd, x.ndim)), _Size(bs[d] for d in dims))
 
 
-def transpose(td: TensorDict, dim0: int, dim1: int) -> TensorDict:
+def transpose(td: TensorCollection, dim0: int, dim1: int) -> TensorCollection:
     bd = len(td._batch_size)
     a, b = check_dim(dim0, bd), check_dim(dim1, bd)
     bs = list(td._batch_size)
@@ -130,7 +125,7 @@ def transpose(td: TensorDict, dim0: int, dim1: int) -> TensorDict:
     return _map(td, lambda x: x.transpose(a, b), _Size(bs))
 
 
-def flatten(td: TensorDict, start: int, end: int) -> TensorDict:
+def flatten(td: TensorCollection, start: int, end: int) -> TensorCollection:
     bd = len(td._batch_size)
     if bd == 0:
         return td
@@ -142,7 +137,7 @@ def flatten(td: TensorDict, start: int, end: int) -> TensorDict:
     return _map(td, lambda x: x.flatten(s, e), new_bs)
 
 
-def unflatten(td: TensorDict, dim: int, sizes: Sequence[int]) -> TensorDict:
+def unflatten(td: TensorCollection, dim: int, sizes: Sequence[int]) -> TensorCollection:
     bs = td._batch_size
     d = check_dim(dim, len(bs))
     try:
@@ -155,14 +150,16 @@ def unflatten(td: TensorDict, dim: int, sizes: Sequence[int]) -> TensorDict:
     return _map(td, lambda x: x.unflatten(d, inner), new_bs)
 
 
-def narrow(td: TensorDict, dim: int, start: int, length: int) -> TensorDict:
+def narrow(td: TensorCollection, dim: int, start: int, length: int) -> TensorCollection:
     bs = td._batch_size
     d = check_dim(dim, len(bs))
     new_bs = _stand_in(bs).narrow(d, start, length).shape  # torch's checks and errors
     return _map(td, lambda x: x.narrow(d, start, length), new_bs)
 
 
-def _rows(td: TensorDict, parts: dict[str, Sequence[Any]], sizes: Sequence[torch.Size]) -> tuple:
+def _rows(
+    td: TensorCollection, parts: dict[str, Sequence[Any]], sizes: Sequence[torch.Size]
+) -> tuple:
     """Containers ``i = 0..len(sizes)-1`` made of ``parts[k][i]``."""
     new = td._new_unsafe
     dev = td._device
@@ -173,7 +170,7 @@ def _rows(td: TensorDict, parts: dict[str, Sequence[Any]], sizes: Sequence[torch
     )
 
 
-def unbind(td: TensorDict, dim: int) -> tuple[TensorDict, ...]:
+def unbind(td: TensorCollection, dim: int) -> tuple[TensorCollection, ...]:
     bs = td._batch_size
     d = check_dim(dim, len(bs))
     n = bs[d]
@@ -186,7 +183,9 @@ def unbind(td: TensorDict, dim: int) -> tuple[TensorDict, ...]:
     return _rows(td, parts, [_Size((*bs[:d], *bs[d + 1 :]))] * n)
 
 
-def split(td: TensorDict, split_size: int | Sequence[int], dim: int) -> tuple[TensorDict, ...]:
+def split(
+    td: TensorCollection, split_size: int | Sequence[int], dim: int
+) -> tuple[TensorCollection, ...]:
     bs = td._batch_size
     d = check_dim(dim, len(bs))
     if not isinstance(split_size, int):
@@ -198,7 +197,7 @@ def split(td: TensorDict, split_size: int | Sequence[int], dim: int) -> tuple[Te
     return _split_at(td, d, [s[d] for s in shapes], shapes)
 
 
-def chunk(td: TensorDict, chunks: int, dim: int) -> tuple[TensorDict, ...]:
+def chunk(td: TensorCollection, chunks: int, dim: int) -> tuple[TensorCollection, ...]:
     bs = td._batch_size
     d = check_dim(dim, len(bs))
     if chunks <= 0:
@@ -208,8 +207,8 @@ def chunk(td: TensorDict, chunks: int, dim: int) -> tuple[TensorDict, ...]:
 
 
 def _split_at(
-    td: TensorDict, d: int, sizes: list[int], shapes: list[torch.Size]
-) -> tuple[TensorDict, ...]:
+    td: TensorCollection, d: int, sizes: list[int], shapes: list[torch.Size]
+) -> tuple[TensorCollection, ...]:
     parts: dict[str, Sequence[Any]] = {}
     for k, v in td._tensordict.items():
         if type(v) is _NTD:
@@ -225,7 +224,7 @@ def _split_at(
 # ----------------------------------------------------------- stack and cat
 
 
-def _keys_differ(items: Sequence[TensorDict], i: int, what: str) -> TensorDictKeyError:
+def _keys_differ(items: Sequence[TensorCollection], i: int, what: str) -> TensorDictKeyError:
     keys = items[0]._tensordict.keys()
     other = items[i]._tensordict.keys()
     missing = sorted(set(keys) - set(other))
@@ -236,7 +235,7 @@ def _keys_differ(items: Sequence[TensorDict], i: int, what: str) -> TensorDictKe
     )
 
 
-def _gather(items: list[TensorDict], what: str) -> list[tuple[str, Any, list[Any]]]:
+def _gather(items: list[TensorCollection], what: str) -> list[tuple[str, Any, list[Any]]]:
     """``(key, first entry, entries of every item)`` per key, checking the key sets."""
     stores = [it._tensordict for it in items]
     first = stores[0]
@@ -256,13 +255,9 @@ def stack(items: Sequence[Any], dim: int = 0) -> Any:
     if not items:
         raise ValueError("stack expects a non-empty sequence of TensorDicts")
     first = items[0]
-    if type(first._tensordict) is not dict:  # tensorclass: stack the inner TensorDicts
-        return type(first)._from_tensordict(stack([x._tensordict for x in items], dim))
     bs = first._batch_size
     d = check_dim(dim, len(bs) + 1)
     for i, it in enumerate(items):
-        if type(it._tensordict) is not dict:
-            it = items[i] = it._tensordict
         obs = it._batch_size
         if obs is not bs and obs != bs:
             raise BatchSizeError(
@@ -299,9 +294,6 @@ def cat(items: Sequence[Any], dim: int = 0) -> Any:
     if not items:
         raise ValueError("cat expects a non-empty sequence of TensorDicts")
     first = items[0]
-    if type(first._tensordict) is not dict:
-        return type(first)._from_tensordict(cat([x._tensordict for x in items], dim))
-    items = [_inner(x) for x in items]
     bs = first._batch_size
     d = check_dim(dim, len(bs))
     for i, it in enumerate(items[1:], 1):

@@ -293,10 +293,10 @@ class TensorMethods:
     def auto_batch_size_(self, batch_dims: builtins.int | None = None) -> Self:
         """Set the batch size to the longest leading shape the leaves share (at most
         ``batch_dims`` dims), nested levels too."""
-        from . import _ops
+        from . import _tree
 
         td = self if isinstance(self._tensordict, dict) else self._tensordict  # type: ignore[attr-defined]
-        _ops.set_batch_size_nested(td, _ops.common_batch_size(td, batch_dims))
+        _tree.set_batch_size_nested(td, _tree.common_batch_size(td, batch_dims))
         return self
 
     def filter_non_tensor_data(self) -> Self:

@@ -46,8 +46,8 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from ._format import DTYPES, _orjson_or_json, check_json_value, dtype_name, stacked_array
 from ._keys import format_key
 from ._nontensor import NonTensorData
-from ._ops import _inner
-from ._td import TensorDict, is_tensor_collection
+from ._tensordict import TensorDict, is_tensor_collection
+from ._tree import CLASS_REGISTRY, rebuild, type_name
 from .errors import TensorboxError
 
 # fmt: off
@@ -227,7 +227,7 @@ def _describe(obj: Any, what: str, values: bool = True) -> _Structure:
 
     def node(c: Any, path: tuple[str, ...]) -> dict:
         nonlocal std
-        td = _inner(c)
+        td = c
         store, entries = td._tensordict, dict[str, Any]()
         for k, v in store.items():
             p = (*path, k)
@@ -249,7 +249,7 @@ def _describe(obj: Any, what: str, values: bool = True) -> _Structure:
                 entries[k] = {"kind": "node", **node(v, p)}
         cls, dev = type(c), td.device
         return {
-            "type": "TensorDict" if cls is TensorDict else f"{cls.__module__}:{cls.__qualname__}",
+            "type": type_name(cls),
             "batch_size": list(td.batch_size),
             "device": None if dev is None else str(dev),
             "entries": entries,
@@ -504,7 +504,6 @@ def _build(s: _Structure, plan: _Plan, payload: Tensor, rest: list, cls: Any, de
     for i, t in rest:
         leaves[i] = t
     by_path = dict(zip(s.paths, leaves))
-    from ._tensorclass import CLASS_REGISTRY
 
     def node(n: dict, path: tuple[str, ...], want: Any) -> Any:
         store: dict[str, Any] = {}
@@ -519,14 +518,18 @@ def _build(s: _Structure, plan: _Plan, payload: Tensor, rest: list, cls: Any, de
                 store[k] = NonTensorData(stacked_array(e["value"], tuple(bs), where), stacked=True)
             else:
                 store[k] = NonTensorData(e["value"])
-        td = TensorDict._new_unsafe(store, bs, None if n["device"] is None else dev)
+        device = None if n["device"] is None else dev
         target: Any = want if want is not None else CLASS_REGISTRY.get(n["type"])
-        if target is None or isinstance(td, target):
-            return td
-        extra = sorted(store.keys() - target.__tc_names__)
-        if extra:
-            raise TypeError(f"{target.__name__} has no fields {extra!r} (sent type {n['type']!r})")
-        return target._from_tensordict(td)
+        if target is not None and not isinstance(target, type):
+            raise TypeError(f"cls must be a container class, got {target!r}")
+        if target is not None and hasattr(target, "__tc_names__"):
+            extra = sorted(store.keys() - target.__tc_names__)
+            if extra:
+                raise TypeError(
+                    f"{target.__name__} has no fields {extra!r} (sent type {n['type']!r})"
+                )
+            return target._new_unsafe(store, bs, device)  # a rebuild: no __post_init__
+        return rebuild(n["type"], store, bs, device, target)
 
     return node(s.desc, (), cls)
 

@@ -61,7 +61,7 @@ def killed_on_7(sample, generator):
 
 def sleeps_on_6(sample, generator):
     if int(sample["y"]) == 6 and multiprocessing.parent_process() is not None:
-        time.sleep(3)
+        time.sleep(20)  # far past the test's timeout, which leaves batch 0 time under load
     return noisy(sample, generator)
 
 
@@ -221,7 +221,7 @@ def test_timeout_names_the_stuck_batch(tmp_path: Path) -> None:
         num_workers=1,
         shuffle=False,
         dir=tmp_path,
-        timeout=0.5,
+        timeout=3.0,
     )
     with buf, pytest.raises(TimeoutError, match=r"batch 1 of epoch 0 was not ready"):
         run(buf, 1)

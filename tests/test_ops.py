@@ -330,18 +330,17 @@ def test_functional_call_with_tensordict_params() -> None:
 
 
 def test_large_in_place_writes_go_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tensorbox import _ops
-    from tensorbox import nn as tbnn
+    from tensorbox import _chunks
 
     calls: list[torch.Size] = []
-    real = tbnn.copy_chunked
+    real = _chunks.copy_chunked
 
     def spy(dst: torch.Tensor, src: torch.Tensor, chunk_bytes: int | None = None) -> torch.Tensor:
         calls.append(dst.shape)
         return real(dst, src, chunk_bytes=256)
 
-    monkeypatch.setattr(_ops, "_CHUNK_BYTES", 1024)
-    monkeypatch.setattr(tbnn, "copy_chunked", spy)
+    monkeypatch.setattr(_chunks, "CHUNK_BYTES", 1024)
+    monkeypatch.setattr(_chunks, "copy_chunked", spy)
     td = TensorDict(big=torch.zeros(100, 10), small=torch.zeros(100), batch_size=[100])
     big = td["big"]
     td.set_("big", torch.ones(100, 10, dtype=torch.float64))

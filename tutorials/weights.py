@@ -25,7 +25,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import tensorbox.nn as tbnn
+import tensorbox.weights as tbnn
 from tensorbox import TensorDict
 
 
@@ -145,7 +145,7 @@ def tour(root: Path, small: bool) -> None:
     model3 = make_model(small, seed=3)
     model3.load_state_dict(TensorDict.load_memmap(root / "converted").state_dict())
     assert torch.equal(outputs(model3), expected)
-    print(f"converted; chunk size {tbnn.DEFAULT_CHUNK_BYTES >> 20} MiB; nn.Module accepts it back")
+    print(f"converted; chunk size {tbnn.CHUNK_BYTES >> 20} MiB; nn.Module accepts it back")
 
     step("8. Fine-tuning without touching the checkpoint: copy, not swap")
     model4 = make_model(small, seed=4)

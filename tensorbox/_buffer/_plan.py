@@ -29,7 +29,7 @@ from torch import Tensor
 
 from .._keys import format_key, unravel_key
 from .._nontensor import NonTensorData
-from .._td import TensorDict, is_tensor_collection
+from .._tensordict import TensorDict, is_tensor_collection
 
 __all__ = [
     "KeyTransforms",
@@ -116,10 +116,8 @@ class Plan:
 
 
 def _entries(obj: Any) -> Mapping[str, Any]:
-    if isinstance(obj, TensorDict):
+    if is_tensor_collection(obj):
         return obj._tensordict
-    if is_tensor_collection(obj):  # a tensorclass instance: its fields live in a TensorDict
-        return obj._tensordict._tensordict
     return obj
 
 
@@ -297,9 +295,8 @@ class KeyTransforms:
     def __call__(self, sample: Any, generator: torch.Generator) -> Any:
         if is_tensor_collection(sample):
             out = sample.copy()
-            inner = out if isinstance(out, TensorDict) else out._tensordict
             for k, fn in self.items:
-                inner.set(k, fn(inner[k], generator))
+                out.set(k, fn(out[k], generator))
             return out
         out = dict(sample)
         for k, fn in self.items:

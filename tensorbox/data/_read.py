@@ -45,7 +45,6 @@ import torch
 from torch import Tensor
 
 from .._nontensor import NonTensorData
-from .._td import TensorDict
 from .transforms import BatchTransform, Compose, Normalize
 
 __all__ = ["ReadOptions", "ReadPlan", "Slot", "as_numpy", "gather_rows"]
@@ -79,18 +78,9 @@ def takes_generator(fn: Any) -> bool:
         return False
 
 
-def _collection_parts(node: Any) -> tuple[TensorDict, bool]:
-    """The TensorDict holding ``node``'s entries, and whether ``node`` is a tensorclass."""
-    inner = node._tensordict
-    if type(inner) is dict:
-        return node, False
-    return inner, True
-
-
 def _leaves(node: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Tensor]]:
-    td, _ = _collection_parts(node)
     out = []
-    for k, v in td._tensordict.items():
+    for k, v in node._tensordict.items():
         if isinstance(v, Tensor):
             out.append(((*prefix, k), v))
         elif type(v) is not NonTensorData:
@@ -288,9 +278,8 @@ class ReadPlan:
 def _rebuild(
     node: Any, values: dict, idx: Tensor, n: int, prefix: tuple[str, ...], device: Any
 ) -> Any:
-    td, is_tc = _collection_parts(node)
     out: dict[str, Any] = {}
-    for k, v in td._tensordict.items():
+    for k, v in node._tensordict.items():
         path = (*prefix, k)
         if isinstance(v, Tensor):
             out[k] = values[path]
@@ -298,6 +287,5 @@ def _rebuild(
             out[k] = v[idx] if v.stacked else v
         else:
             out[k] = _rebuild(v, values, idx, n, path, device)
-    batch = torch.Size((n, *td.batch_size[1:]))
-    new = TensorDict._new_unsafe(out, batch, device)
-    return type(node)._from_tensordict(new) if is_tc else new
+    batch = torch.Size((n, *node.batch_size[1:]))
+    return type(node)._new_unsafe(out, batch, device)

@@ -1,4 +1,4 @@
-"""``@tensorclass`` and ``TensorClass``: typed dataclasses that behave like a TensorDict.
+"""``@tensorclass``: typed dataclasses that behave like a TensorDict.
 
 Annotate fields as in a dataclass; the class gets a generated ``__init__``
 (the fields, then keyword-only ``batch_size`` and ``device``), one property
@@ -45,18 +45,11 @@ import types
 from collections.abc import Callable
 from typing import Any, TypeVar, dataclass_transform, overload
 
-from ._tc_base import TensorClass
-from ._tc_build import CLASS_REGISTRY, Field, field, fields, register
+from .base import TensorClass
+from .build import build_class, register
+from .fields import Field, field
 
-__all__ = [
-    "CLASS_REGISTRY",
-    "Field",
-    "TensorClass",
-    "field",
-    "fields",
-    "is_tensorclass",
-    "tensorclass",
-]
+__all__ = ["is_tensorclass", "tensorclass"]
 
 _C = TypeVar("_C", bound=type)
 
@@ -115,8 +108,6 @@ def _make(cls: type, *, frozen: bool, kw_only: bool, shadow: bool) -> type:
     if issubclass(cls, TensorClass):
         # Already built by TensorClass.__init_subclass__ (it subclasses a tensorclass):
         # rebuild in place with these options.
-        from ._tc_build import build_class
-
         build_class(cls, TensorClass, {"frozen": frozen, "kw_only": kw_only, "shadow": shadow})
         return cls
     if "__dataclass_fields__" in cls.__dict__:

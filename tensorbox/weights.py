@@ -57,12 +57,13 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from ._ops import _inner, _is_coll
-from ._td import TensorDict
+from ._chunks import CHUNK_BYTES, copy_chunked
+from ._tensordict import TensorDict
+from ._tree import is_coll
 from .errors import WeightsMismatchError
 
 __all__ = [
-    "DEFAULT_CHUNK_BYTES",
+    "CHUNK_BYTES",
     "IncompatibleKeys",
     "ParamTree",
     "SwappedWeights",
@@ -73,10 +74,6 @@ __all__ = [
     "state_dict",
     "to_module",
 ]
-
-#: Largest slice ``copy_chunked`` moves (and converts) at once: bounds the extra
-#: memory a copy from disk or across devices/dtypes can take, whatever the tensor size.
-DEFAULT_CHUNK_BYTES = 32 << 20
 
 _Path = tuple[str, ...]
 _SCALAR = torch.Size([])
@@ -204,8 +201,8 @@ def _collect(td: TensorDict, prefix: _Path, out: dict[_Path, Tensor]) -> dict[_P
     for k, v in td._tensordict.items():
         if isinstance(v, Tensor):
             out[(*prefix, k)] = v
-        elif _is_coll(v):
-            _collect(_inner(v), (*prefix, k), out)
+        elif is_coll(v):
+            _collect(v, (*prefix, k), out)
     return out
 
 
@@ -243,8 +240,8 @@ def _mirror(td: TensorDict, prefix: _Path, values: dict[_Path, Tensor]) -> dict[
         if isinstance(v, Tensor):
             if path in values:
                 out[k] = values[path]
-        elif _is_coll(v):
-            sub = _mirror(_inner(v), path, values)
+        elif is_coll(v):
+            sub = _mirror(v, path, values)
             if sub:
                 out[k] = TensorDict._new_unsafe(sub, _SCALAR, None)
     return out
@@ -309,7 +306,7 @@ def to_module(
             mismatched,
             "build the weights with TensorDict.from_module(<a module of the same "
             "architecture>), or select the sub-tree of a submodule and pass that submodule "
-            "(td['encoder'].to_module(model.encoder)); tensorbox.nn.to_module(..., "
+            "(td['encoder'].to_module(model.encoder)); tensorbox.weights.to_module(..., "
             "strict=False) skips missing and unexpected keys",
         )
     # Group the slots by the tensor they hold now: tied parameters (and submodules
@@ -349,50 +346,6 @@ def to_module(
 
 
 # ------------------------------------------------------------ chunked copies
-
-
-def copy_chunked(dst: Tensor, src: Tensor, chunk_bytes: int | None = None) -> Tensor:
-    """``dst.copy_(src)`` in slices of at most ``chunk_bytes``; returns ``dst``.
-
-    A copy that converts dtype or crosses devices materializes its source in the
-    destination's format; slicing bounds that temporary (and the pages faulted in
-    at once from a memory-mapped source) to ``chunk_bytes`` whatever the tensor
-    size. Runs without autograd, so ``dst`` may be a parameter.
-
-    >>> dst = torch.empty(1000, 3)
-    >>> copy_chunked(dst, torch.ones(1000, 3, dtype=torch.float64), chunk_bytes=256).sum().item()
-    3000.0
-    """
-    if dst.shape != src.shape:
-        raise WeightsMismatchError(
-            f"copy_chunked: source shape {tuple(src.shape)} differs from destination shape "
-            f"{tuple(dst.shape)}; copies do not broadcast here"
-        )
-    limit = DEFAULT_CHUNK_BYTES if chunk_bytes is None else chunk_bytes
-    per_item = max(dst.element_size(), src.element_size())
-    step = max(1, limit // per_item)  # elements per slice
-    with torch.no_grad():
-        _copy(dst, src, step)
-    return dst
-
-
-def _copy(dst: Tensor, src: Tensor, step: int) -> None:
-    n = dst.numel()
-    if n <= step:
-        dst.copy_(src)
-    elif dst.is_contiguous() and src.is_contiguous():
-        d, s = dst.view(-1), src.view(-1)
-        for i in range(0, n, step):
-            d[i : i + step].copy_(s[i : i + step])
-    else:  # strided: slice whole rows, and go one level down when one row is too big
-        row = n // dst.shape[0]
-        rows = step // row
-        if rows == 0:
-            for i in range(dst.shape[0]):
-                _copy(dst[i], src[i], step)
-        else:
-            for i in range(0, dst.shape[0], rows):
-                dst[i : i + rows].copy_(src[i : i + rows])
 
 
 # ----------------------------------------------------------------- state dicts
@@ -493,7 +446,7 @@ class ParamTree(nn.Module):
         return self.td[key]
 
     def to_module(self, module: nn.Module, **kwargs: Any) -> SwappedWeights | None:
-        """Put these weights into ``module`` (see ``tensorbox.nn.to_module``)."""
+        """Put these weights into ``module`` (see ``tensorbox.weights.to_module``)."""
         return to_module(self.td, module, **kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:

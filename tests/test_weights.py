@@ -1,4 +1,4 @@
-"""Model weights as TensorDicts: tensorbox.nn (from_module, to_module, state dicts, disk)."""
+"""Model weights as TensorDicts: tensorbox.weights (from_module, to_module, state dicts, disk)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import torch.utils._pytree as pytree
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import tensorbox.nn as tbnn
-from tensorbox import TensorDict
-from tensorbox.nn import ParamTree, SwappedWeights, WeightsMismatchError, copy_chunked
+import tensorbox.weights as tbnn
+from tensorbox import TensorDict, _chunks
+from tensorbox.weights import ParamTree, SwappedWeights, WeightsMismatchError, copy_chunked
 
 PERSIST = importlib.util.find_spec("tensorbox._persist") is not None
 needs_persist = pytest.mark.skipif(not PERSIST, reason="tensorbox._persist not ready")
@@ -324,7 +324,7 @@ def test_load_state_dict_into_preallocated_copies_in_chunks(monkeypatch: Any) ->
     model = nn.Linear(512, 512)
     target = TensorDict.from_module(model).apply(torch.empty_like)
     sd = {k: v.double() for k, v in model.state_dict().items()}  # 2 MiB weight
-    monkeypatch.setattr(tbnn, "DEFAULT_CHUNK_BYTES", 64 << 10)
+    monkeypatch.setattr(_chunks, "CHUNK_BYTES", 64 << 10)
     with LargestAllocation() as alloc:
         target.load_state_dict(sd)
     assert alloc.largest <= 64 << 10
@@ -440,7 +440,7 @@ def test_convert_checkpoint_into_preallocated_tree_in_chunks(
     tree = TensorDict.from_module(model).memmap_like(tmp_path / "tree")
     sd = torch.load(tmp_path / "ckpt.pt", mmap=True)
     sd["0.weight"] = sd["0.weight"].double()  # a conversion makes naive copies materialize
-    monkeypatch.setattr(tbnn, "DEFAULT_CHUNK_BYTES", 32 << 10)  # the weight is 256 KiB
+    monkeypatch.setattr(_chunks, "CHUNK_BYTES", 32 << 10)  # the weight is 256 KiB
     with LargestAllocation() as alloc:
         tree.load_state_dict(sd)
     assert alloc.largest <= 32 << 10

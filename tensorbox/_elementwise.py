@@ -1,4 +1,4 @@
-"""Comparisons, reductions to bool, and elementwise arithmetic between containers.
+"""Elementwise operations between containers: comparisons, arithmetic, bool reductions.
 
 ``td == other`` gives a TensorDict of bool tensors with the same structure;
 ``.all()`` / ``.any()`` reduce it to a Python bool. A non-tensor value compares
@@ -22,32 +22,25 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ._apply import apply
 from ._nontensor import NonTensorData
 from ._shape import check_dim
+from ._tree import KEEP, is_coll, tensor_leaves
 from .errors import TensorDictKeyError
 
 if TYPE_CHECKING:
-    from ._td import TensorDict
+    from ._container import TensorCollection
 
 __all__ = ["binary", "compare", "reduce_bool"]
 
 _NTD = NonTensorData
 
 
-def _is_coll(v: Any) -> bool:
-    return getattr(type(v), "_is_tensor_collection", False)
-
-
-def _inner(v: Any) -> TensorDict:
-    inner = v._tensordict
-    return v if type(inner) is dict else inner
-
-
-def compare(td: TensorDict, other: Any, op: Callable[..., Tensor]) -> Any:
+def compare(td: TensorCollection, other: Any, op: Callable[..., Tensor]) -> Any:
     """``op`` (``torch.eq`` or ``torch.ne``) leaf by leaf; ``other`` is a container with
     the same keys, a mapping, or a scalar/tensor compared with every tensor leaf."""
-    if _is_coll(other) or isinstance(other, Mapping):
-        ostore = other if isinstance(other, Mapping) else _inner(other)._tensordict
+    if is_coll(other) or isinstance(other, Mapping):
+        ostore = other if isinstance(other, Mapping) else other._tensordict
         store = td._tensordict
         if store.keys() != ostore.keys():
             missing = sorted(set(store) - set(ostore))
@@ -64,19 +57,19 @@ def compare(td: TensorDict, other: Any, op: Callable[..., Tensor]) -> Any:
             elif type(v) is _NTD:
                 out[k] = _compare_nontensor(td, v, o, op)
             else:
-                out[k] = compare(_inner(v), o, op)
+                out[k] = compare(v, o, op)
         return td._new_unsafe(out, td._batch_size, td._device)
     if not isinstance(other, (Tensor, int, float, bool, complex, np.ndarray, np.generic)):
         return NotImplemented
     res = {
-        k: (op(v, other) if isinstance(v, Tensor) else compare(_inner(v), other, op))
+        k: (op(v, other) if isinstance(v, Tensor) else compare(v, other, op))
         for k, v in td._tensordict.items()
         if type(v) is not _NTD
     }
     return td._new_unsafe(res, td._batch_size, td._device)
 
 
-def _compare_nontensor(td: TensorDict, v: NonTensorData, o: Any, op: Any) -> Tensor:
+def _compare_nontensor(td: TensorCollection, v: NonTensorData, o: Any, op: Any) -> Tensor:
     o = o if type(o) is _NTD else NonTensorData(o)
     bs = td._batch_size
     a, b = v.full(bs), o.full(bs)
@@ -92,25 +85,21 @@ def _eq(x: Any, y: Any) -> bool:
         return x is y
 
 
-def reduce_bool(td: TensorDict, dim: int | None, fn: Callable[..., Tensor]) -> Any:
+def reduce_bool(td: TensorCollection, dim: int | None, fn: Callable[..., Tensor]) -> Any:
     """``all()``/``any()``: a Python bool over every leaf, or per batch element along ``dim``."""
     if dim is None:
-        leaves = _ops.tensor_leaves(td)
+        leaves = tensor_leaves(td)
         if fn is torch.all:
             return all(bool(t.all()) for t in leaves)
         return any(bool(t.any()) for t in leaves)
     bs = td._batch_size
     d = check_dim(dim, len(bs))
     new_bs = torch.Size((*bs[:d], *bs[d + 1 :]))
-    return _ops.apply(td, lambda t: fn(t, dim=d), (), new_bs, _ops._NO_DEVICE, False, False)
+    return apply(td, lambda t: fn(t, dim=d), (), new_bs, KEEP, False, False)
 
 
-def binary(td: TensorDict, other: Any, op: Callable[..., Tensor]) -> Any:
+def binary(td: TensorCollection, other: Any, op: Callable[..., Tensor]) -> Any:
     """``op`` leaf by leaf with a container/mapping of the same keys, or with a scalar."""
-    if _is_coll(other) or isinstance(other, Mapping):
-        return _ops.apply(td, op, (other,), None, _ops._NO_DEVICE, False, False)
-    return _ops.apply(td, lambda t: op(t, other), (), None, _ops._NO_DEVICE, False, False)
-
-
-# At the bottom: _ops imports this module from its own bottom, so either may load first.
-from . import _ops  # noqa: E402
+    if is_coll(other) or isinstance(other, Mapping):
+        return apply(td, op, (other,), None, KEEP, False, False)
+    return apply(td, lambda t: op(t, other), (), None, KEEP, False, False)

@@ -1,0 +1,782 @@
+"""``TensorCollection``: the one base of ``TensorDict`` and every tensorclass.
+
+Every container method is written here once, typed to return ``Self``, as a
+short call into the module that owns the job: ``_index`` (batch indexing),
+``_apply`` (apply, to, clone), ``_keyops`` (select, exclude, update, flatten_keys),
+``_stackcat`` (batch-shape ops, stack, cat), ``_elementwise`` (==, all, arithmetic),
+``_repr`` and ``_pickling``. The tensor-like convenience methods come from the
+``TensorMethods`` mixin, persistence and weights from ``IOMethods``, transport from ``DistributedMethods``.
+
+The private contract (see ``_tree``): four slots (``_tensordict``, the dict of
+entries; ``_batch_size``; ``_device``; ``_locked``) and ``_new_unsafe(storage,
+batch_size, device)``, which builds one of the caller's type without checks.
+``TensorDict`` adds its constructor and the key hot path; ``TensorClass`` adds
+fields, ``__setattr__`` and the dataclass machinery, and gates new keys through
+``_set_str``.
+
+>>> import torch
+>>> from tensorbox import TensorDict, TensorClass
+>>> class Pair(TensorClass):
+...     a: torch.Tensor
+...     b: torch.Tensor
+>>> p = Pair(torch.zeros(4, 2), torch.ones(4), batch_size=[4])
+>>> type(p.reshape(2, 2)).__name__, type(p.to_tensordict().reshape(2, 2)).__name__
+('Pair', 'TensorDict')
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import EllipsisType
+from typing import TYPE_CHECKING, Any, Self, overload
+
+import torch
+from torch import Tensor
+
+from . import _apply, _elementwise, _index, _keyops, _repr, _stackcat, _tree
+from ._container_io import DistributedMethods, IOMethods
+from ._entries import copy_leaf, prepare_entry
+from ._keys import NestedKey, format_key, unravel_key
+from ._nontensor import NonTensorData
+from ._shape import as_batch_size, check_leaf_shape
+from ._td_tensor_methods import TensorMethods
+from ._tree import KEEP, find_missing, missing_key_error
+from .errors import BatchSizeError, LockedError, TensorDictKeyError
+
+if TYPE_CHECKING:
+    from ._tensordict import TensorDict
+
+__all__ = ["TensorCollection"]
+
+#: A batch index (anything but a key): gives a container of the same type.
+BatchIndex = int | slice | Tensor | Sequence[Any] | EllipsisType | None | tuple[Any, ...]
+
+_NTD = NonTensorData
+_NO_DEFAULT: Any = object()
+_new = object.__new__
+
+
+def _is_key(index: Any) -> bool:
+    if type(index) is str:
+        return True
+    if type(index) is tuple and index:
+        return all(type(i) is str or (type(i) is tuple and _is_key(i)) for i in index)
+    return False
+
+
+class TensorCollection(TensorMethods, IOMethods, DistributedMethods):
+    """The container behaviour shared by ``TensorDict`` and tensorclasses (not built directly)."""
+
+    __slots__ = (
+        "__weakref__",
+        "_batch_size",
+        "_device",
+        "_lock_stack",
+        "_locked",
+        "_prev_lock",
+        "_tensordict",
+    )
+    _is_tensor_collection = True
+
+    _tensordict: dict[str, Any]
+    _batch_size: torch.Size
+    _device: torch.device | None
+    _locked: bool
+
+    @classmethod
+    def _new_unsafe(
+        cls, source: dict[str, Any], batch_size: torch.Size, device: torch.device | None
+    ) -> Self:
+        """Build one of this type around ``source`` without any check (the contract)."""
+        self = _new(cls)
+        self._tensordict = source
+        self._batch_size = batch_size
+        self._device = device
+        self._locked = False
+        return self
+
+    def _set_str(self, key: str, value: Any, path: tuple[str, ...]) -> None:
+        """The one gate through which a key is added or replaced at this level."""
+        if self._locked:
+            raise LockedError(
+                f"cannot set {format_key(path)}: the {type(self).__name__} is locked "
+                "(unlock_() first, or write in place with set_ / td[idx] = ...)"
+            )
+        self._tensordict[key] = prepare_entry(self, key, value, path)
+
+    # ------------------------------------------------------------- conversions
+
+    def to_dict(self) -> dict[str, Any]:
+        """A nested ``dict`` of tensors (plain values for non-tensor entries); tensors shared.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> TensorDict(a=torch.zeros(1), n={"b": "x"}).to_dict()
+        {'a': tensor([0.]), 'n': {'b': 'x'}}
+        """
+        return {
+            k: v if isinstance(v, Tensor) else v.value if type(v) is _NTD else v.to_dict()
+            for k, v in self._tensordict.items()
+        }
+
+    def to_tensordict(self, *, retain_none: bool | None = None) -> TensorDict:
+        """A plain ``TensorDict`` copy: tensors cloned, nested tensorclasses converted too.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2), batch_size=[2])
+        >>> out = td.to_tensordict()
+        >>> out["a"] is td["a"], (out == td).all()
+        (False, True)
+        """
+        del retain_none  # None fields are stored as non-tensor data and always kept
+        out: TensorDict = _tree.new_plain(
+            {
+                k: v.clone()
+                if isinstance(v, Tensor)
+                else v
+                if type(v) is _NTD
+                else v.to_tensordict()
+                for k, v in self._tensordict.items()
+            },
+            self._batch_size,
+            self._device,
+        )
+        return out
+
+    # ------------------------------------------------------------------ shape
+
+    @property
+    def batch_size(self) -> torch.Size:
+        """The leading dims shared by every leaf."""
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: Sequence[int] | int) -> None:
+        new = as_batch_size(value)
+        for path, leaf in _tree.iter_shaped(self):
+            check_leaf_shape(format_key(path), leaf.shape, new)
+        _tree.set_batch_size_nested(self, new)
+
+    @property
+    def shape(self) -> torch.Size:
+        """Same as ``batch_size`` (a container's shape is its batch size)."""
+        return self._batch_size
+
+    @property
+    def batch_dims(self) -> int:
+        """Number of batch dims."""
+        return len(self._batch_size)
+
+    @property
+    def ndim(self) -> int:
+        """Number of batch dims."""
+        return len(self._batch_size)
+
+    def dim(self) -> int:
+        """Number of batch dims."""
+        return len(self._batch_size)
+
+    def numel(self) -> int:
+        """Number of batch elements (the product of the batch size)."""
+        return math.prod(self._batch_size)
+
+    @overload
+    def size(self, dim: None = None) -> torch.Size: ...
+    @overload
+    def size(self, dim: int) -> int: ...
+    def size(self, dim: int | None = None) -> torch.Size | int:
+        """The batch size, or its ``dim``-th entry."""
+        return self._batch_size if dim is None else self._batch_size[dim]
+
+    def __len__(self) -> int:
+        return self._batch_size[0] if self._batch_size else 0
+
+    @property
+    def device(self) -> torch.device | None:
+        """The device every leaf lives on, or None when not fixed."""
+        return self._device
+
+    @property
+    def is_locked(self) -> bool:
+        """True when entries may not be added, removed or replaced."""
+        return self._locked
+
+    @is_locked.setter
+    def is_locked(self, value: bool) -> None:
+        _tree.set_locked(self, bool(value))
+
+    def lock_(self) -> Self:
+        """Forbid adding, removing or replacing entries (in-place writes stay allowed).
+
+        Also a context manager that restores the previous state on exit:
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(1))
+        >>> with td.lock_():
+        ...     td.is_locked
+        True
+        >>> td.is_locked
+        False
+        """
+        self._prev_lock = self._locked
+        _tree.set_locked(self, True)
+        return self
+
+    def unlock_(self) -> Self:
+        """Allow adding, removing and replacing entries again (a context manager too:
+        ``with td.unlock_(): td["new"] = x`` locks again on exit)."""
+        self._prev_lock = self._locked
+        _tree.set_locked(self, False)
+        return self
+
+    def __enter__(self) -> Self:
+        stack = getattr(self, "_lock_stack", None)
+        if stack is None:
+            stack = self._lock_stack = []
+        stack.append(getattr(self, "_prev_lock", self._locked))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        stack = getattr(self, "_lock_stack", None)
+        if stack:
+            _tree.set_locked(self, stack.pop())
+
+    # ------------------------------------------------------------ key access
+
+    @overload
+    def __getitem__(self, index: str | tuple[str, ...]) -> Any: ...
+    @overload
+    def __getitem__(self, index: BatchIndex) -> Self: ...
+    def __getitem__(self, index: Any) -> Any:
+        """A key (str or tuple of str) gives its value; anything else indexes the batch dims."""
+        if type(index) is str:
+            try:
+                v = self._tensordict[index]
+            except KeyError:
+                raise missing_key_error(self, (index,), 0) from None
+            return v.value if type(v) is _NTD else v
+        if type(index) is tuple and index and type(index[0]) is str:
+            return self._get_path(index)
+        return _index.getitem(self, index)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if type(index) is str:
+            self._set_str(index, value, (index,))
+        elif _is_key(index):
+            self.set(index, value)
+        else:
+            _index.setitem_batch(self, index, value)
+
+    def get(self, key: NestedKey, default: Any = None) -> Any:
+        """The value at ``key``, or ``default`` (None) when it is missing.
+
+        A malformed key (not a str or tuple of str) raises ``TensorDictKeyError``.
+        """
+        if type(key) is str:
+            v = self._tensordict.get(key, _NO_DEFAULT)
+            if v is _NO_DEFAULT:
+                if default is _NO_DEFAULT:
+                    raise missing_key_error(self, (key,), 0)
+                return default
+            return v.value if type(v) is _NTD else v
+        if type(key) is not tuple:
+            key = unravel_key(key)  # raises for anything but a (str subclass) key
+        try:
+            return self._get_path(key)
+        except TensorDictKeyError:
+            unravel_key(key)  # a malformed key raises, whatever the default
+            if default is _NO_DEFAULT:
+                raise
+            return default
+
+    def _get_path(self, path: Any) -> Any:
+        """The value at a tuple key; the common all-str, all-present case is one loop."""
+        node: Any = self
+        try:
+            for part in path:
+                node = node._tensordict[part]
+        except (KeyError, AttributeError, TypeError):
+            flat = unravel_key(path)
+            if flat != path:
+                return self._get_path(flat)
+            raise find_missing(self, flat) from None
+        return node.value if type(node) is _NTD else node
+
+    def __contains__(self, key: object) -> bool:
+        if type(key) is str:
+            return key in self._tensordict
+        if _is_key(key):
+            try:
+                self._get_path(key)
+            except TensorDictKeyError:
+                return False
+            return True
+        raise TypeError(
+            f"'in' looks up keys (str or tuple of str), got {type(key).__name__}; "
+            "to search values compare with == and use .any()"
+        )
+
+    def set(self, key: NestedKey, value: Any, inplace: bool = False) -> Self:
+        """Set ``key`` to ``value``; tuple keys create missing nested levels.
+
+        ``inplace=True`` copies into the existing tensor (allowed when locked).
+        """
+        if type(key) is str:
+            if inplace and key in self._tensordict:
+                return self._copy_into(self, (key,), value)
+            self._set_str(key, value, (key,))
+            return self
+        path = unravel_key(key)
+        node = self._node_for(path) if len(path) > 1 else self
+        if inplace and path[-1] in node._tensordict:
+            return self._copy_into(node, path, value)
+        node._set_str(path[-1], value, path)
+        return self
+
+    def set_(self, key: NestedKey, value: Any) -> Self:
+        """Copy ``value`` into the existing entry ``key`` (works on locked containers)."""
+        path = unravel_key(key)
+        node = self._existing_parent(path)
+        if path[-1] not in node._tensordict:
+            raise find_missing(self, path)
+        return self._copy_into(node, path, value)
+
+    def _existing_parent(self, path: tuple[str, ...]) -> TensorCollection:
+        """The container holding ``path[-1]``; every level must exist already."""
+        node: Any = self
+        for part in path[:-1]:
+            node = node._tensordict.get(part)
+            if node is None or isinstance(node, Tensor) or type(node) is _NTD:
+                raise find_missing(self, path)
+        return node  # type: ignore[no-any-return]
+
+    def _copy_into(self, node: TensorCollection, path: tuple[str, ...], value: Any) -> Self:
+        current = node._tensordict[path[-1]]
+        if isinstance(current, Tensor):
+            try:
+                copy_leaf(current, value)
+            except RuntimeError as err:
+                raise BatchSizeError(f"cannot copy into {format_key(path)}: {err}") from None
+        elif type(current) is _NTD:
+            node._tensordict[path[-1]] = prepare_entry(node, path[-1], value, path)
+        else:
+            current.update_(value)
+        return self
+
+    def _node_for(self, path: tuple[str, ...]) -> TensorCollection:
+        """The container that holds ``path[-1]``, creating missing levels."""
+        node: Any = self
+        for i, part in enumerate(path[:-1]):
+            nxt = node._tensordict.get(part)
+            if nxt is None:
+                if node._locked:
+                    raise LockedError(
+                        f"cannot create {format_key(path[: i + 1])}: the container is locked"
+                    )
+                nxt = _tree.new_plain({}, node._batch_size, node._device)
+                node._set_str(part, nxt, path[: i + 1])
+            elif isinstance(nxt, Tensor) or type(nxt) is _NTD:
+                raise TensorDictKeyError(
+                    f"cannot set {format_key(path)}: {format_key(path[: i + 1])} is a leaf, "
+                    "not a TensorDict"
+                )
+            node = nxt
+        return node  # type: ignore[no-any-return]
+
+    def __delitem__(self, key: NestedKey) -> None:
+        self.del_(key)
+
+    def del_(self, key: NestedKey) -> Self:
+        """Remove ``key`` (a tuple key removes a nested entry)."""
+        path = unravel_key(key)
+        node = self._existing_parent(path)
+        store = node._tensordict
+        if path[-1] not in store:
+            raise find_missing(self, path)
+        if node._locked:
+            raise LockedError(f"cannot delete {format_key(path)}: the container is locked")
+        del store[path[-1]]
+        return self
+
+    def pop(self, key: NestedKey, default: Any = _NO_DEFAULT) -> Any:
+        """Remove ``key`` and return its value (or ``default`` when missing)."""
+        try:
+            value = self.get(key, _NO_DEFAULT)
+        except TensorDictKeyError:
+            if default is _NO_DEFAULT:
+                raise
+            return default
+        self.del_(key)
+        return value
+
+    def rename_key_(self, old: NestedKey, new: NestedKey) -> Self:
+        """Move the entry ``old`` to ``new``."""
+        if self._locked:
+            raise LockedError(f"cannot rename {old!r}: the container is locked")
+        self.set(new, self.pop(old))
+        return self
+
+    def keys(
+        self, include_nested: bool = False, leaves_only: bool = False
+    ) -> Sequence[NestedKey] | Any:
+        """Keys of this level (a live view); with ``include_nested`` or ``leaves_only``
+        a list, with nested keys as tuples."""
+        if not include_nested and not leaves_only:
+            return self._tensordict.keys()
+        return _tree.keys_list(self, include_nested, leaves_only)
+
+    def items(
+        self, include_nested: bool = False, leaves_only: bool = False
+    ) -> Iterator[tuple[NestedKey, Any]]:
+        """``(key, value)`` pairs; non-tensor entries give their plain value."""
+        for k, v in _tree.iter_items(self, include_nested, leaves_only):
+            yield k, (v.value if type(v) is _NTD else v)
+
+    def values(self, include_nested: bool = False, leaves_only: bool = False) -> Iterator[Any]:
+        """The values, in key order (see ``items``)."""
+        for _, v in self.items(include_nested, leaves_only):
+            yield v
+
+    def is_empty(self) -> bool:
+        """True when no tensor leaf exists at any depth."""
+        return not _tree.tensor_leaves(self)
+
+    def __iter__(self) -> Iterator[Self]:
+        """Iterate over the first batch dim, like a tensor (use ``keys()`` for keys)."""
+        if not self._batch_size:
+            raise TypeError(
+                f"iteration over a {type(self).__name__} with batch_size [] (use keys())"
+            )
+        return iter(self.unbind(0))
+
+    def __getitems__(self, indices: Sequence[int] | Tensor) -> Self:
+        """Batched fetch for ``torch.utils.data.DataLoader``: one gather per leaf."""
+        out: Self = _index.gather_rows(self, indices)
+        return out
+
+    # ------------------------------------------------------------- leaf-wise
+
+    def apply(
+        self,
+        fn: Callable[..., Any],
+        *others: Any,
+        batch_size: Sequence[int] | None = None,
+        device: Any = KEEP,
+        inplace: bool = False,
+    ) -> Self:
+        """``fn`` on every tensor leaf (with the matching leaves of ``others``).
+
+        A ``None`` result drops the leaf; ``batch_size`` declares a new batch size;
+        ``device`` (when given) is the device of the result.
+        """
+        out: Self = _apply.apply(self, fn, others, batch_size, device, inplace, named=False)
+        return out
+
+    def named_apply(
+        self,
+        fn: Callable[..., Any],
+        *others: Any,
+        nested_keys: bool = False,
+        batch_size: Sequence[int] | None = None,
+    ) -> Self:
+        """Like ``apply`` but ``fn(key, leaf, *others)``; nested keys are tuples if asked."""
+        out: Self = _apply.apply(
+            self, fn, others, batch_size, KEEP, False, named=True, nested_keys=nested_keys
+        )
+        return out
+
+    def to(self, *args: Any, **kwargs: Any) -> Self:
+        """Move to a device and/or cast. A dtype casts floating-point leaves only,
+        unless ``floating_only=False``. ``non_blocking`` is passed to each copy.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2), y=torch.arange(2), batch_size=[2])
+        >>> out = td.to(torch.float16)
+        >>> out["x"].dtype, out["y"].dtype
+        (torch.float16, torch.int64)
+        """
+        out: Self = _apply.to(self, args, kwargs)
+        return out
+
+    def cpu(self) -> Self:
+        """Every leaf on the CPU."""
+        return self.to("cpu")
+
+    def cuda(self, device: int | str | None = None) -> Self:
+        """Every leaf on a CUDA device (the current one by default)."""
+        if device is None:
+            return self.to(torch.device("cuda"))
+        return self.to(torch.device("cuda", device) if isinstance(device, int) else device)
+
+    def clear_device_(self) -> Self:
+        """Forget the fixed device (leaves stay where they are)."""
+        _tree.clear_device(self)
+        return self
+
+    def pin_memory(self, num_threads: int | None = None) -> Self:
+        """Copy every leaf into page-locked memory (threads for many leaves)."""
+        out: Self = _apply.pin_memory(self, num_threads)
+        return out
+
+    def is_pinned(self) -> bool:
+        """True when every tensor leaf is in page-locked memory."""
+        return all(v.is_pinned() for v in _tree.tensor_leaves(self))
+
+    def clone(self, recurse: bool = True) -> Self:
+        """A copy; ``recurse=False`` copies the structure and shares the tensors."""
+        out: Self = _apply.clone(self, recurse)
+        return out
+
+    def copy(self) -> Self:
+        """A shallow copy: new structure, shared tensors."""
+        out: Self = _apply.clone(self, False)
+        return out
+
+    def __copy__(self) -> Self:
+        return self.copy()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Self:
+        # Tensors are copied into fresh memory, never shared: a deep copy of a
+        # memory-mapped container is independent of the files.
+        def deep(v: Any) -> Any:
+            if isinstance(v, Tensor):
+                return v.detach().clone().requires_grad_(v.requires_grad)
+            return _copy.deepcopy(v, memo)
+
+        out = type(self)._new_unsafe(
+            {k: deep(v) for k, v in self._tensordict.items()}, self._batch_size, self._device
+        )
+        out._locked = self._locked
+        return out
+
+    def contiguous(self) -> Self:
+        """Every leaf contiguous."""
+        out: Self = _apply.map_leaves(self, Tensor.contiguous)
+        return out
+
+    def detach(self) -> Self:
+        """Every leaf detached from autograd."""
+        out: Self = _apply.map_leaves(self, Tensor.detach)
+        return out
+
+    def detach_(self) -> Self:
+        """Detach every leaf in place."""
+        return self.apply(Tensor.detach_, inplace=True)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Self:
+        """Set ``requires_grad`` on every leaf, in place."""
+        return self.apply(lambda t: t.requires_grad_(requires_grad), inplace=True)
+
+    def zero_(self) -> Self:
+        """Zero every leaf in place."""
+        return self.apply(Tensor.zero_, inplace=True)
+
+    def fill_(self, key: NestedKey, value: float | bool) -> Self:
+        """Fill the leaf ``key`` with ``value`` in place."""
+        self.get(key, _NO_DEFAULT).fill_(value)
+        return self
+
+    def share_memory_(self) -> Self:
+        """Move every leaf into shared memory so worker processes see writes."""
+        return self.apply(Tensor.share_memory_, inplace=True)
+
+    def is_shared(self) -> bool:
+        """True when every tensor leaf is in shared memory."""
+        return all(v.is_shared() for v in _tree.tensor_leaves(self))
+
+    # ------------------------------------------------------------ key structure
+
+    def update(
+        self,
+        other: Mapping[str, Any] | TensorCollection,
+        *,
+        inplace: bool = False,
+        keys_to_update: Sequence[NestedKey] | None = None,
+    ) -> Self:
+        """Merge ``other`` in, recursing into nested containers present on both sides."""
+        _keyops.update(self, other, inplace, keys_to_update)
+        return self
+
+    def update_(self, other: Mapping[str, Any] | TensorCollection) -> Self:
+        """Copy the values of ``other`` into the existing entries, in place; every key
+        of ``other`` must exist here (works on locked containers)."""
+        _keyops.update(self, other, True, None, strict=True)
+        return self
+
+    def copy_(self, other: Mapping[str, Any] | TensorCollection) -> Self:
+        """Same as ``update_``."""
+        return self.update_(other)
+
+    def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> Self:
+        """Only the given (possibly nested) keys; missing keys raise unless ``strict=False``."""
+        out: Self = _keyops.select(self, keys, inplace, strict)
+        return out
+
+    def exclude(self, *keys: NestedKey, inplace: bool = False) -> Self:
+        """Everything but the given (possibly nested) keys."""
+        out: Self = _keyops.exclude(self, keys, inplace)
+        return out
+
+    def flatten_keys(self, separator: str = ".") -> Self:
+        """One level with keys joined by ``separator``: ``{"a": {"b": x}}`` -> ``{"a.b": x}``."""
+        out: Self = _keyops.flatten_keys(self, separator)
+        return out
+
+    def unflatten_keys(self, separator: str = ".") -> Self:
+        """The inverse of ``flatten_keys``."""
+        out: Self = _keyops.unflatten_keys(self, separator)
+        return out
+
+    # ---------------------------------------------- batch shape (feature dims follow)
+
+    def reshape(self, *shape: Any) -> Self:
+        """New batch shape, as ``Tensor.reshape`` over the batch dims."""
+        out: Self = _stackcat.reshape(self, shape, "reshape")
+        return out
+
+    def view(self, *shape: Any) -> Self:
+        """New batch shape without copying, as ``Tensor.view`` over the batch dims."""
+        out: Self = _stackcat.reshape(self, shape, "view")
+        return out
+
+    def expand(self, *shape: Any) -> Self:
+        """Broadcast the batch dims to ``shape`` without copying."""
+        out: Self = _stackcat.reshape(self, shape, "expand")
+        return out
+
+    def unsqueeze(self, dim: int) -> Self:
+        """A new batch dim of size 1 at ``dim``."""
+        out: Self = _stackcat.unsqueeze(self, dim)
+        return out
+
+    def squeeze(self, dim: int | None = None) -> Self:
+        """Drop batch dims of size 1 (only ``dim`` when given)."""
+        out: Self = _stackcat.squeeze(self, dim)
+        return out
+
+    def permute(self, *dims: Any) -> Self:
+        """Reorder the batch dims."""
+        out: Self = _stackcat.permute(self, dims)
+        return out
+
+    def transpose(self, dim0: int, dim1: int) -> Self:
+        """Swap two batch dims."""
+        out: Self = _stackcat.transpose(self, dim0, dim1)
+        return out
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
+        """Merge the batch dims ``start_dim..end_dim`` into one."""
+        out: Self = _stackcat.flatten(self, start_dim, end_dim)
+        return out
+
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> Self:
+        """Split batch dim ``dim`` into ``sizes``."""
+        out: Self = _stackcat.unflatten(self, dim, sizes)
+        return out
+
+    def narrow(self, dim: int, start: int, length: int) -> Self:
+        """Rows ``start:start+length`` of batch dim ``dim``, without copying."""
+        out: Self = _stackcat.narrow(self, dim, start, length)
+        return out
+
+    def unbind(self, dim: int = 0) -> tuple[Self, ...]:
+        """One container per index of batch dim ``dim``."""
+        out: tuple[Self, ...] = _stackcat.unbind(self, dim)
+        return out
+
+    def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple[Self, ...]:
+        """Pieces along batch dim ``dim``, as ``Tensor.split``."""
+        out: tuple[Self, ...] = _stackcat.split(self, split_size, dim)
+        return out
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Self, ...]:
+        """``chunks`` pieces along batch dim ``dim``, as ``Tensor.chunk``."""
+        out: tuple[Self, ...] = _stackcat.chunk(self, chunks, dim)
+        return out
+
+    @classmethod
+    def __torch_function__(
+        cls, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        return _stackcat.torch_function(func, args, kwargs or {})
+
+    # ---------------------------------------------------- comparison, arithmetic
+
+    def __eq__(self, other: object) -> Self:  # type: ignore[override]
+        out: Self = _elementwise.compare(self, other, torch.eq)
+        return out
+
+    def __ne__(self, other: object) -> Self:  # type: ignore[override]
+        out: Self = _elementwise.compare(self, other, torch.ne)
+        return out
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __bool__(self) -> bool:
+        raise RuntimeError(
+            f"the truth value of a {type(self).__name__} is ambiguous: use (a == b).all() or "
+            ".any() to reduce a comparison, len(td.keys()) to test for keys, td.is_empty() "
+            "for leaves"
+        )
+
+    @overload
+    def all(self, dim: None = None) -> bool: ...
+    @overload
+    def all(self, dim: int) -> Self: ...
+    def all(self, dim: int | None = None) -> bool | Self:
+        """True when every element of every leaf is true (per batch element with ``dim``)."""
+        out: bool | Self = _elementwise.reduce_bool(self, dim, torch.all)
+        return out
+
+    @overload
+    def any(self, dim: None = None) -> bool: ...
+    @overload
+    def any(self, dim: int) -> Self: ...
+    def any(self, dim: int | None = None) -> bool | Self:
+        """True when some element of some leaf is true (per batch element with ``dim``)."""
+        out: bool | Self = _elementwise.reduce_bool(self, dim, torch.any)
+        return out
+
+    def __invert__(self) -> Self:
+        return self.apply(torch.logical_not)
+
+    def __neg__(self) -> Self:
+        return self.apply(torch.neg)
+
+    def __and__(self, other: Any) -> Self:
+        out: Self = _elementwise.binary(self, other, torch.logical_and)
+        return out
+
+    def __or__(self, other: Any) -> Self:
+        out: Self = _elementwise.binary(self, other, torch.logical_or)
+        return out
+
+    def __add__(self, other: Any) -> Self:
+        out: Self = _elementwise.binary(self, other, torch.add)
+        return out
+
+    def __sub__(self, other: Any) -> Self:
+        out: Self = _elementwise.binary(self, other, torch.sub)
+        return out
+
+    def __mul__(self, other: Any) -> Self:
+        out: Self = _elementwise.binary(self, other, torch.mul)
+        return out
+
+    def __truediv__(self, other: Any) -> Self:
+        out: Self = _elementwise.binary(self, other, torch.div)
+        return out
+
+    __radd__ = __add__
+    __rmul__ = __mul__
+
+    # ---------------------------------------------------------- repr, pickling
+
+    def __repr__(self) -> str:
+        return _repr.format_repr(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        from . import _pickling
+
+        return _pickling.reduce(self)

@@ -1,0 +1,218 @@
+"""The container methods that reach the disk, model weights and ``torch.distributed``.
+
+They are part of the container base (``TensorCollection`` mixes this class in) and
+the only place that imports ``_persist``, ``weights`` and ``distributed``: lazily,
+on first call, so ``import tensorbox`` loads none of them.
+
+>>> from tensorbox import TensorDict
+>>> callable(TensorDict.memmap) and callable(TensorDict.all_gather)
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Self
+
+import torch
+from torch import Tensor
+
+__all__ = ["DistributedMethods", "IOMethods"]
+
+
+class IOMethods:
+    """Mixin of ``TensorCollection``: persistence and model weights."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------ persistence
+
+    def memmap_(
+        self,
+        prefix: Any = None,
+        *,
+        num_threads: int = 0,
+        copy_existing: bool = False,
+        fsync: bool = False,
+    ) -> Self:
+        """Write every tensor under ``prefix`` (one file each), map them back, and lock."""
+        from . import _persist
+
+        out: Self = _persist.memmap_(
+            self, prefix, num_threads=num_threads, copy_existing=copy_existing, fsync=fsync
+        )
+        return out
+
+    def memmap(self, prefix: Any = None, *, num_threads: int = 0, fsync: bool = False) -> Self:
+        """A memory-mapped copy written under ``prefix`` (this one is unchanged)."""
+        from . import _persist
+
+        out: Self = _persist.memmap(self, prefix, num_threads=num_threads, fsync=fsync)
+        return out
+
+    def save(self, prefix: Any = None, *, num_threads: int = 0, fsync: bool = False) -> Self:
+        """Same as ``memmap``."""
+        return self.memmap(prefix, num_threads=num_threads, fsync=fsync)
+
+    dumps = save
+
+    def memmap_like(self, prefix: Any = None, *, num_threads: int = 0, fsync: bool = False) -> Self:
+        """Files of the same structure, allocated but not filled (no data copied)."""
+        from . import _persist
+
+        out: Self = _persist.memmap_like(self, prefix, num_threads=num_threads, fsync=fsync)
+        return out
+
+    @classmethod
+    def load_memmap(
+        cls, prefix: Any, *, device: Any = None, non_blocking: bool = False, mode: str = "r+"
+    ) -> Self:
+        """Open a saved tree lazily: nothing is read until a leaf is used.
+
+        ``mode="r"`` maps copy-on-write: writes stay in this process, never reach the files.
+        """
+        from . import _persist
+
+        out: Self = _persist.load_memmap(
+            cls, prefix, device=device, non_blocking=non_blocking, mode=mode
+        )
+        problem = cls._load_mismatch(out)
+        if problem is not None:
+            raise TypeError(
+                f"{cls.__name__}.load_memmap({str(prefix)!r}): the saved tree holds "
+                f"{_persist.saved_type(out) or type(out).__name__} {problem}"
+            )
+        return out
+
+    @classmethod
+    def load(
+        cls, prefix: Any, *, device: Any = None, non_blocking: bool = False, mode: str = "r+"
+    ) -> Self:
+        """Same as ``load_memmap``."""
+        return cls.load_memmap(prefix, device=device, non_blocking=non_blocking, mode=mode)
+
+    @classmethod
+    def _load_mismatch(cls, out: Any) -> str | None:
+        """Why a loaded tree does not fit this class (a tensorclass checks its fields)."""
+        return None
+
+    def is_memmap(self) -> bool:
+        """True when every tensor leaf is backed by a file of a saved tree."""
+        from . import _persist
+
+        return bool(_persist.is_memmap(self))
+
+    # ---------------------------------------------------------------- weights
+
+    @classmethod
+    def from_module(
+        cls, module: torch.nn.Module, as_module: bool = False, *, non_persistent: bool = False
+    ) -> Any:
+        """Parameters and buffers of ``module``, nested by submodule, sharing storage."""
+        from . import weights
+
+        return weights.from_module(module, as_module=as_module, non_persistent=non_persistent)
+
+    def to_module(
+        self,
+        module: torch.nn.Module,
+        *,
+        inplace: bool = False,
+        return_swap: bool = True,
+        strict: bool = True,
+        chunk_bytes: int | None = None,
+    ) -> Any:
+        """Put these weights into ``module``; returns what was there before."""
+        from . import weights
+
+        return weights.to_module(
+            self,
+            module,
+            inplace=inplace,
+            return_swap=return_swap,
+            strict=strict,
+            chunk_bytes=chunk_bytes,
+        )
+
+    def state_dict(self, *, keep_vars: bool = False) -> dict[str, Tensor]:
+        """A flat ``{"dotted.key": tensor}`` dict, as ``nn.Module.state_dict()``."""
+        from . import weights
+
+        return weights.state_dict(self, keep_vars=keep_vars)
+
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, *, chunk_bytes: int | None = None
+    ) -> Self:
+        """Copy a dotted-key state dict into the matching leaves (in chunks)."""
+        from . import weights
+
+        weights.load_state_dict(self, state_dict, strict=strict, chunk_bytes=chunk_bytes)
+        return self
+
+
+class DistributedMethods:
+    """Mixin of ``TensorCollection``: point-to-point and collective transport of a container,
+    with tensordict's spelling (``td.send(dst)``, ``td.all_reduce_()``...) for the functions
+    of ``tensorbox.distributed``. A tensorclass field may shadow these (``shadow=True``)."""
+
+    __slots__ = ()
+
+    def send(self, dst: int, *, group: Any = None, tag: int = 0, packed: bool = True) -> None:
+        """Send to rank ``dst``; the peer calls ``recv`` or ``from_remote_init``."""
+        from . import distributed
+
+        distributed.send(self, dst, group=group, tag=tag, packed=packed)
+
+    init_remote = send  # tensordict's name for a send to a rank that knows no structure
+
+    def isend(self, dst: int, *, group: Any = None, tag: int = 0, packed: bool = True) -> Any:
+        """Start a send; ``wait()`` on the returned Request."""
+        from . import distributed
+
+        return distributed.isend(self, dst, group=group, tag=tag, packed=packed)
+
+    def recv(self, src: int, *, group: Any = None, tag: int = 0) -> Self:
+        """Receive from rank ``src`` into these tensors, in place (same keys, dtypes, shapes)."""
+        from . import distributed
+
+        return distributed.recv(self, src, group=group, tag=tag)
+
+    def irecv(self, src: int, *, group: Any = None, tag: int = 0) -> Any:
+        """Start an in-place receive; ``wait()`` on the returned Request."""
+        from . import distributed
+
+        return distributed.irecv(self, src, group=group, tag=tag)
+
+    @classmethod
+    def from_remote_init(cls, src: int, *, group: Any = None, device: Any = None) -> Any:
+        """A new container received from rank ``src``, whatever its structure."""
+        from . import distributed
+
+        return distributed.recv_structure(src, group=group, device=device)
+
+    def broadcast_(self, src: int, *, group: Any = None) -> Self:
+        """Copy rank ``src``'s container into this one on every rank, in place."""
+        from . import distributed
+
+        return distributed.broadcast_(self, src, group=group)
+
+    def broadcast(self, src: int, *, group: Any = None) -> Self:
+        """Rank ``src``'s container on every rank (built new where it is not ``self``)."""
+        from . import distributed
+
+        return distributed.broadcast(self, src, group=group)
+
+    def all_reduce_(self, op: Any = None, *, group: Any = None, async_op: bool = False) -> Any:
+        """Reduce every leaf over the group, in place (``op`` default SUM; AVG works on gloo)."""
+        from . import distributed
+
+        return distributed.all_reduce_(self, op, group=group, async_op=async_op)
+
+    # tensordict's spelling: it reduces in place too (tensordict returns None, this returns self).
+    all_reduce = all_reduce_
+
+    def all_gather(self, *, group: Any = None) -> Self:
+        """Every rank's container stacked along a new first dim."""
+        from . import distributed
+
+        return distributed.all_gather(self, group=group)

@@ -1,0 +1,127 @@
+"""Data entering a container: validation and conversion of the values users set.
+
+The constructor's loop (:func:`fill_entries`), one value for one level
+(:func:`prepare_entry`, behind ``set`` and ``__setitem__``) and in-place copies into
+existing leaves (:func:`copy_leaf`, bounded by the chunked copy). Only here do user
+values get checked against the batch size and moved to the container's device; every
+other operation builds its result from entries that are valid already.
+
+>>> import torch
+>>> from tensorbox import TensorDict
+>>> td = TensorDict(batch_size=[2])
+>>> type(prepare_entry(td, "m", {"a": torch.zeros(2)}, ("m",))).__name__
+'TensorDict'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from . import _chunks
+from ._keys import check_str_key, format_key
+from ._nontensor import NonTensorData
+from ._shape import check_leaf_shape, leads_with
+from ._tree import is_coll, new_plain
+from .errors import BatchSizeError
+
+if TYPE_CHECKING:
+    from ._container import TensorCollection
+
+__all__ = ["copy_leaf", "fill_entries", "prepare_entry"]
+
+_NTD = NonTensorData
+
+
+def fill_entries(td: TensorCollection, source: Mapping[str, Any], prefix: tuple[str, ...]) -> None:
+    """Validate and store every entry of ``source`` into ``td`` (the constructor's loop).
+
+    The common case is inlined: str keys, tensors and plain dicts; anything else
+    goes through ``prepare_entry``. With one batch dim, comparing ``shape[0]``
+    avoids slicing a ``torch.Size``, which costs as much as the rest of the check.
+    """
+    bs = td._batch_size
+    dev = td._device
+    store = td._tensordict
+    nbd = len(bs)
+    b0 = bs[0] if nbd == 1 else None
+    for key, value in source.items():
+        if type(key) is not str:
+            key = check_str_key(key, prefix)
+        if isinstance(value, Tensor):
+            shape = value.shape
+            if nbd and ((shape[0] != b0) if (b0 is not None and shape) else (shape[:nbd] != bs)):
+                check_leaf_shape(format_key((*prefix, key)), shape, bs)
+            if dev is not None and value.device != dev:
+                value = value.to(dev)
+            store[key] = value
+        elif type(value) is dict:
+            sub = new_plain({}, bs, dev)
+            fill_entries(sub, value, (*prefix, key))
+            store[key] = sub
+        else:
+            store[key] = prepare_entry(td, key, value, (*prefix, key))
+
+
+def prepare_entry(td: TensorCollection, key: str, value: Any, path: tuple[str, ...]) -> Any:
+    """Validate ``value`` for a level of ``td`` and convert it to a stored entry.
+
+    Tensors must start with the batch size and move to ``td``'s device; mappings
+    become nested TensorDicts; numpy arrays become tensors; other Python values
+    become ``NonTensorData``.
+    """
+    bs = td._batch_size
+    dev = td._device
+    if isinstance(value, Tensor):
+        shape = value.shape
+        if not leads_with(shape, bs):
+            check_leaf_shape(format_key(path), shape, bs)
+        if dev is not None and value.device != dev:
+            value = value.to(dev)
+        return value
+    if is_coll(value):
+        if value.batch_size[: len(bs)] != bs:
+            raise BatchSizeError(
+                f"key {format_key(path)} holds a {type(value).__name__} with batch_size "
+                f"{tuple(value.batch_size)}, which does not start with batch_size {tuple(bs)}"
+            )
+        if dev is not None and value.device != dev:
+            value = value.to(dev)
+        return value
+    if isinstance(value, Mapping):
+        sub = new_plain({}, bs, dev)
+        fill_entries(sub, value, path)
+        return sub
+    if type(value) is _NTD:
+        if value.stacked and tuple(value.data.shape) != tuple(bs):
+            raise BatchSizeError(
+                f"key {format_key(path)} holds stacked values for batch_size "
+                f"{tuple(value.data.shape)} but batch_size is {tuple(bs)}"
+            )
+        return value
+    if isinstance(value, np.ndarray) and value.dtype != object:
+        return prepare_entry(td, key, torch.from_numpy(value), path)
+    return NonTensorData(value)
+
+
+def copy_leaf(dst: Tensor, src: Any) -> None:
+    """``dst.copy_(src)`` for in-place writes (``set_``, ``update_``, ``set(inplace=True)``).
+
+    A large copy (over ``CHUNK_BYTES``) goes in slices through ``copy_chunked``, so converting dtypes or filling a memory-mapped
+    leaf never materializes a whole second tensor. Small copies, broadcasting copies
+    and copies autograd must record take the plain ``copy_``.
+    """
+    if not isinstance(src, Tensor):
+        src = torch.as_tensor(src)
+    if (
+        dst.nbytes > _chunks.CHUNK_BYTES
+        and src.shape == dst.shape
+        and not (dst.requires_grad or src.requires_grad)
+    ):
+        _chunks.copy_chunked(dst, src)
+    else:
+        dst.copy_(src)

@@ -1,0 +1,251 @@
+"""``TensorClass``: the base of every tensorclass (fields, ``__setattr__``, dataclass support).
+
+Every container method comes from ``TensorCollection``, written once for both
+TensorDict and tensorclasses, typed to return ``Self``. A tensorclass instance
+*is* a container: its fields are entries of its own ``_tensordict`` dict (non-tensor
+values as ``NonTensorData``), read and written through one property per field
+(made by ``build``). This class adds what only a typed class has: the generated
+``__init__`` and ``__post_init__``, ``__setattr__`` for fields, ``frozen``, the
+check that only declared fields are set, and ``dataclasses`` support.
+
+>>> import dataclasses, torch
+>>> from tensorbox import TensorClass
+>>> class Pair(TensorClass):
+...     a: torch.Tensor
+...     b: torch.Tensor
+>>> p = Pair(torch.zeros(4, 2), torch.ones(4), batch_size=[4])
+>>> p[1:3].a.shape, type(p.reshape(2, 2)).__name__
+(torch.Size([2, 2]), 'Pair')
+>>> dataclasses.replace(p, b=torch.zeros(4)).batch_size
+torch.Size([4])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Self, dataclass_transform, overload
+
+import torch
+
+from .._container import TensorCollection
+from ..errors import TensorDictKeyError
+from .build import build_class, set_field
+from .fields import MISSING, Field, field
+
+__all__ = ["TensorClass"]
+
+_new = object.__new__
+# Sets a slot past our __setattr__; a C call that torch.compile can trace (the slot's
+# member descriptor __set__ would be faster but dynamo cannot trace it).
+_osa = object.__setattr__
+_STORAGE = frozenset({"_tensordict", "_batch_size", "_device", "_locked", "_prev_lock"})
+_STORAGE |= {"_lock_stack"}
+
+
+class _BatchSizeField:
+    """Typing only: ``batch_size`` is a keyword of ``__init__`` and reads as ``torch.Size``."""
+
+    @overload
+    def __get__(self, obj: None, owner: Any) -> _BatchSizeField: ...
+    @overload
+    def __get__(self, obj: object, owner: Any) -> torch.Size: ...
+    def __get__(self, obj: Any, owner: Any) -> Any:
+        raise NotImplementedError
+
+    def __set__(self, obj: Any, value: Sequence[int] | int | torch.Size | None) -> None:
+        raise NotImplementedError
+
+
+class _DeviceField:
+    """Typing only: ``device`` is a keyword of ``__init__`` and reads as a device or None."""
+
+    @overload
+    def __get__(self, obj: None, owner: Any) -> _DeviceField: ...
+    @overload
+    def __get__(self, obj: object, owner: Any) -> torch.device | None: ...
+    def __get__(self, obj: Any, owner: Any) -> Any:
+        raise NotImplementedError
+
+    def __set__(self, obj: Any, value: torch.device | str | int | None) -> None:
+        raise NotImplementedError
+
+
+if TYPE_CHECKING:
+    # For type checkers only, TensorClass has a dataclass_transform metaclass (PEP 681):
+    # that makes every subclass dataclass-like, and it is the one form under which the
+    # base's own keyword-only fields (batch_size, device) join every subclass's __init__
+    # while the base counts as neither frozen nor non-frozen (so frozen=True subclasses
+    # type-check). At runtime the metaclass is plain ``type``: no metaclass cost.
+
+    @dataclass_transform(field_specifiers=(field, dataclasses.field, Field, dataclasses.Field))
+    class _Meta(type):
+        pass
+
+else:
+    _Meta = type
+
+
+class TensorClass(TensorCollection, metaclass=_Meta):
+    """Base class of tensorclasses: annotate fields, get ``__init__`` and every container op.
+
+    ``class Foo(TensorClass, frozen=True, kw_only=True)`` takes the class options of
+    ``@tensorclass``. The constructor takes the fields, then keyword-only
+    ``batch_size`` (default ``[]``) and ``device``.
+    """
+
+    __slots__ = ()
+    __tc_names__: ClassVar[frozenset[str]] = frozenset()
+    __tc_fields__: ClassVar[tuple[Field, ...]] = ()
+    __tc_frozen__: ClassVar[bool] = False
+
+    if TYPE_CHECKING:
+        # Seen by type checkers as keyword-only fields, so the synthesized
+        # __init__ reads (fields..., *, batch_size=None, device=None).
+        batch_size: _BatchSizeField = field(default=None, kw_only=True)  # type: ignore[assignment]
+        device: _DeviceField = field(default=None, kw_only=True)  # type: ignore[assignment]
+
+    def __init_subclass__(
+        cls,
+        *,
+        frozen: bool | None = None,
+        kw_only: bool | None = None,
+        shadow: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        build_class(cls, TensorClass, {"frozen": frozen, "kw_only": kw_only, "shadow": shadow})
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("TensorClass is a base class: subclass it and annotate fields")
+
+    # ------------------------------------------------------------ building
+
+    @classmethod
+    def _new_unsafe(
+        cls, source: dict[str, Any], batch_size: torch.Size, device: torch.device | None
+    ) -> Self:
+        """The contract's builder, past ``__setattr__``: no check, no ``__post_init__``."""
+        self = _new(cls)
+        _osa(self, "_tensordict", source)
+        _osa(self, "_batch_size", batch_size)
+        _osa(self, "_device", device)
+        _osa(self, "_locked", False)
+        return self
+
+    @classmethod
+    def from_tensordict(cls, td: Any, *, run_post_init: bool = True) -> Self:
+        """Build from a TensorDict holding the fields (missing ones take their defaults).
+
+        The tensors are shared, not copied. Unknown keys are refused. ``__post_init__``
+        runs, as this brings in outside data; pass ``run_post_init=False`` to skip it.
+        """
+        if not getattr(type(td), "_is_tensor_collection", False):
+            raise TypeError(f"{cls.__name__}.from_tensordict expects a TensorDict, got {td!r}")
+        store = td._tensordict
+        extra = sorted(set(store) - cls.__tc_names__)
+        if extra:
+            raise TensorDictKeyError(
+                f"{cls.__name__}.from_tensordict: keys {extra!r} are not fields of "
+                f"{cls.__name__} (fields: {[f.name for f in cls.__tc_fields__]!r})"
+            )
+        out = cls._new_unsafe({}, td._batch_size, td._device)
+        for f in cls.__tc_fields__:
+            if f.name in store:
+                out._tensordict[f.name] = store[f.name]  # already a valid entry of td
+                continue
+            if f.default is not MISSING:
+                value = f.default
+            elif f.default_factory is not MISSING:
+                value = f.default_factory()
+            else:
+                raise TensorDictKeyError(
+                    f"{cls.__name__}.from_tensordict: required field {f.name!r} is missing "
+                    f"(keys: {sorted(store)!r})"
+                )
+            set_field(out, f.name, value)
+        if run_post_init and hasattr(out, "__post_init__"):
+            out.__post_init__()
+        return out
+
+    @classmethod
+    def from_dict(
+        cls,
+        source: Mapping[str, Any],
+        batch_size: Sequence[int] | int | None = None,
+        *,
+        device: torch.device | str | None = None,
+    ) -> Self:
+        """Build from a mapping of field names to values (``__post_init__`` runs)."""
+        return cls(**source, batch_size=batch_size, device=device)
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with some fields changed, as ``dataclasses.replace`` (``__post_init__`` runs).
+
+        Tensors are shared; ``batch_size`` and ``device`` are kept unless given.
+        """
+        cls = type(self)
+        unknown = sorted(set(changes) - cls.__tc_names__ - {"batch_size", "device"})
+        if unknown:
+            raise TypeError(
+                f"{cls.__name__}.replace: unknown fields {unknown!r} "
+                f"(fields: {[f.name for f in cls.__tc_fields__]!r})"
+            )
+        for f in cls.__tc_fields__:
+            if f.name in changes and not f.init:
+                raise ValueError(f"{cls.__name__}.replace: field {f.name!r} has init=False")
+        out: Self = dataclasses.replace(self, **changes)
+        return out
+
+    __replace__ = replace  # copy.replace (Python 3.13+)
+
+    # ------------------------------------------------------------ attributes
+
+    def _set_str(self, key: str, value: Any, path: tuple[str, ...]) -> None:
+        """The gate for ``set``/``update``/``tc[key] = v``: declared fields only."""
+        cls = type(self)
+        if key not in cls.__tc_names__:
+            raise TensorDictKeyError(
+                f"{cls.__name__} has no field {key!r} "
+                f"(fields: {[f.name for f in cls.__tc_fields__]!r})"
+            )
+        if cls.__tc_frozen__:
+            raise dataclasses.FrozenInstanceError(
+                f"cannot assign to field {key!r} of frozen {cls.__name__}; "
+                f"use .replace({key}=...) for a changed copy"
+            )
+        set_field(self, key, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        cls = type(self)
+        if name in cls.__tc_names__:
+            if cls.__tc_frozen__:
+                raise dataclasses.FrozenInstanceError(
+                    f"cannot assign to field {name!r} of frozen {cls.__name__}; "
+                    f"use .replace({name}=...) for a changed copy"
+                )
+            set_field(self, name, value)
+            return
+        if name in _STORAGE or hasattr(type(getattr(cls, name, None)), "__set__"):
+            object.__setattr__(self, name, value)  # the storage, a user property, a user slot
+            return
+        raise AttributeError(
+            f"{cls.__name__} has no field {name!r}; its fields are "
+            f"{[f.name for f in cls.__tc_fields__]!r}. Declare it in the class "
+            f"(e.g. {name}: torch.Tensor) to store it"
+        )
+
+    def __delattr__(self, name: str) -> None:
+        cls = type(self)
+        if name in cls.__tc_names__:
+            raise AttributeError(
+                f"cannot delete field {name!r} of {cls.__name__}; assign None instead"
+            )
+        object.__delattr__(self, name)
+
+    @classmethod
+    def _load_mismatch(cls, out: Any) -> str | None:
+        keys = set(out._tensordict) if isinstance(out, cls) else set()
+        if isinstance(out, cls) and keys == cls.__tc_names__:
+            return None
+        return f"with keys {sorted(keys)!r}, not the fields of {cls.__name__} {sorted(cls.__tc_names__)!r}"

@@ -1,0 +1,257 @@
+"""Class building for tensorclasses: generated ``__init__``, field properties, registration.
+
+``TensorClass.__init_subclass__`` calls :func:`build_class`, which
+
+1. collects and checks the fields (``fields.collect_fields``),
+2. installs one ``property`` per field, reading the container's entry dict,
+3. generates ``__init__`` as source code (as ``dataclasses`` does), so the
+   signature is real (``inspect``, IDEs) and the common case, a tensor of the
+   right shape, costs one type test and one shape comparison per field,
+4. sets ``__dataclass_fields__`` so ``dataclasses.fields``/``replace``/``asdict`` work,
+5. registers the class (``CLASS_REGISTRY``, torch pytree, DataLoader collate).
+
+>>> import torch
+>>> from tensorbox import TensorClass
+>>> class P(TensorClass):
+...     x: torch.Tensor
+...     tag: str = "p"
+>>> import inspect
+>>> [(p.name, p.kind.name) for p in inspect.signature(P).parameters.values()]  # doctest: +NORMALIZE_WHITESPACE
+[('x', 'POSITIONAL_OR_KEYWORD'), ('tag', 'POSITIONAL_OR_KEYWORD'),
+ ('batch_size', 'KEYWORD_ONLY'), ('device', 'KEYWORD_ONLY')]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .._container import TensorCollection
+from .._nontensor import NonTensorData
+from .._shape import as_batch_size
+from .._tree import CLASS_REGISTRY
+from ..errors import BatchSizeError
+from .fields import MISSING, Field, collect_fields, reserved_names, shadowable_names
+
+__all__ = ["build_class", "register", "set_field"]
+
+
+# ------------------------------------------------------------- values
+
+
+def _holds_tensor(value: Any) -> bool:
+    if isinstance(value, Tensor) or getattr(type(value), "_is_tensor_collection", False):
+        return True
+    if isinstance(value, Mapping):
+        return any(_holds_tensor(v) for v in value.values())
+    return False
+
+
+def put(cls: type, obj: Any, name: str, value: Any) -> None:
+    """Store ``value`` as field ``name`` of ``obj``: the validated, converted path.
+
+    Tensors and nested containers are checked against the batch size here so
+    the message names the class and the field; plain values (str, numbers,
+    lists, dicts without tensors) become ``NonTensorData``.
+    """
+    bs = obj._batch_size
+    if isinstance(value, np.ndarray) and value.dtype != object:
+        value = torch.from_numpy(value)
+    if isinstance(value, Tensor) or getattr(type(value), "_is_tensor_collection", False):
+        shape = value.shape
+        if shape[: len(bs)] != bs:
+            what = "shape" if isinstance(value, Tensor) else f"{type(value).__name__} batch_size"
+            raise BatchSizeError(
+                f"{cls.__name__}.{name}: {what} {tuple(shape)} does not start with the "
+                f"batch_size {tuple(bs)}; every field's leading dims are the batch dims"
+            )
+    elif isinstance(value, Mapping) and not _holds_tensor(value):
+        value = NonTensorData(dict(value))
+    TensorCollection._set_str(obj, name, value, (name,))  # the lock check, and conversion
+
+
+# ------------------------------------------------------------- generation
+
+
+def _make_property(cls_name: str, name: str) -> property:
+    ntd = NonTensorData
+
+    def get(self: Any) -> Any:
+        try:
+            v = self._tensordict[name]
+        except KeyError:
+            raise AttributeError(
+                f"{cls_name}.{name} is missing from this instance (removed by exclude/select "
+                "or a partial from_tensordict)"
+            ) from None
+        return v.value if type(v) is ntd else v
+
+    def set_(self: Any, value: Any) -> None:
+        set_field(self, name, value)
+
+    get.__name__ = set_.__name__ = name
+    get.__qualname__ = f"{cls_name}.{name}"
+    return property(get, set_)
+
+
+def set_field(self: Any, name: str, value: Any) -> None:
+    """Validated write of one field; a tensor that fits is stored with two checks."""
+    if type(value) is Tensor and not self._locked:
+        bs = self._batch_size
+        dev = self._device
+        if value.shape[: len(bs)] == bs and (dev is None or value.device == dev):
+            self._tensordict[name] = value
+            return
+    put(type(self), self, name, value)
+
+
+def _make_init(cls: type, flds: tuple[Field, ...]) -> Callable[..., Any]:
+    """Source of ``__init__``: fields (positional, then keyword-only), batch_size, device."""
+    g: dict[str, Any] = {
+        "__tc_MISSING": MISSING,
+        "__tc_as_bs": as_batch_size,
+        "__tc_device": torch.device,
+        "__tc_Tensor": Tensor,
+        "__tc_put": put,
+        "__tc_cls": cls,
+        "__tc_osa": object.__setattr__,
+    }
+    pos: list[str] = []
+    kw: list[str] = []
+    body: list[str] = []
+    annotations: dict[str, Any] = {}
+    for f in flds:
+        n = f.name
+        if f.init:
+            if f.default is not MISSING:
+                g[f"__tc_d_{n}"] = f.default
+                param = f"{n}=__tc_d_{n}"
+            elif f.default_factory is not MISSING:
+                g[f"__tc_f_{n}"] = f.default_factory
+                param = f"{n}=__tc_MISSING"
+                body.append(f"    if {n} is __tc_MISSING: {n} = __tc_f_{n}()")
+            else:
+                param = n
+            (kw if f.kw_only else pos).append(param)
+            annotations[n] = f.type
+        elif f.default_factory is not MISSING:
+            g[f"__tc_f_{n}"] = f.default_factory
+            body.append(f"    {n} = __tc_f_{n}()")
+        else:
+            g[f"__tc_d_{n}"] = f.default
+            body.append(f"    {n} = __tc_d_{n}")
+    body += [
+        "    __tc_bs = __tc_as_bs(batch_size)",
+        "    __tc_dev = None if device is None else __tc_device(device)",
+        "    __tc_s = {}",
+        "    __tc_osa(__tc_self, '_tensordict', __tc_s)",
+        "    __tc_osa(__tc_self, '_batch_size', __tc_bs)",
+        "    __tc_osa(__tc_self, '_device', __tc_dev)",
+        "    __tc_osa(__tc_self, '_locked', False)",
+        "    __tc_n = len(__tc_bs)",
+    ]
+    for f in flds:
+        n = f.name
+        # The common case inline: a plain tensor whose leading dims fit.
+        body.append(
+            f"    if type({n}) is __tc_Tensor and {n}.shape[:__tc_n] == __tc_bs and "
+            f"(__tc_dev is None or {n}.device == __tc_dev): __tc_s[{n!r}] = {n}\n"
+            f"    else: __tc_put(__tc_cls, __tc_self, {n!r}, {n})"
+        )
+    # ``__tc_self``, not ``self``: a field may be called ``self``.
+    if getattr(cls, "__post_init__", None) is not None:
+        body.append("    __tc_self.__post_init__()")
+    params = ", ".join(["__tc_self", *pos, "*", *kw, "batch_size=None", "device=None"])
+    src = f"def __init__({params}):\n" + "\n".join(body) + "\n"
+    ns: dict[str, Any] = {}
+    exec(compile(src, f"<tensorclass {cls.__qualname__}.__init__>", "exec"), g, ns)
+    init: Callable[..., Any] = ns["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    init.__annotations__ = {**annotations, "return": None}
+    init.__doc__ = (
+        f"Build a {cls.__name__} from its fields; ``batch_size`` (default ``[]``) is the "
+        "leading shape every tensor field shares, ``device`` moves every tensor there."
+    )
+    return init
+
+
+_REGISTERED: set[type] = set()
+
+
+def build_class(cls: type, base: type, options: dict[str, Any]) -> None:
+    """Turn ``cls`` (a subclass of ``base``, the TensorClass) into a working tensorclass."""
+    frozen = options.get("frozen")
+    kw_only = options.get("kw_only")
+    if frozen is None:
+        frozen = getattr(cls, "__tc_frozen__", False)
+    if "__init__" in cls.__dict__ and not getattr(cls.__dict__["__init__"], "__tc_generated__", 0):
+        raise TypeError(
+            f"{cls.__qualname__} defines __init__; a tensorclass generates it from the fields. "
+            "Put checks in __post_init__, and other ways to build one in a classmethod"
+        )
+    shadow = options.get("shadow")
+    if shadow is None:
+        shadow = getattr(cls, "__tc_shadow__", False)
+    reserved = reserved_names(base)
+    if shadow:
+        reserved = {k: v for k, v in reserved.items() if k not in shadowable_names()}
+    flds = collect_fields(cls, bool(kw_only), reserved)
+    for f in flds:
+        setattr(cls, f.name, _make_property(cls.__name__, f.name))
+    init: Any = _make_init(cls, flds)
+    init.__tc_generated__ = True
+    cls.__init__ = init  # type: ignore[misc]
+    cls.__tc_fields__ = flds  # type: ignore[attr-defined]
+    cls.__dataclass_fields__ = _dataclass_fields(flds)  # type: ignore[attr-defined]
+    cls.__dataclass_params__ = _dataclass_params(bool(frozen))  # type: ignore[attr-defined]
+    cls.__tc_names__ = frozenset(f.name for f in flds)  # type: ignore[attr-defined]
+    cls.__tc_frozen__ = bool(frozen)  # type: ignore[attr-defined]
+    cls.__tc_shadow__ = bool(shadow)  # type: ignore[attr-defined]
+    match = cls.__dict__.get("__match_args__")
+    if match is None or match == cls.__dict__.get("__tc_match__"):
+        match = tuple(f.name for f in flds if f.init and not f.kw_only)
+        cls.__match_args__ = cls.__tc_match__ = match  # type: ignore[attr-defined, misc]
+    register(cls)
+
+
+def _dataclass_fields(flds: tuple[Field, ...]) -> dict[str, Field]:
+    """``__dataclass_fields__``: the user's fields, then ``batch_size`` and ``device`` as
+    init-only pseudo-fields with a default. ``dataclasses.fields``/``asdict`` skip those
+    (they list ``_FIELD`` entries only), while ``dataclasses.replace`` passes each one's
+    current value on, so a replaced copy keeps its batch size and device."""
+    out = {f.name: f for f in flds}
+    for name in ("batch_size", "device"):
+        pseudo = dataclasses.field(default=None, kw_only=True)
+        pseudo.name = name
+        pseudo.type = Any
+        pseudo._field_type = dataclasses._FIELD_INITVAR  # type: ignore[attr-defined]
+        out[name] = pseudo
+    return out
+
+
+def _dataclass_params(frozen: bool) -> Any:
+    params = inspect.signature(dataclasses._DataclassParams).parameters  # type: ignore[attr-defined]
+    wanted = {"init": True, "repr": True, "eq": True, "order": False, "unsafe_hash": False}
+    wanted |= {"frozen": frozen, "match_args": True, "kw_only": False, "slots": False}
+    wanted |= {"weakref_slot": False}
+    return dataclasses._DataclassParams(  # type: ignore[attr-defined]
+        **{k: v for k, v in wanted.items() if k in params}
+    )
+
+
+def register(cls: type, in_registry: bool = True) -> None:
+    """Add ``cls`` to ``CLASS_REGISTRY`` and make it a pytree node (once per class)."""
+    if in_registry:
+        CLASS_REGISTRY[f"{cls.__module__}:{cls.__qualname__}"] = cls
+    if cls not in _REGISTERED:
+        from .._pytree import register_collection
+
+        _REGISTERED.add(cls)
+        register_collection(cls, f"{cls.__module__}.{cls.__qualname__}")
