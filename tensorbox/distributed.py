@@ -520,8 +520,6 @@ def _build(s: _Structure, plan: _Plan, payload: Tensor, rest: list, cls: Any, de
                 store[k] = NonTensorData(e["value"])
         device = None if n["device"] is None else dev
         target: Any = want if want is not None else CLASS_REGISTRY.get(n["type"])
-        if target is not None and not isinstance(target, type):
-            raise TypeError(f"cls must be a container class, got {target!r}")
         if target is not None and hasattr(target, "__tc_names__"):
             extra = sorted(store.keys() - target.__tc_names__)
             if extra:
