@@ -301,9 +301,9 @@ def _check_size(path: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
 class MemoryMappedTensor(Tensor):
     """A tensor stored in a file (or in anonymous shared memory); see the module doc.
 
-    Build one with :meth:`empty`, :meth:`zeros`, :meth:`ones`, :meth:`full`,
-    :meth:`from_tensor` or :meth:`from_filename`. Every operation on it returns
-    a plain ``torch.Tensor``.
+    Build one with :meth:`empty`, :meth:`zeros`, :meth:`ones`, :meth:`full`, their
+    ``*_like`` forms, :meth:`from_tensor` (or ``MemoryMappedTensor(data)``) or
+    :meth:`from_filename`. Every operation on it returns a plain ``torch.Tensor``.
     """
 
     __torch_function__ = torch._C._disabled_torch_function_impl
