@@ -57,9 +57,24 @@ import torch
 from torch import Tensor
 
 from ._format import DTYPES, dtype_name, fsync_dir, temp_name
+from ._memmap_args import (
+    MemmapDeviceError,
+    MemmapFileExistsError,
+    check_device,
+    like_input,
+    shape_from,
+)
 from .errors import FormatError
 
-__all__ = ["CHUNK_BYTES", "FileRef", "MemoryMappedTensor", "restore", "shareable"]
+__all__ = [
+    "CHUNK_BYTES",
+    "FileRef",
+    "MemmapDeviceError",
+    "MemmapFileExistsError",
+    "MemoryMappedTensor",
+    "restore",
+    "shareable",
+]
 
 #: Largest piece copied through RAM when writing a non-contiguous or non-CPU tensor.
 CHUNK_BYTES = 64 << 20
@@ -67,15 +82,7 @@ CHUNK_BYTES = 64 << 20
 _MAX_WRITE = 1 << 30
 _O_BINARY = getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
 _MODES = ("r+", "r")
-
-
-def _shape_arg(shape: tuple[Any, ...]) -> tuple[int, ...]:
-    if len(shape) == 1 and not isinstance(shape[0], int):
-        shape = tuple(shape[0])
-    out = tuple(int(d) for d in shape)
-    if any(d < 0 for d in out):
-        raise ValueError(f"shape {out!r} has a negative dim")
-    return out
+_NO_FILL: Any = object()  # full() without fill_value= takes it from the positionals
 
 
 def _strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -139,8 +146,8 @@ def _open_new(path: str, existsok: bool) -> tuple[int, str | None]:
         return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o666), None
     except FileExistsError:
         if not existsok:
-            raise FileExistsError(
-                f"{path} exists; pass existsok=True to replace it (it is replaced by a new "
+            raise MemmapFileExistsError(
+                f"{path} already exists; pass existsok=True to replace it (it is replaced by a new "
                 "file, so tensors already mapped from it keep the old data)"
             ) from None
     tmp = temp_name(os.path.dirname(path))
@@ -294,9 +301,9 @@ def _check_size(path: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
 class MemoryMappedTensor(Tensor):
     """A tensor stored in a file (or in anonymous shared memory); see the module doc.
 
-    Build one with :meth:`empty`, :meth:`zeros`, :meth:`ones`, :meth:`full`,
-    :meth:`from_tensor` or :meth:`from_filename`. Every operation on it returns
-    a plain ``torch.Tensor``.
+    Build one with :meth:`empty`, :meth:`zeros`, :meth:`ones`, :meth:`full`, their
+    ``*_like`` forms, :meth:`from_tensor` (or ``MemoryMappedTensor(data)``) or
+    :meth:`from_filename`. Every operation on it returns a plain ``torch.Tensor``.
     """
 
     __torch_function__ = torch._C._disabled_torch_function_impl
@@ -317,67 +324,252 @@ class MemoryMappedTensor(Tensor):
 
     # -------------------------------------------------------- constructors
 
+    def __new__(
+        cls,
+        data: Any,
+        *,
+        dtype: torch.dtype | None = None,
+        device: Any = None,
+        filename: str | os.PathLike[str] | None = None,
+        existsok: bool = False,
+    ) -> MemoryMappedTensor:
+        """A memory-mapped copy of ``data`` (a tensor, or anything ``torch.as_tensor`` takes).
+
+        ``MemoryMappedTensor(x, ...)`` is :meth:`from_tensor` with an optional ``dtype``
+        cast; ``device`` may only be the CPU, where the result lives.
+
+        >>> MemoryMappedTensor([1, 2], dtype=torch.float64).tolist()
+        [1.0, 2.0]
+        """
+        if isinstance(data, (str, bytes, os.PathLike)):
+            raise TypeError(
+                f"MemoryMappedTensor({data!r}) got a path as data: map an existing file with "
+                "MemoryMappedTensor.from_filename(path, dtype, shape), or pass the data "
+                "with filename=path to write a new one"
+            )
+        check_device("__new__", device)
+        t = data if isinstance(data, Tensor) else torch.as_tensor(data)
+        if dtype is None or dtype == t.dtype:
+            return cls.from_tensor(t, filename=filename, existsok=existsok)
+        # Cast while copying into the new storage: no second full-size tensor.
+        out = cls.zeros(tuple(t.shape), dtype=dtype, filename=filename, existsok=existsok)
+        out.copy_(t.detach())
+        return out
+
     @classmethod
     def empty(
         cls,
-        *shape: Any,
+        *size: Any,
+        shape: Any = None,
         dtype: torch.dtype | None = None,
+        device: Any = None,
         filename: str | os.PathLike[str] | None = None,
         existsok: bool = False,
     ) -> MemoryMappedTensor:
         """A new tensor; files and shared memory start zero-filled, allocated lazily.
 
+        The shape is given as ints, as one sequence, or as ``shape=``; ``dtype``
+        defaults to torch's default dtype; ``device`` may only be the CPU.
+        Without ``filename`` the tensor lives in anonymous shared memory. An existing
+        file is an error unless ``existsok=True``, which replaces it with a new file.
+
         >>> MemoryMappedTensor.empty(2, 3).shape, MemoryMappedTensor.empty((4,)).filename
         (torch.Size([2, 3]), None)
+        >>> MemoryMappedTensor.empty(shape=torch.Size([2]), dtype=torch.int8).dtype
+        torch.int8
         """
-        return cls.zeros(*shape, dtype=dtype, filename=filename, existsok=existsok)
+        shp = shape_from("empty", size, shape)
+        check_device("empty", device)
+        return cls._zeros(shp, dtype, filename, existsok)
 
     @classmethod
     def zeros(
         cls,
-        *shape: Any,
+        *size: Any,
+        shape: Any = None,
         dtype: torch.dtype | None = None,
+        device: Any = None,
         filename: str | os.PathLike[str] | None = None,
         existsok: bool = False,
     ) -> MemoryMappedTensor:
-        """A zero-filled tensor; nothing is written (a sparse file, or untouched pages)."""
-        shp = _shape_arg(shape)
+        """A zero-filled tensor; nothing is written (a sparse file, or untouched pages).
+
+        Arguments as for :meth:`empty`.
+
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "z.memmap")
+        >>> z = MemoryMappedTensor.zeros((2, 3), dtype=torch.int16, filename=path)
+        >>> z.sum().item(), os.path.getsize(path)
+        (0, 12)
+        """
+        shp = shape_from("zeros", size, shape)
+        check_device("zeros", device)
+        return cls._zeros(shp, dtype, filename, existsok)
+
+    @classmethod
+    def _zeros(
+        cls,
+        shape: tuple[int, ...],
+        dtype: torch.dtype | None,
+        filename: str | os.PathLike[str] | None,
+        existsok: bool,
+    ) -> MemoryMappedTensor:
         dt = dtype or torch.get_default_dtype()
         if filename is None:
-            return _shared_memory(shp, dt)
+            return _shared_memory(shape, dt)
         path = os.path.abspath(filename)
-        ident = write_file(path, None, math.prod(shp) * dt.itemsize, existsok=existsok)
-        return map_file(path, dt, shp, ident=ident)
+        ident = write_file(path, None, math.prod(shape) * dt.itemsize, existsok=existsok)
+        return map_file(path, dt, shape, ident=ident)
 
     @classmethod
     def ones(
         cls,
-        *shape: Any,
+        *size: Any,
+        shape: Any = None,
         dtype: torch.dtype | None = None,
+        device: Any = None,
         filename: str | os.PathLike[str] | None = None,
         existsok: bool = False,
     ) -> MemoryMappedTensor:
-        """A tensor of ones."""
-        return cls.full(_shape_arg(shape), 1, dtype=dtype, filename=filename, existsok=existsok)
+        """A tensor of ones. Arguments as for :meth:`empty`.
+
+        >>> MemoryMappedTensor.ones(2, 2).tolist()
+        [[1.0, 1.0], [1.0, 1.0]]
+        """
+        shp = shape_from("ones", size, shape)
+        check_device("ones", device)
+        dt = dtype or torch.get_default_dtype()
+        return cls._full(shp, 1, dt, filename, existsok)
 
     @classmethod
     def full(
         cls,
-        shape: Sequence[int] | int,
-        fill_value: Any,
-        *,
+        *args: Any,
+        shape: Any = None,
+        fill_value: Any = _NO_FILL,
         dtype: torch.dtype | None = None,
+        device: Any = None,
         filename: str | os.PathLike[str] | None = None,
         existsok: bool = False,
     ) -> MemoryMappedTensor:
         """A tensor filled with ``fill_value`` (written in bounded pieces).
 
+        ``full(shape, fill_value)`` as ``torch.full``, or with ``fill_value=`` given by
+        keyword, the shape as for :meth:`empty` (``full(2, 3, fill_value=0.5)``).
+        Without ``dtype``, the dtype follows ``fill_value`` as in ``torch.full``
+        (tensordict uses the default float dtype instead).
+
         >>> MemoryMappedTensor.full((2,), 3.5).tolist()
         [3.5, 3.5]
+        >>> MemoryMappedTensor.full(2, 2, fill_value=7, dtype=torch.int32).tolist()
+        [[7, 7], [7, 7]]
         """
-        shp = _shape_arg((shape,))
+        if fill_value is _NO_FILL:
+            if not args:
+                raise TypeError(
+                    "MemoryMappedTensor.full() needs a fill_value: full((2, 3), 1.5), "
+                    "full(2, 3, fill_value=1.5) or full(shape=(2, 3), fill_value=1.5)"
+                )
+            *rest, fill_value = args
+            args = tuple(rest)
+        shp = shape_from("full", args, shape)
+        check_device("full", device)
+        return cls._full(shp, fill_value, dtype, filename, existsok)
+
+    @classmethod
+    def _full(
+        cls,
+        shape: tuple[int, ...],
+        fill_value: Any,
+        dtype: torch.dtype | None,
+        filename: str | os.PathLike[str] | None,
+        existsok: bool,
+    ) -> MemoryMappedTensor:
         value = torch.full((), fill_value, dtype=dtype)
-        return cls.from_tensor(value.expand(shp), filename=filename, existsok=existsok)
+        return cls.from_tensor(value.expand(shape), filename=filename, existsok=existsok)
+
+    @classmethod
+    def empty_like(
+        cls,
+        input: Tensor,
+        *,
+        dtype: torch.dtype | None = None,
+        device: Any = None,
+        filename: str | os.PathLike[str] | None = None,
+        existsok: bool = False,
+    ) -> MemoryMappedTensor:
+        """A new tensor of ``input``'s shape and dtype (or ``dtype``), zero-filled.
+
+        ``input`` may be on any device; its data is never read. The other
+        arguments are those of :meth:`empty`.
+
+        >>> e = MemoryMappedTensor.empty_like(torch.ones(2, 3, dtype=torch.int64))
+        >>> e.shape, e.dtype
+        (torch.Size([2, 3]), torch.int64)
+        """
+        t = like_input("empty_like", input)
+        check_device("empty_like", device)
+        return cls._zeros(tuple(t.shape), dtype or t.dtype, filename, existsok)
+
+    @classmethod
+    def zeros_like(
+        cls,
+        input: Tensor,
+        *,
+        dtype: torch.dtype | None = None,
+        device: Any = None,
+        filename: str | os.PathLike[str] | None = None,
+        existsok: bool = False,
+    ) -> MemoryMappedTensor:
+        """Zeros of ``input``'s shape and dtype (or ``dtype``); arguments as :meth:`empty_like`.
+
+        >>> MemoryMappedTensor.zeros_like(torch.ones(3)).tolist()
+        [0.0, 0.0, 0.0]
+        """
+        t = like_input("zeros_like", input)
+        check_device("zeros_like", device)
+        return cls._zeros(tuple(t.shape), dtype or t.dtype, filename, existsok)
+
+    @classmethod
+    def ones_like(
+        cls,
+        input: Tensor,
+        *,
+        dtype: torch.dtype | None = None,
+        device: Any = None,
+        filename: str | os.PathLike[str] | None = None,
+        existsok: bool = False,
+    ) -> MemoryMappedTensor:
+        """Ones of ``input``'s shape and dtype (or ``dtype``); arguments as :meth:`empty_like`.
+
+        >>> MemoryMappedTensor.ones_like(torch.zeros(2, dtype=torch.bool)).tolist()
+        [True, True]
+        """
+        t = like_input("ones_like", input)
+        check_device("ones_like", device)
+        return cls._full(tuple(t.shape), 1, dtype or t.dtype, filename, existsok)
+
+    @classmethod
+    def full_like(
+        cls,
+        input: Tensor,
+        fill_value: Any,
+        *,
+        dtype: torch.dtype | None = None,
+        device: Any = None,
+        filename: str | os.PathLike[str] | None = None,
+        existsok: bool = False,
+    ) -> MemoryMappedTensor:
+        """``fill_value`` in ``input``'s shape and dtype (or ``dtype``), as ``torch.full_like``.
+
+        Arguments as :meth:`empty_like`.
+
+        >>> MemoryMappedTensor.full_like(torch.zeros(2, dtype=torch.int32), 4).tolist()
+        [4, 4]
+        """
+        t = like_input("full_like", input)
+        check_device("full_like", device)
+        return cls._full(tuple(t.shape), fill_value, dtype or t.dtype, filename, existsok)
 
     @classmethod
     def from_tensor(
@@ -417,7 +609,7 @@ class MemoryMappedTensor(Tensor):
         """
         _check_mode(mode)
         path = os.path.abspath(filename)
-        shp = _shape_arg((shape,))
+        shp = shape_from("from_filename", (shape,))
         _check_size(path, dtype, shp)
         return map_file(path, dtype, shp, mode)
 

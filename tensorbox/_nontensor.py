@@ -17,6 +17,7 @@ element over the stacked dims, so indexing keeps working.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,13 +33,43 @@ class NonTensorData:
     ``stacked=False``: ``data`` is one value shared by the whole batch.
     ``stacked=True``: ``data`` is a numpy object array whose shape is exactly the
     batch size of the container holding it (one value per batch element).
+
+    ``batch_size`` and ``device`` are tensordict's arguments: the batch the value is
+    declared for (``batch_size`` and ``tolist()`` report it) and a device it goes with.
+    A container holding the value uses its own batch size and device instead, as
+    tensordict does; shape ops and indexing keep a shared value as it is.
+
+    >>> d = NonTensorData("a", batch_size=[2])
+    >>> d.batch_size, d.tolist(), d.value
+    (torch.Size([2]), ['a', 'a'], 'a')
     """
 
-    __slots__ = ("data", "stacked")
+    __slots__ = ("_batch_size", "data", "device", "stacked")
 
-    def __init__(self, data: Any, *, stacked: bool = False) -> None:
+    def __init__(
+        self,
+        data: Any,
+        *,
+        batch_size: Sequence[int] | int | None = None,
+        device: Any = None,
+        stacked: bool = False,
+    ) -> None:
         self.data = data
         self.stacked = stacked
+        self.device = None if device is None else torch.device(device)
+        self._batch_size = None if batch_size is None else _batch_arg(batch_size)
+        if stacked and self._batch_size is not None and self._batch_size != data.shape:
+            raise ValueError(
+                f"NonTensorData: batch_size {tuple(self._batch_size)} does not match the "
+                f"stacked values' shape {data.shape}; leave batch_size out for a stack"
+            )
+
+    @property
+    def batch_size(self) -> torch.Size:
+        """The declared batch size (a stack's shape; ``torch.Size([])`` when not given)."""
+        if self.stacked:
+            return torch.Size(self.data.shape)
+        return self._batch_size if self._batch_size is not None else torch.Size()
 
     @property
     def value(self) -> Any:
@@ -46,6 +77,13 @@ class NonTensorData:
         return self.data.tolist() if self.stacked else self.data
 
     def tolist(self) -> Any:
+        """The value per batch element as nested lists (just the value when unbatched).
+
+        >>> NonTensorData(0, batch_size=[2, 1]).tolist(), NonTensorData(0).tolist()
+        ([[0], [0]], 0)
+        """
+        if not self.stacked and self._batch_size:
+            return _filled(self.data, tuple(self._batch_size)).tolist()
         return self.value
 
     def map_batch(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> NonTensorData:
@@ -120,7 +158,8 @@ class NonTensorData:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"NonTensorData({self.value!r})"
+        extra = "" if self._batch_size is None else f", batch_size={list(self._batch_size)}"
+        return f"NonTensorData({self.value!r}{extra})"
 
 
 def cpu_index(index: Any) -> Any:
@@ -130,6 +169,19 @@ def cpu_index(index: Any) -> Any:
     if isinstance(index, tuple):
         return tuple(cpu_index(i) for i in index)
     return index
+
+
+def _batch_arg(batch_size: Sequence[int] | int) -> torch.Size:
+    dims = (batch_size,) if isinstance(batch_size, int) else tuple(batch_size)
+    try:
+        out = torch.Size(operator.index(d) for d in dims)
+    except TypeError:
+        raise TypeError(
+            f"NonTensorData: batch_size {batch_size!r} is not a sequence of ints"
+        ) from None
+    if any(d < 0 for d in out):
+        raise ValueError(f"NonTensorData: batch_size {tuple(out)} has a negative dim")
+    return out
 
 
 def _same(a: Any, b: Any) -> bool:

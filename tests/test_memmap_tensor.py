@@ -75,8 +75,10 @@ def test_anonymous_shared_memory() -> None:
 def test_existing_file_is_replaced_never_written_into(tmp_path: Path) -> None:
     path = tmp_path / "x"
     old = MemoryMappedTensor.from_tensor(torch.zeros(3), filename=path)
-    with pytest.raises(FileExistsError, match=r"x exists; pass existsok=True to replace it"):
+    with pytest.raises(FileExistsError, match=r"x already exists; pass existsok=True to replace"):
         MemoryMappedTensor.from_tensor(torch.ones(3), filename=path)
+    with pytest.raises(RuntimeError, match=r"x already exists"):  # tensordict's type
+        MemoryMappedTensor.zeros(3, filename=path)
     new = MemoryMappedTensor.from_tensor(torch.ones(3), filename=path, existsok=True)
     assert old.tolist() == [0.0] * 3  # the old mapping keeps its data
     assert new.tolist() == [1.0] * 3
