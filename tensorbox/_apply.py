@@ -46,6 +46,8 @@ def apply(
     named: bool,
     nested_keys: bool = False,
     prefix: tuple[str, ...] = (),
+    default: Any = KEEP,
+    filter_empty: bool | None = None,
 ) -> Any:
     """``fn`` on every tensor leaf (with the matching entries of ``others``).
 
@@ -53,7 +55,7 @@ def apply(
     results must keep the batch size (or ``batch_size``, when given).
     ``device`` is ``KEEP`` to keep each container's device.
     """
-    if not others and not named and not inplace and batch_size is None and not prefix:
+    if not (others or named or inplace or prefix) and batch_size is None and filter_empty is None:
         return _apply_simple(td, fn, device)
     bs = td._batch_size if batch_size is None else as_batch_size(batch_size)
     dev = td._device if device is KEEP else (None if device is None else as_device(device))
@@ -61,7 +63,7 @@ def apply(
     out: dict[str, Any] = {}
     for k, v in td._tensordict.items():
         try:
-            ovs = [s[k] for s in stores]
+            ovs = [s[k] if default is KEEP else s.get(k, default) for s in stores]
         except KeyError:
             raise TensorDictKeyError(
                 f"apply: key {format_key((*prefix, k))} is missing from one of the other inputs"
@@ -86,8 +88,15 @@ def apply(
             out[k] = v
         else:
             sub_bs = None if batch_size is None else bs
-            r = apply(v, fn, ovs, sub_bs, device, inplace, named, nested_keys, (*prefix, k))
-            if r is v or r._tensordict or not v._tensordict:
+            path = (*prefix, k)
+            r = apply(
+                v, fn, ovs, sub_bs, device, inplace, named, nested_keys, path, default, filter_empty
+            )
+            if filter_empty is None:  # drop only what fn emptied (every leaf gave None)
+                keep = r is v or bool(r._tensordict) or not v._tensordict
+            else:
+                keep = not filter_empty or bool(r._tensordict)
+            if keep:
                 out[k] = r
     if inplace:
         store = td._tensordict

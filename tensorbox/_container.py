@@ -5,7 +5,8 @@ short call into the module that owns the job: ``_index`` (batch indexing),
 ``_apply`` (apply, to, clone), ``_keyops`` (select, exclude, update, flatten_keys),
 ``_stackcat`` (batch-shape ops, stack, cat), ``_elementwise`` (==, all, arithmetic),
 ``_repr`` and ``_pickling``. The tensor-like convenience methods come from the
-``TensorMethods`` mixin, persistence and weights from ``IOMethods``, transport from ``DistributedMethods``.
+``TensorMethods`` mixin, batch-shape ops and arithmetic from ``ShapeMethods``,
+persistence and weights from ``IOMethods``, transport from ``DistributedMethods``.
 
 The private contract (see ``_tree``): four slots (``_tensordict``, the dict of
 entries; ``_batch_size``; ``_device``; ``_locked``) and ``_new_unsafe(storage,
@@ -35,14 +36,15 @@ from typing import TYPE_CHECKING, Any, Self, overload
 import torch
 from torch import Tensor
 
-from . import _apply, _elementwise, _index, _keyops, _repr, _stackcat, _tree
+from . import _apply, _index, _keyops, _repr, _tree
 from ._container_io import DistributedMethods, IOMethods
+from ._container_ops import ShapeMethods
 from ._entries import copy_leaf, prepare_entry
 from ._keys import NestedKey, format_key, unravel_key
 from ._nontensor import NonTensorData
 from ._shape import as_batch_size, check_leaf_shape
 from ._td_tensor_methods import TensorMethods
-from ._tree import KEEP, find_missing, missing_key_error
+from ._tree import KEEP, find_missing, is_coll, missing_key_error
 from .errors import BatchSizeError, LockedError, TensorDictKeyError
 
 if TYPE_CHECKING:
@@ -66,7 +68,7 @@ def _is_key(index: Any) -> bool:
     return False
 
 
-class TensorCollection(TensorMethods, IOMethods, DistributedMethods):
+class TensorCollection(ShapeMethods, TensorMethods, IOMethods, DistributedMethods):
     """The container behaviour shared by ``TensorDict`` and tensorclasses (not built directly)."""
 
     __slots__ = (
@@ -317,10 +319,13 @@ class TensorCollection(TensorMethods, IOMethods, DistributedMethods):
             "to search values compare with == and use .any()"
         )
 
-    def set(self, key: NestedKey, value: Any, inplace: bool = False) -> Self:
+    def set(
+        self, key: NestedKey, value: Any, inplace: bool = False, *, non_blocking: bool = False
+    ) -> Self:
         """Set ``key`` to ``value``; tuple keys create missing nested levels.
 
         ``inplace=True`` copies into the existing tensor (allowed when locked).
+        ``non_blocking`` is accepted for tensordict's signature (copies here are synchronous).
         """
         if type(key) is str:
             if inplace and key in self._tensordict:
@@ -410,18 +415,26 @@ class TensorCollection(TensorMethods, IOMethods, DistributedMethods):
         self.del_(key)
         return value
 
-    def rename_key_(self, old: NestedKey, new: NestedKey) -> Self:
-        """Move the entry ``old`` to ``new``."""
+    def rename_key_(self, old: NestedKey, new: NestedKey, safe: bool = False) -> Self:
+        """Move the entry ``old`` to ``new``; ``safe=True`` refuses to replace an entry."""
         if self._locked:
             raise LockedError(f"cannot rename {old!r}: the container is locked")
+        if safe and new in self:
+            raise KeyError(f"rename_key_: {new!r} exists already (safe=True refuses to replace it)")
         self.set(new, self.pop(old))
         return self
 
     def keys(
-        self, include_nested: bool = False, leaves_only: bool = False
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        *,
+        is_leaf: Callable[[type], bool] | None = None,
     ) -> Sequence[NestedKey] | Any:
         """Keys of this level (a live view); with ``include_nested`` or ``leaves_only``
         a list, with nested keys as tuples."""
+        if is_leaf is not None:
+            return [k for k, _ in self._items_is_leaf(include_nested, leaves_only, is_leaf, ())]
         if not include_nested and not leaves_only:
             return self._tensordict.keys()
         return _tree.keys_list(self, include_nested, leaves_only)
@@ -432,6 +445,45 @@ class TensorCollection(TensorMethods, IOMethods, DistributedMethods):
         """``(key, value)`` pairs; non-tensor entries give their plain value."""
         for k, v in _tree.iter_items(self, include_nested, leaves_only):
             yield k, (v.value if type(v) is _NTD else v)
+
+    def _items_is_leaf(
+        self, nested: bool, leaves_only: bool, is_leaf: Callable[[type], bool], prefix: tuple
+    ) -> Iterator[tuple[NestedKey, Any]]:
+        """``items`` where ``is_leaf(type(value))`` says what counts as a leaf."""
+        for k, v in self._tensordict.items():
+            key: NestedKey = (*prefix, k) if prefix else k
+            leaf = isinstance(v, Tensor) or type(v) is _NTD or is_leaf(type(v))
+            if leaf or not leaves_only:
+                yield key, _tree.raw(v)
+            if nested and not leaf:
+                yield from v._items_is_leaf(True, leaves_only, is_leaf, (*prefix, k))
+
+    def set_non_tensor(self, key: NestedKey, value: Any) -> Self:
+        """Store ``value`` as non-tensor data, whatever it is (numbers and lists too)."""
+        return self.set(key, NonTensorData(value))
+
+    def get_non_tensor(self, key: NestedKey, default: Any = _NO_DEFAULT) -> Any:
+        """The value stored at ``key`` (as ``get``; tensors come back as they are)."""
+        return self.get(key, default)
+
+    def cat_tensors(
+        self, *keys: NestedKey, out_key: NestedKey, dim: int = 0, keep_entries: bool = False
+    ) -> Self:
+        """Concatenate the tensors at ``keys`` along feature dim ``dim`` into ``out_key``
+        (``dim`` counts from the leaves' first dim; it must be past the batch dims); the
+        inputs are removed unless ``keep_entries``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(1), b=torch.ones(1))
+        >>> td.cat_tensors("a", "b", out_key="c")["c"].tolist()
+        [0.0, 1.0]
+        """
+        values = [self.get(k, _NO_DEFAULT) for k in keys]
+        out = torch.cat(values, dim)
+        if not keep_entries:
+            for k in keys:
+                self.del_(k)
+        return self.set(out_key, out)
 
     def values(self, include_nested: bool = False, leaves_only: bool = False) -> Iterator[Any]:
         """The values, in key order (see ``items``)."""
@@ -463,15 +515,33 @@ class TensorCollection(TensorMethods, IOMethods, DistributedMethods):
         *others: Any,
         batch_size: Sequence[int] | None = None,
         device: Any = KEEP,
+        names: None = None,
         inplace: bool = False,
+        default: Any = KEEP,
+        filter_empty: bool | None = None,
+        out: TensorCollection | None = None,
     ) -> Self:
         """``fn`` on every tensor leaf (with the matching leaves of ``others``).
 
         A ``None`` result drops the leaf; ``batch_size`` declares a new batch size;
-        ``device`` (when given) is the device of the result.
+        ``device`` (when given) is the device of the result. ``default`` stands in for
+        entries missing from ``others``; ``filter_empty=True`` drops nested containers
+        left empty, ``False`` keeps them (default: drop only those ``fn`` emptied).
+        ``out`` receives the results in place and is returned.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> a = TensorDict(x=torch.ones(2), y=torch.ones(2), batch_size=[2])
+        >>> a.apply(lambda s, o: s + o, TensorDict(x=torch.ones(2)), default=0)["y"].tolist()
+        [1.0, 1.0]
         """
-        out: Self = _apply.apply(self, fn, others, batch_size, device, inplace, named=False)
-        return out
+        _no_names(names)
+        res: Self = _apply.apply(
+            self, fn, others, batch_size, device, inplace, False, False, (), default, filter_empty
+        )
+        if out is not None:
+            out.update(res, inplace=True)
+            return out  # type: ignore[return-value]
+        return res
 
     def named_apply(
         self,
@@ -479,12 +549,14 @@ class TensorCollection(TensorMethods, IOMethods, DistributedMethods):
         *others: Any,
         nested_keys: bool = False,
         batch_size: Sequence[int] | None = None,
+        default: Any = KEEP,
+        filter_empty: bool | None = None,
     ) -> Self:
         """Like ``apply`` but ``fn(key, leaf, *others)``; nested keys are tuples if asked."""
-        out: Self = _apply.apply(
-            self, fn, others, batch_size, KEEP, False, named=True, nested_keys=nested_keys
+        res: Self = _apply.apply(
+            self, fn, others, batch_size, KEEP, False, True, nested_keys, (), default, filter_empty
         )
-        return out
+        return res
 
     def to(self, *args: Any, **kwargs: Any) -> Self:
         """Move to a device and/or cast. A dtype casts floating-point leaves only,
@@ -564,6 +636,11 @@ class TensorCollection(TensorMethods, IOMethods, DistributedMethods):
         """Detach every leaf in place."""
         return self.apply(Tensor.detach_, inplace=True)
 
+    @property
+    def requires_grad(self) -> bool:
+        """True when some tensor leaf requires grad."""
+        return any(v.requires_grad for v in _tree.tensor_leaves(self))
+
     def requires_grad_(self, requires_grad: bool = True) -> Self:
         """Set ``requires_grad`` on every leaf, in place."""
         return self.apply(lambda t: t.requires_grad_(requires_grad), inplace=True)
@@ -590,11 +667,23 @@ class TensorCollection(TensorMethods, IOMethods, DistributedMethods):
     def update(
         self,
         other: Mapping[str, Any] | TensorCollection,
-        *,
+        clone: bool = False,
         inplace: bool = False,
+        *,
+        non_blocking: bool = False,
         keys_to_update: Sequence[NestedKey] | None = None,
     ) -> Self:
-        """Merge ``other`` in, recursing into nested containers present on both sides."""
+        """Merge ``other`` in, recursing into nested containers present on both sides.
+
+        ``clone=True`` copies the incoming tensors; ``inplace=True`` writes into existing
+        tensors; ``keys_to_update`` limits the merge to those keys.
+        """
+        if clone:
+            other = (
+                other.clone()
+                if is_coll(other)
+                else _tree.new_plain({}, self._batch_size, None).update(other).clone()
+            )
         _keyops.update(self, other, inplace, keys_to_update)
         return self
 
@@ -618,158 +707,22 @@ class TensorCollection(TensorMethods, IOMethods, DistributedMethods):
         out: Self = _keyops.exclude(self, keys, inplace)
         return out
 
-    def flatten_keys(self, separator: str = ".") -> Self:
+    def flatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
         """One level with keys joined by ``separator``: ``{"a": {"b": x}}`` -> ``{"a.b": x}``."""
         out: Self = _keyops.flatten_keys(self, separator)
-        return out
+        return self._replace_entries(out) if inplace else out
 
-    def unflatten_keys(self, separator: str = ".") -> Self:
+    def _replace_entries(self, new: TensorCollection) -> Self:
+        """Take ``new``'s entries in place (an ``inplace=True`` key-structure op)."""
+        if self._locked:
+            raise LockedError("cannot restructure a locked container in place: unlock_() first")
+        self._tensordict = new._tensordict
+        return self
+
+    def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
         """The inverse of ``flatten_keys``."""
         out: Self = _keyops.unflatten_keys(self, separator)
-        return out
-
-    # ---------------------------------------------- batch shape (feature dims follow)
-
-    def reshape(self, *shape: Any) -> Self:
-        """New batch shape, as ``Tensor.reshape`` over the batch dims."""
-        out: Self = _stackcat.reshape(self, shape, "reshape")
-        return out
-
-    def view(self, *shape: Any) -> Self:
-        """New batch shape without copying, as ``Tensor.view`` over the batch dims."""
-        out: Self = _stackcat.reshape(self, shape, "view")
-        return out
-
-    def expand(self, *shape: Any) -> Self:
-        """Broadcast the batch dims to ``shape`` without copying."""
-        out: Self = _stackcat.reshape(self, shape, "expand")
-        return out
-
-    def unsqueeze(self, dim: int) -> Self:
-        """A new batch dim of size 1 at ``dim``."""
-        out: Self = _stackcat.unsqueeze(self, dim)
-        return out
-
-    def squeeze(self, dim: int | None = None) -> Self:
-        """Drop batch dims of size 1 (only ``dim`` when given)."""
-        out: Self = _stackcat.squeeze(self, dim)
-        return out
-
-    def permute(self, *dims: Any) -> Self:
-        """Reorder the batch dims."""
-        out: Self = _stackcat.permute(self, dims)
-        return out
-
-    def transpose(self, dim0: int, dim1: int) -> Self:
-        """Swap two batch dims."""
-        out: Self = _stackcat.transpose(self, dim0, dim1)
-        return out
-
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
-        """Merge the batch dims ``start_dim..end_dim`` into one."""
-        out: Self = _stackcat.flatten(self, start_dim, end_dim)
-        return out
-
-    def unflatten(self, dim: int, sizes: Sequence[int]) -> Self:
-        """Split batch dim ``dim`` into ``sizes``."""
-        out: Self = _stackcat.unflatten(self, dim, sizes)
-        return out
-
-    def narrow(self, dim: int, start: int, length: int) -> Self:
-        """Rows ``start:start+length`` of batch dim ``dim``, without copying."""
-        out: Self = _stackcat.narrow(self, dim, start, length)
-        return out
-
-    def unbind(self, dim: int = 0) -> tuple[Self, ...]:
-        """One container per index of batch dim ``dim``."""
-        out: tuple[Self, ...] = _stackcat.unbind(self, dim)
-        return out
-
-    def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple[Self, ...]:
-        """Pieces along batch dim ``dim``, as ``Tensor.split``."""
-        out: tuple[Self, ...] = _stackcat.split(self, split_size, dim)
-        return out
-
-    def chunk(self, chunks: int, dim: int = 0) -> tuple[Self, ...]:
-        """``chunks`` pieces along batch dim ``dim``, as ``Tensor.chunk``."""
-        out: tuple[Self, ...] = _stackcat.chunk(self, chunks, dim)
-        return out
-
-    @classmethod
-    def __torch_function__(
-        cls, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
-    ) -> Any:
-        return _stackcat.torch_function(func, args, kwargs or {})
-
-    # ---------------------------------------------------- comparison, arithmetic
-
-    def __eq__(self, other: object) -> Self:  # type: ignore[override]
-        out: Self = _elementwise.compare(self, other, torch.eq)
-        return out
-
-    def __ne__(self, other: object) -> Self:  # type: ignore[override]
-        out: Self = _elementwise.compare(self, other, torch.ne)
-        return out
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __bool__(self) -> bool:
-        raise RuntimeError(
-            f"the truth value of a {type(self).__name__} is ambiguous: use (a == b).all() or "
-            ".any() to reduce a comparison, len(td.keys()) to test for keys, td.is_empty() "
-            "for leaves"
-        )
-
-    @overload
-    def all(self, dim: None = None) -> bool: ...
-    @overload
-    def all(self, dim: int) -> Self: ...
-    def all(self, dim: int | None = None) -> bool | Self:
-        """True when every element of every leaf is true (per batch element with ``dim``)."""
-        out: bool | Self = _elementwise.reduce_bool(self, dim, torch.all)
-        return out
-
-    @overload
-    def any(self, dim: None = None) -> bool: ...
-    @overload
-    def any(self, dim: int) -> Self: ...
-    def any(self, dim: int | None = None) -> bool | Self:
-        """True when some element of some leaf is true (per batch element with ``dim``)."""
-        out: bool | Self = _elementwise.reduce_bool(self, dim, torch.any)
-        return out
-
-    def __invert__(self) -> Self:
-        return self.apply(torch.logical_not)
-
-    def __neg__(self) -> Self:
-        return self.apply(torch.neg)
-
-    def __and__(self, other: Any) -> Self:
-        out: Self = _elementwise.binary(self, other, torch.logical_and)
-        return out
-
-    def __or__(self, other: Any) -> Self:
-        out: Self = _elementwise.binary(self, other, torch.logical_or)
-        return out
-
-    def __add__(self, other: Any) -> Self:
-        out: Self = _elementwise.binary(self, other, torch.add)
-        return out
-
-    def __sub__(self, other: Any) -> Self:
-        out: Self = _elementwise.binary(self, other, torch.sub)
-        return out
-
-    def __mul__(self, other: Any) -> Self:
-        out: Self = _elementwise.binary(self, other, torch.mul)
-        return out
-
-    def __truediv__(self, other: Any) -> Self:
-        out: Self = _elementwise.binary(self, other, torch.div)
-        return out
-
-    __radd__ = __add__
-    __rmul__ = __mul__
+        return self._replace_entries(out) if inplace else out
 
     # ---------------------------------------------------------- repr, pickling
 
@@ -780,3 +733,8 @@ class TensorCollection(TensorMethods, IOMethods, DistributedMethods):
         from . import _pickling
 
         return _pickling.reduce(self)
+
+
+def _no_names(names: Any) -> None:
+    if names is not None:
+        raise TypeError(f"names={names!r}: tensorbox has no named batch dims; drop the argument")

@@ -34,32 +34,77 @@ class IOMethods:
         num_threads: int = 0,
         copy_existing: bool = False,
         fsync: bool = False,
+        existsok: bool = True,
     ) -> Self:
         """Write every tensor under ``prefix`` (one file each), map them back, and lock."""
         from . import _persist
 
+        _refuse_existing(prefix, existsok)
         out: Self = _persist.memmap_(
             self, prefix, num_threads=num_threads, copy_existing=copy_existing, fsync=fsync
         )
         return out
 
-    def memmap(self, prefix: Any = None, *, num_threads: int = 0, fsync: bool = False) -> Self:
-        """A memory-mapped copy written under ``prefix`` (this one is unchanged)."""
+    def memmap(
+        self,
+        prefix: Any = None,
+        *,
+        num_threads: int = 0,
+        fsync: bool = False,
+        copy_existing: bool = False,
+        existsok: bool = True,
+    ) -> Self:
+        """A memory-mapped copy written under ``prefix`` (this one is unchanged).
+
+        Every leaf is written to a new file, so ``copy_existing`` (tensordict's switch for
+        leaves already mapped elsewhere) changes nothing here. ``existsok=False`` refuses a
+        ``prefix`` that already holds a tree.
+        """
         from . import _persist
 
+        del copy_existing
+        _refuse_existing(prefix, existsok)
         out: Self = _persist.memmap(self, prefix, num_threads=num_threads, fsync=fsync)
         return out
 
-    def save(self, prefix: Any = None, *, num_threads: int = 0, fsync: bool = False) -> Self:
+    def save(
+        self,
+        prefix: Any = None,
+        *,
+        num_threads: int = 0,
+        fsync: bool = False,
+        copy_existing: bool = False,
+        existsok: bool = True,
+    ) -> Self:
         """Same as ``memmap``."""
-        return self.memmap(prefix, num_threads=num_threads, fsync=fsync)
+        return self.memmap(
+            prefix,
+            num_threads=num_threads,
+            fsync=fsync,
+            copy_existing=copy_existing,
+            existsok=existsok,
+        )
 
     dumps = save
 
-    def memmap_like(self, prefix: Any = None, *, num_threads: int = 0, fsync: bool = False) -> Self:
-        """Files of the same structure, allocated but not filled (no data copied)."""
+    def memmap_like(
+        self,
+        prefix: Any = None,
+        *,
+        num_threads: int = 0,
+        fsync: bool = False,
+        copy_existing: bool = False,
+        existsok: bool = True,
+    ) -> Self:
+        """Files of the same structure, allocated but not filled (no data copied).
+
+        ``existsok=False`` refuses a ``prefix`` that already holds a tree; ``copy_existing``
+        is accepted for tensordict's signature (nothing is copied by ``memmap_like``).
+        """
         from . import _persist
 
+        del copy_existing
+        _refuse_existing(prefix, existsok)
         out: Self = _persist.memmap_like(self, prefix, num_threads=num_threads, fsync=fsync)
         return out
 
@@ -106,11 +151,23 @@ class IOMethods:
 
     @classmethod
     def from_module(
-        cls, module: torch.nn.Module, as_module: bool = False, *, non_persistent: bool = False
+        cls,
+        module: torch.nn.Module,
+        as_module: bool = False,
+        *,
+        non_persistent: bool = False,
+        filter_empty: bool = True,
     ) -> Any:
-        """Parameters and buffers of ``module``, nested by submodule, sharing storage."""
+        """Parameters and buffers of ``module``, nested by submodule, sharing storage.
+
+        Submodules without tensors get no entry (``filter_empty=True``, the only choice here).
+        """
         from . import weights
 
+        if not filter_empty:
+            raise ValueError(
+                "from_module(filter_empty=False) is not supported: empty submodules get no entry"
+            )
         return weights.from_module(module, as_module=as_module, non_persistent=non_persistent)
 
     def to_module(
@@ -141,11 +198,21 @@ class IOMethods:
         return weights.state_dict(self, keep_vars=keep_vars)
 
     def load_state_dict(
-        self, state_dict: Mapping[str, Any], strict: bool = True, *, chunk_bytes: int | None = None
+        self,
+        state_dict: Mapping[str, Any],
+        strict: bool = True,
+        assign: bool = False,
+        *,
+        chunk_bytes: int | None = None,
     ) -> Self:
-        """Copy a dotted-key state dict into the matching leaves (in chunks)."""
+        """Copy a dotted-key state dict into the matching leaves (in chunks); with
+        ``assign=True`` the state dict's tensors replace the leaves instead."""
         from . import weights
 
+        if assign:
+            for key, value in state_dict.items():
+                self.set(tuple(key.split(".")), value)
+            return self
         weights.load_state_dict(self, state_dict, strict=strict, chunk_bytes=chunk_bytes)
         return self
 
@@ -216,3 +283,14 @@ class DistributedMethods:
         from . import distributed
 
         return distributed.all_gather(self, group=group)
+
+
+def _refuse_existing(prefix: Any, existsok: bool) -> None:
+    if not existsok and prefix is not None:
+        import os
+
+        if os.path.exists(os.path.join(os.fspath(prefix), "meta.json")):
+            raise FileExistsError(
+                f"{os.fspath(prefix)!r} already holds a saved tree (existsok=False); "
+                "pass existsok=True to replace it"
+            )

@@ -51,6 +51,9 @@ def fill_entries(td: TensorCollection, source: Mapping[str, Any], prefix: tuple[
     b0 = bs[0] if nbd == 1 else None
     for key, value in source.items():
         if type(key) is not str:
+            if type(key) is tuple and len(key) > 1:  # ("a", "b"): a nested entry
+                td.set(key, value)
+                continue
             key = check_str_key(key, prefix)
         if isinstance(value, Tensor):
             shape = value.shape

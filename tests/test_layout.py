@@ -128,7 +128,7 @@ def test_no_load_time_import_cycle() -> None:
             if dep == m or m.startswith(dep + "."):
                 continue
             if seen.get(dep) == 1:
-                cycle = stack[stack.index(dep) :] + [dep]
+                cycle = [*stack[stack.index(dep) :], dep]
                 pytest.fail("load-time import cycle: " + " -> ".join(cycle))
             if dep not in seen:
                 dfs(dep)
@@ -160,7 +160,11 @@ def test_only_the_container_base_reaches_persistence_weights_and_distributed() -
 
 
 def test_data_and_buffer_use_the_public_api() -> None:
-    users = [m for m in GRAPH if m.startswith(("tensorbox.data", "tensorbox.buffer", "tensorbox._buffer"))]
+    users = [
+        m
+        for m in GRAPH
+        if m.startswith(("tensorbox.data", "tensorbox.buffer", "tensorbox._buffer"))
+    ]
     assert users, "the data and buffer packages were not found"
     private = {
         m: sorted(

@@ -1,0 +1,173 @@
+"""The container's batch-shape operations and its elementwise operators, written once.
+
+Part of the container base: ``TensorCollection`` mixes this class in. Batch-shape
+ops (``reshape``, ``permute``, ``unbind``...) act on the batch dims only, feature
+dims follow along (``_stackcat``); comparisons and arithmetic go leaf by leaf
+(``_elementwise``). Every method returns the caller's own type.
+
+>>> import torch
+>>> from tensorbox import TensorDict
+>>> td = TensorDict(a=torch.arange(6).reshape(2, 3), batch_size=[2, 3])
+>>> td.transpose(0, 1).batch_size, (td + 1 == td.apply(lambda t: t + 1)).all()
+(torch.Size([3, 2]), True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Self, overload
+
+import torch
+
+from . import _elementwise, _stackcat
+
+__all__ = ["ShapeMethods"]
+
+
+class ShapeMethods:
+    """Mixin of ``TensorCollection``: batch-shape ops, comparison and arithmetic."""
+
+    __slots__ = ()
+
+    # ---------------------------------------------- batch shape (feature dims follow)
+
+    def reshape(self, *shape: Any, size: Any = None) -> Self:
+        """New batch shape, as ``Tensor.reshape`` over the batch dims (``size=`` also works)."""
+        out: Self = _stackcat.reshape(self, shape if size is None else (size,), "reshape")
+        return out
+
+    def view(self, *shape: Any) -> Self:
+        """New batch shape without copying, as ``Tensor.view`` over the batch dims."""
+        out: Self = _stackcat.reshape(self, shape, "view")
+        return out
+
+    def expand(self, *shape: Any) -> Self:
+        """Broadcast the batch dims to ``shape`` without copying."""
+        out: Self = _stackcat.reshape(self, shape, "expand")
+        return out
+
+    def unsqueeze(self, dim: int) -> Self:
+        """A new batch dim of size 1 at ``dim``."""
+        out: Self = _stackcat.unsqueeze(self, dim)
+        return out
+
+    def squeeze(self, dim: int | None = None) -> Self:
+        """Drop batch dims of size 1 (only ``dim`` when given)."""
+        out: Self = _stackcat.squeeze(self, dim)
+        return out
+
+    def permute(self, *dims: Any) -> Self:
+        """Reorder the batch dims."""
+        out: Self = _stackcat.permute(self, dims)
+        return out
+
+    def transpose(self, dim0: int, dim1: int) -> Self:
+        """Swap two batch dims."""
+        out: Self = _stackcat.transpose(self, dim0, dim1)
+        return out
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
+        """Merge the batch dims ``start_dim..end_dim`` into one."""
+        out: Self = _stackcat.flatten(self, start_dim, end_dim)
+        return out
+
+    def unflatten(self, dim: int, unflattened_size: Sequence[int]) -> Self:
+        """Split batch dim ``dim`` into ``unflattened_size``."""
+        out: Self = _stackcat.unflatten(self, dim, unflattened_size)
+        return out
+
+    def narrow(self, dim: int, start: int, length: int) -> Self:
+        """Rows ``start:start+length`` of batch dim ``dim``, without copying."""
+        out: Self = _stackcat.narrow(self, dim, start, length)
+        return out
+
+    def unbind(self, dim: int = 0) -> tuple[Self, ...]:
+        """One container per index of batch dim ``dim``."""
+        out: tuple[Self, ...] = _stackcat.unbind(self, dim)
+        return out
+
+    def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple[Self, ...]:
+        """Pieces along batch dim ``dim``, as ``Tensor.split``."""
+        out: tuple[Self, ...] = _stackcat.split(self, split_size, dim)
+        return out
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Self, ...]:
+        """``chunks`` pieces along batch dim ``dim``, as ``Tensor.chunk``."""
+        out: tuple[Self, ...] = _stackcat.chunk(self, chunks, dim)
+        return out
+
+    @classmethod
+    def __torch_function__(
+        cls, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        return _stackcat.torch_function(func, args, kwargs or {})
+
+    # ---------------------------------------------------- comparison, arithmetic
+
+    def __eq__(self, other: object) -> Self:  # type: ignore[override]
+        out: Self = _elementwise.compare(self, other, torch.eq)
+        return out
+
+    def __ne__(self, other: object) -> Self:  # type: ignore[override]
+        out: Self = _elementwise.compare(self, other, torch.ne)
+        return out
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __bool__(self) -> bool:
+        raise RuntimeError(
+            f"the truth value of a {type(self).__name__} is ambiguous: use (a == b).all() or "
+            ".any() to reduce a comparison, len(td.keys()) to test for keys, td.is_empty() "
+            "for leaves"
+        )
+
+    @overload
+    def all(self, dim: None = None) -> bool: ...
+    @overload
+    def all(self, dim: int) -> Self: ...
+    def all(self, dim: int | None = None) -> bool | Self:
+        """True when every element of every leaf is true (per batch element with ``dim``)."""
+        out: bool | Self = _elementwise.reduce_bool(self, dim, torch.all)
+        return out
+
+    @overload
+    def any(self, dim: None = None) -> bool: ...
+    @overload
+    def any(self, dim: int) -> Self: ...
+    def any(self, dim: int | None = None) -> bool | Self:
+        """True when some element of some leaf is true (per batch element with ``dim``)."""
+        out: bool | Self = _elementwise.reduce_bool(self, dim, torch.any)
+        return out
+
+    def __invert__(self) -> Self:
+        return self.apply(torch.logical_not)
+
+    def __neg__(self) -> Self:
+        return self.apply(torch.neg)
+
+    def __and__(self, other: Any) -> Self:
+        out: Self = _elementwise.binary(self, other, torch.logical_and)
+        return out
+
+    def __or__(self, other: Any) -> Self:
+        out: Self = _elementwise.binary(self, other, torch.logical_or)
+        return out
+
+    def __add__(self, other: Any) -> Self:
+        out: Self = _elementwise.binary(self, other, torch.add)
+        return out
+
+    def __sub__(self, other: Any) -> Self:
+        out: Self = _elementwise.binary(self, other, torch.sub)
+        return out
+
+    def __mul__(self, other: Any) -> Self:
+        out: Self = _elementwise.binary(self, other, torch.mul)
+        return out
+
+    def __truediv__(self, other: Any) -> Self:
+        out: Self = _elementwise.binary(self, other, torch.div)
+        return out
+
+    __radd__ = __add__
+    __rmul__ = __mul__
