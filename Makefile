@@ -23,7 +23,7 @@ $(VENV)/.bench: $(VENV)/.core
 	touch $@
 
 demo: $(VENV)/.bench
-	$(BIN)/python -m tensorbox.demo $(ARGS)
+	$(BIN)/python benchmarks/demo.py $(ARGS)
 
 test: $(VENV)/.core
 	$(BIN)/python -m pytest $(ARGS)

@@ -3,7 +3,7 @@
 Two measurements, both printed as tables of medians:
 
 1. **Epochs.** A training loop over a folder of synthetic JPEGs
-   (``tensorbox.data._synth.make_image_folder``), each sample decoded with Pillow and
+   (``tensorbox.data.make_image_folder``), each sample decoded with Pillow and
    augmented per sample (RandomResizedCrop 224, flip, ImageNet normalisation: float32
    ``[3, 224, 224]``), batches of 32, and a simulated training step of fixed cost
    (``time.sleep``: a GPU step leaves the CPU to the producers). The step is set to
@@ -50,8 +50,7 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tensorbox.buffer import AugmentBuffer, sample_seed
-from tensorbox.data._folder import scan_image_folder
-from tensorbox.data._synth import make_image_folder
+from tensorbox.data import make_image_folder, scan_image_folder
 from tensorbox.data.transforms import (
     Normalize,
     RandomHorizontalFlip,

@@ -7,7 +7,7 @@ alternate within each round, so a busy neighbour process hurts them alike):
   256))`` + to-tensor through a ``DataLoader``) vs ``ingest_image_folder``, and whether
   the rows agree (PNG identical; JPEG within the reduced-scale decoding tolerance);
 - the train pipeline (random crop 224 + flip + normalise, float32 out, CPU) and the val
-  pipeline (centre 224 + normalise) of the three pipelines of ``tensorbox.demo``;
+  pipeline (centre 224 + normalise) of the three pipelines of ``benchmarks/demo.py``;
 - the loader alone (uint8 batches, no transform) against reading the same sorted
   batches from an ``np.memmap`` by hand (fancy indexing and ``np.take(out=)``).
 
@@ -45,13 +45,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from PIL import Image
 
-from tensorbox.data import _pipelines as P
-from tensorbox.data import _tutorial
-from tensorbox.data._decode import ResizeSpec, pil_geometry
-from tensorbox.data._folder import scan_image_folder
-from tensorbox.data._ingest import ingest_image_folder
-from tensorbox.data._loader import BatchLoader
-from tensorbox.demo import cache_dir, demo_folders
+from benchmarks.demo import cache_dir, demo_folders
+from benchmarks.harness import pipelines as P
+from benchmarks.harness import td_tutorial
+from tensorbox.data import BatchLoader, ingest_image_folder, scan_image_folder
 
 
 def _median(rates: list[P.Rate]) -> float:
@@ -85,7 +82,7 @@ def bench_ingest(root: Path, work: Path, workers: int, repeats: int) -> dict[str
                     root, dest, P.STORE_SIZE, num_workers=workers, draft=False
                 )
                 rate = P.Rate(len(data), time.perf_counter() - t0)
-            elif which == "tutorial" and not _tutorial.available():
+            elif which == "tutorial" and not td_tutorial.available():
                 continue
             else:
                 data, rate = P.time_ingest(root, dest, "train", workers=workers, which=which)
@@ -116,7 +113,7 @@ def bench_read(
         per_image = P.per_image_loader(roots[kind], kind, workers=workers, batch_size=bs)
         ours_loader = P.tensorbox_loader(ours[kind], kind, workers=workers, batch_size=bs)
         tut = (
-            _tutorial.tutorial_loader(theirs[kind], kind=kind, batch_size=bs)
+            td_tutorial.tutorial_loader(theirs[kind], kind=kind, batch_size=bs)
             if kind in theirs
             else None
         )
@@ -180,7 +177,6 @@ def bench_loader_alone(
 def ingest_profile(root: Path, count: int = 150) -> list[tuple[str, float]]:
     """Per-image cost of each ingestion stage, in one process (ms per image)."""
     paths = scan_image_folder(root).paths[:count]
-    spec = ResizeSpec((P.STORE_SIZE, P.STORE_SIZE))
     stages: dict[str, float] = {
         "decode (full)": 0.0,
         "decode (draft)": 0.0,
@@ -198,7 +194,8 @@ def ingest_profile(root: Path, count: int = 150) -> list[tuple[str, float]]:
                 im.draft("RGB", (P.STORE_SIZE, P.STORE_SIZE))
             im.convert("RGB")
         t2 = time.perf_counter()
-        small = pil_geometry(full, spec)
+        # Ingestion's squash geometry (size=256): one bilinear resize, no crop.
+        small = full.resize((P.STORE_SIZE, P.STORE_SIZE), Image.Resampling.BILINEAR)
         t3 = time.perf_counter()
         np.copyto(out, np.asarray(small).transpose(2, 0, 1))
         t4 = time.perf_counter()

@@ -10,13 +10,14 @@ behaves like one tensor; ``@tensorclass`` gives the same to your own typed class
 torch.Size([2, 8])
 """
 
+from typing import TYPE_CHECKING, Any
+
 from . import _pytree  # noqa: F401  (registers TensorDict with torch's pytree and collate)
 from ._keys import NestedKey
 from ._memmap_tensor import MemoryMappedTensor
 from ._nontensor import NonTensorData
 from ._tensorclass import TensorClass, field, fields, is_tensorclass, tensorclass
 from ._tensordict import TensorDict, is_tensor_collection
-from .data import BatchLoader, ImageFolderData
 from .errors import (
     BatchSizeError,
     FormatError,
@@ -50,3 +51,28 @@ __all__ = [
     "is_tensorclass",
     "tensorclass",
 ]
+
+# The data loaders and the augmentation buffer (and, through them, Pillow and tqdm) load
+# on first use: `import tensorbox` stays as light as the containers it offers.
+if TYPE_CHECKING:
+    from . import buffer as buffer  # the modules too: `tensorbox.data.transforms`
+    from . import data as data
+    from .data import BatchLoader, ImageFolderData
+
+_LAZY = {"BatchLoader": "data", "ImageFolderData": "data"}
+_LAZY_MODULES = ("buffer", "data")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_MODULES or name in _LAZY:
+        from importlib import import_module
+
+        module = import_module(f"{__name__}.{_LAZY.get(name, name)}")
+        value = module if name in _LAZY_MODULES else getattr(module, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, *_LAZY_MODULES})

@@ -1,7 +1,10 @@
-"""The demo (``make demo`` = ``python -m tensorbox.demo``) and its folder handling."""
+"""The demo (``make demo`` = ``python benchmarks/demo.py``), its folder handling, and the
+doctests of the benchmark harness it shares with ``benchmarks/dataload.py``."""
 
 from __future__ import annotations
 
+import doctest
+import importlib
 import os
 import subprocess
 import sys
@@ -9,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tensorbox import demo
+from benchmarks import demo
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,11 +35,18 @@ def test_root_with_or_without_train_and_val(tmp_path):
     assert (train.name, val.name) == ("train", "val")
 
 
+@pytest.mark.parametrize("name", ["benchmarks.harness.reference", "benchmarks.harness.pipelines"])
+def test_harness_doctests(name):
+    # Outside the package, so tests/test_docs.py does not collect these.
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0, f"{result} in {name}"
+
+
 @pytest.mark.slow
 def test_small_demo_runs_end_to_end(tmp_path):
-    env = dict(os.environ, TENSORBOX_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    env = dict(os.environ, TENSORBOX_CACHE=str(tmp_path / "cache"))
     proc = subprocess.run(
-        [sys.executable, "-m", "tensorbox.demo", "--small"],
+        [sys.executable, str(ROOT / "benchmarks" / "demo.py"), "--small"],
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -11,13 +11,13 @@ import pytest
 import torch
 from PIL import Image
 
-from tensorbox.data import _ingest
+from benchmarks.harness.reference import reference_transform
+from tensorbox.data import _ingest, make_image_folder
 from tensorbox.data._dataset import ImageFolderData
 from tensorbox.data._decode import ResizeSpec, decode_image
 from tensorbox.data._folder import scan_image_folder
 from tensorbox.data._ingest import ImageReadError, ingest_image_folder
-from tensorbox.data._reference import reference_transform
-from tensorbox.data._synth import make_image_folder, synth_image
+from tensorbox.data._synth import synth_image
 from tensorbox.errors import IncompleteTreeError
 
 

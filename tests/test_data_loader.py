@@ -202,13 +202,66 @@ def test_reader_errors_reach_the_consumer_and_stop_the_threads():
     assert _loader_threads() == []
 
 
-def test_buffers_are_reused_unless_asked_not_to():
-    loader = BatchLoader(_data(), 4, shuffle=False, prefetch=1, num_threads=1)
-    ptrs = [b["images"].data_ptr() for b in loader]
-    assert len(set(ptrs)) == 2  # two slots, alternating
-    fresh = BatchLoader(_data(), 4, shuffle=False, reuse_buffers=False)
+def test_a_plain_loop_recycles_a_few_buffers():
+    # Batch b is dropped when b + 1 arrives: prefetch + 1 batches in flight plus the one
+    # the loop holds. Fewer distinct buffers than batches means reuse really happens.
+    loader = BatchLoader(_data(), 2, shuffle=False, prefetch=1, num_threads=1)
+    for _ in range(2):  # the pool outlives an epoch
+        ptrs = [b["images"].data_ptr() for b in loader]
+        assert len(ptrs) == 12 and len(set(ptrs)) <= 3
+    fresh = BatchLoader(_data(), 2, shuffle=False, reuse_buffers=False)
     kept = list(fresh)
+    assert len({b["images"].data_ptr() for b in kept}) == len(kept)
     assert torch.equal(torch.cat([b["images"] for b in kept]), _data()["images"])
+
+
+_LOADER_SETTINGS = [
+    {},
+    {"crop": 6, "flip": True, "normalize": "imagenet"},  # fused read + normalise buffer
+    {"normalize": "imagenet", "transform": T.RandomCrop(6)},  # raw buffer, then a transform
+    {"num_threads": 1, "prefetch": 1},
+    {"num_threads": 3, "prefetch": 5},
+]
+
+
+@pytest.mark.parametrize("settings", _LOADER_SETTINGS)
+def test_list_of_batches_holds_every_row_once(settings):
+    # Regression: buffers used to be reused by turn, so list(loader) held 4,000 rows of
+    # which only 2,500 were distinct.
+    data = _data()
+    loader = BatchLoader(data, 2, seed=1, **settings)
+    want = _snapshot(loader)  # cloned batch by batch: the reference
+    for _ in range(2):  # the second pass finds the pool full of held slots
+        loader.set_epoch(0)
+        batches = list(loader)
+        assert len(batches) == len(want) == 12
+        targets = torch.cat([b["targets"] for b in batches])
+        assert sorted(targets.tolist()) == list(range(N))
+        for got, ref in zip(batches, want):
+            assert all(torch.equal(got[k], v) for k, v in ref.items())
+        assert torch.equal(torch.cat([b["meta", "id"] for b in batches]), targets * 10)
+        if not settings:  # untransformed rows are the dataset's rows
+            assert torch.equal(torch.cat([b["images"] for b in batches]), data["images"][targets])
+
+
+def test_batches_held_across_iterations_never_change():
+    loader = BatchLoader(_data(), 2, seed=0, crop=6, normalize="imagenet", prefetch=1)
+    held, copies = [], []
+    for epoch in range(3):
+        for i, batch in enumerate(loader):
+            if i % 3 == epoch:  # keep some, drop others: held and recycled slots mix
+                held.append(batch)
+                copies.append(batch.clone())
+    it = iter(loader)
+    image_view = next(it)["images"][0]  # only a view of the batch survives
+    as_numpy = next(it)["targets"].numpy()  # only a numpy array does
+    view_copy, numpy_copy = image_view.clone(), as_numpy.copy()
+    for _ in it:
+        pass
+    list(loader)
+    for got, ref in zip(held, copies, strict=True):
+        assert (got == ref).all()
+    assert torch.equal(image_view, view_copy) and (as_numpy == numpy_copy).all()
 
 
 def test_output_keeps_the_dataset_class():

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from benchmarks.harness.reference import sample_resized_crop_box
 from tensorbox.data import transforms as T
-from tensorbox.data._reference import sample_resized_crop_box
 
 MEAN, STD = T.IMAGENET_MEAN, T.IMAGENET_STD
 

@@ -39,8 +39,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tensorbox.buffer import AugmentBuffer
-from tensorbox.data._folder import scan_image_folder
-from tensorbox.data._synth import make_image_folder
+from tensorbox.data import make_image_folder, scan_image_folder
 from tensorbox.data.transforms import (
     Normalize,
     RandomHorizontalFlip,

@@ -27,6 +27,9 @@ from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+# The per-image baseline (torchvision's ImageFolder + transforms, or their Pillow
+# equivalents when torchvision is not installed) lives with the benchmarks.
+from benchmarks.harness.reference import ImageFolderDataset, reference_transform
 from tensorbox.data import (
     BatchLoader,
     Compose,
@@ -38,7 +41,6 @@ from tensorbox.data import (
     make_image_folder,
     scan_image_folder,
 )
-from tensorbox.data._reference import ImageFolderDataset, reference_transform
 from tensorbox.errors import IncompleteTreeError
 
 
@@ -48,7 +50,7 @@ def step(title: str) -> None:
 
 def rate(loader, limit: int | None = None) -> float:
     """Images per second over one pass, up to ``limit`` batches (a rough figure: see
-    ``python -m tensorbox.demo`` and ``benchmarks/dataload.py`` for careful ones)."""
+    ``python benchmarks/demo.py`` and ``benchmarks/dataload.py`` for careful ones)."""
     n, t0 = 0, time.perf_counter()
     for i, batch in enumerate(loader):
         n += len(batch[0]) if isinstance(batch, (list, tuple)) else batch.batch_size[0]

@@ -27,9 +27,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._keys import format_key, unravel_key
-from .._nontensor import NonTensorData
-from .._tensordict import TensorDict, is_tensor_collection
+from tensorbox import TensorDict, is_tensor_collection
+from tensorbox.errors import TensorDictKeyError
 
 __all__ = [
     "KeyTransforms",
@@ -115,10 +114,21 @@ class Plan:
 # ------------------------------------------------------------------ structure
 
 
-def _entries(obj: Any) -> Mapping[str, Any]:
-    if is_tensor_collection(obj):
-        return obj._tensordict
-    return obj
+def format_key(path: tuple[str, ...]) -> str:
+    """A key path the way a user types it: ``'a'`` or ``('a', 'b')``."""
+    return repr(path[0]) if len(path) == 1 else repr(path)
+
+
+def key_path(key: Any) -> tuple[str, ...]:
+    """``key`` (a str, or a tuple of str and such tuples) as a flat tuple of str."""
+    if isinstance(key, str):
+        return (str(key),)
+    if isinstance(key, tuple) and key and all(isinstance(p, str | tuple) for p in key):
+        return tuple(part for p in key for part in key_path(p))
+    raise TensorDictKeyError(
+        f"key {key!r} is not a key: expected a str or a non-empty tuple of str "
+        "(e.g. 'image' or ('obs', 'pixels'))"
+    )
 
 
 def flatten(
@@ -126,21 +136,24 @@ def flatten(
 ) -> Iterator[tuple[tuple[str, ...], Any]]:
     """``(key path, leaf)`` for every tensor-like leaf of a collection or nested mapping.
 
-    Other values (strings, ``NonTensorData``) go into ``consts`` when it is given (slots
-    keep such a value once, from the first sample), else raise ``TypeError``.
+    Other values (strings; in a collection, every non-tensor entry) go into ``consts``
+    when it is given (slots keep such a value once, from the first sample), else raise
+    ``TypeError``.
     """
-    for k, v in _entries(obj).items():
+    plain = not is_tensor_collection(obj)  # a dict: numbers and arrays become tensors
+    for k, v in obj.items():
         path = (*prefix, k)
-        if isinstance(v, Tensor | np.ndarray | int | float | bool | np.generic):
+        if isinstance(v, Tensor) or (
+            plain and isinstance(v, np.ndarray | int | float | bool | np.generic)
+        ):
             yield path, v
         elif is_tensor_collection(v) or isinstance(v, Mapping):
             yield from flatten(v, path, consts)
         elif consts is not None:
-            consts[path] = v.value if type(v) is NonTensorData else v
+            consts[path] = v
         else:
-            shown = v.value if type(v) is NonTensorData else v
             raise TypeError(
-                f"key {format_key(path)} holds {shown!r} ({type(shown).__name__}); buffer slots "
+                f"key {format_key(path)} holds {v!r} ({type(v).__name__}); buffer slots "
                 "hold tensors only: return it as a tensor (torch.as_tensor) or drop the key"
             )
 
@@ -287,7 +300,7 @@ class KeyTransforms:
     """
 
     def __init__(self, mapping: Mapping[Any, Callable[..., Any]]) -> None:
-        self.items = [(unravel_key(k), fn) for k, fn in mapping.items()]
+        self.items = [(key_path(k), fn) for k, fn in mapping.items()]
         for k, fn in self.items:
             if not callable(fn):
                 raise TypeError(f"transform for key {format_key(k)} is not callable: {fn!r}")
@@ -296,7 +309,8 @@ class KeyTransforms:
         if is_tensor_collection(sample):
             out = sample.copy()
             for k, fn in self.items:
-                out.set(k, fn(out[k], generator))
+                key = k[0] if len(k) == 1 else k  # a 1-tuple would index a tensorclass
+                out.set(key, fn(out.get(key), generator))
             return out
         out = dict(sample)
         for k, fn in self.items:

@@ -20,7 +20,8 @@ from collections import deque
 from multiprocessing import connection
 from typing import Any
 
-from ..errors import TensorboxError
+from tensorbox.errors import TensorboxError
+
 from . import _worker
 from ._plan import Plan
 from ._worker import DONE, ERROR, EXIT, MSG, QUIT, READY, STOP, TASK, WORK, WorkerConfig

@@ -10,7 +10,9 @@
   with a ``torch.Generator``: ``Normalize``, ``RandomCrop``, ``CenterCrop``,
   ``RandomHorizontalFlip``, ``RandomResizedCrop``, ``ColorJitter``, ``Compose``.
 - ``BatchLoader``: batches of a memory-mapped dataset, read by background threads into
-  reused buffers, cropped/flipped/normalised while read, resumable mid-epoch.
+  recycled buffers, cropped/flipped/normalised while read, resumable mid-epoch.
+- ``make_image_folder(root, ...)``: a deterministic synthetic ``root/<class>/<image>``
+  folder of photo-like JPEGs (and a few PNGs), for examples, tests and benchmarks.
 
 >>> import torch
 >>> from tensorbox.data import BatchLoader, ImageFolderData
@@ -20,7 +22,8 @@
 >>> type(batch).__name__, tuple(batch.images.shape), batch.images.dtype
 ('ImageFolderData', (4, 3, 6, 6), torch.float32)
 
-See ``docs/data.md`` for a walk-through and ``python -m tensorbox.demo`` for the numbers.
+See ``docs/data.md`` for a walk-through, and ``make demo`` (``benchmarks/demo.py`` in a
+checkout) for the numbers.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .._tensorclass import TensorClass
+from tensorbox import TensorClass
 
 __all__ = ["ImageFolderData"]
 
@@ -28,8 +28,3 @@ class ImageFolderData(TensorClass):
     images: torch.Tensor
     targets: torch.Tensor
     classes: list
-
-    @classmethod
-    def _type_name(cls) -> str:
-        """The ``type`` a saved tree of this class records in its ``meta.json``."""
-        return f"{cls.__module__}:{cls.__qualname__}"

@@ -24,7 +24,7 @@ How the work is laid out, and why:
   ``on_error(path, message)`` decides (raise to stop, return to skip).
 
 >>> import tempfile, pathlib
->>> from tensorbox.data._synth import make_image_folder
+>>> from tensorbox.data import make_image_folder
 >>> root = make_image_folder(tempfile.mkdtemp(), num_images=6, num_classes=2,
 ...                          min_size=40, max_size=60, num_workers=0)
 >>> data = ingest_image_folder(root, pathlib.Path(tempfile.mkdtemp()) / "ds", size=32,
@@ -47,9 +47,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
-from .._format import META, SUFFIX, encode_key, node_meta, write_meta
-from ..errors import TensorboxError
+from tensorbox import MemoryMappedTensor
+from tensorbox.errors import TensorboxError
+
 from ._dataset import ImageFolderData
 from ._decode import ResizeSpec, decode_into
 from ._folder import IMG_EXTENSIONS, FolderIndex, scan_image_folder
@@ -58,8 +60,11 @@ __all__ = ["ImageReadError", "ingest_image_folder"]
 
 MANIFEST = ".ingest-manifest"
 PROGRESS = ".ingest-progress"
-_IMAGES_FILE = encode_key("images") + SUFFIX
-_TARGETS_FILE = encode_key("targets") + SUFFIX
+# Names fixed by the tree format (docs/format.md: a node's `meta.json`, one `<key>.memmap`
+# per tensor leaf): the images are decoded straight into the file the finished tree
+# uses, so the final `memmap_(dest)` keeps it in place and writes only the rest.
+_META = "meta.json"
+_IMAGES_FILE = "images.memmap"
 
 
 class ImageReadError(TensorboxError, OSError):
@@ -155,7 +160,7 @@ def _prepare_dest(
     dest: Path, manifest: dict, n: int, shape: tuple[int, ...], overwrite: bool
 ) -> bool:
     """Create or validate ``dest``; return True when resuming an earlier run."""
-    if (dest / META).exists():
+    if (dest / _META).exists():
         if not overwrite:
             raise FileExistsError(
                 f"{str(dest)!r} already holds a complete tree; load it with "
@@ -305,25 +310,22 @@ def ingest_image_folder(
                 f"skipped {len(skipped)} unreadable image(s) of {n} under {str(root)!r}:\n{lines}{more}",
                 stacklevel=2,
             )
-    with open(dest / _TARGETS_FILE, "wb") as f:
-        f.write(targets.astype("<i8").tobytes())
     kept = len(targets)
     if not kept:
         raise ValueError(
             f"no image under {str(root)!r} could be read ({n} tried; the first: "
             f"{skipped[0][1]}: {skipped[0][2]}); nothing was written as a dataset"
         )
-    entries = {
-        "images": {
-            "kind": "tensor",
-            "dtype": "uint8",
-            "shape": [kept, 3, *hw],
-            "file": _IMAGES_FILE,
-        },
-        "targets": {"kind": "tensor", "dtype": "int64", "shape": [kept], "file": _TARGETS_FILE},
-        "classes": {"kind": "json", "value": list(index.classes)},
-    }
-    write_meta(str(dest), node_meta(ImageFolderData._type_name(), [kept], None, entries))
+    images = MemoryMappedTensor.from_filename(dest / _IMAGES_FILE, torch.uint8, (kept, 3, *hw))
+    data = ImageFolderData(
+        images=images,
+        targets=torch.from_numpy(targets),
+        classes=list(index.classes),
+        batch_size=[kept],
+    )
+    # Writes the targets, then meta.json last: only now does `dest` load as a dataset.
+    data.memmap_(dest)
+    del data, images
     # The tree is complete: the bookkeeping files go (a crash here leaves a valid tree).
     for name in (PROGRESS, MANIFEST):
         (dest / name).unlink(missing_ok=True)

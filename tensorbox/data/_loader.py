@@ -18,9 +18,12 @@ What it does per epoch, and why:
   generator seeded by ``(seed, epoch, batch number)``: ``state_dict()`` /
   ``load_state_dict()`` resume mid-epoch with exactly the same batches.
 
-Buffers are reused: on CPU, the tensors of a batch are overwritten once you ask for
-the next one (the usual training loop never notices). Keep a batch beyond that with
-``batch.clone()``, or pass ``reuse_buffers=False``.
+Buffers are reused, safely: a batch's memory is refilled only once nothing refers to
+it any more (no tensor, view, numpy array or autograd graph made from the batch). In
+the usual training loop each batch is dropped when the next arrives, so the same few
+buffers go round; batches you keep (``list(loader)``, one saved for logging) are never
+overwritten, their buffers simply leave the rotation. ``reuse_buffers=False`` makes
+every batch in fresh memory.
 
 >>> import torch
 >>> from tensorbox import TensorDict
@@ -48,8 +51,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._keys import unravel_key
-from ._read import ReadOptions, ReadPlan, Slot
+from ._read import ReadOptions, ReadPlan, Slot, SlotPool, key_path
 from .transforms import IMAGENET_MEAN, IMAGENET_STD, Normalize
 
 __all__ = ["BatchLoader"]
@@ -124,7 +126,8 @@ class BatchLoader:
         num_threads: reader threads (default: 2, or 1 on a 1-core machine).
         prefetch: batches prepared ahead (default: 2 per thread).
         pin_memory: pin the CPU buffers (default: when ``device`` is CUDA).
-        reuse_buffers: reuse each batch's CPU buffers (see the module docstring).
+        reuse_buffers: refill the CPU buffers of batches no longer referenced (see the
+            module docstring); ``False``: fresh buffers for every batch.
     """
 
     def __init__(
@@ -164,7 +167,7 @@ class BatchLoader:
             raise ValueError(f"num_threads must be >= 1, got {num_threads!r}")
         pin = dev.type == "cuda" if pin_memory is None else pin_memory
         self.options = ReadOptions(
-            image_key=unravel_key(image_key),
+            image_key=key_path(image_key),
             crop=None if crop is None else (int(crop[0]), int(crop[1])),
             crop_mode=crop_mode,
             flip=p,
@@ -189,16 +192,9 @@ class BatchLoader:
         self._epoch = 0
         self._start = 0
         self._active: weakref.ref[_Epoch] | None = None
-        self._slot_pool: list[Slot] = []
-
-    def _slots(self, count: int) -> list[Slot]:
-        """The reusable buffer sets, kept across epochs: fresh 38 MB buffers every epoch
-        would pay first-touch page faults again (measured: 25-40% of the loader's CPU)."""
-        if not self.reuse_buffers:
-            return []
-        while len(self._slot_pool) < count:
-            self._slot_pool.append(Slot(self.batch_size))
-        return self._slot_pool[:count]
+        # Batches in flight (prefetch + 1, see _Epoch) plus the one the caller's loop holds
+        # while it asks for the next: in a plain loop every slot is reused.
+        self._pool = SlotPool(batch_size, self.prefetch + 2) if reuse_buffers else None
 
     # ------------------------------------------------------------ sizes and state
 
@@ -301,8 +297,7 @@ class _Epoch:
         self.state = state = _State(loader.prefetch + 1)
         state.next_task = start
         state.limit = start + state.slots
-        slots = loader._slots(state.slots)
-        args = (state, loader, epoch, order, slots, self.count)
+        args = (state, loader, epoch, order, self.count)
         for i in range(0 if self._done else min(loader.num_threads, self.count - start)):
             t = threading.Thread(
                 target=_reader, args=args, name=f"tensorbox-loader-{i}", daemon=True
@@ -367,11 +362,9 @@ class _Epoch:
         return self.count - self._yielded
 
 
-def _reader(
-    state: _State, loader: BatchLoader, epoch: int, order: Tensor, slots: list[Slot], count: int
-) -> None:
-    """Reader thread: take the next batch number whose slot is free, fill it, hand it over."""
-    plan = loader.plan
+def _reader(state: _State, loader: BatchLoader, epoch: int, order: Tensor, count: int) -> None:
+    """Reader thread: take the next batch number in the window, fill a slot, hand it over."""
+    plan, pool = loader.plan, loader._pool
     while True:
         with state.cond:
             while not state.stopped and state.next_task < count and state.next_task >= state.limit:
@@ -381,13 +374,17 @@ def _reader(
             b = state.next_task
             state.next_task += 1
         try:
-            slot = slots[b % state.slots] if loader.reuse_buffers else Slot(loader.batch_size)
-            if slot.event is not None:
-                slot.event.synchronize()  # the previous batch's non_blocking copy is done
-                slot.event = None
-            idx = loader.batch_indices(epoch, b, order)
-            gen = torch.Generator().manual_seed(_mix(loader.seed, epoch, b))
-            values = plan.read(slot, idx, gen)
+            slot = pool.acquire() if pool is not None else Slot(loader.batch_size)
+            try:
+                if slot.event is not None:
+                    slot.event.synchronize()  # the previous batch's non_blocking copy is done
+                    slot.event = None
+                idx = loader.batch_indices(epoch, b, order)
+                gen = torch.Generator().manual_seed(_mix(loader.seed, epoch, b))
+                values = plan.read(slot, idx, gen)
+            finally:
+                if pool is not None:
+                    pool.release(slot)  # from here on, the batch's tensors keep it in use
         except BaseException as err:
             err.add_note(f"(raised in a tensorbox BatchLoader thread while reading batch {b})")
             with state.cond:
@@ -399,3 +396,6 @@ def _reader(
                 return
             state.ready[b] = (idx, values, gen, slot)
             state.cond.notify_all()
+        # This thread must not keep the batch alive: its slot is reusable once the
+        # caller lets go of the batch.
+        del values, slot

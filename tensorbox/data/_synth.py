@@ -1,10 +1,10 @@
 """A deterministic folder of natural-looking synthetic images, for demos, tests and benchmarks.
 
-``make_image_folder(root, ...)`` writes ``root/<class>/<index>.jpg`` (a few PNGs and
-grayscale JPEGs mixed in, as in real collections) and returns the root. The same
-arguments always give byte-identical files, so a folder generated once is cached: a
-call that finds a complete folder (``root/COMPLETE`` matching its arguments) returns
-at once.
+``make_image_folder(root, ...)`` (public as ``tensorbox.data.make_image_folder``) writes
+``root/<class>/<index>.jpg`` (a few PNGs and grayscale JPEGs mixed in, as in real
+collections) and returns the root. The same arguments always give byte-identical
+files, so a folder generated once is cached: a call that finds a complete folder
+(``root/COMPLETE`` matching its arguments) returns at once.
 
 Each image is 1/f-like smooth colour noise (several octaves) plus a linear gradient,
 a few filled shapes and fine grain, so that JPEG sizes and decode times resemble
@@ -124,10 +124,23 @@ def make_image_folder(
 ) -> Path:
     """Write (or find, when already complete) a synthetic ``root/<class>/<image>`` folder.
 
-    Widths and heights are drawn independently and uniformly from ``[min_size, max_size]``.
+    ``num_images`` images, dealt round-robin to ``num_classes`` classes
+    (``class_00``, ``class_01``...), named by index; about 5% are PNGs and 2% grayscale
+    JPEGs, the rest RGB JPEGs of ``quality``. Widths and heights are drawn independently
+    and uniformly from ``[min_size, max_size]``. The same arguments give byte-identical
+    files, so a complete folder (its ``COMPLETE`` marker matches the arguments) is
+    returned at once; one made with other arguments raises ``FileExistsError``.
     Generation runs in ``num_workers`` processes (default: all cores; 0 runs inline) and
     writes into a temporary sibling folder renamed into place at the end, so an
-    interrupted run never leaves a folder that looks complete.
+    interrupted run never leaves a folder that looks complete. Needs Pillow.
+
+    >>> import tempfile
+    >>> from tensorbox.data import make_image_folder, scan_image_folder
+    >>> root = make_image_folder(tempfile.mkdtemp() + "/imgs", num_images=4, num_classes=2,
+    ...                          min_size=32, max_size=48, num_workers=0)
+    >>> index = scan_image_folder(root)
+    >>> index.classes, index.targets
+    (['class_00', 'class_01'], [0, 0, 1, 1])
     """
     root = Path(root)
     if num_images < 1 or num_classes < 1:

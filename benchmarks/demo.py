@@ -1,7 +1,8 @@
 """``make demo``: ingest an image folder, then compare three data pipelines in images/s.
 
-Run ``python -m tensorbox.demo`` (``--small`` for a quick run, ``--root PATH`` for your
-own ``root/<class>/<image>`` folder, or one with ``train/`` and ``val/`` inside).
+Run ``python benchmarks/demo.py`` from a checkout (``--small`` for a quick run, ``--root
+PATH`` for your own ``root/<class>/<image>`` folder, or one with ``train/`` and ``val/``
+inside).
 
 Without ``--root`` a deterministic synthetic folder is generated once (1,200 train and
 300 val JPEGs of 300-700 px, with a few PNGs and grayscale images) and cached under
@@ -27,11 +28,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from .data import _pipelines as P
-from .data import _tutorial
-from .data._folder import scan_image_folder
-from .data._reference import torchvision_available
-from .data._synth import make_image_folder
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+
+from benchmarks.harness import pipelines as P
+from benchmarks.harness import td_tutorial
+from benchmarks.harness.reference import torchvision_available
+from tensorbox.data import make_image_folder, scan_image_folder
 
 DEFAULT_CACHE = os.path.join(".cache", "tensorbox-demo")
 
@@ -76,7 +78,7 @@ def _ratio(a: P.Rate | None, b: P.Rate | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m tensorbox.demo", description=__doc__.split("\n\n")[0]
+        prog="python benchmarks/demo.py", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
         "--root", help="an image folder (root/<class>/<image>, or with train/ and val/)"
@@ -99,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     cache = cache_dir(args.cache)
     train_root, val_root, what = demo_folders(args.root, cache, args.small)
     n_train, n_val = len(scan_image_folder(train_root)), len(scan_image_folder(val_root))
-    tutorial = _tutorial.available() and not args.no_tutorial
+    tutorial = td_tutorial.available() and not args.no_tutorial
     print(f"tensorbox demo: {n_train} train + {n_val} val images ({what})")
     impl = "torchvision" if torchvision_available() else "Pillow equivalents of torchvision's"
     print(f"per-image pipeline: {impl} ImageFolder and transforms")
@@ -137,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         if tutorial:
             print("reading: tensordict tutorial path ...", flush=True)
             for kind in ("train", "val"):
-                dl = _tutorial.tutorial_loader(theirs[kind][0], kind=kind, batch_size=bs)
+                dl = td_tutorial.tutorial_loader(theirs[kind][0], kind=kind, batch_size=bs)
                 rate, n = P.best_thread_setting(
                     lambda dl=dl: P.measure(lambda: dl, min_seconds=min_s), workers
                 )

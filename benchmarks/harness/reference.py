@@ -9,12 +9,13 @@ does, one image at a time in ``DataLoader`` workers:
 - val_ingest: ``Resize(256)``, ``CenterCrop(224)``, ``PILToTensor()``.
 
 When torchvision imports, ``reference_transform`` returns torchvision's own transforms
-and ``image_folder_dataset`` its ``ImageFolder``; otherwise the Pillow-based equivalents below, which do the same operations in the same
-order (same PIL filters, same crop-box sampling, same float conversion), so the timing
-and the pixels are what torchvision would give.
+and ``image_folder_dataset`` its ``ImageFolder``; otherwise the Pillow-based equivalents
+below, which do the same operations in the same order (same PIL filters, same crop-box
+sampling, same float conversion), so the timing and the pixels are what torchvision
+would give.
 
 >>> import tempfile, pathlib
->>> from tensorbox.data._synth import make_image_folder
+>>> from tensorbox.data import make_image_folder
 >>> root = make_image_folder(tempfile.mkdtemp(), num_images=4, num_classes=2,
 ...                          min_size=40, max_size=60, num_workers=0)
 >>> ds = ImageFolderDataset(root, reference_transform("val", size=16, resize=20))
@@ -34,8 +35,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ._folder import scan_image_folder
-from .transforms import IMAGENET_MEAN, IMAGENET_STD
+from tensorbox.data import scan_image_folder
+from tensorbox.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = [
     "IMAGENET_MEAN",

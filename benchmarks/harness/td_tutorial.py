@@ -32,7 +32,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from ._reference import IMAGENET_MEAN, IMAGENET_STD, image_folder_dataset, reference_transform
+from .reference import IMAGENET_MEAN, IMAGENET_STD, image_folder_dataset, reference_transform
 
 __all__ = ["available", "tutorial_ingest", "tutorial_loader"]
 

@@ -1,11 +1,11 @@
-"""Timing the three image pipelines the same way (shared by ``tensorbox.demo`` and
+"""Timing the three image pipelines the same way (shared by ``benchmarks/demo.py`` and
 ``benchmarks/dataload.py``).
 
 The pipelines, each given the same CPU budget of ``workers``:
 
 - ``per-image``: a ``DataLoader`` with ``workers`` processes over the image files, doing
-  what ``ImageFolder`` + the usual torchvision transforms do (``_reference.py``);
-- ``tutorial``: tensordict's ImageNet tutorial path (``_tutorial.py``): ingestion by a
+  what ``ImageFolder`` + the usual torchvision transforms do (``reference.py``);
+- ``tutorial``: tensordict's ImageNet tutorial path (``td_tutorial.py``): ingestion by a
   per-image ``DataLoader`` with ``workers`` processes, training reads by tensordict's
   batched indexing and the tutorial's batched transforms, with ``workers`` intra-op
   threads (its loader runs in the main process, as in the tutorial);
@@ -34,12 +34,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from . import _tutorial
-from ._dataset import ImageFolderData
-from ._folder import scan_image_folder
-from ._ingest import ingest_image_folder
-from ._loader import BatchLoader
-from ._reference import image_folder_dataset, reference_transform
+from tensorbox.data import BatchLoader, ImageFolderData, ingest_image_folder, scan_image_folder
+
+from . import td_tutorial
+from .reference import image_folder_dataset, reference_transform
 
 __all__ = [
     "Rate",
@@ -152,7 +150,7 @@ def time_ingest(
     n = len(scan_image_folder(root))
     start = time.perf_counter()
     if which == "tutorial":
-        data = _tutorial.tutorial_ingest(
+        data = td_tutorial.tutorial_ingest(
             root, dest, kind=kind, num_workers=workers, size=TRAIN_SIZE, resize=STORE_SIZE
         )
     elif kind == "train":
