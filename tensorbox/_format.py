@@ -80,7 +80,6 @@ is supported as a migration path: :func:`read_node` returns the same
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import os
@@ -96,6 +95,7 @@ import numpy as np
 import orjson
 import torch
 
+from ._format_names import decode_key, encode_key, is_plain_name
 from .errors import FormatError, IncompleteTreeError
 
 __all__ = [
@@ -156,94 +156,6 @@ def dtype_name(dtype: torch.dtype, where: str = "") -> str:
             f"{where or 'tensor'} has dtype {dtype}, which the tensorbox format cannot store; "
             f"supported: {sorted(DTYPES)}"
         ) from None
-
-
-# ---------------------------------------------------------------- key encoding
-
-_LOWER = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
-_WINDOWS_DEVICES = frozenset(
-    ["con", "prn", "aux", "nul"] + [f"{p}{i}" for p in ("com", "lpt") for i in range(10)]
-)
-_MAX_NAME = 200
-# Keys that encode to themselves: kept characters only, no dot first (nor anywhere in a
-# directory name, hence two patterns), short enough not to be cut.
-_PLAIN_KEY_LEAF = re.compile(r"[a-z0-9_-][a-z0-9_.-]{0,199}").fullmatch
-_PLAIN_KEY_NODE = re.compile(r"[a-z0-9_-]{1,200}").fullmatch
-
-
-def encode_key(key: str, *, node: bool = False) -> str:
-    """The file-system name of ``key`` (without the ``.memmap`` suffix). See the module doc."""
-    if not key:
-        return "%"
-    if (_PLAIN_KEY_NODE if node else _PLAIN_KEY_LEAF)(key) is not None and key.split(".", 1)[
-        0
-    ] not in _WINDOWS_DEVICES:
-        return key  # the usual key ("weight", "layers.0"): every character is kept
-    out = []
-    for i, ch in enumerate(key):
-        if ch in _LOWER or (ch == "." and i and not node):
-            out.append(ch)
-        elif "A" <= ch <= "Z":
-            out.append("^" + ch.lower())
-        else:
-            out.extend(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
-    name = "".join(out)
-    if name.split(".", 1)[0] in _WINDOWS_DEVICES:
-        name = f"%{ord(name[0]):02X}{name[1:]}"
-    if len(name) > _MAX_NAME:
-        digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-        name = f"{name[:180]}~{digest}"
-    return name
-
-
-def decode_key(name: str) -> str:
-    """Invert :func:`encode_key` (names cut with ``~`` cannot be inverted: read meta.json)."""
-    if name == "%":
-        return ""
-    out = bytearray()
-    i = 0
-    while i < len(name):
-        ch = name[i]
-        if ch == "%" and i + 2 < len(name) + 0 and _is_hex2(name[i + 1 : i + 3]):
-            out.append(int(name[i + 1 : i + 3], 16))
-            i += 3
-        elif ch == "^" and i + 1 < len(name) and "a" <= name[i + 1] <= "z":
-            out += name[i + 1].upper().encode()
-            i += 2
-        elif ch in _LOWER or ch == ".":
-            out += ch.encode()
-            i += 1
-        else:
-            raise ValueError(f"{name!r} is not a name made by encode_key (at {name[i:]!r})")
-    return out.decode("utf-8", "surrogatepass")
-
-
-def _is_hex2(s: str) -> bool:
-    return len(s) == 2 and all(c in "0123456789ABCDEF" for c in s)
-
-
-def _legacy_name(key: str) -> str:
-    """tensordict's ``_encode_key_for_filesystem`` (its robust default), for reading its trees."""
-    if not key:
-        return "%"
-    if key in (".", ".."):
-        return "%2E" * len(key)
-    return "".join(
-        f"%{ord(c):02X}" if (c in '/<>:"|?*\\ \0%' or ord(c) < 32 or ord(c) == 127) else c
-        for c in key
-    )
-
-
-def is_plain_name(name: object) -> bool:
-    """A single path component that cannot leave its directory (and that the OS can encode)."""
-    if type(name) is not str or name in ("", ".", "..") or "/" in name or "\\" in name:
-        return False
-    if name.isascii():  # every name tensorbox writes: skip the encoding
-        return "\0" not in name and len(name) <= 255
-    try:
-        return "\0" not in name and len(os.fsencode(name)) <= 255
-    except UnicodeError:  # a lone surrogate, which Python's json lets through
-        return False
 
 
 # ---------------------------------------------------------------- writing
@@ -422,7 +334,9 @@ def read_node(directory: str, root_real: str | None = None) -> Node:
     if not isinstance(doc, dict):
         raise FormatError(f"{meta_path}: expected a JSON object, got {type(doc).__name__}")
     if "format" not in doc and ("_type" in doc or "shape" in doc):
-        return _read_legacy_node(directory, meta_path, doc, root_real)
+        from ._format_legacy import read_legacy_node  # a rare path: imported when needed
+
+        return read_legacy_node(directory, meta_path, doc, root_real)
     if doc.get("format") != FORMAT:
         raise FormatError(
             f"{meta_path}: 'format' is {doc.get('format')!r}, expected {FORMAT!r}: "
@@ -737,87 +651,3 @@ def iter_tree(path: str) -> Iterator[tuple[tuple[str, ...], Node]]:
         for k, e in reversed(node.entries.items()):
             if type(e) is NodeEntry:
                 todo.append(((*keys, k), read_child(node, e, root_real, len(keys) + 1)))
-
-
-# ---------------------------------------------------------------- tensordict trees
-
-# Node fields of tensordict's meta.json, mixed with its entries: a field whose
-# value is an object is an entry of that name (tensordict's own rule).
-_LEGACY_FIELDS = frozenset(
-    ("shape", "device", "_type", "_format_version", "_class", "_names", "_metadata")
-)
-_LEGACY_TD_TYPES = ("<class 'tensordict._td.TensorDict'>", "tensordict:TensorDict")
-
-
-def _read_legacy_node(directory: str, meta_path: str, doc: dict, root_real: str) -> Node:
-    """A node written by tensordict 0.14/0.15 (its format versions 0 and 1)."""
-    version = doc.get("_format_version", 0)
-    if type(version) is dict:  # a leaf named "_format_version" in a version-0 tree
-        version = 0
-    if type(version) is not int or version not in (0, 1):
-        raise FormatError(
-            f"{meta_path}: tensordict format version {version!r}; tensorbox reads 0 and 1"
-        )
-    cls = doc.get("_class") if version else doc.get("_type")
-    if type(cls) is dict:
-        cls = doc.get("_type")
-    if cls not in _LEGACY_TD_TYPES:
-        raise FormatError(
-            f"{meta_path}: a tensordict tree of class {_short_repr(cls)}; tensorbox reads "
-            "TensorDict trees only (save lazy stacks and tensorclasses as TensorDicts)"
-        )
-    shape = doc.get("shape")
-    batch_size = check_shape(shape if type(shape) is not dict else None, meta_path, "'shape'")
-    device = doc.get("device")
-    device = check_device(device if type(device) is not dict else None, meta_path)
-    entries: dict[str, Any] = {}
-    for key, e in doc.items():
-        where = f"{meta_path}: entry {key!r}"
-        if type(e) is not dict:
-            if key in _LEGACY_FIELDS:
-                continue
-            raise FormatError(f"{where} is {_short_repr(e)}, expected an object")
-        if "dtype" in e:
-            dtype = e["dtype"]
-            if type(dtype) is not str or not dtype.startswith("torch."):
-                raise FormatError(f"{where}: dtype {_short_repr(dtype)} is not a torch dtype")
-            if e.get("is_nested", False) is not False:
-                raise FormatError(f"{where}: nested (jagged) tensors are not supported")
-            name = _legacy_existing(directory, key, SUFFIX)
-            entries[key] = tensor_entry(
-                directory, root_real, name, dtype[6:], e.get("shape"), batch_size, where
-            )
-            continue
-        kind = e.get("type")
-        if kind == "TensorDict":
-            entries[key] = node_entry(directory, root_real, _legacy_existing(directory, key), where)
-        elif kind in ("NonTensorData", "NonTensorStack"):
-            sub = node_entry(directory, root_real, _legacy_existing(directory, key), where).path
-            sub_meta = os.path.join(sub, META)
-            value = _parse_json(_read_meta_bytes(sub, sub_meta), sub_meta)
-            if type(value) is not dict or "data" not in value:
-                raise FormatError(f"{sub_meta}: expected an object with a 'data' field")
-            if kind == "NonTensorStack":
-                if value.get("stack_dim", 0) != 0:
-                    raise FormatError(f"{sub_meta}: only stacks along dim 0 are supported")
-                entries[key] = JsonEntry(stacked_array(value["data"], batch_size, where), True)
-            else:
-                entries[key] = JsonEntry(value["data"], False)
-        else:
-            raise FormatError(
-                f"{where} has type {_short_repr(kind)}; tensorbox reads TensorDict, "
-                "NonTensorData, NonTensorStack and tensors from tensordict trees"
-            )
-    return Node(directory, version, "TensorDict", batch_size, device, entries, True)
-
-
-def _legacy_existing(directory: str, key: str, suffix: str = "") -> str:
-    """tensordict's encoded name, or the raw key when only that exists (older writers)."""
-    name = _legacy_name(key) + suffix
-    if (
-        not os.path.lexists(os.path.join(directory, name))
-        and is_plain_name(key + suffix)
-        and os.path.lexists(os.path.join(directory, key + suffix))
-    ):
-        return key + suffix
-    return name
