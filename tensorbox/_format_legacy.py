@@ -15,11 +15,11 @@ from ._format import (
     JsonEntry,
     Node,
     _parse_json,
-    _read_meta_bytes,
     _short_repr,
     check_device,
     check_shape,
     node_entry,
+    read_meta_bytes,
     stacked_array,
     tensor_entry,
 )
@@ -81,7 +81,7 @@ def read_legacy_node(directory: str, meta_path: str, doc: dict, root_real: str) 
         elif kind in ("NonTensorData", "NonTensorStack"):
             sub = node_entry(directory, root_real, _legacy_existing(directory, key), where).path
             sub_meta = os.path.join(sub, META)
-            value = _parse_json(_read_meta_bytes(sub, sub_meta), sub_meta)
+            value = _parse_json(read_meta_bytes(sub, sub_meta), sub_meta)
             if type(value) is not dict or "data" not in value:
                 raise FormatError(f"{sub_meta}: expected an object with a 'data' field")
             if kind == "NonTensorStack":

@@ -249,8 +249,13 @@ def map_file(
     mode: str = "r+",
     nbytes: int = -1,
     ident: tuple[int, int] | None = None,
+    gen: str | None = None,
 ) -> MemoryMappedTensor:
-    """Map ``path`` (checked by the caller) as a MemoryMappedTensor of ``shape``."""
+    """Map ``path`` (checked by the caller) as a MemoryMappedTensor of ``shape``.
+
+    ``gen`` is the file's generation id in its tree (see the format spec), which
+    pickled references carry and check.
+    """
     if nbytes < 0:
         nbytes = math.prod(shape) * dtype.itemsize
     # _map_storage inlined: loading calls this once per leaf.
@@ -259,6 +264,7 @@ def map_file(
     except RuntimeError:
         storage = _map_storage(path, mode, nbytes, ident)  # raises the error that explains
     storage._tbx_id = ident if ident is not None else _identity(path)
+    storage._tbx_gen = gen
     if mode == "r":
         storage._tbx_ro = path
     blank = _BLANKS[dtype] if dtype in _BLANKS else _blank(dtype)

@@ -28,7 +28,7 @@ def _tree(path: Path) -> Path:
 def test_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["show", str(_tree(tmp_path))]) == 0
     out = capsys.readouterr().out
-    assert "TensorDict batch_size=[4] device=None (format tensorbox v1)" in out
+    assert "TensorDict batch_size=[4] device=None (format tensorbox v2)" in out
     assert "├── 'obs': float32 [4, 3] 48 B  [obs.memmap]" in out
     assert "├── 'info': TensorDict batch_size=[4]  [info/]" in out
     assert "│   └── 'id': int64 [4] 32 B  [id.memmap]" in out
@@ -63,7 +63,7 @@ def test_verify_ok(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         ),
         (
             lambda p: _edit(p / "meta.json", version=9),
-            "format version 9; this tensorbox reads version 1",
+            "format version 9; this tensorbox reads versions 1, 2",
         ),
     ],
 )
