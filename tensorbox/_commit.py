@@ -162,9 +162,11 @@ def writing(root: str) -> Iterator[None]:
         if stale:  # a save was killed while holding this lock: clean up after it
             recover(root)
         yield
+    finally:
+        # Removed while still held: a writer waiting on this file sees it is gone and
+        # takes a fresh one. Only a killed save leaves it (and then its leftovers).
         with contextlib.suppress(OSError):
             os.unlink(lock)
-    finally:
         os.close(fd)
 
 
