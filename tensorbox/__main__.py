@@ -2,8 +2,11 @@
 
 ``python -m tensorbox show PATH`` prints the tree: keys, classes, dtypes, shapes, sizes.
 ``python -m tensorbox verify PATH`` checks every ``meta.json`` and that every file exists,
-stays inside the tree and is big enough; ``--read`` also reads every byte. It exits with
-status 1 and the reason when the tree is damaged, 0 when it is sound.
+stays inside the tree and is big enough; ``--read`` also reads every byte and checks the
+checksums recorded at save time (``checksum=True``). It exits with status 1 and the reason
+when the tree is damaged, 0 when it is sound. Names and values read from the tree are
+printed with control characters escaped. Both read one generation of the tree, even while
+a save at the same path runs.
 
 >>> import tempfile, torch, tensorbox
 >>> path = tempfile.mkdtemp()
@@ -17,9 +20,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import reprlib
 import sys
 from collections.abc import Sequence
 
+from . import _checksum, _commit
 from . import _format as fmt
 from .errors import FormatError
 
@@ -32,19 +37,41 @@ def _size(n: int) -> str:
     raise AssertionError  # pragma: no cover
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 4, 40, 40, 40
+
+
 def _value(v: object, limit: int = 40) -> str:
-    r = repr(v.tolist() if hasattr(v, "tolist") else v)
-    return r if len(r) <= limit else r[: limit - 3] + "..."
+    """A short repr of a saved value, safe on deep nesting and huge ints."""
+    if hasattr(v, "tolist"):  # a stacked value: an object array
+        v = list(v.flat) if v.ndim else v.item()  # type: ignore[attr-defined]
+    try:
+        r = _REPR.repr(v)
+    except Exception:  # an int too long to write as decimal...
+        r = f"<{type(v).__name__}>"
+    return _clean(r if len(r) <= limit else r[: limit - 3] + "...")
+
+
+def _clean(text: object) -> str:
+    """``text`` with control characters escaped: names in a file must not drive the terminal."""
+    s = str(text)
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
 
 
 def show(path: str, out: list[str]) -> int:
-    node = fmt.read_node(path)
-    origin = "tensordict" if node.legacy else "tensorbox"
-    out.append(
-        f"{path}: {node.type} batch_size={list(node.batch_size)} device={node.device} "
-        f"(format {origin} v{node.version})"
-    )
-    total = _show_node(node, os.path.realpath(path), "", out, 0)
+    lock = _commit.read_lock(os.path.realpath(path))
+    try:
+        node = fmt.read_node(path)
+        origin = "tensordict" if node.legacy else "tensorbox"
+        out.append(
+            f"{_clean(path)}: {_clean(node.type)} batch_size={list(node.batch_size)} "
+            f"device={_clean(node.device)} (format {origin} v{node.version})"
+        )
+        total = _show_node(node, os.path.realpath(path), "", out, 0)
+    finally:
+        _commit.read_unlock(lock)
     out.append(f"total: {_size(total)}")
     return 0
 
@@ -60,46 +87,41 @@ def _show_node(node: fmt.Node, root: str, indent: str, out: list[str], depth: in
             total += n
             dtype = str(e.dtype).removeprefix("torch.")
             out.append(
-                f"{indent}{branch}{key!r}: {dtype} {list(e.shape)} {_size(n)}  "
-                f"[{os.path.basename(e.path)}]"
+                f"{indent}{branch}{_clean(repr(key))}: {dtype} {list(e.shape)} {_size(n)}  "
+                f"[{_clean(os.path.basename(e.path))}]" + (" sha256" if e.sha256 else "")
             )
         elif type(e) is fmt.NodeEntry:
             sub = fmt.read_child(node, e, root, depth + 1)
             out.append(
-                f"{indent}{branch}{key!r}: {sub.type} batch_size={list(sub.batch_size)}  "
-                f"[{os.path.basename(e.path)}/]"
+                f"{indent}{branch}{_clean(repr(key))}: {_clean(sub.type)} "
+                f"batch_size={list(sub.batch_size)}  [{_clean(os.path.basename(e.path))}/]"
             )
             total += _show_node(sub, root, indent + cont, out, depth + 1)
         else:
             kind = "stacked values" if e.stacked else "value"
-            out.append(f"{indent}{branch}{key!r}: {kind} {_value(e.value)}")
+            out.append(f"{indent}{branch}{_clean(repr(key))}: {kind} {_value(e.value)}")
     return total
 
 
 def verify(path: str, out: list[str], read: bool = False) -> int:
     nodes = tensors = total = 0
-    for _, node in fmt.iter_tree(path):
-        nodes += 1
-        for e in node.entries.values():
-            if type(e) is fmt.TensorEntry:
-                tensors += 1
-                total += e.nbytes
-                if read:
-                    _read_all(e.path, e.nbytes)
+    lock = _commit.read_lock(os.path.realpath(path))
+    try:
+        for _, node in fmt.iter_tree(path):
+            nodes += 1
+            for e in node.entries.values():
+                if type(e) is fmt.TensorEntry:
+                    tensors += 1
+                    total += e.nbytes
+                    if read:  # every byte, and the checksum when the save recorded one
+                        _checksum.check_file(e.path, e.nbytes, e.sha256)
+    finally:
+        _commit.read_unlock(lock)
     out.append(
         f"ok: {nodes} node{'s' * (nodes != 1)}, {tensors} tensor{'s' * (tensors != 1)}, "
         f"{_size(total)}"
     )
     return 0
-
-
-def _read_all(path: str, n: int) -> None:
-    with open(path, "rb", buffering=0) as f:
-        while n > 0:
-            chunk = f.read(min(n, 1 << 24))
-            if not chunk:
-                raise FormatError(f"{path}: ended {n} bytes early while reading")
-            n -= len(chunk)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -121,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if out:  # what was shown before the damage was found
             print("\n".join(out))
         reason = f"damaged: {err}" if isinstance(err, FormatError) else f"error: {err}"
-        print(reason, file=sys.stderr)
+        print(_clean(reason), file=sys.stderr)
         return 1
     print("\n".join(out))
     return code

@@ -35,13 +35,22 @@ class IOMethods:
         copy_existing: bool = False,
         fsync: bool = False,
         existsok: bool = True,
+        checksum: bool = False,
     ) -> Self:
-        """Write every tensor under ``prefix`` (one file each), map them back, and lock."""
+        """Write every tensor under ``prefix`` (one file each), map them back, and lock.
+
+        ``checksum=True`` records each tensor's SHA-256 for ``load_memmap(verify=True)``.
+        """
         from . import _persist
 
         _refuse_existing(prefix, existsok)
         out: Self = _persist.memmap_(
-            self, prefix, num_threads=num_threads, copy_existing=copy_existing, fsync=fsync
+            self,
+            prefix,
+            num_threads=num_threads,
+            copy_existing=copy_existing,
+            fsync=fsync,
+            checksum=checksum,
         )
         return out
 
@@ -53,6 +62,7 @@ class IOMethods:
         fsync: bool = False,
         copy_existing: bool = False,
         existsok: bool = True,
+        checksum: bool = False,
     ) -> Self:
         """A memory-mapped copy written under ``prefix`` (this one is unchanged).
 
@@ -64,7 +74,9 @@ class IOMethods:
 
         del copy_existing
         _refuse_existing(prefix, existsok)
-        out: Self = _persist.memmap(self, prefix, num_threads=num_threads, fsync=fsync)
+        out: Self = _persist.memmap(
+            self, prefix, num_threads=num_threads, fsync=fsync, checksum=checksum
+        )
         return out
 
     def save(
@@ -75,6 +87,7 @@ class IOMethods:
         fsync: bool = False,
         copy_existing: bool = False,
         existsok: bool = True,
+        checksum: bool = False,
     ) -> Self:
         """Same as ``memmap``."""
         return self.memmap(
@@ -83,6 +96,7 @@ class IOMethods:
             fsync=fsync,
             copy_existing=copy_existing,
             existsok=existsok,
+            checksum=checksum,
         )
 
     dumps = save
@@ -95,8 +109,12 @@ class IOMethods:
         fsync: bool = False,
         copy_existing: bool = False,
         existsok: bool = True,
+        sparse: bool = False,
     ) -> Self:
         """Files of the same structure, allocated but not filled (no data copied).
+
+        The files' blocks are reserved, so a full disk is an error here, not a crash
+        later; ``sparse=True`` leaves them sparse.
 
         ``existsok=False`` refuses a ``prefix`` that already holds a tree; ``copy_existing``
         is accepted for tensordict's signature (nothing is copied by ``memmap_like``).
@@ -105,21 +123,30 @@ class IOMethods:
 
         del copy_existing
         _refuse_existing(prefix, existsok)
-        out: Self = _persist.memmap_like(self, prefix, num_threads=num_threads, fsync=fsync)
+        out: Self = _persist.memmap_like(
+            self, prefix, num_threads=num_threads, fsync=fsync, sparse=sparse
+        )
         return out
 
     @classmethod
     def load_memmap(
-        cls, prefix: Any, *, device: Any = None, non_blocking: bool = False, mode: str = "r+"
+        cls,
+        prefix: Any,
+        *,
+        device: Any = None,
+        non_blocking: bool = False,
+        mode: str = "r+",
+        verify: bool = False,
     ) -> Self:
         """Open a saved tree lazily: nothing is read until a leaf is used.
 
         ``mode="r"`` maps copy-on-write: writes stay in this process, never reach the files.
+        ``verify=True`` checks the checksums recorded by a save with ``checksum=True``.
         """
         from . import _persist
 
         out: Self = _persist.load_memmap(
-            cls, prefix, device=device, non_blocking=non_blocking, mode=mode
+            cls, prefix, device=device, non_blocking=non_blocking, mode=mode, verify=verify
         )
         problem = cls._load_mismatch(out)
         if problem is not None:
@@ -131,10 +158,18 @@ class IOMethods:
 
     @classmethod
     def load(
-        cls, prefix: Any, *, device: Any = None, non_blocking: bool = False, mode: str = "r+"
+        cls,
+        prefix: Any,
+        *,
+        device: Any = None,
+        non_blocking: bool = False,
+        mode: str = "r+",
+        verify: bool = False,
     ) -> Self:
         """Same as ``load_memmap``."""
-        return cls.load_memmap(prefix, device=device, non_blocking=non_blocking, mode=mode)
+        return cls.load_memmap(
+            prefix, device=device, non_blocking=non_blocking, mode=mode, verify=verify
+        )
 
     @classmethod
     def _load_mismatch(cls, out: Any) -> str | None:

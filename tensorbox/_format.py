@@ -2,8 +2,11 @@
 
 This docstring is the specification (also rendered in ``docs/format.md``).
 
-Format ``tensorbox`` version 1
+Format ``tensorbox`` version 2
 ==============================
+
+Version 2 adds one field to tensor entries, ``id``, and an optional ``sha256``;
+readers accept version 1 (the same without them) as well.
 
 A saved tree is a directory. Every *node* (the root, and each nested
 ``TensorDict`` or tensorclass instance) is a directory that holds:
@@ -22,13 +25,13 @@ can collide with a field::
 
     {
       "format": "tensorbox",           required, exactly this string
-      "version": 1,                    required int; unknown versions are refused
+      "version": 2,                    required int; unknown versions are refused
       "type": "TensorDict",            "TensorDict", or "module:QualName" of a tensorclass
       "batch_size": [3],               list of ints >= 0
       "device": "cpu",                 a torch device string, or null
       "entries": {                     one per key, in the container's order
         "pixels": {"kind": "tensor", "dtype": "uint8", "shape": [3, 84, 84],
-                   "file": "pixels.memmap"},
+                   "file": "pixels.memmap", "id": "9f0c...32 hex digits"},
         "info":   {"kind": "node", "dir": "info"},
         "name":   {"kind": "json", "value": "a string"},
         "tags":   {"kind": "json", "value": ["a", "b", "c"], "stacked": true}
@@ -37,21 +40,65 @@ can collide with a field::
 
 - ``tensor``: ``dtype`` is one of :data:`DTYPES` (torch names without ``torch.``);
   ``shape`` starts with the node's ``batch_size``; ``file`` is a file name in
-  the node's directory.
+  the node's directory. ``id`` (version 2) is the file's generation id: 32
+  lower-case hex digits (128 random bits) drawn when the file is written, kept
+  while the file is kept (an in-place save that links it into the new tree), never
+  derived from a name or an inode. Pickled references to the file carry it and
+  are refused when the ``meta.json`` beside the file names another. ``sha256``
+  (optional, ``checksum=True`` at save) is the SHA-256 of the tensor's bytes at
+  save time, checked by ``verify --read`` and ``load_memmap(verify=True)``.
 - ``node``: ``dir`` is a sub-directory name; its ``meta.json`` describes it, and
   its ``batch_size`` starts with this node's.
 - ``json``: a value shared by the whole batch, or with ``"stacked": true`` one
   value per batch element as nested lists of shape ``batch_size``. Values are
-  JSON (``NaN`` and ``Infinity`` are written as Python's ``json`` writes them).
+  JSON (``NaN`` and ``Infinity`` are written as Python's ``json`` writes them),
+  nested at most :data:`MAX_JSON_DEPTH` deep, integers of at most
+  ``sys.get_int_max_str_digits()`` digits: a writer refuses more before it
+  writes anything, so what saves loads.
+
+Nodes nest at most :data:`MAX_DEPTH` deep below the root, for writers and
+readers alike.
 
 No other field is allowed. Nothing in a file is ever unpickled or imported: a
 ``type`` only selects a class the reader already has.
 
-Write order: every ``.memmap`` file and every sub-node first, the node's
-``meta.json`` last, through a temporary file and ``os.replace``. A tree whose
-root has no ``meta.json`` is incomplete (a save that did not finish) and is
-refused with :class:`~tensorbox.errors.IncompleteTreeError`. An overwrite
-removes the old ``meta.json`` files before it writes anything.
+Commits
+-------
+A save is atomic for the whole tree (:mod:`tensorbox._commit` implements it):
+
+1. Writers of one path take turns: an exclusive ``flock`` on
+   ``<parent>/.<name>.tbx-lock``, removed when the save ends.
+2. The new tree is built complete in ``<parent>/.<name>.tbx-new-<hex>``: every
+   ``.memmap`` file (a file kept by an in-place save is hard-linked, so it keeps
+   its ``id``), then every ``meta.json``, children first.
+3. It replaces the tree at ``<parent>/<name>`` in one step: a ``rename`` when
+   there was none, else ``renameat2(RENAME_EXCHANGE)`` of the two directories
+   (Linux: ext4, xfs, btrfs, tmpfs), under an exclusive ``flock`` of each node
+   directory of the old tree.
+4. The old tree, now under the staging name, is taken apart: its ``meta.json``,
+   ``*.memmap`` and ``.tbx-*`` files and node directories go, any other entry (a
+   user's file) moves into the new tree. Nothing is followed through a symlink.
+
+Readers open a directory once, take a shared ``flock`` on it and check it is
+still the one at its path, then read that one generation: at any moment a reader
+sees the old tree or the new one, whole, and waits at most for step 3. This
+holds for a sub-directory opened alone too: it is one of the old tree's node
+directories (locked at the swap) or one of the new tree's.
+
+A save that fails or is killed before step 3 leaves the old tree as it was (and a
+hidden staging directory that the next save at the path removes); after step 3,
+the new tree. Where directories cannot be exchanged (``EINVAL``, ``ENOSYS``,
+``EOPNOTSUPP``: NFS, some FUSE file systems, other kernels), step 3 is two
+renames, the old tree to ``<parent>/.<name>.tbx-old-<hex>`` then the new one to
+the path: a reader finding no tree in between waits for the writer, and a save
+killed in between leaves the old tree there, which the next load or save puts
+back. A save needs write permission on the tree's parent directory.
+
+In place, without a new tree (a row written through a mapping, growth), a file
+is changed where it is: readers mapping it see the bytes as they are written.
+
+A tree whose root has no ``meta.json`` (version 1 writers removed it first when
+overwriting) is refused with :class:`~tensorbox.errors.IncompleteTreeError`.
 
 File names
 ----------
@@ -80,11 +127,11 @@ is supported as a migration path: :func:`read_node` returns the same
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import os
 import re
+import reprlib
 import stat
 import sys
 import threading
@@ -96,16 +143,19 @@ import numpy as np
 import orjson
 import torch
 
+from ._format_names import decode_key, encode_key, is_plain_name
 from .errors import FormatError, IncompleteTreeError
 
 __all__ = [
     "DTYPES",
     "FORMAT",
     "MAX_DEPTH",
+    "MAX_JSON_DEPTH",
     "MAX_DIMS",
     "META",
     "SUFFIX",
     "VERSION",
+    "VERSIONS",
     "JsonEntry",
     "Node",
     "NodeEntry",
@@ -123,12 +173,17 @@ __all__ = [
 ]
 
 FORMAT = "tensorbox"
-VERSION = 1
+VERSION = 2
+#: Versions this reader accepts (1: tensor entries without an ``id``).
+VERSIONS = (1, 2)
 META = "meta.json"
 SUFFIX = ".memmap"
 #: Bounds that keep a hostile file from asking for absurd work before the size check.
 MAX_DIMS = 64
-MAX_DEPTH = 200  # nested nodes; loading recurses once per level
+MAX_DEPTH = 200  # nested nodes, for writers and readers; loading recurses once per level
+#: Nesting of a JSON value (a list in a list... counts one per level), for writers;
+#: ``meta.json`` adds 3 levels, within what orjson reads and writes (255).
+MAX_JSON_DEPTH = 200
 MAX_META_BYTES = 1 << 28
 _INT64_LIMIT = 1 << 63
 
@@ -158,124 +213,47 @@ def dtype_name(dtype: torch.dtype, where: str = "") -> str:
         ) from None
 
 
-# ---------------------------------------------------------------- key encoding
-
-_LOWER = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
-_WINDOWS_DEVICES = frozenset(
-    ["con", "prn", "aux", "nul"] + [f"{p}{i}" for p in ("com", "lpt") for i in range(10)]
-)
-_MAX_NAME = 200
-# Keys that encode to themselves: kept characters only, no dot first (nor anywhere in a
-# directory name, hence two patterns), short enough not to be cut.
-_PLAIN_KEY_LEAF = re.compile(r"[a-z0-9_-][a-z0-9_.-]{0,199}").fullmatch
-_PLAIN_KEY_NODE = re.compile(r"[a-z0-9_-]{1,200}").fullmatch
-
-
-def encode_key(key: str, *, node: bool = False) -> str:
-    """The file-system name of ``key`` (without the ``.memmap`` suffix). See the module doc."""
-    if not key:
-        return "%"
-    if (_PLAIN_KEY_NODE if node else _PLAIN_KEY_LEAF)(key) is not None and key.split(".", 1)[
-        0
-    ] not in _WINDOWS_DEVICES:
-        return key  # the usual key ("weight", "layers.0"): every character is kept
-    out = []
-    for i, ch in enumerate(key):
-        if ch in _LOWER or (ch == "." and i and not node):
-            out.append(ch)
-        elif "A" <= ch <= "Z":
-            out.append("^" + ch.lower())
-        else:
-            out.extend(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
-    name = "".join(out)
-    if name.split(".", 1)[0] in _WINDOWS_DEVICES:
-        name = f"%{ord(name[0]):02X}{name[1:]}"
-    if len(name) > _MAX_NAME:
-        digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-        name = f"{name[:180]}~{digest}"
-    return name
-
-
-def decode_key(name: str) -> str:
-    """Invert :func:`encode_key` (names cut with ``~`` cannot be inverted: read meta.json)."""
-    if name == "%":
-        return ""
-    out = bytearray()
-    i = 0
-    while i < len(name):
-        ch = name[i]
-        if ch == "%" and i + 2 < len(name) + 0 and _is_hex2(name[i + 1 : i + 3]):
-            out.append(int(name[i + 1 : i + 3], 16))
-            i += 3
-        elif ch == "^" and i + 1 < len(name) and "a" <= name[i + 1] <= "z":
-            out += name[i + 1].upper().encode()
-            i += 2
-        elif ch in _LOWER or ch == ".":
-            out += ch.encode()
-            i += 1
-        else:
-            raise ValueError(f"{name!r} is not a name made by encode_key (at {name[i:]!r})")
-    return out.decode("utf-8", "surrogatepass")
-
-
-def _is_hex2(s: str) -> bool:
-    return len(s) == 2 and all(c in "0123456789ABCDEF" for c in s)
-
-
-def _legacy_name(key: str) -> str:
-    """tensordict's ``_encode_key_for_filesystem`` (its robust default), for reading its trees."""
-    if not key:
-        return "%"
-    if key in (".", ".."):
-        return "%2E" * len(key)
-    return "".join(
-        f"%{ord(c):02X}" if (c in '/<>:"|?*\\ \0%' or ord(c) < 32 or ord(c) == 127) else c
-        for c in key
-    )
-
-
-def is_plain_name(name: object) -> bool:
-    """A single path component that cannot leave its directory (and that the OS can encode)."""
-    if type(name) is not str or name in ("", ".", "..") or "/" in name or "\\" in name:
-        return False
-    if name.isascii():  # every name tensorbox writes: skip the encoding
-        return "\0" not in name and len(name) <= 255
-    try:
-        return "\0" not in name and len(os.fsencode(name)) <= 255
-    except UnicodeError:  # a lone surrogate, which Python's json lets through
-        return False
-
-
 # ---------------------------------------------------------------- writing
 
 
 def check_json_value(value: Any, where: str) -> bool:
-    """Raise TypeError unless ``value`` round-trips through JSON exactly.
+    """Raise TypeError (ValueError for sizes) unless ``value`` round-trips through JSON
+    exactly and loads again: nested at most :data:`MAX_JSON_DEPTH` deep, integers short
+    enough for Python to write and read (``sys.get_int_max_str_digits()``).
 
     Returns True when the value needs Python's ``json`` writer (NaN, infinities,
     or integers beyond 64 bits, which ``orjson`` does not write).
     """
     needs_std = False
-    stack = [value]
+    stack = [(value, 0)]
     while stack:
-        v = stack.pop()
+        v, depth = stack.pop()
         t = type(v)
         if v is None or t is bool or t is str:
             continue
         if t is int:
-            needs_std |= not -_INT64_LIMIT <= v < _INT64_LIMIT
+            if not -_INT64_LIMIT <= v < _INT64_LIMIT:
+                needs_std = True
+                _check_big_int(v, where)
         elif t is float:
             needs_std |= not math.isfinite(v)
-        elif t is list:
-            stack.extend(v)
-        elif t is dict:
+        elif t is list or t is dict:
+            if depth >= MAX_JSON_DEPTH:
+                raise ValueError(
+                    f"{where}: the value nests lists and dicts more than {MAX_JSON_DEPTH} deep; "
+                    "a saved tree keeps JSON values at most that deep (so that they load "
+                    "again): flatten it, or store it as a tensor"
+                )
+            if t is list:
+                stack.extend((item, depth + 1) for item in v)
+                continue
             for k, item in v.items():
                 if type(k) is not str:
                     raise TypeError(
-                        f"{where}: dict key {k!r} of type {type(k).__name__} cannot be saved; "
-                        "JSON keeps str keys only"
+                        f"{where}: dict key {_short_repr(k)} of type {type(k).__name__} cannot be "
+                        "saved; JSON keeps str keys only"
                     )
-                stack.append(item)
+                stack.append((item, depth + 1))
         else:
             raise TypeError(
                 f"{where}: value {_short_repr(v)} of type {t.__name__} cannot be saved; a saved "
@@ -286,16 +264,41 @@ def check_json_value(value: Any, where: str) -> bool:
     return needs_std
 
 
+def _check_big_int(v: int, where: str) -> None:
+    try:
+        str(v)
+    except ValueError:
+        raise ValueError(
+            f"{where}: an int of {v.bit_length()} bits has more than "
+            f"{sys.get_int_max_str_digits()} digits, more than Python writes or reads as JSON "
+            "(sys.get_int_max_str_digits()); store it as a string or as a tensor"
+        ) from None
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 60, 60, 40
+
+
 def _short_repr(v: Any) -> str:
-    r = repr(v)
+    """A repr of at most 80 characters, safe on deep or huge values."""
+    try:
+        r = _REPR.repr(v)
+    except Exception:  # a broken __repr__
+        r = f"<{type(v).__name__} object>"
     return r if len(r) <= 80 else r[:77] + "..."
 
 
-def node_meta(type_name: str, batch_size: Any, device: Any, entries: dict[str, Any]) -> dict:
-    """The ``meta.json`` object of a node (entries built by the caller)."""
+def node_meta(
+    type_name: str, batch_size: Any, device: Any, entries: dict[str, Any], version: int = 1
+) -> dict:
+    """The ``meta.json`` object of a node (entries built by the caller).
+
+    ``version`` 2 when every tensor entry has its ``id``; writers that do not make
+    ids (a tree built file by file) write version 1, which readers still accept.
+    """
     return {
         "format": FORMAT,
-        "version": VERSION,
+        "version": version,
         "type": type_name,
         "batch_size": [int(d) for d in batch_size],
         "device": None if device is None else str(device),
@@ -375,6 +378,8 @@ class TensorEntry(NamedTuple):
     path: str  # the file, checked to exist, to stay inside the tree and to be long enough
     nbytes: int  # of the tensor (the file may be longer)
     ident: tuple[int, int]  # (st_dev, st_ino) of the file
+    gen: str | None = None  # the file generation id (version 2), None in version 1 trees
+    sha256: str | None = None  # of the tensor's bytes, when the save recorded it
 
 
 class NodeEntry(NamedTuple):
@@ -399,6 +404,10 @@ class Node(NamedTuple):
 
 
 _NODE_FIELDS = frozenset(("format", "version", "type", "batch_size", "device", "entries"))
+_TENSOR_FIELDS = {
+    1: frozenset(("kind", "dtype", "shape", "file")),
+    2: frozenset(("kind", "dtype", "shape", "file", "id")),
+}
 _ENTRY_FIELDS = {
     "tensor": frozenset(("kind", "dtype", "shape", "file")),
     "node": frozenset(("kind", "dir")),
@@ -417,12 +426,14 @@ def read_node(directory: str, root_real: str | None = None) -> Node:
     if root_real is None:
         root_real = os.path.realpath(directory)
     meta_path = os.path.join(directory, META)
-    raw = _read_meta_bytes(directory, meta_path)
+    raw = read_meta_bytes(directory, meta_path)
     doc = _parse_json(raw, meta_path)
     if not isinstance(doc, dict):
         raise FormatError(f"{meta_path}: expected a JSON object, got {type(doc).__name__}")
     if "format" not in doc and ("_type" in doc or "shape" in doc):
-        return _read_legacy_node(directory, meta_path, doc, root_real)
+        from ._format_legacy import read_legacy_node  # a rare path: imported when needed
+
+        return read_legacy_node(directory, meta_path, doc, root_real)
     if doc.get("format") != FORMAT:
         raise FormatError(
             f"{meta_path}: 'format' is {doc.get('format')!r}, expected {FORMAT!r}: "
@@ -431,9 +442,10 @@ def read_node(directory: str, root_real: str | None = None) -> Node:
     version = doc.get("version")
     if type(version) is not int:
         raise FormatError(f"{meta_path}: 'version' is {version!r}, expected an int")
-    if version != VERSION:
+    if version not in VERSIONS:
         raise FormatError(
-            f"{meta_path}: format version {version!r}; this tensorbox reads version {VERSION}"
+            f"{meta_path}: format version {version!r}; this tensorbox reads versions "
+            f"{', '.join(map(str, VERSIONS))}"
             + (" (the tree is newer: upgrade tensorbox)" if version > VERSION else "")
         )
     extra = doc.keys() - _NODE_FIELDS
@@ -453,7 +465,7 @@ def read_node(directory: str, root_real: str | None = None) -> Node:
             f"{meta_path}: 'entries' is {_short_repr(entries_doc)}, expected an object"
         )
     entries: dict[str, Any] = {}
-    tensor_fields = _ENTRY_FIELDS["tensor"]
+    tensor_fields = _TENSOR_FIELDS[version]
     dir_fd = _open_dir(directory)
     try:
         for key, e in entries_doc.items():
@@ -465,7 +477,7 @@ def read_node(directory: str, root_real: str | None = None) -> Node:
                 if leaf is not None:
                     entries[key] = leaf
                     continue
-            entries[key] = _entry(directory, root_real, meta_path, key, e, batch_size)
+            entries[key] = _entry(directory, root_real, meta_path, key, e, batch_size, version)
     finally:
         if dir_fd is not None:
             os.close(dir_fd)
@@ -473,7 +485,13 @@ def read_node(directory: str, root_real: str | None = None) -> Node:
 
 
 def _entry(
-    directory: str, root_real: str, meta_path: str, key: str, e: Any, batch_size: tuple
+    directory: str,
+    root_real: str,
+    meta_path: str,
+    key: str,
+    e: Any,
+    batch_size: tuple,
+    version: int = VERSION,
 ) -> TensorEntry | NodeEntry | JsonEntry:
     """One entry of ``meta.json``, checked; every problem is a FormatError naming the file."""
     where = f"{meta_path}: entry {key!r}"
@@ -484,13 +502,25 @@ def _entry(
             f"{where} is {_short_repr(e)}; expected an object with 'kind' one of "
             f"{sorted(_ENTRY_FIELDS)!r}"
         )
+    if kind == "tensor":
+        fields = _TENSOR_FIELDS[version]
+        if not fields <= e.keys() <= fields | {"sha256"}:
+            raise FormatError(
+                f"{where} has fields {sorted(e)!r}; a 'tensor' entry of format version "
+                f"{version} has {sorted(fields)!r} and may have 'sha256'"
+            )
+        gen, sha = e.get("id"), e.get("sha256")
+        if gen is not None and (type(gen) is not str or _HEX32(gen) is None):
+            raise FormatError(f"{where}: 'id' is {_short_repr(gen)}, expected 32 hex digits")
+        if sha is not None and (type(sha) is not str or _HEX64(sha) is None):
+            raise FormatError(f"{where}: 'sha256' is {_short_repr(sha)}, expected 64 hex digits")
+        leaf = tensor_entry(
+            directory, root_real, e["file"], e["dtype"], e["shape"], batch_size, where
+        )
+        return leaf._replace(gen=gen, sha256=sha)
     if not e.keys() <= fields or (kind != "json" and e.keys() != fields):
         raise FormatError(
             f"{where} has fields {sorted(e)!r}; a {kind!r} entry has {sorted(fields)!r}"
-        )
-    if kind == "tensor":
-        return tensor_entry(
-            directory, root_real, e["file"], e["dtype"], e["shape"], batch_size, where
         )
     if kind == "node":
         return node_entry(directory, root_real, e["dir"], where)
@@ -504,6 +534,8 @@ def _entry(
 
 
 _S_IFMT = 0o170000
+_HEX32 = re.compile(r"[0-9a-f]{32}").fullmatch
+_HEX64 = re.compile(r"[0-9a-f]{64}").fullmatch
 # Names every tensorbox writer makes (a subset of is_plain_name): no separator, no dot first.
 _FAST_NAME = re.compile(r"[A-Za-z0-9_%^~-][A-Za-z0-9_.%^~-]{0,254}").fullmatch
 _S_IFREG = stat.S_IFREG
@@ -526,7 +558,7 @@ def _tensor_fast(
 ) -> TensorEntry | None:
     """The usual tensor entry, checked; None when anything is off (the caller's
     :func:`tensor_entry` then finds and names the problem), symlinks included."""
-    dtype, shape, file = e["dtype"], e["shape"], e["file"]
+    dtype, shape, file, gen = e["dtype"], e["shape"], e["file"], e.get("id")
     torch_dtype = DTYPES.get(dtype) if type(dtype) is str else None
     if (
         torch_dtype is None
@@ -534,6 +566,7 @@ def _tensor_fast(
         or len(shape) > MAX_DIMS
         or type(file) is not str
         or _FAST_NAME(file) is None
+        or (gen is not None and (type(gen) is not str or _HEX32(gen) is None))
     ):
         return None
     numel = 1
@@ -555,12 +588,23 @@ def _tensor_fast(
         return None
     if st.st_mode & _S_IFMT != _S_IFREG or st.st_size < need:
         return None  # a symlink, missing, too short...: checked and named the long way
-    return TensorEntry(torch_dtype, shp, f"{directory}{os.sep}{file}", need, (st.st_dev, st.st_ino))
+    return TensorEntry(
+        torch_dtype, shp, f"{directory}{os.sep}{file}", need, (st.st_dev, st.st_ino), gen
+    )
 
 
-def _read_meta_bytes(directory: str, meta_path: str) -> bytes:
+_READ_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
+
+
+def read_meta_bytes(directory: str, meta_path: str) -> bytes:
     try:
-        fd = os.open(meta_path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        # Non-blocking: a FIFO or a device in its place must be refused, not waited on.
+        fd = os.open(meta_path, _READ_FLAGS)
     except FileNotFoundError:
         if not os.path.isdir(directory):
             raise FileNotFoundError(f"no saved tree at {directory!r}: not a directory") from None
@@ -727,97 +771,16 @@ def read_child(parent: Node, entry: NodeEntry, root_real: str, depth: int) -> No
     return child
 
 
-def iter_tree(path: str) -> Iterator[tuple[tuple[str, ...], Node]]:
-    """Every node of the tree at ``path``, parents first, checked (used by ``verify``)."""
+def iter_tree(path: str, top: Node | None = None) -> Iterator[tuple[tuple[str, ...], Node]]:
+    """Every node of the tree at ``path``, parents first, checked (used by ``verify``);
+    ``top`` is the root node when the caller has read it already."""
     root_real = os.path.realpath(path)
-    todo: list[tuple[tuple[str, ...], Node]] = [((), read_node(os.path.abspath(path), root_real))]
+    if top is None:
+        top = read_node(os.path.abspath(path), root_real)
+    todo: list[tuple[tuple[str, ...], Node]] = [((), top)]
     while todo:
         keys, node = todo.pop()
         yield keys, node
         for k, e in reversed(node.entries.items()):
             if type(e) is NodeEntry:
                 todo.append(((*keys, k), read_child(node, e, root_real, len(keys) + 1)))
-
-
-# ---------------------------------------------------------------- tensordict trees
-
-# Node fields of tensordict's meta.json, mixed with its entries: a field whose
-# value is an object is an entry of that name (tensordict's own rule).
-_LEGACY_FIELDS = frozenset(
-    ("shape", "device", "_type", "_format_version", "_class", "_names", "_metadata")
-)
-_LEGACY_TD_TYPES = ("<class 'tensordict._td.TensorDict'>", "tensordict:TensorDict")
-
-
-def _read_legacy_node(directory: str, meta_path: str, doc: dict, root_real: str) -> Node:
-    """A node written by tensordict 0.14/0.15 (its format versions 0 and 1)."""
-    version = doc.get("_format_version", 0)
-    if type(version) is dict:  # a leaf named "_format_version" in a version-0 tree
-        version = 0
-    if type(version) is not int or version not in (0, 1):
-        raise FormatError(
-            f"{meta_path}: tensordict format version {version!r}; tensorbox reads 0 and 1"
-        )
-    cls = doc.get("_class") if version else doc.get("_type")
-    if type(cls) is dict:
-        cls = doc.get("_type")
-    if cls not in _LEGACY_TD_TYPES:
-        raise FormatError(
-            f"{meta_path}: a tensordict tree of class {_short_repr(cls)}; tensorbox reads "
-            "TensorDict trees only (save lazy stacks and tensorclasses as TensorDicts)"
-        )
-    shape = doc.get("shape")
-    batch_size = check_shape(shape if type(shape) is not dict else None, meta_path, "'shape'")
-    device = doc.get("device")
-    device = check_device(device if type(device) is not dict else None, meta_path)
-    entries: dict[str, Any] = {}
-    for key, e in doc.items():
-        where = f"{meta_path}: entry {key!r}"
-        if type(e) is not dict:
-            if key in _LEGACY_FIELDS:
-                continue
-            raise FormatError(f"{where} is {_short_repr(e)}, expected an object")
-        if "dtype" in e:
-            dtype = e["dtype"]
-            if type(dtype) is not str or not dtype.startswith("torch."):
-                raise FormatError(f"{where}: dtype {_short_repr(dtype)} is not a torch dtype")
-            if e.get("is_nested", False) is not False:
-                raise FormatError(f"{where}: nested (jagged) tensors are not supported")
-            name = _legacy_existing(directory, key, SUFFIX)
-            entries[key] = tensor_entry(
-                directory, root_real, name, dtype[6:], e.get("shape"), batch_size, where
-            )
-            continue
-        kind = e.get("type")
-        if kind == "TensorDict":
-            entries[key] = node_entry(directory, root_real, _legacy_existing(directory, key), where)
-        elif kind in ("NonTensorData", "NonTensorStack"):
-            sub = node_entry(directory, root_real, _legacy_existing(directory, key), where).path
-            sub_meta = os.path.join(sub, META)
-            value = _parse_json(_read_meta_bytes(sub, sub_meta), sub_meta)
-            if type(value) is not dict or "data" not in value:
-                raise FormatError(f"{sub_meta}: expected an object with a 'data' field")
-            if kind == "NonTensorStack":
-                if value.get("stack_dim", 0) != 0:
-                    raise FormatError(f"{sub_meta}: only stacks along dim 0 are supported")
-                entries[key] = JsonEntry(stacked_array(value["data"], batch_size, where), True)
-            else:
-                entries[key] = JsonEntry(value["data"], False)
-        else:
-            raise FormatError(
-                f"{where} has type {_short_repr(kind)}; tensorbox reads TensorDict, "
-                "NonTensorData, NonTensorStack and tensors from tensordict trees"
-            )
-    return Node(directory, version, "TensorDict", batch_size, device, entries, True)
-
-
-def _legacy_existing(directory: str, key: str, suffix: str = "") -> str:
-    """tensordict's encoded name, or the raw key when only that exists (older writers)."""
-    name = _legacy_name(key) + suffix
-    if (
-        not os.path.lexists(os.path.join(directory, name))
-        and is_plain_name(key + suffix)
-        and os.path.lexists(os.path.join(directory, key + suffix))
-    ):
-        return key + suffix
-    return name

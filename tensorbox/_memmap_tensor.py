@@ -35,8 +35,10 @@ Pickling. A file-backed tensor, or any view of one, pickles as a
 :class:`FileRef` (file name, storage size, dtype, offset, size, stride): the
 receiving process maps the same file, so writes made on either side are seen on
 the other. :func:`shareable` and :func:`restore` do this for TensorDict's
-``__reduce__``. The reference names the file: if the file was replaced since
-(a tree saved again at the same path), the receiver maps the new file.
+``__reduce__``. The reference also carries which file it was: the file's
+generation id in its saved tree (checked against the ``meta.json`` beside it), or
+for a file outside a tree its (device, inode). A reference whose file was
+replaced since (a tree saved again at the same path) is refused, never mapped.
 
 Writes. Files are written with ``os.write`` from the tensor's own bytes (no extra
 copy when contiguous), 3-4x faster here than copying into a fresh shared mapping.
@@ -50,9 +52,11 @@ from __future__ import annotations
 
 import math
 import os
+import stat as _stat
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
+import orjson
 import torch
 from torch import Tensor
 
@@ -256,8 +260,13 @@ def map_file(
     mode: str = "r+",
     nbytes: int = -1,
     ident: tuple[int, int] | None = None,
+    gen: str | None = None,
 ) -> MemoryMappedTensor:
-    """Map ``path`` (checked by the caller) as a MemoryMappedTensor of ``shape``."""
+    """Map ``path`` (checked by the caller) as a MemoryMappedTensor of ``shape``.
+
+    ``gen`` is the file's generation id in its tree (see the format spec), which
+    pickled references carry and check.
+    """
     if nbytes < 0:
         nbytes = math.prod(shape) * dtype.itemsize
     # _map_storage inlined: loading calls this once per leaf.
@@ -266,6 +275,7 @@ def map_file(
     except RuntimeError:
         storage = _map_storage(path, mode, nbytes, ident)  # raises the error that explains
     storage._tbx_id = ident if ident is not None else _identity(path)
+    storage._tbx_gen = gen
     if mode == "r":
         storage._tbx_ro = path
     blank = _BLANKS[dtype] if dtype in _BLANKS else _blank(dtype)
@@ -643,31 +653,88 @@ class FileRef(NamedTuple):
     memmap: bool  # rebuild as a MemoryMappedTensor (else a plain tensor)
     mode: str
     ident: tuple[int, int] | None  # (st_dev, st_ino) of the file when it was mapped
+    gen: str | None = None  # the file's generation id in its tree (format version 2)
 
     def open(self) -> Tensor:
-        """Map the file again and rebuild the view."""
+        """Map the file again and rebuild the view; FormatError if it is not the same file.
+
+        A file of a saved tree is checked by its generation id, read from the
+        ``meta.json`` beside it under the tree's read lock (an inode number is reused
+        once its file is deleted); any other file by (device, inode).
+        """
+        from ._commit import read_lock, read_unlock
+
+        lock = read_lock(os.path.dirname(self.filename)) if self.gen is not None else None
         try:
-            st = os.stat(self.filename)
-        except FileNotFoundError:
-            raise FileNotFoundError(
-                f"{self.filename}, the file of a pickled memory-mapped tensor, is gone"
-            ) from None
-        ident = (st.st_dev, st.st_ino)
-        if self.ident is not None and ident != self.ident:
-            raise FormatError(
-                f"{self.filename} was replaced after a tensor mapping it was pickled; "
-                "open the tree again (load_memmap) and send that"
-            )
-        if st.st_size < self.nbytes:
-            raise FormatError(
-                f"{self.filename} is {st.st_size} bytes, shorter than the {self.nbytes} bytes "
-                "it had when the tensor was pickled"
-            )
-        storage = _map_storage(self.filename, self.mode, self.nbytes, ident)
+            if self.gen is not None:
+                now = _file_gen(self.filename)
+                if now != self.gen:
+                    raise FormatError(
+                        f"{self.filename} was replaced after a tensor mapping it was pickled "
+                        f"(the tree was saved over: the file's id is now {now!r}, the "
+                        f"reference's {self.gen!r}); open the tree again (load_memmap) and "
+                        "send that"
+                    )
+            try:
+                st = os.stat(self.filename)
+            except FileNotFoundError:
+                raise FileNotFoundError(
+                    f"{self.filename}, the file of a pickled memory-mapped tensor, is gone"
+                ) from None
+            if not _stat.S_ISREG(st.st_mode):  # a FIFO or a device would block or lie
+                raise FormatError(f"{self.filename} is not a regular file")
+            ident = (st.st_dev, st.st_ino)
+            if self.ident is not None and ident != self.ident and self.gen is None:
+                raise FormatError(
+                    f"{self.filename} was replaced after a tensor mapping it was pickled; "
+                    "open the tree again (load_memmap) and send that"
+                )
+            if st.st_size < self.nbytes:
+                raise FormatError(
+                    f"{self.filename} is {st.st_size} bytes, shorter than the {self.nbytes} "
+                    "bytes it had when the tensor was pickled"
+                )
+            storage = _map_storage(self.filename, self.mode, self.nbytes, ident)
+            storage._tbx_gen = self.gen
+        finally:
+            read_unlock(lock)
         t = torch.empty(0, dtype=DTYPES[self.dtype]).set_(
             storage, self.offset, self.size, self.stride
         )
         return t.as_subclass(MemoryMappedTensor) if self.memmap else t
+
+
+# The last meta.json read per directory and the ids it gives: a DataLoader worker
+# unpickles one reference per leaf, all against the same few files.
+_GEN_CACHE: dict[str, tuple[bytes, dict[str, str]]] = {}
+
+
+def _file_gen(filename: str) -> str | None:
+    """The ``id`` that the ``meta.json`` beside ``filename`` gives it (None: none)."""
+    from ._format import META, read_meta_bytes
+
+    directory, name = os.path.split(filename)
+    try:
+        raw = read_meta_bytes(directory, os.path.join(directory, META))
+    except (OSError, ValueError):
+        return None
+    cached = _GEN_CACHE.get(directory)
+    if cached is not None and cached[0] == raw:
+        return cached[1].get(name)
+    try:
+        doc = orjson.loads(raw)
+        entries = doc.get("entries") if type(doc) is dict else None
+    except orjson.JSONDecodeError:
+        entries = None
+    ids = {
+        e["file"]: e["id"]
+        for e in (entries.values() if type(entries) is dict else ())
+        if type(e) is dict and type(e.get("file")) is str and type(e.get("id")) is str
+    }
+    if len(_GEN_CACHE) > 64:
+        _GEN_CACHE.clear()
+    _GEN_CACHE[directory] = (raw, ids)
+    return ids.get(name)
 
 
 def shareable(t: Tensor) -> Tensor | FileRef:
@@ -707,6 +774,7 @@ def shareable(t: Tensor) -> Tensor | FileRef:
         isinstance(t, MemoryMappedTensor),
         mode,
         ident,
+        getattr(storage, "_tbx_gen", None),
     )
 
 

@@ -40,6 +40,7 @@ registered by ``@tensorclass`` in this process. Otherwise the node loads as a
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import weakref
@@ -50,6 +51,7 @@ import orjson
 import torch
 from torch import Tensor
 
+from . import _checksum, _commit
 from . import _format as fmt
 from ._keys import format_key
 from ._memmap_tensor import (
@@ -63,7 +65,15 @@ from ._nontensor import NonTensorData
 from ._tensordict import TensorDict, is_tensor_collection
 from ._tree import CLASS_REGISTRY, is_coll, iter_shaped, type_name
 
-__all__ = ["is_memmap", "load_memmap", "memmap", "memmap_", "memmap_like", "saved_type"]
+__all__ = [
+    "is_memmap",
+    "load_memmap",
+    "memmap",
+    "memmap_",
+    "memmap_like",
+    "saved_type",
+    "verify_tree",
+]
 
 
 # ---------------------------------------------------------------- public functions
@@ -76,28 +86,58 @@ def memmap_(
     num_threads: int = 0,
     copy_existing: bool = False,
     fsync: bool = False,
+    checksum: bool = False,
 ) -> Any:
     """Convert ``obj`` in place: every tensor leaf becomes a MemoryMappedTensor; lock it."""
-    _Saver(prefix, "inplace", copy_existing, fsync).run(obj, num_threads)
+    _Saver(prefix, "inplace", copy_existing, fsync, checksum=checksum).run(obj, num_threads)
     return obj
 
 
-def memmap(obj: Any, prefix: Any = None, *, num_threads: int = 0, fsync: bool = False) -> Any:
-    """A memory-mapped copy of ``obj`` (locked); ``obj`` is unchanged."""
-    return _Saver(prefix, "copy", True, fsync).run(obj, num_threads)
+def memmap(
+    obj: Any,
+    prefix: Any = None,
+    *,
+    num_threads: int = 0,
+    fsync: bool = False,
+    checksum: bool = False,
+) -> Any:
+    """A memory-mapped copy of ``obj`` (locked); ``obj`` is unchanged.
+
+    ``checksum=True`` records each tensor's SHA-256 in ``meta.json``, which
+    ``load_memmap(..., verify=True)`` and ``python -m tensorbox verify --read`` check
+    (off by default: hashing runs slower than writing).
+    """
+    return _Saver(prefix, "copy", True, fsync, checksum=checksum).run(obj, num_threads)
 
 
-def memmap_like(obj: Any, prefix: Any = None, *, num_threads: int = 0, fsync: bool = False) -> Any:
+def memmap_like(
+    obj: Any,
+    prefix: Any = None,
+    *,
+    num_threads: int = 0,
+    fsync: bool = False,
+    sparse: bool = False,
+    checksum: bool = False,
+) -> Any:
     """Zero-filled files of ``obj``'s structure; no data is read or copied.
 
-    Files are created sparse: ``memmap_like`` of a container expanded to a
-    million rows takes no memory and no disk until rows are written.
+    The files' blocks are reserved (``posix_fallocate``), so a disk too small is an
+    ``OSError`` here, not a crash (SIGBUS) when rows are written later. ``sparse=True``
+    creates sparse files instead: ``memmap_like`` of a container expanded to a million
+    rows then takes no disk until rows are written, and a full disk shows up then.
     """
-    return _Saver(prefix, "like", True, fsync).run(obj, num_threads)
+    saver = _Saver(prefix, "like", True, fsync, sparse=sparse, checksum=checksum)
+    return saver.run(obj, num_threads)
 
 
 def load_memmap(
-    cls: type, prefix: Any, *, device: Any = None, non_blocking: bool = False, mode: str = "r+"
+    cls: type,
+    prefix: Any,
+    *,
+    device: Any = None,
+    non_blocking: bool = False,
+    mode: str = "r+",
+    verify: bool = False,
 ) -> Any:
     """Open the tree at ``prefix`` lazily, as ``cls`` (see the module doc), locked.
 
@@ -105,14 +145,40 @@ def load_memmap(
     not write open as ``"r"``), ``mode="r"`` copy-on-write (the files never change:
     fine-tuning loaded weights in place leaves the checkpoint alone). With
     ``device``, every leaf is copied there (``"cpu"``: read into memory).
+    ``verify=True`` first reads every byte and checks the checksums the save recorded
+    (FormatError naming the file when one differs).
+
+    The tree opened is one generation: a save running at the same path is waited
+    for only while it swaps the trees (see :mod:`tensorbox._commit`).
     """
     _check_mode(mode)
     root = os.path.realpath(os.fspath(prefix))
     dev = None if device is None else torch.device(device)
     loader = _Loader(root, CLASS_REGISTRY, dev, non_blocking, mode)
-    obj = loader.node(fmt.read_node(root, root), cls, 0)
+    lock = _commit.read_lock(root)
+    try:
+        top = fmt.read_node(root, root)
+        if verify:
+            verify_tree(root, top)
+        obj = loader.node(top, cls, 0)
+    finally:
+        _commit.read_unlock(lock)
     obj.lock_()
     return obj
+
+
+def verify_tree(root: str, top: fmt.Node | None = None) -> tuple[int, int, int]:
+    """Check every node of the tree at ``root`` and read every byte, checking recorded
+    checksums; returns (nodes, tensors, bytes). The caller holds the read lock."""
+    nodes = tensors = total = 0
+    for _, node in fmt.iter_tree(root, top):
+        nodes += 1
+        for e in node.entries.values():
+            if type(e) is fmt.TensorEntry:
+                tensors += 1
+                total += e.nbytes
+                _checksum.check_file(e.path, e.nbytes, e.sha256)
+    return nodes, tensors, total
 
 
 def is_memmap(obj: Any) -> bool:
@@ -165,31 +231,48 @@ class _Saver:
     mode: "inplace" (memmap_), "copy" (memmap), "like" (memmap_like).
     """
 
-    def __init__(self, prefix: Any, mode: str, copy_existing: bool, fsync: bool) -> None:
+    def __init__(
+        self,
+        prefix: Any,
+        mode: str,
+        copy_existing: bool,
+        fsync: bool,
+        sparse: bool = False,
+        checksum: bool = False,
+    ) -> None:
         self.root = None if prefix is None else os.path.realpath(os.fspath(prefix))
         self.mode = mode
         self.copy_existing = copy_existing
         self.fsync = fsync
-        self.writes: list[tuple[str, Tensor, dict, str]] = []  # path, tensor, store, key
-        self.keeps: list[str] = []  # files kept as they are (already mapped there)
+        self.sparse = sparse
+        self.checksum = checksum
+        # path, tensor, store, key, entry (its "id" set here, its "sha256" when asked)
+        self.writes: list[tuple[str, Tensor, dict, str, dict]] = []
+        self.keeps: list[tuple[str, Tensor, dict, str, dict]] = []  # already mapped there
         self.dirs: list[str] = []  # node directories, parents first
         # (container, its new store, parent store, key in parent, meta.json plan): post-order
         self.nodes: list[tuple[Any, dict, dict | None, str | None, tuple | None]] = []
 
     def run(self, obj: Any, num_threads: int) -> Any:
-        self._walk(obj, self.root, (), None, None)
-        if self.root is not None:
-            idents = self._write_tree(num_threads)
-            for (path, t, store, key), ident in zip(self.writes, idents, strict=True):
-                # swapped in only once everything is written
-                store[key] = map_file(path, t.dtype, tuple(t.shape), ident=ident)
-        else:
-            for _, t, store, key in self.writes:
+        if self.root is None:
+            self._walk(obj, None, (), None, None)
+            for _, t, store, key, _ in self.writes:
                 store[key] = (
                     _shared_memory(tuple(t.shape), t.dtype)
                     if self.mode == "like"
                     else MemoryMappedTensor.from_tensor(t)
                 )
+        else:
+            with _commit.writing(self.root):  # one writer at a time at this path
+                self._walk(obj, self.root, (), None, None)  # every value checked: no I/O yet
+                idents = self._write_tree(num_threads)
+                # Mapped while the lock is held: no other save can have replaced the files.
+                for (path, t, store, key, entry), ident in zip(self.writes, idents, strict=True):
+                    store[key] = map_file(
+                        path, t.dtype, tuple(t.shape), ident=ident, gen=entry["id"]
+                    )
+                for _, t, _, _, entry in self.keeps:
+                    t.untyped_storage()._tbx_gen = entry["id"]
         result = self._build()
         result.lock_()
         return result
@@ -197,8 +280,18 @@ class _Saver:
     # ------------------------------------------------------------ the walk
 
     def _walk(
-        self, obj: Any, directory: str | None, path: tuple[str, ...], parent: dict | None, key: Any
+        self,
+        obj: Any,
+        directory: str | None,
+        path: tuple[str, ...],
+        parent: dict | None,
+        key: Any,
     ) -> None:
+        if len(path) > fmt.MAX_DEPTH:
+            raise ValueError(
+                f"key {format_key(path)} is a node nested {len(path)} deep; a saved tree nests "
+                f"at most {fmt.MAX_DEPTH} deep (loading refuses deeper trees): flatten it"
+            )
         td = obj
         if directory is not None:
             self.dirs.append(directory)
@@ -222,7 +315,7 @@ class _Saver:
                 entries[k] = entry
         meta = None
         if directory is not None:
-            meta = fmt.node_meta(_type_name(obj), td.batch_size, td.device, entries)
+            meta = fmt.node_meta(_type_name(obj), td.batch_size, td.device, entries, 2)
             meta = (directory, meta, std_json)
         self.nodes.append((obj, store, parent, key, meta))
 
@@ -242,14 +335,17 @@ class _Saver:
             raise TypeError(f"{where} is on the meta device and has no data to save")
         if directory is None:
             if not (self.mode == "inplace" and isinstance(t, MemoryMappedTensor)):
-                self.writes.append(("", t, store, k))
+                self.writes.append(("", t, store, k, {}))
             return {}
         file = fmt.encode_key(k) + fmt.SUFFIX
         target = f"{directory}{os.sep}{file}"  # an encoded name: a single plain component
+        entry = {"kind": "tensor", "dtype": dtype, "shape": list(t.shape), "file": file}
         if self.mode == "inplace" and isinstance(t, MemoryMappedTensor):
-            if self._same_file(t, target):
-                self.keeps.append(target)
-                return {"kind": "tensor", "dtype": dtype, "shape": list(t.shape), "file": file}
+            if _same_file(t, target):
+                # The file stays (linked into the new tree): so does its id.
+                entry["id"] = getattr(t.untyped_storage(), "_tbx_gen", None) or _new_id()
+                self.keeps.append((target, t, store, k, entry))
+                return entry
             where_now = t.filename or "anonymous shared memory"
             assert self.root is not None
             if not self.copy_existing and not where_now.startswith(self.root + os.sep):
@@ -259,70 +355,60 @@ class _Saver:
                     "copy it into the new prefix, or call memmap_() without a prefix to keep "
                     "the files"
                 )
-        self.writes.append((target, t, store, k))
-        return {"kind": "tensor", "dtype": dtype, "shape": list(t.shape), "file": file}
-
-    @staticmethod
-    def _same_file(t: MemoryMappedTensor, target: str) -> bool:
-        name = t.filename
-        if name is None or t.mode != "r+" or t.storage_offset() or not t.is_contiguous():
-            return False
-        if t.untyped_storage().nbytes() != t.numel() * t.element_size():
-            return False
-        if name == target:
-            return True
-        try:
-            return os.path.basename(name) == os.path.basename(target) and os.path.samefile(
-                name, target
-            )
-        except OSError:
-            return False
+        entry["id"] = _new_id()
+        self.writes.append((target, t, store, k, entry))
+        return entry
 
     # ------------------------------------------------------------ the I/O
 
     def _write_tree(self, num_threads: int) -> list[tuple[int, int]]:
-        """Write the files and meta.json (see the module doc); returns the files' identities."""
+        """Build the new tree beside the old one, then swap it in (see :mod:`._commit`)."""
         assert self.root is not None
-        os.makedirs(self.root, exist_ok=True)
-        old_files, old_dirs = _old_tree(self.root)
-        # Invalidate first: from here on a crash leaves a tree refused as incomplete.
-        for d in [self.root, *self.dirs[1:], *old_dirs]:
-            try:
-                os.unlink(os.path.join(d, fmt.META))
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            if self.fsync:
-                fmt.fsync_dir(d)
-        for d in self.dirs[1:]:
-            _make_dir(d)
-        like = self.mode == "like"
+        root = self.root
+        stage = _commit.new_stage(root)
+        cut = len(root)
 
-        def write(job: tuple[str, Tensor, dict, str]) -> tuple[int, int]:
-            path, t = job[0], job[1]
-            nbytes = t.numel() * t.element_size()
-            return write_file(path, None if like else t, nbytes, fsync=self.fsync, sync_dir=False)
+        def staged(path: str) -> str:
+            return stage + path[cut:]
 
-        def write_meta(meta: tuple[str, dict, bool]) -> None:
-            fmt.write_meta(meta[0], meta[1], fsync=self.fsync, std_json=meta[2])
+        try:
+            for d in self.dirs[1:]:
+                os.mkdir(staged(d))
+            for job in list(self.keeps):
+                if not _link(job[0], staged(job[0]), job[1]):
+                    self.keeps.remove(job)  # no hard links here: write the bytes instead
+                    job[4]["id"] = _new_id()
+                    self.writes.append(job)
+            like, sparse, fsync = self.mode == "like", self.sparse, self.fsync
 
-        metas = [node[4] for node in self.nodes]  # post-order: the root's is last
-        threads = ThreadPoolExecutor(num_threads) if num_threads > 0 else None
-        with threads or contextlib.nullcontext():
-            run = threads.map if threads is not None else map
-            idents = list(run(write, self.writes))
-            if self.fsync:  # the files' directory entries, once per directory
-                list(run(fmt.fsync_dir, self.dirs))
-            # Every leaf is complete, so every sub-node is: their meta.json may go in any
-            # order. The root's goes last: it is what makes the tree valid.
-            list(run(write_meta, metas[:-1]))
-        write_meta(metas[-1])
-        new_files = {job[0] for job in self.writes}.union(self.keeps)
-        for f in old_files - new_files:
-            _remove(f)
-        for d in sorted(set(old_dirs) - set(self.dirs), key=len, reverse=True):
-            _remove(d, rmdir=True)
-        if self.fsync:
-            fmt.fsync_dir(os.path.dirname(self.root))
+            def write(job: tuple[str, Tensor, dict, str, dict]) -> tuple[int, int]:
+                path, t = job[0], job[1]
+                nbytes = t.numel() * t.element_size()
+                if like:
+                    return _reserve(staged(path), nbytes, sparse, fsync, job[3])
+                return write_file(staged(path), t, nbytes, fsync=fsync, sync_dir=False)
+
+            def write_meta(meta: tuple[str, dict, bool]) -> None:
+                fmt.write_meta(staged(meta[0]), meta[1], fsync=fsync, std_json=meta[2])
+
+            if self.checksum:
+                for job in (*self.writes, *self.keeps):
+                    job[4]["sha256"] = _checksum.tensor_sha256(None if like else job[1], job[1])
+            threads = ThreadPoolExecutor(num_threads) if num_threads > 0 else None
+            with threads or contextlib.nullcontext():
+                run = threads.map if threads is not None else map
+                idents = list(run(write, self.writes))
+                list(run(write_meta, [node[4] for node in self.nodes]))
+                if fsync:  # the files' directory entries, once per directory
+                    list(run(fmt.fsync_dir, [staged(d) for d in self.dirs]))
+            old = _commit.commit(stage, root, lambda: _old_node_dirs(root))
+        except BaseException:
+            _commit.remove_stage(stage)  # the old tree is untouched
+            raise
+        if fsync:
+            fmt.fsync_dir(os.path.dirname(root))
+        if old is not None:
+            _commit.dispose(old, root)
         return idents
 
     def _build(self) -> Any:
@@ -341,6 +427,76 @@ class _Saver:
         return result
 
 
+def _new_id() -> str:
+    """A file generation id: 128 random bits, never reused (see the format spec)."""
+    return os.urandom(16).hex()
+
+
+def _same_file(t: MemoryMappedTensor, target: str) -> bool:
+    """True when ``t`` maps the whole of the file now at ``target``, shared.
+
+    Compared by (device, inode), never by name: the mapping keeps its file alive, so
+    its inode number cannot have been given to another file.
+    """
+    storage = t.untyped_storage()
+    if storage.filename is None or t.storage_offset() or not t.is_contiguous():
+        return False
+    if storage.nbytes() != t.numel() * t.element_size():
+        return False
+    ident = getattr(storage, "_tbx_id", None)
+    try:
+        st = os.stat(target, follow_symlinks=False)
+    except OSError:
+        return False
+    return ident == (st.st_dev, st.st_ino) and stat.S_ISREG(st.st_mode)
+
+
+def _link(src: str, dst: str, t: Tensor) -> bool:
+    """Hard-link a kept file into the new tree; False when links are not possible here."""
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError:
+        return False
+    st = os.stat(dst, follow_symlinks=False)
+    if getattr(t.untyped_storage(), "_tbx_id", None) != (st.st_dev, st.st_ino):
+        os.unlink(dst)  # not the mapped file after all: write the bytes
+        return False
+    return True
+
+
+def _reserve(path: str, nbytes: int, sparse: bool, fsync: bool, key: str) -> tuple[int, int]:
+    """A new zero-filled file of ``nbytes``, its blocks reserved unless ``sparse``.
+
+    Reserving (``posix_fallocate``) turns a full disk into an error now, instead of a
+    SIGBUS when a row is written through the mapping later.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        if nbytes:
+            if sparse or not hasattr(os, "posix_fallocate"):
+                os.ftruncate(fd, nbytes)
+            else:
+                try:
+                    os.posix_fallocate(fd, 0, nbytes)
+                except OSError as err:
+                    if err.errno == errno.ENOSPC:
+                        raise OSError(
+                            errno.ENOSPC,
+                            f"no space left to reserve {nbytes} bytes for key {key!r} at "
+                            f"{path}: free space, or pass sparse=True to create sparse files "
+                            "(then a full disk shows up later, as a crash when a row is written)",
+                        ) from None
+                    if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                        raise
+                    os.ftruncate(fd, nbytes)  # a file system that cannot reserve
+        if fsync:
+            os.fsync(fd)
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return (st.st_dev, st.st_ino)
+
+
 def _json_entry(v: Any, kpath: tuple[str, ...], batch_size: torch.Size) -> tuple[dict, bool]:
     where = f"key {format_key(kpath)}"
     if not isinstance(v, NonTensorData):  # not produced by TensorDict; kept for safety
@@ -356,50 +512,25 @@ def _json_entry(v: Any, kpath: tuple[str, ...], batch_size: torch.Size) -> tuple
     return {"kind": "json", "value": v.data}, fmt.check_json_value(v.data, where)
 
 
-def _make_dir(d: str) -> None:
-    try:
-        os.mkdir(d)
-    except FileExistsError:
-        # Never write through a symlink or into a file: it could lead outside the tree.
-        if not stat.S_ISDIR(os.lstat(d).st_mode):
-            raise FileExistsError(
-                f"{d} exists and is not a directory (a file or a symlink): refusing to write "
-                "a node there"
-            ) from None
-
-
-def _remove(path: str, rmdir: bool = False) -> None:
-    with contextlib.suppress(OSError):  # already gone, or not empty: leave it
-        os.rmdir(path) if rmdir else os.unlink(path)
-
-
-def _old_tree(root: str) -> tuple[set[str], list[str]]:
-    """Files and node directories of a tensorbox tree already at ``root`` (best effort).
-
-    Only what the old ``meta.json`` files name is ever deleted, never other files.
-    """
-    files: set[str] = set()
+def _old_node_dirs(root: str) -> list[str]:
+    """Node directories of the tree now at ``root`` that its ``meta.json`` files name
+    (best effort: readers that opened one of them are waited for at the swap)."""
     dirs: list[str] = []
     todo = [root]
-    while todo:
+    while todo and len(dirs) < 100_000:
         d = todo.pop()
         try:
-            with open(os.path.join(d, fmt.META), "rb") as f:
-                doc = orjson.loads(f.read())
+            doc = orjson.loads(fmt.read_meta_bytes(d, os.path.join(d, fmt.META)))
             entries = doc["entries"] if doc.get("format") == fmt.FORMAT else {}
-        except Exception:  # missing, damaged, foreign: nothing to clean there
+        except Exception:  # missing, damaged, foreign: no nodes known below
             continue
         for e in entries.values() if isinstance(entries, dict) else ():
-            name = (e.get("file") or e.get("dir")) if isinstance(e, dict) else None
-            if not fmt.is_plain_name(name):
-                continue
-            p = os.path.join(d, name)
-            if e.get("kind") == "tensor" and os.path.isfile(p) and not os.path.islink(p):
-                files.add(p)
-            elif e.get("kind") == "node" and os.path.isdir(p) and not os.path.islink(p):
+            name = e.get("dir") if isinstance(e, dict) and e.get("kind") == "node" else None
+            if fmt.is_plain_name(name):
+                p = os.path.join(d, name)
                 dirs.append(p)
                 todo.append(p)
-    return files, dirs
+    return dirs
 
 
 # ---------------------------------------------------------------- loading
@@ -426,7 +557,7 @@ class _Loader:
         for key, e in node.entries.items():
             if type(e) is tensor_entry:
                 try:  # the common case inline: a tree of many small leaves spends its time here
-                    leaf = map_file(e.path, e.dtype, e.shape, mode, e.nbytes, e.ident)
+                    leaf = map_file(e.path, e.dtype, e.shape, mode, e.nbytes, e.ident, e.gen)
                 except PermissionError:
                     leaf = self.leaf(e)
                 store[key] = (
@@ -446,11 +577,11 @@ class _Loader:
     def leaf(self, e: fmt.TensorEntry) -> Tensor:
         """A leaf that could not be mapped with ``mode``: read-only files map copy-on-write."""
         if self.mode == "r":
-            return map_file(e.path, e.dtype, e.shape, "r", e.nbytes, e.ident)
+            return map_file(e.path, e.dtype, e.shape, "r", e.nbytes, e.ident, e.gen)
         try:
-            return map_file(e.path, e.dtype, e.shape, "r+", e.nbytes, e.ident)
+            return map_file(e.path, e.dtype, e.shape, "r+", e.nbytes, e.ident, e.gen)
         except PermissionError:  # a tree we may read but not write: copy-on-write mapping
-            return map_file(e.path, e.dtype, e.shape, "r", e.nbytes, e.ident)
+            return map_file(e.path, e.dtype, e.shape, "r", e.nbytes, e.ident, e.gen)
 
     def rebuild(
         self, node: fmt.Node, store: dict[str, Any], device: torch.device | None, cls: type | None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -28,7 +29,7 @@ def _tree(path: Path) -> Path:
 def test_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["show", str(_tree(tmp_path))]) == 0
     out = capsys.readouterr().out
-    assert "TensorDict batch_size=[4] device=None (format tensorbox v1)" in out
+    assert "TensorDict batch_size=[4] device=None (format tensorbox v2)" in out
     assert "├── 'obs': float32 [4, 3] 48 B  [obs.memmap]" in out
     assert "├── 'info': TensorDict batch_size=[4]  [info/]" in out
     assert "│   └── 'id': int64 [4] 32 B  [id.memmap]" in out
@@ -63,7 +64,7 @@ def test_verify_ok(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         ),
         (
             lambda p: _edit(p / "meta.json", version=9),
-            "format version 9; this tensorbox reads version 1",
+            "format version 9; this tensorbox reads versions 1, 2",
         ),
     ],
 )
@@ -100,3 +101,44 @@ def test_as_a_program(tmp_path: Path) -> None:
     )
     assert run.returncode == 1 and run.stdout == ""
     assert "damaged: " in run.stderr and "int64.memmap is 1 bytes" in run.stderr
+
+
+def test_show_escapes_names_and_values_from_the_tree(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    evil = "\x1b[2K\rowned"
+    TensorDict({"x": torch.zeros(2), evil: "\x1b]0;title\x07"}, [2]).memmap(tmp_path)
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    meta["type"] = evil
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    assert main(["show", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\r" not in out and "\x07" not in out
+    assert r"\x1b[2K\rowned batch_size=[2]" in out
+    assert r"'\x1b[2K\rowned': value '\x1b]0;title\x07'" in out
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [("[" * 1000 + "]" * 1000, "value [[[[[...]]]]]"), ("9" * 4000, "value 99999")],
+)
+def test_show_survives_deep_and_huge_values(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, shown: str
+) -> None:
+    TensorDict({"x": torch.zeros(2)}, [2]).memmap(tmp_path)
+    text = (tmp_path / "meta.json").read_text().rstrip()
+    assert text.endswith("}}")
+    text = text[:-2] + f',\n"v": {{"kind": "json", "value": {value}}}}}}}'
+    (tmp_path / "meta.json").write_text(text)
+    assert main(["show", str(tmp_path)]) == 0
+    assert f"'v': {shown}" in capsys.readouterr().out
+
+
+def test_verify_does_not_block_on_a_fifo(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _tree(tmp_path)
+    (tmp_path / "info" / "id.memmap").unlink()
+    os.mkfifo(tmp_path / "info" / "id.memmap")
+    assert main(["verify", "--read", str(tmp_path)]) == 1
+    assert "id.memmap is not a regular file" in capsys.readouterr().err

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tensorbox import NonTensorData, TensorDict
+from tensorbox import _persist as persist
 from tensorbox._memmap_tensor import MemoryMappedTensor
 from tensorbox._persist import saved_type
 from tensorbox.errors import FormatError, IncompleteTreeError
@@ -290,7 +291,7 @@ def test_memmap_like_of_a_million_rows_uses_no_memory(tmp_path: Path) -> None:
     )
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
-    big = datum.expand(1_000_000).memmap_like(tmp_path)
+    big = persist.memmap_like(datum.expand(1_000_000), tmp_path, sparse=True)
     assert time.perf_counter() - start < 2.0
     assert big.batch_size == (1_000_000,) and big["x"].shape == (1_000_000, 1000)
     assert os.path.getsize(tmp_path / "x.memmap") == 4_000_000_000
@@ -429,12 +430,18 @@ def test_symlinks_leading_out_are_refused(tmp_path: Path) -> None:
     # Saving over it replaces the link, never writes through it.
     _sample().memmap(root)
     assert secret.read_bytes() == bytes(range(48)) and not (root / "obs.memmap").is_symlink()
+    # A node directory swapped for a symlink leading out: the save never writes or
+    # deletes through it (the new tree is built beside the old one), only the link goes.
+    other = tmp_path / "other"
+    _sample().memmap(other)
+    before = sorted(p.name for p in other.rglob("*"))
     shutil.rmtree(root / "info")
-    (root / "info").symlink_to(tmp_path)
-    with pytest.raises(
-        FileExistsError, match=r"info exists and is not a directory .* refusing to write"
-    ):
-        _sample().memmap(root)
+    (root / "info").symlink_to("../other")
+    _sample().memmap(root)
+    assert sorted(p.name for p in other.rglob("*")) == before
+    assert_same(TensorDict.load_memmap(other), _sample())
+    assert (root / "info").is_dir() and not (root / "info").is_symlink()
+    assert_same(TensorDict.load_memmap(root), _sample())
 
 
 # ---------------------------------------------------------------- refusals
@@ -525,11 +532,23 @@ def test_save_killed_midway_is_incomplete(tmp_path: Path) -> None:
             finally:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
+    # The killed fresh save left no tree; the killed overwrite left the old tree whole.
+    with pytest.raises(FileNotFoundError, match=r"no saved tree at .*fresh"):
+        TensorDict.load_memmap(fresh)
+    old = TensorDict.load_memmap(over)
+    assert old["k0"].sum() == 0 and old["nested", "a"].sum() == 0 and len(old.keys()) == 9
+    leftovers = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("."))
+    assert [n.split("-")[0] for n in leftovers] == [
+        ".fresh.tbx",
+        ".fresh.tbx",
+        ".over.tbx",
+        ".over.tbx",
+    ]
+    # The next save at each path cleans up after the killed one.
     for root in (fresh, over):
-        with pytest.raises(IncompleteTreeError, match="did not finish"):
-            TensorDict.load_memmap(root)
-    with pytest.raises(IncompleteTreeError, match="did not finish"):
-        TensorDict.load_memmap(over / "nested")
+        TensorDict({"x": torch.ones(2)}, [2]).memmap(root)
+        assert TensorDict.load_memmap(root)["x"].tolist() == [1.0, 1.0]
+    assert sorted(os.listdir(tmp_path)) == ["fresh", "over"]
 
 
 # ---------------------------------------------------------------- processes
