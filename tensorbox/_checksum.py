@@ -19,7 +19,7 @@ import os
 
 from torch import Tensor
 
-from ._memmap_tensor import byte_chunks
+from ._chunks import byte_chunks
 from .errors import FormatError
 
 __all__ = ["check_file", "tensor_sha256"]

@@ -5,7 +5,7 @@ materializes its source in the destination's format. Doing it in slices of at
 most :data:`CHUNK_BYTES` bounds that temporary (and the pages faulted in at once)
 whatever the tensor's size. In-place writes into containers (``set_``,
 ``update_``), weight loading (``to_module(inplace=True)``, ``load_state_dict``)
-and file writes all use this one constant and this one function.
+and file writes (:func:`byte_chunks`) all use this one constant.
 
 >>> import torch
 >>> dst = torch.empty(1000, 3)
@@ -15,12 +15,14 @@ and file writes all use this one constant and this one function.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 from torch import Tensor
 
 from .errors import WeightsMismatchError
 
-__all__ = ["CHUNK_BYTES", "copy_chunked"]
+__all__ = ["CHUNK_BYTES", "as_bytes", "byte_chunks", "copy_chunked"]
 
 #: Largest slice a chunked copy moves (and converts) at once.
 CHUNK_BYTES = 32 << 20
@@ -62,3 +64,42 @@ def _copy(dst: Tensor, src: Tensor, step: int) -> None:
         else:
             for i in range(0, dst.shape[0], rows):
                 dst[i : i + rows].copy_(src[i : i + rows])
+
+
+# ---------------------------------------------------------------- file writes
+
+
+def _pieces(t: Tensor) -> Iterator[Tensor]:
+    """``t`` cut along its leading dims into C-ordered pieces of at most CHUNK_BYTES."""
+    nbytes = t.numel() * t.element_size()
+    if t.dim() == 0 or nbytes <= CHUNK_BYTES:
+        yield t
+        return
+    row = nbytes // t.shape[0]
+    if row > CHUNK_BYTES:
+        for i in range(t.shape[0]):
+            yield from _pieces(t[i])
+    else:
+        step = CHUNK_BYTES // row
+        for i in range(0, t.shape[0], step):
+            yield t[i : i + step]
+
+
+def as_bytes(t: Tensor) -> memoryview:
+    """The bytes of a contiguous CPU tensor, without copying."""
+    flat = t.reshape(-1)
+    if flat.stride(0) != 1:  # one element with a stray stride still counts as contiguous
+        flat = flat.clone(memory_format=torch.contiguous_format)
+    return memoryview(flat.view(torch.uint8).numpy())
+
+
+def byte_chunks(t: Tensor) -> Iterator[memoryview]:
+    """The bytes of ``t`` in C order, as few views as possible, copies bounded by CHUNK_BYTES."""
+    if t.layout is not torch.strided or t.is_nested:
+        raise TypeError(f"cannot write a {t.layout} tensor to a file: only dense tensors")
+    t = t.detach()
+    if t.device.type == "cpu" and t.is_contiguous() and not (t.is_conj() or t.is_neg()):
+        yield as_bytes(t)
+        return
+    for piece in _pieces(t):
+        yield as_bytes(piece.cpu().contiguous().resolve_conj().resolve_neg())

@@ -43,7 +43,7 @@ replaced since (a tree saved again at the same path) is refused, never mapped.
 Writes. Files are written with ``os.write`` from the tensor's own bytes (no extra
 copy when contiguous), 3-4x faster here than copying into a fresh shared mapping.
 A tensor that is not contiguous or not on the CPU is written in pieces of at most
-:data:`CHUNK_BYTES`, so an expanded or GPU tensor never needs its full size in RAM.
+:data:`tensorbox._chunks.CHUNK_BYTES`, so an expanded or GPU tensor never needs its full size in RAM.
 An existing file is never written into (another mapping may be reading it): the
 new content goes to a temporary file that replaces it.
 """
@@ -53,13 +53,14 @@ from __future__ import annotations
 import math
 import os
 import stat as _stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import orjson
 import torch
 from torch import Tensor
 
+from ._chunks import as_bytes, byte_chunks
 from ._format import DTYPES, dtype_name, fsync_dir, temp_name
 from ._memmap_args import (
     MemmapDeviceError,
@@ -71,7 +72,6 @@ from ._memmap_args import (
 from .errors import FormatError
 
 __all__ = [
-    "CHUNK_BYTES",
     "FileRef",
     "MemmapDeviceError",
     "MemmapFileExistsError",
@@ -81,7 +81,6 @@ __all__ = [
 ]
 
 #: Largest piece copied through RAM when writing a non-contiguous or non-CPU tensor.
-CHUNK_BYTES = 64 << 20
 # Linux writes at most 0x7FFFF000 bytes per write() call.
 _MAX_WRITE = 1 << 30
 _O_BINARY = getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -106,42 +105,6 @@ def _check_mode(mode: str) -> None:
 
 
 # ---------------------------------------------------------------- writing files
-
-
-def _pieces(t: Tensor) -> Iterator[Tensor]:
-    """``t`` cut along its leading dims into C-ordered pieces of at most CHUNK_BYTES."""
-    nbytes = t.numel() * t.element_size()
-    if t.dim() == 0 or nbytes <= CHUNK_BYTES:
-        yield t
-        return
-    row = nbytes // t.shape[0]
-    if row > CHUNK_BYTES:
-        for i in range(t.shape[0]):
-            yield from _pieces(t[i])
-    else:
-        step = CHUNK_BYTES // row
-        for i in range(0, t.shape[0], step):
-            yield t[i : i + step]
-
-
-def _as_bytes(t: Tensor) -> memoryview:
-    """The bytes of a contiguous CPU tensor, without copying."""
-    flat = t.reshape(-1)
-    if flat.stride(0) != 1:  # one element with a stray stride still counts as contiguous
-        flat = flat.clone(memory_format=torch.contiguous_format)
-    return memoryview(flat.view(torch.uint8).numpy())
-
-
-def byte_chunks(t: Tensor) -> Iterator[memoryview]:
-    """The bytes of ``t`` in C order, as few views as possible, copies bounded by CHUNK_BYTES."""
-    if t.layout is not torch.strided or t.is_nested:
-        raise TypeError(f"cannot write a {t.layout} tensor to a file: only dense tensors")
-    t = t.detach()
-    if t.device.type == "cpu" and t.is_contiguous() and not (t.is_conj() or t.is_neg()):
-        yield _as_bytes(t)
-        return
-    for piece in _pieces(t):
-        yield _as_bytes(piece.cpu().contiguous().resolve_conj().resolve_neg())
 
 
 def _open_new(path: str, existsok: bool) -> tuple[int, str | None]:
@@ -184,7 +147,7 @@ def write_file(
             and tensor.layout is torch.strided
             and not (tensor.is_conj() or tensor.is_neg() or tensor.is_nested)
         ):  # the usual case, without byte_chunks' generator (a save calls this per leaf)
-            chunk = _as_bytes(tensor.detach())
+            chunk = as_bytes(tensor.detach())
             while chunk:
                 chunk = chunk[os.write(fd, chunk[:_MAX_WRITE]) :]
         else:

@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorbox import _memmap_tensor as mmt
+from tensorbox import _chunks
 from tensorbox._memmap_tensor import FileRef, MemoryMappedTensor, restore, shareable
 from tensorbox.errors import FormatError
 
@@ -132,7 +132,7 @@ def test_from_filename_checks_the_file(tmp_path: Path) -> None:
 def test_chunked_writes_of_non_contiguous_tensors(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
 ) -> None:
-    monkeypatch.setattr(mmt, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(_chunks, "CHUNK_BYTES", chunk)
     sources = {
         "expanded": torch.arange(3.0).expand(5, 3),
         "transposed": torch.arange(24, dtype=torch.int16).reshape(4, 6).t(),
@@ -141,7 +141,7 @@ def test_chunked_writes_of_non_contiguous_tensors(
         "zero-dim": torch.tensor(3.5),
     }
     for name, t in sources.items():
-        pieces = list(mmt.byte_chunks(t))
+        pieces = list(_chunks.byte_chunks(t))
         assert all(len(p) <= max(chunk, t.element_size()) for p in pieces), name
         m = MemoryMappedTensor.from_tensor(t, filename=tmp_path / name)
         assert torch.equal(m, t.resolve_conj().resolve_neg()), name
@@ -152,8 +152,8 @@ def test_huge_expanded_tensor_is_written_in_bounded_memory(tmp_path: Path) -> No
     code = textwrap.dedent(
         f"""
         import resource, torch
-        from tensorbox import _memmap_tensor as mmt
-        mmt.CHUNK_BYTES = 1 << 18
+        from tensorbox import _chunks, _memmap_tensor as mmt
+        _chunks.CHUNK_BYTES = 1 << 18
         src = torch.arange(256.0).expand(1 << 16, 256)
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         m = mmt.MemoryMappedTensor.from_tensor(src, filename={str(tmp_path / "big")!r})
