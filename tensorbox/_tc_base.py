@@ -29,8 +29,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self, dataclass_transform, over
 import torch
 from torch import Tensor
 
+from ._entry_methods import EntryMethods
 from ._keys import NestedKey
 from ._nontensor import NonTensorData
+from ._shape_methods import ShapeMethods
 from ._tc_build import MISSING, Field, build_class, field, set_field
 from ._td import TensorDict
 from ._td_dist import DistributedMethods
@@ -91,7 +93,7 @@ else:
     _Meta = type
 
 
-class TensorClass(TensorMethods, DistributedMethods, metaclass=_Meta):
+class TensorClass(TensorMethods, ShapeMethods, EntryMethods, DistributedMethods, metaclass=_Meta):
     """Base class of tensorclasses: annotate fields, get ``__init__`` and every container op.
 
     ``class Foo(TensorClass, frozen=True, kw_only=True)`` takes the class options of
@@ -202,11 +204,14 @@ class TensorClass(TensorMethods, DistributedMethods, metaclass=_Meta):
         """A nested ``dict`` of the fields (tensors shared, plain values as they are)."""
         return self._tensordict.to_dict()
 
-    def replace(self, **changes: Any) -> Self:
+    def replace(self, *args: Any, **changes: Any) -> Self:
         """A copy with some fields changed, as ``dataclasses.replace`` (``__post_init__`` runs).
 
-        Tensors are shared; ``batch_size`` and ``device`` are kept unless given.
+        Tensors are shared; ``batch_size`` and ``device`` are kept unless given. With one
+        positional mapping or container, tensordict's form: a shallow copy updated by it.
         """
+        if args:
+            return EntryMethods.replace(self, *args, **changes)
         cls = type(self)
         kwargs: dict[str, Any] = {"batch_size": self.batch_size, "device": self.device}
         for f in cls.__tc_fields__:

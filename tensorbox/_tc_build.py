@@ -40,6 +40,7 @@ from torch import Tensor
 
 from ._nontensor import NonTensorData
 from ._shape import as_batch_size
+from ._shape_methods import FIELD_MAY_HIDE
 from ._td import TensorDict
 from .errors import BatchSizeError
 
@@ -447,12 +448,14 @@ def _make_init(cls: type, flds: tuple[Field, ...]) -> Callable[..., Any]:
 def shadowable_names() -> frozenset[str]:
     """Convenience methods a field may hide with ``shadow=True``: the library never calls
     them on a tensorclass itself, so hiding one only changes what the user sees."""
+    from ._entry_methods import EntryMethods
+    from ._shape_methods import ShapeMethods
     from ._td_dist import DistributedMethods
     from ._td_tensor_methods import TensorMethods
 
     return frozenset(
         n
-        for mixin in (TensorMethods, DistributedMethods)
+        for mixin in (TensorMethods, ShapeMethods, EntryMethods, DistributedMethods)
         for n in vars(mixin)
         if not n.startswith("_")
     )
@@ -462,7 +465,7 @@ def reserved_names(base: type) -> Mapping[str, str]:
     """Names a field may not take, with what they are on the base class."""
     out: dict[str, str] = {}
     for name in dir(base):
-        if name.startswith("__") and name.endswith("__"):
+        if (name.startswith("__") and name.endswith("__")) or name in FIELD_MAY_HIDE:
             continue
         member = getattr(base, name, None)
         if isinstance(base.__dict__.get(name), property) or name in ("batch_size", "device"):

@@ -30,9 +30,11 @@ import torch
 from torch import Tensor
 
 from . import _compare, _index, _ops, _stackcat
+from ._entry_methods import EntryMethods
 from ._keys import NestedKey, format_key, unravel_key
 from ._nontensor import NonTensorData
 from ._shape import as_batch_size, check_leaf_shape
+from ._shape_methods import ShapeMethods
 from ._td_dist import DistributedMethods
 from ._td_tensor_methods import TensorMethods
 from .errors import BatchSizeError, LockedError, TensorDictKeyError
@@ -59,7 +61,7 @@ def _is_key(index: Any) -> bool:
     return False
 
 
-class TensorDict(TensorMethods, DistributedMethods):
+class TensorDict(TensorMethods, ShapeMethods, EntryMethods, DistributedMethods):
     """A dict of tensors (and nested TensorDicts) sharing leading batch dims.
 
     Args:

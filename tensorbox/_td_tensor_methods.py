@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from ._keys import NestedKey, format_key
+from ._shape_methods import index_along
 
 __all__ = ["TensorMethods"]
 
@@ -227,20 +228,25 @@ class TensorMethods:
 
     # ----------------------------------------------------------------- shape
 
+    # Built on indexing and the containers' own shape ops, so nested containers
+    # (whatever their batch size) and per-row non-tensor values move with the rows.
+
     def repeat(self, *repeats: Any) -> Self:
         """Tile the batch dims ``repeats`` times each (one count per batch dim)."""
-        if len(repeats) == 1 and not isinstance(repeats[0], int):
+        if len(repeats) == 1 and not isinstance(repeats[0], builtins.int):
             repeats = tuple(repeats[0])
         bs = self.batch_size
         if len(repeats) != len(bs):
             raise ValueError(f"repeat: got {len(repeats)} counts for batch_size {tuple(bs)}")
-        new = [s * r for s, r in zip(bs, repeats, strict=True)]
-        return self.apply(lambda t: t.repeat(*repeats, *(1,) * (t.ndim - len(bs))), batch_size=new)
+        return self.tile(repeats)  # type: ignore[attr-defined, no-any-return]
 
     def flip(self, dims: builtins.int | Sequence[builtins.int]) -> Self:
         """Reverse the order along batch dims ``dims``."""
-        d = _batch_dims(dims, self.batch_dims, "flip")
-        return self.apply(lambda t: torch.flip(t, d))
+        out: Any = self
+        for d in _batch_dims(dims, self.batch_dims, "flip"):
+            n = self.batch_size[d]
+            out = index_along(out, d, torch.arange(n - 1, -1, -1))
+        return out  # type: ignore[no-any-return]
 
     def roll(
         self,
@@ -249,22 +255,36 @@ class TensorMethods:
     ) -> Self:
         """Roll along batch dims ``dims`` by ``shifts`` (as ``torch.roll``)."""
         d = _batch_dims(dims, self.batch_dims, "roll")
-        return self.apply(lambda t: torch.roll(t, shifts, d))
+        s = (shifts,) if isinstance(shifts, builtins.int) else tuple(shifts)
+        if len(s) != len(d):
+            raise ValueError(f"roll: got {len(s)} shifts for {len(d)} dims {dims!r}")
+        out: Any = self
+        for dim, shift in zip(d, s, strict=True):
+            n = self.batch_size[dim]
+            out = index_along(out, dim, (torch.arange(n) - shift) % builtins.max(n, 1))
+        return out  # type: ignore[no-any-return]
 
     def gather(self, dim: builtins.int, index: Tensor) -> Self:
         """``torch.gather`` along batch dim ``dim``; ``index`` spans the batch dims."""
-        d = _batch_dim(dim, self.batch_dims, "gather")
-        if index.ndim != self.batch_dims:
+        nd = self.batch_dims
+        d = _batch_dim(dim, nd, "gather")
+        if index.ndim != nd:
+            raise ValueError(f"gather: index has {index.ndim} dims, expected {nd} (the batch dims)")
+        bs = self.batch_size
+        if any(index.shape[i] > bs[i] for i in range(nd) if i != d):
             raise ValueError(
-                f"gather: index has {index.ndim} dims, expected {self.batch_dims} (the batch dims)"
+                f"gather: index of shape {tuple(index.shape)} is larger than batch_size "
+                f"{tuple(bs)} outside dim {d}"
             )
-
-        def fn(t: Tensor) -> Tensor:
-            extra = t.shape[index.ndim :]
-            idx = index.reshape(*index.shape, *(1,) * len(extra)).expand(*index.shape, *extra)
-            return torch.gather(t, d, idx)
-
-        return self.apply(fn, batch_size=index.shape)
+        grids = [
+            index
+            if i == d
+            else torch.arange(index.shape[i], device=index.device)
+            .reshape([-1 if j == i else 1 for j in range(nd)])
+            .expand(index.shape)
+            for i in range(nd)
+        ]
+        return self[tuple(grids)]  # type: ignore[index, no-any-return]
 
     # ------------------------------------------------------- mapping helpers
 

@@ -1,0 +1,191 @@
+"""Entry-level writes and copies shared by ``TensorDict`` and ``TensorClass``.
+
+``set_at_`` and ``update_at_`` write into the selected batch rows of existing
+entries, in place (locked containers included, as ``td[index] = ...``);
+``get_at`` reads them; ``replace`` is a shallow copy with some entries
+replaced. tensordict's names and semantics, built on the containers' public
+``get``, ``keys``, ``copy``, ``update`` and row assignment (``td[index] = ...``),
+which already handles tensors, nested containers and non-tensor values.
+
+>>> import torch
+>>> from tensorbox import TensorDict
+>>> td = TensorDict(a=torch.zeros(3, 2), batch_size=[3])
+>>> td.set_at_("a", 1.0, 1)["a"][:, 0].tolist()
+[0.0, 1.0, 0.0]
+>>> td.replace(a=torch.ones(3))["a"].tolist(), td["a"].shape
+([1.0, 1.0, 1.0], torch.Size([3, 2]))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Self
+
+from torch import Tensor
+
+from ._keys import NestedKey, format_key, unravel_key
+from ._shape import normalize_index
+from .errors import TensorDictKeyError
+
+__all__ = ["EntryMethods"]
+
+_MISSING: Any = object()
+
+
+def _is_coll(v: Any) -> bool:
+    return getattr(type(v), "_is_tensor_collection", False) or hasattr(v, "_tensordict")
+
+
+def _parent(obj: Any, path: tuple[str, ...], what: str) -> Any:
+    """The container holding the existing entry ``path``, or a ``TensorDictKeyError``."""
+    node = obj if len(path) == 1 else obj.get(path[:-1], _MISSING)
+    if node is _MISSING or not _is_coll(node) or path[-1] not in node:
+        raise TensorDictKeyError(
+            f"{what}: key {format_key(path)} not found; it writes into an existing entry "
+            "(add a new one with set())"
+        )
+    return node
+
+
+class EntryMethods:
+    """Mixin of ``TensorDict`` and ``TensorClass``: writes at a batch index, ``replace``."""
+
+    __slots__ = ()
+
+    def set_at_(
+        self, key: NestedKey, value: Any, index: Any, *, non_blocking: bool = False
+    ) -> Self:
+        """Write ``value`` into the rows ``index`` of the existing entry ``key``, in place.
+
+        ``index`` addresses this container's batch dims; ``value`` broadcasts to the
+        selected rows (a tensor, a number, a container for a nested entry, or a value
+        for a non-tensor entry). ``non_blocking`` is accepted for tensordict
+        compatibility (copies between devices are synchronous).
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=TensorDict(b=torch.zeros(2, 3), batch_size=[2, 3]), batch_size=[2])
+        >>> td.set_at_(("a", "b"), torch.ones(3), 0)["a", "b"].sum().item()
+        3.0
+        """
+        path = unravel_key(key)
+        parent = _parent(self, path, "set_at_")
+        # ``...`` spans this container's batch dims, not those of a deeper parent
+        parent[normalize_index(index, len(self.batch_size))] = {path[-1]: value}  # type: ignore[attr-defined]
+        return self
+
+    def update_at_(
+        self,
+        input_dict_or_td: Mapping[NestedKey, Any] | Any,
+        idx: Any,
+        clone: bool = False,
+        *,
+        non_blocking: bool = False,
+        keys_to_update: Sequence[NestedKey] | None = None,
+    ) -> Self:
+        """Write every entry of ``input_dict_or_td`` into the rows ``idx`` of the entry
+        with the same key here, in place; every key must already exist.
+
+        ``keys_to_update`` restricts the write to those keys; ``clone`` copies the input
+        tensors first (for an input that aliases this container).
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(3, 2), b=torch.zeros(3), batch_size=[3])
+        >>> src = TensorDict(a=torch.ones(2), b=torch.tensor(2.0), batch_size=[])
+        >>> td.update_at_(src, 1)["b"].tolist()
+        [0.0, 2.0, 0.0]
+        """
+        wanted = None
+        if keys_to_update is not None:
+            wanted = {unravel_key(k) for k in keys_to_update}
+            if not wanted:
+                return self
+        if _is_coll(input_dict_or_td):
+            src = input_dict_or_td
+            if wanted is not None:
+                src = src.select(*(k for k in wanted if k in src.keys(True)), strict=False)
+            if clone:
+                src = src.clone()
+            missing = [
+                k
+                for k in src.keys(True, True)
+                if k not in self.keys(True)  # type: ignore[attr-defined]
+            ]
+            if missing:
+                raise TensorDictKeyError(
+                    f"update_at_: key {format_key(unravel_key(missing[0]))} is not in the "
+                    "destination; update_at_ writes into existing entries only (set() it first)"
+                )
+            self[idx] = src  # type: ignore[index]
+            return self
+        if not isinstance(input_dict_or_td, Mapping):
+            raise TypeError(
+                "update_at_: expected a TensorDict, a tensorclass or a mapping, got "
+                f"{type(input_dict_or_td).__name__}"
+            )
+        items = [(unravel_key(k), v) for k, v in input_dict_or_td.items()]
+        if wanted is not None:
+            items = [(k, v) for k, v in items if any(k[: len(w)] == w for w in wanted)]
+        for path, _ in items:  # every key checked before anything is written
+            _parent(self, path, "update_at_")
+        for path, v in items:
+            if clone and (isinstance(v, Tensor) or _is_coll(v)):
+                v = v.clone()
+            self.set_at_(path, v, idx)
+        return self
+
+    def get_at(self, key: NestedKey, index: Any, default: Any = _MISSING) -> Any:
+        """The rows ``index`` of the entry ``key`` (``default`` when ``key`` is missing).
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.arange(4), batch_size=[4]).get_at("a", slice(1, 3)).tolist()
+        [1, 2]
+        """
+        path = unravel_key(key)
+        try:
+            parent = _parent(self, path, "get_at")
+        except TensorDictKeyError:
+            if default is _MISSING:
+                raise
+            return default
+        index = normalize_index(index, len(self.batch_size))  # type: ignore[attr-defined]
+        value = parent.get(path[-1])
+        if isinstance(value, Tensor) or _is_coll(value):
+            return value[index]
+        return parent[index].get(path[-1])  # non-tensor: the rows' values
+
+    def replace(self, *args: Any, **kwargs: Any) -> Self:
+        """A shallow copy with some entries replaced (tensors shared, this one unchanged).
+
+        Takes one mapping or container of entries, and/or top-level entries as keyword
+        arguments; nested containers present on both sides are merged. With nothing
+        to replace, returns ``self``.
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2), b=torch.zeros(2), batch_size=[2])
+        >>> sorted(td.replace({"a": torch.ones(2)}, c=torch.ones(2)).keys())
+        ['a', 'b', 'c']
+        """
+        if len(args) > 1:
+            raise TypeError(
+                f"replace takes one mapping or container of entries, got {len(args)} "
+                "positional arguments (pass the others as keyword arguments)"
+            )
+        src: Any = args[0] if args else {}
+        if not (_is_coll(src) or isinstance(src, Mapping)):
+            raise TypeError(
+                f"replace: expected a mapping or a container of entries, got {type(src).__name__}"
+            )
+        if not (list(src.keys()) if _is_coll(src) else src):
+            src = None
+        if src is None and not kwargs:
+            return self
+        out = self.copy()  # type: ignore[attr-defined]
+        if src is not None:
+            out.update(src)
+        if kwargs:
+            out.update(kwargs)
+        return out  # type: ignore[no-any-return]
