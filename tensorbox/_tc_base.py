@@ -200,13 +200,6 @@ class TensorClass(TensorMethods, ShapeMethods, EntryMethods, DistributedMethods,
         """Build from a mapping of field names to values (``__post_init__`` runs)."""
         return cls(**source, batch_size=batch_size, device=device)
 
-    # TEMP shim (measurement only, reverted)
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
     def to_dict(self) -> dict[str, Any]:
         """A nested ``dict`` of the fields (tensors shared, plain values as they are)."""
         return self._tensordict.to_dict()

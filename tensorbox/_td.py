@@ -523,16 +523,6 @@ class TensorDict(TensorMethods, ShapeMethods, EntryMethods, DistributedMethods):
     def copy(self) -> Self:
         return _ops.clone(self, False)
 
-    # TEMP shim (measurement only, reverted): tensordict names the integrator is adding
-    def to_tensordict(self, *, retain_none: bool = True) -> TensorDict:
-        return self.clone()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
     def contiguous(self) -> Self:
         return _ops.map_leaves(self, Tensor.contiguous)
 
