@@ -135,8 +135,9 @@ class EntryMethods:
             self.set_at_(path, v, idx)
         return self
 
-    def get_at(self, key: NestedKey, index: Any, default: Any = _MISSING) -> Any:
-        """The rows ``index`` of the entry ``key`` (``default`` when ``key`` is missing).
+    def get_at(self, key: NestedKey, index: Any, default: Any = None) -> Any:
+        """The rows ``index`` of the entry ``key`` (``default`` when ``key`` is missing,
+        as ``get``).
 
         >>> import torch
         >>> from tensorbox import TensorDict
@@ -147,8 +148,6 @@ class EntryMethods:
         try:
             parent = _parent(self, path, "get_at")
         except TensorDictKeyError:
-            if default is _MISSING:
-                raise
             return default
         index = normalize_index(index, len(self.batch_size))  # type: ignore[attr-defined]
         value = parent.get(path[-1])

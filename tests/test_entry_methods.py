@@ -120,9 +120,7 @@ def test_write_errors(kind: str) -> None:
         obj.update_at_(other, 0)
     with pytest.raises(TypeError, match=r"update_at_: expected a TensorDict, .* got list"):
         obj.update_at_([1, 2], 0)
-    with pytest.raises(TensorDictKeyError, match=r"get_at: key 'zz' not found"):
-        obj.get_at("zz", 0)
-    assert obj.get_at("zz", 0, None) is None
+    assert obj.get_at("zz", 0) is None and obj.get_at(("inner", "zz"), 0, "d") == "d"
     with pytest.raises(IndexError, match="too many indices"):
         obj.set_at_("a", 1.0, (0, 0, 0))
 
