@@ -16,13 +16,13 @@ the caller's own type.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Self
 
 import torch
 from torch import Tensor
 
-from ._keys import NestedKey, format_key
+from ._keys import NestedKey, format_key, unravel_key
 from ._shape_methods import index_along
 
 __all__ = ["TensorMethods"]
@@ -353,11 +353,77 @@ class TensorMethods:
         """The top-level keys, sorted."""
         return sorted(self.keys())
 
-    def split_keys(self, *key_sets: Iterable[NestedKey]) -> tuple[Self, ...]:
-        """One container per key set, then one with the remaining keys."""
-        sets = [list(ks) for ks in key_sets]
-        out = [self.select(*ks) for ks in sets]
-        return (*out, self.exclude(*(k for ks in sets for k in ks)))
+    def split_keys(
+        self,
+        *key_sets: Iterable[NestedKey] | Mapping[NestedKey, NestedKey],
+        inplace: builtins.bool = False,
+        default: Any = _MISSING,
+        strict: builtins.bool = True,
+    ) -> tuple[Self, ...]:
+        """One container per key set, then one with the remaining keys.
+
+        A key set given as a mapping renames: ``{old: new}``. ``strict`` (default)
+        refuses a missing key; with ``strict=False`` a missing key is skipped, or set to
+        ``default`` when one is given. ``inplace`` removes the keys from this container,
+        which is then the last result. Nested containers left empty are dropped.
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2), b={"c": torch.zeros(2)}, d=torch.ones(2), batch_size=[2])
+        >>> parts = td.split_keys(["a"], {("b", "c"): "c"})
+        >>> [sorted(p.keys()) for p in parts]
+        [['a'], ['c'], ['d']]
+        """
+        sets = [
+            dict(ks) if isinstance(ks, Mapping) else {k: k for k in ks}  # type: ignore[misc]
+            for ks in key_sets
+        ]
+        have = set(self.keys(True))  # type: ignore[attr-defined]
+        taken: list[NestedKey] = []
+        out = []
+        for ks in sets:
+            present = [k for k in ks if _as_key(k) in have]
+            missing = [k for k in ks if _as_key(k) not in have]
+            if missing and strict:
+                raise KeyError(
+                    f"split_keys: key {format_key(unravel_key(missing[0]))} not found "
+                    "(pass strict=False to skip missing keys)"
+                )
+            part = self.select(*present)  # type: ignore[attr-defined]
+            renamed = [src for src in present if _as_key(ks[src]) != _as_key(src)]
+            for src in renamed:
+                part.rename_key_(src, ks[src])
+            _drop_emptied(part, renamed)
+            if default is not _MISSING and default is not None:
+                for k in missing:
+                    part.set(ks[k], default)
+            taken.extend(present)
+            out.append(part)
+        if inplace:
+            self.exclude(*taken, inplace=True)  # type: ignore[attr-defined]
+            rest: Any = self
+        else:
+            rest = self.exclude(*taken)  # type: ignore[attr-defined]
+        _drop_emptied(rest, taken)
+        return (*out, rest)
+
+
+def _as_key(key: NestedKey) -> NestedKey:
+    path = unravel_key(key)
+    return path[0] if len(path) == 1 else path
+
+
+def _drop_emptied(obj: Any, removed: Iterable[NestedKey]) -> None:
+    """Remove the nested containers that the removal of ``removed`` left empty."""
+    parents = sorted(
+        {unravel_key(k)[:i] for k in removed for i in range(1, len(unravel_key(k)))},
+        key=len,
+        reverse=True,
+    )
+    for path in parents:
+        node = obj.get(path, None)
+        if _is_coll(node) and not list(node.keys()) and hasattr(obj, "del_"):
+            obj.del_(path)
 
 
 def _tolist(d: Any) -> Any:
