@@ -1,9 +1,10 @@
-"""Entry-level writes and copies shared by ``TensorDict`` and ``TensorClass``.
+"""Entry-level writes, copies and queries shared by ``TensorDict`` and ``TensorClass``.
 
 ``set_at_`` and ``update_at_`` write into the selected batch rows of existing
 entries, in place (locked containers included, as ``td[index] = ...``);
 ``get_at`` reads them; ``replace`` is a shallow copy with some entries
-replaced. tensordict's names and semantics, built on the containers' public
+replaced; ``set_non_tensor``/``get_non_tensor``/``is_non_tensor``, ``create_nested``,
+``clear`` and ``depth`` complete the set. tensordict's names and semantics, built on the containers' public
 ``get``, ``keys``, ``copy``, ``update`` and row assignment (``td[index] = ...``),
 which already handles tensors, nested containers and non-tensor values.
 
@@ -48,7 +49,8 @@ def _parent(obj: Any, path: tuple[str, ...], what: str) -> Any:
 
 
 class EntryMethods:
-    """Mixin of ``TensorDict`` and ``TensorClass``: writes at a batch index, ``replace``."""
+    """Mixin of ``TensorDict`` and ``TensorClass``: writes at a batch index, ``replace``,
+    non-tensor entries, nesting helpers."""
 
     __slots__ = ()
 
@@ -188,3 +190,73 @@ class EntryMethods:
         if kwargs:
             out.update(kwargs)
         return out  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------ non-tensor entries
+
+    def set_non_tensor(self, key: NestedKey, value: Any) -> Self:
+        """Store ``value`` at ``key`` as non-tensor data, as it is (no conversion to a
+        tensor); missing parents are created.
+
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(batch_size=[2]).set_non_tensor(("meta", "n"), 3)
+        >>> td.get_non_tensor(("meta", "n")), td.is_non_tensor(("meta", "n"))
+        (3, True)
+        """
+        from ._nontensor import NonTensorData
+
+        self.set(key, NonTensorData(value))  # type: ignore[attr-defined]
+        return self
+
+    def get_non_tensor(self, key: NestedKey, default: Any = _MISSING) -> Any:
+        """The value at ``key`` (a non-tensor's Python value; any other entry as ``get``
+        gives it); ``default`` when missing, else a ``TensorDictKeyError``."""
+        path = unravel_key(key)
+        try:
+            parent = _parent(self, path, "get_non_tensor")
+        except TensorDictKeyError:
+            if default is _MISSING:
+                raise TensorDictKeyError(
+                    f"get_non_tensor: key {format_key(path)} not found"
+                ) from None
+            return default
+        return parent.get(path[-1])
+
+    def is_non_tensor(self, key: NestedKey) -> bool:
+        """Whether the entry at ``key`` is non-tensor data (neither a tensor nor a
+        container); a missing key raises ``TensorDictKeyError``."""
+        path = unravel_key(key)
+        value = _parent(self, path, "is_non_tensor").get(path[-1])
+        return not (isinstance(value, Tensor) or _is_coll(value))
+
+    # ---------------------------------------------------------------- nesting
+
+    def create_nested(self, key: NestedKey) -> Self:
+        """Set an empty ``TensorDict`` with this batch size and device at ``key``
+        (replacing what was there; missing parents are created).
+
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(batch_size=[3]).create_nested(("a", "b"))
+        >>> td["a", "b"].batch_size
+        torch.Size([3])
+        """
+        from . import TensorDict
+
+        empty = TensorDict(batch_size=self.batch_size, device=self.device)  # type: ignore[attr-defined]
+        self.set(key, empty)  # type: ignore[attr-defined]
+        return self
+
+    def clear(self) -> Self:
+        """Remove every entry (refused on a locked container)."""
+        self.exclude(*self.keys(), inplace=True)  # type: ignore[attr-defined]
+        return self
+
+    @property
+    def depth(self) -> int:
+        """How many levels of nesting hold entries: 0 when no entry is nested.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict({"a": {"b": {"c": 0}}, "d": 0}).depth
+        2
+        """
+        keys = self.keys(True, True)  # type: ignore[attr-defined]
+        return max((len(k) - 1 for k in keys if isinstance(k, tuple)), default=0)

@@ -30,9 +30,10 @@ from torch import Tensor
 
 __all__ = ["FIELD_MAY_HIDE", "TORCH_FUNCTIONS", "ShapeMethods", "index_along"]
 
-# Compatibility-only attributes that a tensorclass field may take without shadow=True:
-# the library never reads them, and ``names`` is a common field name.
-FIELD_MAY_HIDE = frozenset({"names"})
+# Compatibility-only attributes of the container mixins (``names`` here, ``depth`` in
+# _entry_methods) that a tensorclass field may take without shadow=True: the library never
+# reads them, and both are common field names (a depth map, a list of names).
+FIELD_MAY_HIDE = frozenset({"depth", "names"})
 
 
 def _dim(dim: Any, ndim: int, what: str) -> int:
@@ -216,6 +217,21 @@ class ShapeMethods:
         torch.Size([2, 3, 5])
         """
         return self.expand(*shape)  # type: ignore[attr-defined, no-any-return]
+
+    def expand_as(self, other: Any) -> Self:
+        """Expanded to ``other``: a container's leaves one to one (feature dims included,
+        batch size then ``other``'s), or the batch to a tensor's shape.
+
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.ones(3, 1), batch_size=[3])
+        >>> td.expand_as(TensorDict(a=torch.zeros(2, 3, 4), batch_size=[2, 3]))["a"].shape
+        torch.Size([2, 3, 4])
+        """
+        if isinstance(other, Tensor):
+            return self.expand(*other.shape)  # type: ignore[attr-defined, no-any-return]
+        return self.apply(  # type: ignore[attr-defined, no-any-return]
+            lambda t, o: t.expand_as(o), other, batch_size=other.batch_size
+        )
 
     def atleast_1d(self) -> Self:
         """``self`` if it has a batch dim, else a view with batch size ``[1]``."""

@@ -344,8 +344,11 @@ class TensorMethods:
         d = self.to_dict()  # type: ignore[attr-defined]
         return _tolist(d) if convert_tensors else d
 
-    def data_ptr(self) -> Self:
-        """Same structure, batch size ``[]``: each leaf's ``data_ptr()`` as an int64 tensor."""
+    def data_ptr(self, *, storage: builtins.bool = False) -> Self:
+        """Same structure, batch size ``[]``: each leaf's ``data_ptr()`` as an int64 tensor
+        (with ``storage``, the address of the leaf's whole storage)."""
+        if storage:
+            return self.apply(lambda t: torch.tensor(t.untyped_storage().data_ptr()), batch_size=[])
         return self.apply(lambda t: torch.tensor(t.data_ptr()), batch_size=[])
 
     @property

@@ -42,7 +42,9 @@ def test_doc_page_runs(page: Path, tmp_path: Path) -> None:
         text=True,
         timeout=240,
     )
-    assert proc.returncode == 0, f"{page.name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    assert proc.returncode == 0, (
+        f"{page.name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    )
 
 
 def _modules() -> list[str]:

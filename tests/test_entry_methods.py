@@ -16,7 +16,7 @@ from torch import Tensor
 
 from tensorbox import TensorClass, TensorDict
 from tensorbox._shape import normalize_index
-from tensorbox.errors import TensorDictKeyError
+from tensorbox.errors import LockedError, TensorDictKeyError
 
 
 class Inner(TensorClass):
@@ -151,3 +151,54 @@ def test_replace_on_tensorclass() -> None:
     assert (out.a == 1).all() and (out.inner.c == 1).all() and (tc.a == 0).all()
     assert tc.replace(s="kw").s == "kw"  # the dataclass form still works
     assert tc.replace({"s": "d"}, a=torch.ones(4, 3, 2)).a.sum() == 24
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_non_tensor_entries(kind: str) -> None:
+    obj = make(kind)
+    assert obj.is_non_tensor("s") and not obj.is_non_tensor("a")
+    assert obj.is_non_tensor(("inner", "tag")) and not obj.is_non_tensor(("inner", "c"))
+    assert obj.get_non_tensor("s") == "s" and obj.get_non_tensor("a") is obj.get("a")
+    assert obj.get_non_tensor("zz", "d") == "d"
+    with pytest.raises(TensorDictKeyError, match="get_non_tensor: key 'zz' not found"):
+        obj.get_non_tensor("zz")
+    with pytest.raises(TensorDictKeyError, match=r"is_non_tensor: key \('inner', 'zz'\) not found"):
+        obj.is_non_tensor(("inner", "zz"))
+    assert obj.set_non_tensor("s", [1, 2]) is obj
+    assert obj.get_non_tensor("s") == [1, 2] and obj.is_non_tensor("s")
+
+
+def test_set_non_tensor_nested_and_locked() -> None:
+    td = TensorDict(batch_size=[2])
+    td.set_non_tensor(("meta", "n"), 5)
+    assert td.is_non_tensor(("meta", "n")) and td["meta", "n"] == 5
+    with pytest.raises(LockedError):
+        td.lock_().set_non_tensor("x", "y")
+
+
+def test_create_nested_clear_depth() -> None:
+    td = TensorDict(a=torch.zeros(3), batch_size=[3], device="cpu")
+    assert td.create_nested(("b", "c")) is td
+    assert td["b", "c"].batch_size == (3,) and td["b", "c"].device == torch.device("cpu")
+    assert td.depth == 0  # an empty nested container holds no entry
+    td["b", "c", "d"] = torch.zeros(3)
+    assert td.depth == 2
+    td.create_nested("b")  # replaces what was there
+    assert td.depth == 0 and list(td["b"].keys()) == []
+    td.lock_()
+    with pytest.raises(LockedError):
+        td.create_nested("e")
+    with pytest.raises(LockedError):
+        td.clear()
+    assert td.unlock_().clear() is td and list(td.keys()) == []
+    tc = make("tc")
+    assert tc.depth == 1 and tc.clear() is tc and list(tc.keys()) == []
+
+
+def test_depth_is_a_free_field_name() -> None:
+    class RGBD(TensorClass):
+        rgb: Tensor
+        depth: Tensor
+
+    x = RGBD(torch.zeros(2, 3), torch.ones(2), batch_size=[2])
+    assert torch.equal(x.depth, torch.ones(2))

@@ -286,3 +286,20 @@ def test_errors_say_what_was_wrong(kind: str) -> None:
         obj.roll((1, 2), 0)
     with pytest.raises(ValueError, match=r"gather: index of shape \(2, 4\) is larger than"):
         obj.gather(0, torch.zeros(2, 4, dtype=torch.long))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_expand_as(kind: str) -> None:
+    obj = make(kind, (3,), (1,))
+    target = TensorDict(a=torch.zeros(2, 3, 4), batch_size=[2, 3])
+    out = TensorDict(a=obj.get("a"), batch_size=[3]).expand_as(target)
+    torch.testing.assert_close(out["a"], obj.get("a").expand(2, 3, 4))
+    assert out.batch_size == (2, 3)
+    check(obj, obj.expand_as(torch.zeros(2, 3)), lambda t, bd: t.expand(2, *t.shape))
+
+
+def test_data_ptr_of_storage() -> None:
+    td = TensorDict(a=torch.arange(6.0), batch_size=[6])
+    part = td[2:]
+    assert part.data_ptr()["a"].item() == td["a"].data_ptr() + 2 * 4
+    assert part.data_ptr(storage=True)["a"].item() == td["a"].data_ptr()
