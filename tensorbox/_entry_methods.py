@@ -4,7 +4,7 @@
 entries, in place (locked containers included, as ``td[index] = ...``);
 ``get_at`` reads them; ``replace`` is a shallow copy with some entries
 replaced; ``set_non_tensor``/``get_non_tensor``/``is_non_tensor``, ``create_nested``,
-``clear`` and ``depth`` complete the set. tensordict's names and semantics, built on the containers' public
+``clear``, ``depth``, ``cat_tensors`` and ``stack_tensors`` complete the set. tensordict's names and semantics, built on the containers' public
 ``get``, ``keys``, ``copy``, ``update`` and row assignment (``td[index] = ...``),
 which already handles tensors, nested containers and non-tensor values.
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
+import torch
 from torch import Tensor
 
 from ._keys import NestedKey, format_key, unravel_key
@@ -260,3 +261,66 @@ class EntryMethods:
         """
         keys = self.keys(True, True)  # type: ignore[attr-defined]
         return max((len(k) - 1 for k in keys if isinstance(k, tuple)), default=0)
+
+    # ------------------------------------------------------- merging entries
+
+    def cat_tensors(
+        self,
+        *keys: NestedKey,
+        out_key: NestedKey,
+        dim: int = 0,
+        keep_entries: bool = False,
+    ) -> Self:
+        """Set ``out_key`` to ``torch.cat`` of the tensors at ``keys`` along tensor dim
+        ``dim``; the entries at ``keys`` are removed unless ``keep_entries``.
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2, 1), b=torch.ones(2, 1), batch_size=[2])
+        >>> td.cat_tensors("a", "b", out_key="c", dim=-1)["c"].tolist(), sorted(td.keys())
+        ([[0.0, 1.0], [0.0, 1.0]], ['c'])
+        """
+        return _merge(self, keys, out_key, keep_entries, "cat_tensors", lambda t: torch.cat(t, dim))
+
+    def stack_tensors(
+        self,
+        *keys: NestedKey,
+        out_key: NestedKey,
+        dim: int = 0,
+        keep_entries: bool = False,
+    ) -> Self:
+        """Set ``out_key`` to ``torch.stack`` of the tensors at ``keys`` along tensor dim
+        ``dim``; the entries at ``keys`` are removed unless ``keep_entries``."""
+        return _merge(
+            self, keys, out_key, keep_entries, "stack_tensors", lambda t: torch.stack(t, dim)
+        )
+
+
+def _merge(
+    obj: Any,
+    keys: tuple[NestedKey, ...],
+    out_key: NestedKey,
+    keep: bool,
+    what: str,
+    fn: Any,
+) -> Any:
+    tensors = []
+    for key in keys:
+        path = unravel_key(key)
+        value = _parent(obj, path, what).get(path[-1])
+        if not isinstance(value, Tensor):
+            raise TypeError(
+                f"{what}: the entry at {format_key(path)} is a {type(value).__name__}, not a tensor"
+            )
+        tensors.append(value)
+    try:
+        merged = fn(tensors)
+    except (RuntimeError, IndexError) as err:
+        raise ValueError(
+            f"{what}: cannot merge {', '.join(format_key(unravel_key(k)) for k in keys)}: {err}"
+        ) from None
+    obj.set(out_key, merged)  # first, so a refused set loses nothing
+    if not keep:
+        out = unravel_key(out_key)
+        obj.exclude(*(k for k in keys if unravel_key(k) != out), inplace=True)
+    return obj

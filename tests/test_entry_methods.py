@@ -202,3 +202,38 @@ def test_depth_is_a_free_field_name() -> None:
 
     x = RGBD(torch.zeros(2, 3), torch.ones(2), batch_size=[2])
     assert torch.equal(x.depth, torch.ones(2))
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_cat_and_stack_tensors(keep: bool) -> None:
+    a = torch.arange(24.0).reshape(4, 3, 2)
+    td = TensorDict(a=a, b=a + 1, inner={"c": -a}, batch_size=[4, 3])
+    assert td.cat_tensors("a", "b", out_key="cat", dim=-1, keep_entries=keep) is td
+    torch.testing.assert_close(td["cat"], torch.cat([a, a + 1], -1))
+    assert ("a" in td) is keep and ("b" in td) is keep
+    td.set("a", a)
+    td.stack_tensors("a", ("inner", "c"), out_key=("x", "s"), dim=2, keep_entries=keep)
+    torch.testing.assert_close(td["x", "s"], torch.stack([a, -a], 2))
+    assert ("a" in td) is keep and (("inner", "c") in td.keys(True)) is keep
+
+
+def test_tensorclass_merges_into_a_field() -> None:
+    tc = make("tc")
+    tc.set("a", torch.ones(4, 3, 2))
+    tc.cat_tensors("a", "a", out_key="a", dim=-1, keep_entries=True)
+    assert tc.a.shape == (4, 3, 4)
+
+
+def test_merge_errors_lose_nothing() -> None:
+    td = TensorDict(a=torch.zeros(2, 1), b=torch.zeros(2, 3), s="x", batch_size=[2])
+    with pytest.raises(
+        ValueError, match=r"stack_tensors: cannot merge 'a', 'b': stack expects each tensor"
+    ):
+        td.stack_tensors("a", "b", out_key="c")
+    with pytest.raises(TypeError, match=r"cat_tensors: the entry at 's' is a str, not a tensor"):
+        td.cat_tensors("a", "s", out_key="c")
+    with pytest.raises(TensorDictKeyError, match=r"cat_tensors: key 'zz' not found"):
+        td.cat_tensors("a", "zz", out_key="c")
+    assert sorted(td.keys()) == ["a", "b", "s"]
+    td.cat_tensors("a", "b", out_key="a", dim=1)  # the output may reuse an input's key
+    assert sorted(td.keys()) == ["a", "s"] and td["a"].shape == (2, 4)
