@@ -356,8 +356,8 @@ def _method(name: str) -> Callable[..., Any]:
     return call
 
 
-# ``torch.<name>(container, ...)`` for the methods above, for the containers'
-# ``__torch_function__`` tables.
+# ``torch.<name>(container, ...)`` for the methods above (and TensorMethods.masked_select),
+# for the containers' ``__torch_function__`` tables.
 TORCH_FUNCTIONS: dict[Any, Callable[..., Any]] = {
     getattr(torch, name): _method(name)
     for name in (
@@ -375,5 +375,6 @@ TORCH_FUNCTIONS: dict[Any, Callable[..., Any]] = {
         "atleast_3d",
         "repeat_interleave",
         "tensor_split",
+        "masked_select",
     )
 }

@@ -153,6 +153,23 @@ class TensorMethods:
         mask = _check_mask(self, mask, "masked_fill_")
         return self.apply(lambda t: t.masked_fill_(_expand(mask, t), value), inplace=True)
 
+    def masked_select(self, mask: Tensor) -> Self:
+        """The batch elements where ``mask`` (shaped like the whole batch) is true, as one
+        batch dim: ``self[mask]``.
+
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.arange(6).reshape(2, 3), batch_size=[2, 3])
+        >>> td.masked_select(td["a"] % 2 == 0)["a"].tolist()
+        [0, 2, 4]
+        """
+        mask = torch.as_tensor(mask)
+        if mask.dtype != torch.bool or mask.shape != self.batch_size:
+            raise ValueError(
+                f"masked_select: mask must be a bool tensor shaped like batch_size "
+                f"{tuple(self.batch_size)}, got dtype {mask.dtype} and shape {tuple(mask.shape)}"
+            )
+        return self[mask]  # type: ignore[index, no-any-return]
+
     def where(self, condition: Tensor, other: Any) -> Self:
         """``torch.where(condition, leaf, other)``; ``condition`` spans leading batch dims.
 

@@ -250,3 +250,14 @@ def test_split_keys_options() -> None:
     tc = _tc()
     x_only, rest = tc.split_keys(["x"], inplace=True)
     assert rest is tc and list(tc.keys()) == ["y"] and torch.equal(x_only.x, _tc().x)
+
+
+@pytest.mark.parametrize("make", MAKERS)
+def test_masked_select(make: Any) -> None:
+    out = _check(make, lambda o: torch.masked_select(o, MASK), lambda t: t[MASK])
+    assert out.batch_size == torch.Size([3])
+    _check(make, lambda o: o.masked_select(MASK), lambda t: t[MASK])
+    with pytest.raises(ValueError, match=r"masked_select: mask must be a bool tensor shaped like"):
+        make().masked_select(MASK[0])
+    with pytest.raises(ValueError, match=r"got dtype torch.int64 and shape \(2, 3\)"):
+        make().masked_select(MASK.long())
