@@ -40,9 +40,11 @@ from . import _apply, _index, _keyops, _repr, _tree
 from ._container_io import DistributedMethods, IOMethods
 from ._container_ops import ShapeMethods
 from ._entries import copy_leaf, prepare_entry
+from ._entry_methods import EntryMethods
 from ._keys import NestedKey, format_key, unravel_key
 from ._nontensor import NonTensorData
 from ._shape import as_batch_size, check_leaf_shape
+from ._shape_methods import ShapeMethods as TensorShapeMethods
 from ._td_tensor_methods import TensorMethods
 from ._tree import KEEP, find_missing, is_coll, missing_key_error
 from .errors import BatchSizeError, LockedError, TensorDictKeyError
@@ -68,7 +70,9 @@ def _is_key(index: Any) -> bool:
     return False
 
 
-class TensorCollection(ShapeMethods, TensorMethods, IOMethods, DistributedMethods):
+class TensorCollection(
+    ShapeMethods, TensorMethods, TensorShapeMethods, EntryMethods, IOMethods, DistributedMethods
+):
     """The container behaviour shared by ``TensorDict`` and tensorclasses (not built directly)."""
 
     __slots__ = (
@@ -457,33 +461,6 @@ class TensorCollection(ShapeMethods, TensorMethods, IOMethods, DistributedMethod
                 yield key, _tree.raw(v)
             if nested and not leaf:
                 yield from v._items_is_leaf(True, leaves_only, is_leaf, (*prefix, k))
-
-    def set_non_tensor(self, key: NestedKey, value: Any) -> Self:
-        """Store ``value`` as non-tensor data, whatever it is (numbers and lists too)."""
-        return self.set(key, NonTensorData(value))
-
-    def get_non_tensor(self, key: NestedKey, default: Any = _NO_DEFAULT) -> Any:
-        """The value stored at ``key`` (as ``get``; tensors come back as they are)."""
-        return self.get(key, default)
-
-    def cat_tensors(
-        self, *keys: NestedKey, out_key: NestedKey, dim: int = 0, keep_entries: bool = False
-    ) -> Self:
-        """Concatenate the tensors at ``keys`` along feature dim ``dim`` into ``out_key``
-        (``dim`` counts from the leaves' first dim; it must be past the batch dims); the
-        inputs are removed unless ``keep_entries``.
-
-        >>> import torch; from tensorbox import TensorDict
-        >>> td = TensorDict(a=torch.zeros(1), b=torch.ones(1))
-        >>> td.cat_tensors("a", "b", out_key="c")["c"].tolist()
-        [0.0, 1.0]
-        """
-        values = [self.get(k, _NO_DEFAULT) for k in keys]
-        out = torch.cat(values, dim)
-        if not keep_entries:
-            for k in keys:
-                self.del_(k)
-        return self.set(out_key, out)
 
     def values(self, include_nested: bool = False, leaves_only: bool = False) -> Iterator[Any]:
         """The values, in key order (see ``items``)."""

@@ -30,6 +30,7 @@ from torch import Tensor
 
 from ._nontensor import NonTensorData
 from ._shape import check_dim, shape_from_args
+from ._shape_methods import TORCH_FUNCTIONS as SHAPE_METHOD_FUNCTIONS
 from .errors import BatchSizeError, TensorDictKeyError
 
 if TYPE_CHECKING:
@@ -383,4 +384,5 @@ _TORCH_FUNCTIONS: dict[Any, Callable[..., Any]] = {
     torch.gather: lambda x, dim, index: x.gather(dim, index),
     torch.flip: lambda x, dims: x.flip(dims),
     torch.roll: lambda x, shifts, dims: x.roll(shifts, dims),
+    **SHAPE_METHOD_FUNCTIONS,
 }

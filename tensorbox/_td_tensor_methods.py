@@ -16,13 +16,14 @@ the caller's own type.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Self
 
 import torch
 from torch import Tensor
 
-from ._keys import NestedKey, format_key
+from ._keys import NestedKey, format_key, unravel_key
+from ._shape_methods import index_along
 
 __all__ = ["TensorMethods"]
 
@@ -152,6 +153,23 @@ class TensorMethods:
         mask = _check_mask(self, mask, "masked_fill_")
         return self.apply(lambda t: t.masked_fill_(_expand(mask, t), value), inplace=True)
 
+    def masked_select(self, mask: Tensor) -> Self:
+        """The batch elements where ``mask`` (shaped like the whole batch) is true, as one
+        batch dim: ``self[mask]``.
+
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.arange(6).reshape(2, 3), batch_size=[2, 3])
+        >>> td.masked_select(td["a"] % 2 == 0)["a"].tolist()
+        [0, 2, 4]
+        """
+        mask = torch.as_tensor(mask)
+        if mask.dtype != torch.bool or mask.shape != self.batch_size:
+            raise ValueError(
+                f"masked_select: mask must be a bool tensor shaped like batch_size "
+                f"{tuple(self.batch_size)}, got dtype {mask.dtype} and shape {tuple(mask.shape)}"
+            )
+        return self[mask]  # type: ignore[index, no-any-return]
+
     def where(self, condition: Tensor, other: Any) -> Self:
         """``torch.where(condition, leaf, other)``; ``condition`` spans leading batch dims.
 
@@ -227,20 +245,25 @@ class TensorMethods:
 
     # ----------------------------------------------------------------- shape
 
+    # Built on indexing and the containers' own shape ops, so nested containers
+    # (whatever their batch size) and per-row non-tensor values move with the rows.
+
     def repeat(self, *repeats: Any) -> Self:
         """Tile the batch dims ``repeats`` times each (one count per batch dim)."""
-        if len(repeats) == 1 and not isinstance(repeats[0], int):
+        if len(repeats) == 1 and not isinstance(repeats[0], builtins.int):
             repeats = tuple(repeats[0])
         bs = self.batch_size
         if len(repeats) != len(bs):
             raise ValueError(f"repeat: got {len(repeats)} counts for batch_size {tuple(bs)}")
-        new = [s * r for s, r in zip(bs, repeats, strict=True)]
-        return self.apply(lambda t: t.repeat(*repeats, *(1,) * (t.ndim - len(bs))), batch_size=new)
+        return self.tile(repeats)  # type: ignore[attr-defined, no-any-return]
 
     def flip(self, dims: builtins.int | Sequence[builtins.int]) -> Self:
         """Reverse the order along batch dims ``dims``."""
-        d = _batch_dims(dims, self.batch_dims, "flip")
-        return self.apply(lambda t: torch.flip(t, d))
+        out: Any = self
+        for d in _batch_dims(dims, self.batch_dims, "flip"):
+            n = self.batch_size[d]
+            out = index_along(out, d, torch.arange(n - 1, -1, -1))
+        return out  # type: ignore[no-any-return]
 
     def roll(
         self,
@@ -249,22 +272,36 @@ class TensorMethods:
     ) -> Self:
         """Roll along batch dims ``dims`` by ``shifts`` (as ``torch.roll``)."""
         d = _batch_dims(dims, self.batch_dims, "roll")
-        return self.apply(lambda t: torch.roll(t, shifts, d))
+        s = (shifts,) if isinstance(shifts, builtins.int) else tuple(shifts)
+        if len(s) != len(d):
+            raise ValueError(f"roll: got {len(s)} shifts for {len(d)} dims {dims!r}")
+        out: Any = self
+        for dim, shift in zip(d, s, strict=True):
+            n = self.batch_size[dim]
+            out = index_along(out, dim, (torch.arange(n) - shift) % builtins.max(n, 1))
+        return out  # type: ignore[no-any-return]
 
     def gather(self, dim: builtins.int, index: Tensor) -> Self:
         """``torch.gather`` along batch dim ``dim``; ``index`` spans the batch dims."""
-        d = _batch_dim(dim, self.batch_dims, "gather")
-        if index.ndim != self.batch_dims:
+        nd = self.batch_dims
+        d = _batch_dim(dim, nd, "gather")
+        if index.ndim != nd:
+            raise ValueError(f"gather: index has {index.ndim} dims, expected {nd} (the batch dims)")
+        bs = self.batch_size
+        if any(index.shape[i] > bs[i] for i in range(nd) if i != d):
             raise ValueError(
-                f"gather: index has {index.ndim} dims, expected {self.batch_dims} (the batch dims)"
+                f"gather: index of shape {tuple(index.shape)} is larger than batch_size "
+                f"{tuple(bs)} outside dim {d}"
             )
-
-        def fn(t: Tensor) -> Tensor:
-            extra = t.shape[index.ndim :]
-            idx = index.reshape(*index.shape, *(1,) * len(extra)).expand(*index.shape, *extra)
-            return torch.gather(t, d, idx)
-
-        return self.apply(fn, batch_size=index.shape)
+        grids = [
+            index
+            if i == d
+            else torch.arange(index.shape[i], device=index.device)
+            .reshape([-1 if j == i else 1 for j in range(nd)])
+            .expand(index.shape)
+            for i in range(nd)
+        ]
+        return self[tuple(grids)]  # type: ignore[index, no-any-return]
 
     # ------------------------------------------------------- mapping helpers
 
@@ -324,8 +361,11 @@ class TensorMethods:
         d = self.to_dict()  # type: ignore[attr-defined]
         return _tolist(d) if convert_tensors else d
 
-    def data_ptr(self) -> Self:
-        """Same structure, batch size ``[]``: each leaf's ``data_ptr()`` as an int64 tensor."""
+    def data_ptr(self, *, storage: builtins.bool = False) -> Self:
+        """Same structure, batch size ``[]``: each leaf's ``data_ptr()`` as an int64 tensor
+        (with ``storage``, the address of the leaf's whole storage)."""
+        if storage:
+            return self.apply(lambda t: torch.tensor(t.untyped_storage().data_ptr()), batch_size=[])
         return self.apply(lambda t: torch.tensor(t.data_ptr()), batch_size=[])
 
     @property
@@ -333,11 +373,77 @@ class TensorMethods:
         """The top-level keys, sorted."""
         return sorted(self.keys())
 
-    def split_keys(self, *key_sets: Iterable[NestedKey]) -> tuple[Self, ...]:
-        """One container per key set, then one with the remaining keys."""
-        sets = [list(ks) for ks in key_sets]
-        out = [self.select(*ks) for ks in sets]
-        return (*out, self.exclude(*(k for ks in sets for k in ks)))
+    def split_keys(
+        self,
+        *key_sets: Iterable[NestedKey] | Mapping[NestedKey, NestedKey],
+        inplace: builtins.bool = False,
+        default: Any = _MISSING,
+        strict: builtins.bool = True,
+    ) -> tuple[Self, ...]:
+        """One container per key set, then one with the remaining keys.
+
+        A key set given as a mapping renames: ``{old: new}``. ``strict`` (default)
+        refuses a missing key; with ``strict=False`` a missing key is skipped, or set to
+        ``default`` when one is given. ``inplace`` removes the keys from this container,
+        which is then the last result. Nested containers left empty are dropped.
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2), b={"c": torch.zeros(2)}, d=torch.ones(2), batch_size=[2])
+        >>> parts = td.split_keys(["a"], {("b", "c"): "c"})
+        >>> [sorted(p.keys()) for p in parts]
+        [['a'], ['c'], ['d']]
+        """
+        sets = [
+            dict(ks) if isinstance(ks, Mapping) else {k: k for k in ks}  # type: ignore[misc]
+            for ks in key_sets
+        ]
+        have = set(self.keys(True))  # type: ignore[attr-defined]
+        taken: list[NestedKey] = []
+        out = []
+        for ks in sets:
+            present = [k for k in ks if _as_key(k) in have]
+            missing = [k for k in ks if _as_key(k) not in have]
+            if missing and strict:
+                raise KeyError(
+                    f"split_keys: key {format_key(unravel_key(missing[0]))} not found "
+                    "(pass strict=False to skip missing keys)"
+                )
+            part = self.select(*present)  # type: ignore[attr-defined]
+            renamed = [src for src in present if _as_key(ks[src]) != _as_key(src)]
+            for src in renamed:
+                part.rename_key_(src, ks[src])
+            _drop_emptied(part, renamed)
+            if default is not _MISSING and default is not None:
+                for k in missing:
+                    part.set(ks[k], default)
+            taken.extend(present)
+            out.append(part)
+        if inplace:
+            self.exclude(*taken, inplace=True)  # type: ignore[attr-defined]
+            rest: Any = self
+        else:
+            rest = self.exclude(*taken)  # type: ignore[attr-defined]
+        _drop_emptied(rest, taken)
+        return (*out, rest)
+
+
+def _as_key(key: NestedKey) -> NestedKey:
+    path = unravel_key(key)
+    return path[0] if len(path) == 1 else path
+
+
+def _drop_emptied(obj: Any, removed: Iterable[NestedKey]) -> None:
+    """Remove the nested containers that the removal of ``removed`` left empty."""
+    parents = sorted(
+        {unravel_key(k)[:i] for k in removed for i in range(1, len(unravel_key(k)))},
+        key=len,
+        reverse=True,
+    )
+    for path in parents:
+        node = obj.get(path, None)
+        if _is_coll(node) and not list(node.keys()) and hasattr(obj, "del_"):
+            obj.del_(path)
 
 
 def _tolist(d: Any) -> Any:

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from tensorbox import TensorDict, tensorclass
+from tensorbox.errors import LockedError
 
 
 @tensorclass
@@ -226,3 +227,37 @@ def test_tensorclass_helpers() -> None:
     bare = _Pair(torch.zeros(2, 5), torch.zeros(2))
     assert bare.auto_batch_size_().batch_size == torch.Size([2])
     assert _Pair.maybe_dense_stack([tc, tc]).batch_size == torch.Size([2, 2, 3])
+
+
+def test_split_keys_options() -> None:
+    td = TensorDict(
+        a=torch.zeros(2), b={"c": torch.ones(2), "d": torch.ones(2)}, e="text", batch_size=[2]
+    )
+    with pytest.raises(KeyError, match=r"split_keys: key 'zz' not found \(pass strict=False"):
+        td.split_keys(["a", "zz"])
+    part, rest = td.split_keys(["a", "zz"], strict=False)
+    assert list(part.keys()) == ["a"] and sorted(rest.keys()) == ["b", "e"]
+    part, _ = td.split_keys(["zz"], strict=False, default=torch.full((2,), 3.0))
+    assert part["zz"].tolist() == [3.0, 3.0]
+    renamed, rest = td.split_keys({("b", "c"): "c", "e": ("x", "e")})
+    assert list(renamed.keys(True, True)) == ["c", ("x", "e")] and renamed["x", "e"] == "text"
+    assert list(rest.keys(True, True)) == ["a", ("b", "d")]
+    p1, p2, rest = td.split_keys([("b", "c")], [("b", "d")], inplace=True)
+    assert rest is td and sorted(td.keys()) == ["a", "e"]  # "b", emptied, is dropped
+    assert p1["b", "c"].sum() == 2 and p2["b", "d"].sum() == 2
+    with pytest.raises(LockedError):
+        td.lock_().split_keys(["a"], inplace=True)
+    tc = _tc()
+    x_only, rest = tc.split_keys(["x"], inplace=True)
+    assert rest is tc and list(tc.keys()) == ["y"] and torch.equal(x_only.x, _tc().x)
+
+
+@pytest.mark.parametrize("make", MAKERS)
+def test_masked_select(make: Any) -> None:
+    out = _check(make, lambda o: torch.masked_select(o, MASK), lambda t: t[MASK])
+    assert out.batch_size == torch.Size([3])
+    _check(make, lambda o: o.masked_select(MASK), lambda t: t[MASK])
+    with pytest.raises(ValueError, match=r"masked_select: mask must be a bool tensor shaped like"):
+        make().masked_select(MASK[0])
+    with pytest.raises(ValueError, match=r"got dtype torch.int64 and shape \(2, 3\)"):
+        make().masked_select(MASK.long())

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self, dataclass_transform, over
 import torch
 
 from .._container import TensorCollection
+from .._entry_methods import EntryMethods
 from ..errors import TensorDictKeyError
 from .build import build_class, set_field
 from .fields import MISSING, Field, field
@@ -179,11 +180,14 @@ class TensorClass(TensorCollection, metaclass=_Meta):
         """Build from a mapping of field names to values (``__post_init__`` runs)."""
         return cls(**source, batch_size=batch_size, device=device)
 
-    def replace(self, **changes: Any) -> Self:
+    def replace(self, *args: Any, **changes: Any) -> Self:
         """A copy with some fields changed, as ``dataclasses.replace`` (``__post_init__`` runs).
 
-        Tensors are shared; ``batch_size`` and ``device`` are kept unless given.
+        Tensors are shared; ``batch_size`` and ``device`` are kept unless given. With one
+        positional mapping or container, tensordict's form: a shallow copy updated by it.
         """
+        if args:
+            return EntryMethods.replace(self, *args, **changes)
         cls = type(self)
         unknown = sorted(set(changes) - cls.__tc_names__ - {"batch_size", "device"})
         if unknown:

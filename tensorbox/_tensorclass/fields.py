@@ -30,6 +30,8 @@ from typing import Any, ClassVar, TypeVar, get_origin, overload
 import numpy as np
 from torch import Tensor
 
+from .._shape_methods import FIELD_MAY_HIDE
+
 __all__ = ["MISSING", "Field", "collect_fields", "field", "fields", "reserved_names"]
 
 _T = TypeVar("_T")
@@ -248,11 +250,13 @@ def shadowable_names() -> frozenset[str]:
     """Convenience methods a field may hide with ``shadow=True``: the library never calls
     them on a tensorclass itself, so hiding one only changes what the user sees."""
     from .._container_io import DistributedMethods
+    from .._entry_methods import EntryMethods
+    from .._shape_methods import ShapeMethods
     from .._td_tensor_methods import TensorMethods
 
     return frozenset(
         n
-        for mixin in (TensorMethods, DistributedMethods)
+        for mixin in (TensorMethods, ShapeMethods, EntryMethods, DistributedMethods)
         for n in vars(mixin)
         if not n.startswith("_")
     )
@@ -262,7 +266,7 @@ def reserved_names(base: type) -> Mapping[str, str]:
     """Names a field may not take, with what they are on the base class."""
     out: dict[str, str] = {}
     for name in dir(base):
-        if name.startswith("__") and name.endswith("__"):
+        if (name.startswith("__") and name.endswith("__")) or name in FIELD_MAY_HIDE:
             continue
         member = getattr(base, name, None)
         if isinstance(base.__dict__.get(name), property) or name in ("batch_size", "device"):
