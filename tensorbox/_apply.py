@@ -59,7 +59,9 @@ def apply(
         return _apply_simple(td, fn, device)
     bs = td._batch_size if batch_size is None else as_batch_size(batch_size)
     dev = td._device if device is KEEP else (None if device is None else as_device(device))
-    stores = [store_of(o) for o in others]
+    # An entry missing from an other (with ``default``) may be a whole nested level: its
+    # leaves all get ``default``.
+    stores = [{} if (o is default and default is not KEEP) else store_of(o) for o in others]
     out: dict[str, Any] = {}
     for k, v in td._tensordict.items():
         try:

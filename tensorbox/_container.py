@@ -58,6 +58,7 @@ __all__ = ["TensorCollection"]
 BatchIndex = int | slice | Tensor | Sequence[Any] | EllipsisType | None | tuple[Any, ...]
 
 _NTD = NonTensorData
+_PLAIN = _tree.PLAIN
 _NO_DEFAULT: Any = object()
 _new = object.__new__
 
@@ -375,7 +376,16 @@ class TensorCollection(
 
     def _node_for(self, path: tuple[str, ...]) -> TensorCollection:
         """The container that holds ``path[-1]``, creating missing levels."""
+        plain = _PLAIN[0]
         node: Any = self
+        for part in path[:-1]:  # the common case: every level exists and is a TensorDict
+            nxt = node._tensordict.get(part)
+            if type(nxt) is not plain:
+                break
+            node = nxt
+        else:
+            return node  # type: ignore[no-any-return]
+        node = self
         for i, part in enumerate(path[:-1]):
             nxt = node._tensordict.get(part)
             if nxt is None:
@@ -497,6 +507,7 @@ class TensorCollection(
         default: Any = KEEP,
         filter_empty: bool | None = None,
         out: TensorCollection | None = None,
+        is_leaf: Callable[[type], bool] | None = None,
     ) -> Self:
         """``fn`` on every tensor leaf (with the matching leaves of ``others``).
 
@@ -504,7 +515,9 @@ class TensorCollection(
         ``device`` (when given) is the device of the result. ``default`` stands in for
         entries missing from ``others``; ``filter_empty=True`` drops nested containers
         left empty, ``False`` keeps them (default: drop only those ``fn`` emptied).
-        ``out`` receives the results in place and is returned.
+        ``out`` receives the results in place and is returned. With ``filter_empty=True``
+        a result without any leaf is None, as in tensordict. ``is_leaf`` is accepted for
+        tensordict's signature (non-tensor entries are never passed to ``fn`` here).
 
         >>> import torch; from tensorbox import TensorDict
         >>> a = TensorDict(x=torch.ones(2), y=torch.ones(2), batch_size=[2])
@@ -518,7 +531,13 @@ class TensorCollection(
         if out is not None:
             out.update(res, inplace=True)
             return out  # type: ignore[return-value]
+        if filter_empty and not inplace and not _tree.tensor_leaves(res):
+            return None  # type: ignore[return-value]
         return res
+
+    def apply_(self, fn: Callable[..., Any], *others: Any, **kwargs: Any) -> Self:
+        """``apply`` in place: each result is written into this container."""
+        return self.apply(fn, *others, inplace=True, **kwargs)
 
     def named_apply(
         self,
@@ -643,18 +662,23 @@ class TensorCollection(
 
     def update(
         self,
-        other: Mapping[str, Any] | TensorCollection,
+        other: Mapping[Any, Any] | TensorCollection | None = None,
         clone: bool = False,
         inplace: bool = False,
         *,
         non_blocking: bool = False,
         keys_to_update: Sequence[NestedKey] | None = None,
+        is_leaf: Callable[[type], bool] | None = None,
+        **kwargs: Any,
     ) -> Self:
         """Merge ``other`` in, recursing into nested containers present on both sides.
 
         ``clone=True`` copies the incoming tensors; ``inplace=True`` writes into existing
-        tensors; ``keys_to_update`` limits the merge to those keys.
+        tensors; ``keys_to_update`` limits the merge to those keys. Keyword arguments
+        are more entries (``td.update(b=x)``).
         """
+        if other is None or kwargs:
+            other = {**(dict(other.items()) if is_coll(other) else other or {}), **kwargs}
         if clone:
             other = (
                 other.clone()

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -192,6 +193,8 @@ def _write_rows(td: TensorCollection, key: str, cur: Any, index: Any, value: Any
         if type(value) is _NTD or isinstance(value, str):
             shown = value.value if type(value) is _NTD else value
             raise TypeError(f"cannot write the non-tensor value {shown!r} into tensor {key!r}")
+        if isinstance(value, np.ndarray):
+            value = torch.from_numpy(value)
         try:
             cur[index] = value
         except RuntimeError as err:

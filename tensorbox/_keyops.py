@@ -61,6 +61,17 @@ def update(
         return
     store = td._tensordict
     for k, v in (other if type(other) is dict else store_of(other)).items():
+        if type(k) is tuple:  # {("a", "b"): x}: a nested entry, as in tensordict
+            path = unravel_key(k)
+            if len(path) > 1:
+                if inplace and path in td:
+                    td.set_(path, raw(v))
+                elif strict:
+                    raise find_missing(td, path)
+                else:
+                    td.set(path, raw(v))
+                continue
+            k = path[0]
         cur = store.get(k)
         if cur is None:
             if strict:

@@ -50,6 +50,10 @@ def as_batch_size(batch_size: Any) -> torch.Size:
         dims = batch_size
     else:
         raise BatchSizeError(f"batch_size must be an int or a sequence of ints, got {batch_size!r}")
+    dims = [
+        int(d) if isinstance(d, torch.Tensor) and d.ndim == 0 and not d.is_floating_point() else d
+        for d in dims
+    ]
     for d in dims:
         if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
             raise BatchSizeError(f"batch_size must hold non-negative ints, got {list(dims)!r}")

@@ -64,7 +64,10 @@ def _stand_in(bs: torch.Size) -> Tensor:
 
 def _map(td: TensorCollection, fn: Callable[[Any], Any], new_bs: torch.Size) -> TensorCollection:
     out = {k: (v.map_batch(fn) if type(v) is _NTD else fn(v)) for k, v in td._tensordict.items()}
-    return td._new_unsafe(out, new_bs, td._device)
+    res = td._new_unsafe(out, new_bs, td._device)
+    if td._locked:  # a view of a locked container is locked too, as in tensordict
+        res._locked = True
+    return res
 
 
 def _feat(x: Any, bd: int) -> tuple[int, ...]:
@@ -128,8 +131,9 @@ def transpose(td: TensorCollection, dim0: int, dim1: int) -> TensorCollection:
 
 def flatten(td: TensorCollection, start: int, end: int) -> TensorCollection:
     bd = len(td._batch_size)
-    if bd == 0:
-        return td
+    if bd == 0:  # as torch: flattening a 0-d tensor gives one dim of size 1
+        check_dim(start, 1), check_dim(end, 1)
+        return _map(td, lambda x: x.unsqueeze(0), _Size((1,)))
     s, e = check_dim(start, bd), check_dim(end, bd)
     if s > e:
         raise IndexError(f"flatten: start_dim {start} comes after end_dim {end}")
