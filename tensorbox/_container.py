@@ -84,6 +84,7 @@ class TensorCollection(
         "_locked",
         "_prev_lock",
         "_tensordict",
+        "_writeback",
     )
     _is_tensor_collection = True
 
@@ -248,6 +249,10 @@ class TensorCollection(
         stack = getattr(self, "_lock_stack", None)
         if stack:
             _tree.set_locked(self, stack.pop())
+        link = getattr(self, "_writeback", None)
+        if link is not None and not exc[0]:  # a view used as a context: write it back
+            source, op, args = link
+            source.update(getattr(self, op)(*args), inplace=True)
 
     # ------------------------------------------------------------ key access
 
@@ -711,7 +716,10 @@ class TensorCollection(
     def flatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
         """One level with keys joined by ``separator``: ``{"a": {"b": x}}`` -> ``{"a.b": x}``."""
         out: Self = _keyops.flatten_keys(self, separator)
-        return self._replace_entries(out) if inplace else out
+        if inplace:
+            return self._replace_entries(out)
+        out._writeback = (self, "unflatten_keys", (separator,))
+        return out
 
     def _replace_entries(self, new: TensorCollection) -> Self:
         """Take ``new``'s entries in place (an ``inplace=True`` key-structure op)."""
@@ -723,7 +731,10 @@ class TensorCollection(
     def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
         """The inverse of ``flatten_keys``."""
         out: Self = _keyops.unflatten_keys(self, separator)
-        return self._replace_entries(out) if inplace else out
+        if inplace:
+            return self._replace_entries(out)
+        out._writeback = (self, "flatten_keys", (separator,))
+        return out
 
     # ---------------------------------------------------------- repr, pickling
 

@@ -1,5 +1,9 @@
 """The container's batch-shape operations and its elementwise operators, written once.
 
+A shape op's result remembers where it came from: used as a context manager
+(``with td.view(-1) as flat: ...``), it writes itself back into its source on exit
+through the inverse op, new keys included, as tensordict's do.
+
 Part of the container base: ``TensorCollection`` mixes this class in. Batch-shape
 ops (``reshape``, ``permute``, ``unbind``...) act on the batch dims only, feature
 dims follow along (``_stackcat``); comparisons and arithmetic go leaf by leaf
@@ -20,6 +24,7 @@ from typing import Any, Self, overload
 import torch
 
 from . import _elementwise, _stackcat
+from ._shape import shape_from_args
 
 __all__ = ["ShapeMethods"]
 
@@ -34,11 +39,13 @@ class ShapeMethods:
     def reshape(self, *shape: Any, size: Any = None) -> Self:
         """New batch shape, as ``Tensor.reshape`` over the batch dims (``size=`` also works)."""
         out: Self = _stackcat.reshape(self, shape if size is None else (size,), "reshape")
+        out._writeback = (self, "reshape", (tuple(self._batch_size),))  # type: ignore[attr-defined]
         return out
 
     def view(self, *shape: Any) -> Self:
         """New batch shape without copying, as ``Tensor.view`` over the batch dims."""
         out: Self = _stackcat.reshape(self, shape, "view")
+        out._writeback = (self, "reshape", (tuple(self._batch_size),))  # type: ignore[attr-defined]
         return out
 
     def expand(self, *shape: Any) -> Self:
@@ -49,31 +56,40 @@ class ShapeMethods:
     def unsqueeze(self, dim: int) -> Self:
         """A new batch dim of size 1 at ``dim``."""
         out: Self = _stackcat.unsqueeze(self, dim)
+        out._writeback = (self, "reshape", (tuple(self._batch_size),))  # type: ignore[attr-defined]
         return out
 
     def squeeze(self, dim: int | None = None) -> Self:
         """Drop batch dims of size 1 (only ``dim`` when given)."""
         out: Self = _stackcat.squeeze(self, dim)
+        out._writeback = (self, "reshape", (tuple(self._batch_size),))  # type: ignore[attr-defined]
         return out
 
     def permute(self, *dims: Any) -> Self:
         """Reorder the batch dims."""
         out: Self = _stackcat.permute(self, dims)
+        nd = len(out._batch_size)  # type: ignore[attr-defined]
+        order = [d % nd for d in shape_from_args(dims)]
+        inverse = tuple(sorted(range(nd), key=order.__getitem__))
+        out._writeback = (self, "permute", inverse)  # type: ignore[attr-defined]
         return out
 
     def transpose(self, dim0: int, dim1: int) -> Self:
         """Swap two batch dims."""
         out: Self = _stackcat.transpose(self, dim0, dim1)
+        out._writeback = (self, "transpose", (dim0, dim1))  # type: ignore[attr-defined]
         return out
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
         """Merge the batch dims ``start_dim..end_dim`` into one."""
         out: Self = _stackcat.flatten(self, start_dim, end_dim)
+        out._writeback = (self, "reshape", (tuple(self._batch_size),))  # type: ignore[attr-defined]
         return out
 
     def unflatten(self, dim: int, unflattened_size: Sequence[int]) -> Self:
         """Split batch dim ``dim`` into ``unflattened_size``."""
         out: Self = _stackcat.unflatten(self, dim, unflattened_size)
+        out._writeback = (self, "reshape", (tuple(self._batch_size),))  # type: ignore[attr-defined]
         return out
 
     def narrow(self, dim: int, start: int, length: int) -> Self:

@@ -41,7 +41,7 @@ _new = object.__new__
 # member descriptor __set__ would be faster but dynamo cannot trace it).
 _osa = object.__setattr__
 _STORAGE = frozenset({"_tensordict", "_batch_size", "_device", "_locked", "_prev_lock"})
-_STORAGE |= {"_lock_stack"}
+_STORAGE |= {"_lock_stack", "_writeback"}
 
 
 class _BatchSizeField:
