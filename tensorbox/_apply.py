@@ -103,13 +103,27 @@ def apply(
     if inplace:
         store = td._tensordict
         for k, r in out.items():
-            if store.get(k) is not r:
-                if td._locked:
-                    raise LockedError(
-                        f"apply(inplace=True) would replace {format_key((*prefix, k))} of a "
-                        "locked TensorDict (make fn write in place, or unlock_() first)"
-                    )
-                store[k] = r
+            cur = store.get(k)
+            if cur is r:
+                continue
+            if (
+                isinstance(cur, Tensor)
+                and isinstance(r, Tensor)
+                and cur.shape == r.shape
+                and cur.device == r.device
+                and (cur.dtype == r.dtype or td._locked)
+            ):
+                # Written into the existing tensor (and so into its file), as tensordict;
+                # a locked container keeps its dtypes, so the result is cast.
+                cur.copy_(r)
+                continue
+            if td._locked:
+                raise LockedError(
+                    f"apply(inplace=True) would replace {format_key((*prefix, k))} of a "
+                    "locked TensorDict by a result of another shape or device "
+                    "(unlock_() first)"
+                )
+            store[k] = r
         for k in [k for k in store if k not in out]:
             if td._locked:
                 raise LockedError(f"apply(inplace=True) would drop {k!r} of a locked TensorDict")

@@ -638,6 +638,12 @@ class TensorCollection(
         return self.apply(Tensor.detach_, inplace=True)
 
     @property
+    def data(self) -> Self:
+        """Every leaf's ``.data`` (detached, sharing storage), as ``Tensor.data``."""
+        out: Self = _apply.map_leaves(self, lambda t: t.data)
+        return out
+
+    @property
     def requires_grad(self) -> bool:
         """True when some tensor leaf requires grad."""
         return any(v.requires_grad for v in _tree.tensor_leaves(self))

@@ -82,6 +82,8 @@ class ShapeMethods:
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
         """Merge the batch dims ``start_dim..end_dim`` into one."""
+        start_dim = 0 if start_dim is None else start_dim
+        end_dim = -1 if end_dim is None else end_dim
         out: Self = _stackcat.flatten(self, start_dim, end_dim)
         out._writeback = (self, "reshape", (tuple(self._batch_size),))  # type: ignore[attr-defined]
         return out

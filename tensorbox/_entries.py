@@ -87,6 +87,9 @@ def prepare_entry(td: TensorCollection, key: str, value: Any, path: tuple[str, .
             value = value.to(dev)
         return value
     if is_coll(value):
+        if value.batch_size[: len(bs)] != bs and _fits_under(value, bs):
+            value = value.copy()  # a shallow copy takes the parent's batch dims, as tensordict
+            value.batch_size = bs
         if value.batch_size[: len(bs)] != bs:
             raise BatchSizeError(
                 f"key {format_key(path)} holds a {type(value).__name__} with batch_size "
@@ -109,6 +112,16 @@ def prepare_entry(td: TensorCollection, key: str, value: Any, path: tuple[str, .
     if isinstance(value, np.ndarray) and value.dtype != object:
         return prepare_entry(td, key, torch.from_numpy(value), path)
     return NonTensorData(value)
+
+
+def _fits_under(value: Any, bs: torch.Size) -> bool:
+    """True when ``value`` has fewer batch dims than ``bs`` and every leaf starts with ``bs``."""
+    from ._tree import iter_shaped
+
+    n = len(bs)
+    return len(value.batch_size) < n and all(
+        tuple(t.shape[:n]) == tuple(bs) for _, t in iter_shaped(value)
+    )
 
 
 def copy_leaf(dst: Tensor, src: Any) -> None:

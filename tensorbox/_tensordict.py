@@ -109,8 +109,13 @@ class TensorDict(TensorCollection):
         ...                      auto_batch_size=True).batch_size
         torch.Size([3, 4])
         """
+        if batch_size is not None and batch_dims is not None:
+            raise ValueError(
+                "from_dict: pass batch_size or batch_dims, not both (batch_dims bounds the "
+                "batch size that auto_batch_size finds)"
+            )
         out = cls(source, batch_size=batch_size, device=device)
-        if auto_batch_size and batch_size is None:
+        if (auto_batch_size or batch_dims is not None) and batch_size is None:
             set_batch_size_nested(out, common_batch_size(out, batch_dims))
         return out
 

@@ -231,7 +231,7 @@ def common_batch_size(td: TensorCollection, batch_dims: int | None) -> torch.Siz
             if v.stacked:
                 shapes.append(v.data.shape)
         else:
-            v._batch_size = common_batch_size(v, None)
+            v._batch_size = common_batch_size(v, batch_dims)
             if v._tensordict:
                 shapes.append(v._batch_size)
             else:

@@ -42,8 +42,14 @@ class TensorDictKeyError(TensorboxError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-class KeyCollisionError(TensorboxError, ValueError):
-    """Two keys would map to the same name (``flatten_keys``/``unflatten_keys``)."""
+class KeyCollisionError(TensorboxError, ValueError, KeyError):
+    """Two keys would map to the same name (``flatten_keys``/``unflatten_keys``).
+
+    Also a ``KeyError``: tensordict raises that type for the same collision.
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class LockedError(TensorboxError, RuntimeError):

@@ -81,10 +81,14 @@ def test_apply_inplace(td: TensorDict) -> None:
     td.lock_()
     td.apply(lambda t: t.fill_(1), inplace=True)  # writes in place: allowed when locked
     assert x.sum() == x.numel()
+    td.apply(lambda t: t + 1, inplace=True)  # a new result is copied into the tensor
+    assert td["x"] is x and x.sum() == 2 * x.numel()
     with pytest.raises(
-        LockedError, match=r"apply\(inplace=True\) would replace \('n', 'y'\) of a locked"
+        LockedError,
+        match=r"apply\(inplace=True\) would replace \('n', 'y'\) of a locked TensorDict by a result "
+        r"of another shape or device",
     ):
-        td.apply(lambda t: t + 1, inplace=True)
+        td.apply(lambda t: t.unsqueeze(-1), inplace=True)
 
 
 # ----------------------------------------------------------------------- to

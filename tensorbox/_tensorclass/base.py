@@ -176,8 +176,20 @@ class TensorClass(TensorCollection, metaclass=_Meta):
         batch_size: Sequence[int] | int | None = None,
         *,
         device: torch.device | str | None = None,
+        auto_batch_size: bool = False,
+        batch_dims: int | None = None,
     ) -> Self:
-        """Build from a mapping of field names to values (``__post_init__`` runs)."""
+        """Build from a mapping of field names to values (``__post_init__`` runs).
+
+        ``auto_batch_size=True`` takes the longest leading shape the tensors share (at
+        most ``batch_dims`` dims), as ``TensorDict.from_dict``.
+        """
+        if (auto_batch_size or batch_dims is not None) and batch_size is None:
+            from .._tensordict import TensorDict
+
+            probe = TensorDict.from_dict(source, auto_batch_size=True, batch_dims=batch_dims)
+            batch_size = probe.batch_size
+            source = {k: probe.get(k) for k in source}
         return cls(**source, batch_size=batch_size, device=device)
 
     def replace(self, *args: Any, **changes: Any) -> Self:
