@@ -116,17 +116,21 @@ class TensorCollection(
 
     # ------------------------------------------------------------- conversions
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, retain_none: bool = True) -> dict[str, Any]:
         """A nested ``dict`` of tensors (plain values for non-tensor entries); tensors shared.
 
         >>> import torch; from tensorbox import TensorDict
         >>> TensorDict(a=torch.zeros(1), n={"b": "x"}).to_dict()
         {'a': tensor([0.]), 'n': {'b': 'x'}}
         """
-        return {
+        out = {
             k: v if isinstance(v, Tensor) else v.value if type(v) is _NTD else v.to_dict()
             for k, v in self._tensordict.items()
         }
+        if retain_none:  # a tensorclass field set to None has no entry: show it as None
+            for f in getattr(type(self), "__tc_fields__", ()):
+                out.setdefault(f.name, None)
+        return out
 
     def to_tensordict(self, *, retain_none: bool | None = None) -> TensorDict:
         """A plain ``TensorDict`` copy: tensors cloned, nested tensorclasses converted too.
@@ -449,9 +453,13 @@ class TensorCollection(
         leaves_only: bool = False,
         *,
         is_leaf: Callable[[type], bool] | None = None,
+        sort: bool = False,
     ) -> Sequence[NestedKey] | Any:
         """Keys of this level (a live view); with ``include_nested`` or ``leaves_only``
         a list, with nested keys as tuples."""
+        if sort:
+            keys = list(self.keys(include_nested, leaves_only, is_leaf=is_leaf))
+            return sorted(keys, key=lambda k: (k,) if isinstance(k, str) else k)
         if is_leaf is not None:
             return [k for k, _ in self._items_is_leaf(include_nested, leaves_only, is_leaf, ())]
         if not include_nested and not leaves_only:
@@ -569,7 +577,11 @@ class TensorCollection(
         >>> out["x"].dtype, out["y"].dtype
         (torch.float16, torch.int64)
         """
+        inplace = kwargs.pop("inplace", False)
         out: Self = _apply.to(self, args, kwargs)
+        if inplace and out is not self:  # the leaves moved, this container kept
+            self._tensordict, self._device = out._tensordict, out._device
+            return self
         return out
 
     def cpu(self) -> Self:
@@ -699,10 +711,19 @@ class TensorCollection(
         _keyops.update(self, other, inplace, keys_to_update)
         return self
 
-    def update_(self, other: Mapping[str, Any] | TensorCollection) -> Self:
-        """Copy the values of ``other`` into the existing entries, in place; every key
-        of ``other`` must exist here (works on locked containers)."""
-        _keyops.update(self, other, True, None, strict=True)
+    def update_(
+        self,
+        other: Mapping[Any, Any] | TensorCollection | None = None,
+        *,
+        keys_to_update: Sequence[NestedKey] | None = None,
+        non_blocking: bool = False,
+        **kwargs: Any,
+    ) -> Self:
+        """Copy the values of ``other`` (and keyword arguments) into the existing entries,
+        in place; every key must exist here (works on locked containers)."""
+        if other is None or kwargs:
+            other = {**(dict(other.items()) if is_coll(other) else other or {}), **kwargs}
+        _keyops.update(self, other, True, keys_to_update, strict=True)
         return self
 
     def copy_(self, other: Mapping[str, Any] | TensorCollection) -> Self:

@@ -63,12 +63,15 @@ class IOMethods:
         copy_existing: bool = False,
         existsok: bool = True,
         checksum: bool = False,
+        return_early: bool = False,
     ) -> Self:
         """A memory-mapped copy written under ``prefix`` (this one is unchanged).
 
         Every leaf is written to a new file, so ``copy_existing`` (tensordict's switch for
         leaves already mapped elsewhere) changes nothing here. ``existsok=False`` refuses a
         ``prefix`` that already holds a tree.
+        ``return_early=True`` returns a finished
+        ``concurrent.futures.Future`` (tensordict's spelling; the save is synchronous).
         """
         from . import _persist
 
@@ -77,6 +80,12 @@ class IOMethods:
         out: Self = _persist.memmap(
             self, prefix, num_threads=num_threads, fsync=fsync, checksum=checksum
         )
+        if return_early:  # tensordict's future: here the save is done when this returns
+            from concurrent.futures import Future
+
+            done: Future[Self] = Future()
+            done.set_result(out)
+            return done  # type: ignore[return-value]
         return out
 
     def save(
@@ -192,18 +201,24 @@ class IOMethods:
         *,
         non_persistent: bool = False,
         filter_empty: bool = True,
+        use_state_dict: bool = False,
     ) -> Any:
         """Parameters and buffers of ``module``, nested by submodule, sharing storage.
 
-        Submodules without tensors get no entry (``filter_empty=True``, the only choice here).
+        Submodules without tensors get no entry unless ``filter_empty=False``.
+        ``use_state_dict=True`` takes the tensors ``module.state_dict()`` gives instead
+        (what a module's state-dict hooks return).
         """
         from . import weights
 
-        if not filter_empty:
-            raise ValueError(
-                "from_module(filter_empty=False) is not supported: empty submodules get no entry"
-            )
-        return weights.from_module(module, as_module=as_module, non_persistent=non_persistent)
+        if use_state_dict:
+            out = cls._new_unsafe({}, torch.Size([]), None)  # type: ignore[attr-defined]
+            for key, value in module.state_dict(keep_vars=True).items():
+                out.set(tuple(key.split(".")), value)
+            return out
+        return weights.from_module(
+            module, as_module=as_module, non_persistent=non_persistent, filter_empty=filter_empty
+        )
 
     def to_module(
         self,
@@ -213,9 +228,17 @@ class IOMethods:
         return_swap: bool = True,
         strict: bool = True,
         chunk_bytes: int | None = None,
+        use_state_dict: bool = False,
     ) -> Any:
-        """Put these weights into ``module``; returns what was there before."""
+        """Put these weights into ``module``; returns what was there before.
+
+        ``use_state_dict=True`` goes through ``module.load_state_dict`` (its hooks run).
+        """
         from . import weights
+
+        if use_state_dict:
+            module.load_state_dict(self.state_dict(), strict=strict)
+            return None
 
         return weights.to_module(
             self,

@@ -295,6 +295,44 @@ class EntryMethods:
             self, keys, out_key, keep_entries, "stack_tensors", lambda t: torch.stack(t, dim)
         )
 
+    def cat_from_tensordict(
+        self, dim: int = 0, *, sorted: bool | Sequence[NestedKey] | None = None, out: Any = None
+    ) -> Tensor:
+        """Every tensor leaf concatenated along dim ``dim`` into one tensor (leaves in key
+        order; ``sorted=True`` sorts the keys, a list of keys gives the order).
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.zeros(2, 1), b=torch.ones(2, 2), batch_size=[2]).cat_from_tensordict(-1).shape
+        torch.Size([2, 3])
+        """
+        return torch.cat(_leaf_list(self, sorted), dim, out=out)
+
+    def stack_from_tensordict(
+        self, dim: int = 0, *, sorted: bool | Sequence[NestedKey] | None = None, out: Any = None
+    ) -> Tensor:
+        """Every tensor leaf stacked along a new dim ``dim`` (see ``cat_from_tensordict``)."""
+        return torch.stack(_leaf_list(self, sorted), dim, out=out)
+
+    def filter_empty_(self) -> Self:
+        """Remove, in place, nested containers that hold no tensor at any depth."""
+        for key in list(self.keys()):  # type: ignore[attr-defined]
+            value = self._tensordict[key]  # type: ignore[attr-defined]
+            if _is_coll(value) and value.filter_empty_().is_empty():
+                self.del_(key)  # type: ignore[attr-defined]
+        return self
+
+    @property
+    def dtype(self) -> torch.dtype | None:
+        """The dtype every tensor leaf shares, or None when they differ (or there are none)."""
+        dtypes = {t.dtype for _, t in self.items(True, True) if isinstance(t, Tensor)}  # type: ignore[attr-defined]
+        return dtypes.pop() if len(dtypes) == 1 else None
+
+    def copy_at_(self, other: Any, idx: Any) -> Self:
+        """Copy ``other`` into the rows ``idx``, in place (tensordict's name for
+        ``update_at_`` with a container)."""
+        return self.update_at_(other, idx)
+
 
 def _merge(
     obj: Any,
@@ -324,3 +362,12 @@ def _merge(
         out = unravel_key(out_key)
         obj.exclude(*(k for k in keys if unravel_key(k) != out), inplace=True)
     return obj
+
+
+def _leaf_list(obj: Any, order: bool | Sequence[NestedKey] | None) -> list[Tensor]:
+    keys = [k for k, v in obj.items(True, True) if isinstance(v, Tensor)]
+    if order is True:
+        keys.sort(key=lambda k: (k,) if isinstance(k, str) else k)
+    elif order:
+        keys = list(order)
+    return [obj.get(k) for k in keys]

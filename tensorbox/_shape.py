@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .errors import BatchSizeError
+from .errors import BatchDimError, BatchSizeError
 
 __all__ = ["as_batch_size", "check_dim", "leads_with", "normalize_index", "shape_from_args"]
 
@@ -70,7 +70,7 @@ def shape_from_args(args: tuple[Any, ...]) -> tuple[int, ...]:
 def check_dim(dim: int, ndim: int, what: str = "dim") -> int:
     """Wrap a possibly negative ``dim`` into ``range(ndim)`` or raise ``IndexError``."""
     if not -ndim <= dim < ndim:
-        raise IndexError(
+        raise BatchDimError(
             f"{what} {dim} is out of range for {ndim} batch dim(s) "
             f"(expected a value in [{-ndim}, {ndim - 1}])"
         )

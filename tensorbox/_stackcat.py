@@ -31,7 +31,7 @@ from torch import Tensor
 from ._nontensor import NonTensorData
 from ._shape import check_dim, shape_from_args
 from ._shape_methods import TORCH_FUNCTIONS as SHAPE_METHOD_FUNCTIONS
-from .errors import BatchSizeError, TensorDictKeyError
+from .errors import BatchDimError, BatchSizeError, TensorDictKeyError
 
 if TYPE_CHECKING:
     from ._container import TensorCollection
@@ -116,7 +116,7 @@ def permute(td: TensorCollection, args: tuple[Any, ...]) -> TensorCollection:
         raise IndexError(f"permute needs {bd} dims (one per batch dim), got {dims}")
     dims = tuple(check_dim(d, bd) for d in dims)
     if sorted(dims) != list(range(bd)):
-        raise IndexError(f"permute dims {dims} are not a permutation of range({bd})")
+        raise BatchDimError(f"permute dims {dims} are not a permutation of range({bd})")
     bs = td._batch_size
     return _map(td, lambda x: x.permute(*dims, *range(bd, x.ndim)), _Size(bs[d] for d in dims))
 
@@ -198,7 +198,7 @@ def split(
     try:
         shapes = [p.shape for p in _stand_in(bs).split(split_size, d)]
     except RuntimeError as err:
-        raise ValueError(f"cannot split batch dim {d} of size {bs[d]}: {err}") from None
+        raise BatchDimError(f"cannot split batch dim {d} of size {bs[d]}: {err}") from None
     return _split_at(td, d, [s[d] for s in shapes], shapes)
 
 
@@ -335,24 +335,29 @@ def torch_function(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     return impl(*args, **kwargs)
 
 
-def _no_out(out: Any, name: str) -> None:
-    if out is not None:
-        raise TypeError(f"torch.{name}(..., out=...) is not supported for TensorDicts")
+def _into(out: Any, result: Any) -> Any:
+    """``torch.cat(..., out=td)``: the result written into ``out``'s tensors, in place."""
+    if out is None:
+        return result
+    if out.batch_size != result.batch_size:
+        raise BatchSizeError(
+            f"out= has batch_size {tuple(out.batch_size)}, the result has "
+            f"{tuple(result.batch_size)}; pass an out of the result's batch size"
+        )
+    out.update(result, inplace=True)
+    return out
 
 
 def _stack_fn(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
-    _no_out(out, "stack")
-    return stack(tensors, dim)
+    return _into(out, stack(tensors, dim))
 
 
 def _cat_fn(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
-    _no_out(out, "cat")
-    return cat(tensors, dim)
+    return _into(out, cat(tensors, dim))
 
 
 def _concatenate_fn(tensors: Sequence[Any], axis: int = 0, *, out: Any = None) -> Any:
-    _no_out(out, "concatenate")
-    return cat(tensors, axis)
+    return _into(out, cat(tensors, axis))
 
 
 _TORCH_FUNCTIONS: dict[Any, Callable[..., Any]] = {

@@ -182,8 +182,11 @@ class TensorMethods:
 
     # ---------------------------------------------------------- constructors
 
-    def empty(self) -> Self:
-        """A container with this batch size and device but no entries."""
+    def empty(self, recurse: builtins.bool = False) -> Self:
+        """A container with this batch size and device but no entries (``recurse=True``
+        keeps the nested levels, emptied, as tensordict)."""
+        if recurse:
+            return self.apply(lambda t: None, filter_empty=False)  # type: ignore[attr-defined, no-any-return]
         return self.exclude(*self.keys())
 
     @classmethod

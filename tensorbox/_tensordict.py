@@ -67,6 +67,10 @@ class TensorDict(TensorCollection):
         lock: bool = False,
         **kwargs: Any,
     ) -> None:
+        if source is not None and kwargs:
+            raise ValueError(
+                "TensorDict: pass the entries as source or as keyword arguments, not both"
+            )
         if names is not None:
             raise TypeError(
                 f"names={names!r}: tensorbox has no named batch dims; drop the argument "

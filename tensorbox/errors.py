@@ -12,6 +12,7 @@ True
 from __future__ import annotations
 
 __all__ = [
+    "BatchDimError",
     "BatchSizeError",
     "FormatError",
     "IncompleteTreeError",
@@ -50,6 +51,14 @@ class KeyCollisionError(TensorboxError, ValueError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class BatchDimError(TensorboxError, IndexError, ValueError, RuntimeError):
+    """A batch dim is out of range, repeated, or the sizes asked for do not fit it.
+
+    An ``IndexError`` as torch raises for a bad dim, and a ``ValueError`` and
+    ``RuntimeError`` as tensordict raises for the same mistakes.
+    """
 
 
 class LockedError(TensorboxError, RuntimeError):

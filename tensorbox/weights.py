@@ -115,22 +115,27 @@ def _slots(module: nn.Module, prefix: _Path, out: dict[_Path, _Slot]) -> dict[_P
     return out
 
 
-def _tree(module: nn.Module, non_persistent: bool) -> TensorDict | None:
-    """The nested TensorDict of one module, or None when its subtree holds no tensor."""
+def _tree(module: nn.Module, non_persistent: bool, keep_empty: bool = False) -> TensorDict | None:
+    """The nested TensorDict of one module, or None when its subtree holds no tensor
+    (an empty TensorDict with ``keep_empty``)."""
     entries: dict[str, Any] = {k: p for k, p in module._parameters.items() if p is not None}
     skip = () if non_persistent else module._non_persistent_buffers_set
     for k, b in module._buffers.items():
         if b is not None and k not in skip:
             entries[k] = b
     for k, child in module._modules.items():
-        sub = None if child is None else _tree(child, non_persistent)
+        sub = None if child is None else _tree(child, non_persistent, keep_empty)
         if sub is not None:
             entries[k] = sub
-    return TensorDict._new_unsafe(entries, _SCALAR, None) if entries else None
+    return TensorDict._new_unsafe(entries, _SCALAR, None) if entries or keep_empty else None
 
 
 def from_module(
-    module: nn.Module, as_module: bool = False, *, non_persistent: bool = False
+    module: nn.Module,
+    as_module: bool = False,
+    *,
+    non_persistent: bool = False,
+    filter_empty: bool = True,
 ) -> TensorDict | ParamTree:
     """Parameters and persistent buffers of ``module``, nested by submodule.
 
@@ -138,12 +143,13 @@ def from_module(
     module[0].weight``), so writes in place go both ways. ``non_persistent=True``
     also takes buffers registered with ``persistent=False``. ``as_module=True``
     returns a ``ParamTree`` (an ``nn.Module`` holding the same objects).
+    ``filter_empty=False`` keeps an empty entry for submodules without tensors.
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"from_module expects an nn.Module, got {type(module).__name__}")
     if as_module:
         return ParamTree(module, non_persistent=non_persistent)
-    td = _tree(module, non_persistent)
+    td = _tree(module, non_persistent, keep_empty=not filter_empty)
     return TensorDict._new_unsafe({}, _SCALAR, None) if td is None else td
 
 

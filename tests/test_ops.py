@@ -210,8 +210,12 @@ def test_torch_functions_dispatch(td: TensorDict) -> None:
     assert torch.transpose(s, 0, 1).batch_size == (2, 2)
     assert torch.unflatten(td, 0, (1, 2)).batch_size == (1, 2)
     assert torch.eq(td, td).all() and not torch.ne(td, td).any()
-    with pytest.raises(TypeError, match=r"out=\.\.\.\) is not supported"):
+    with pytest.raises(
+        BatchSizeError, match=r"out= has batch_size \(2,\), the result has \(2, 2\)"
+    ):
         torch.stack([td, td], out=td)  # type: ignore[call-overload]
+    into = torch.stack([td, td]).zero_()
+    assert torch.stack([td, td], out=into) is into and (into[1] == td).all()  # type: ignore[call-overload]
     with pytest.raises(TypeError):
         torch.sum(td)  # type: ignore[call-overload]
 

@@ -23,6 +23,7 @@ torch.Size([4])
 from __future__ import annotations
 
 import dataclasses
+import types
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Self, dataclass_transform, overload
 
@@ -40,6 +41,8 @@ _new = object.__new__
 # Sets a slot past our __setattr__; a C call that torch.compile can trace (the slot's
 # member descriptor __set__ would be faster but dynamo cannot trace it).
 _osa = object.__setattr__
+_OPTIONS = ("frozen", "shadow", "nocast", "autocast")
+_OPTION_BASES: dict[tuple[str, ...], type] = {}
 _STORAGE = frozenset({"_tensordict", "_batch_size", "_device", "_locked", "_prev_lock"})
 _STORAGE |= {"_lock_stack", "_writeback"}
 
@@ -119,6 +122,35 @@ class TensorClass(TensorCollection, metaclass=_Meta):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("TensorClass is a base class: subclass it and annotate fields")
+
+    def __class_getitem__(cls, options: str | tuple[str, ...]) -> Any:
+        """``class X(TensorClass["frozen"])``: tensordict's spelling of the class options.
+
+        ``"frozen"`` and ``"shadow"`` set those options; ``"nocast"``/``"autocast"`` are
+        accepted and change nothing (values are never cast to the annotation here).
+        """
+        names = (options,) if isinstance(options, str) else options
+        if not isinstance(names, tuple) or not all(isinstance(n, str) for n in names):
+            parent = super()
+            if hasattr(parent, "__class_getitem__"):  # a Generic tensorclass: Box[str]
+                return parent.__class_getitem__(options)  # type: ignore[misc]
+            raise TypeError(f"{cls.__name__}[...] takes option names (str), got {options!r}")
+        unknown = [n for n in names if n not in _OPTIONS]
+        if unknown:
+            raise TypeError(f"TensorClass[...]: unknown options {unknown!r}; known: {_OPTIONS}")
+        flags = tuple(sorted(n for n in names if n in ("frozen", "shadow")))
+        if not flags:
+            return cls
+        base = _OPTION_BASES.get(flags)
+        if base is None:
+            base = types.new_class(
+                "TensorClass",
+                (cls,),
+                {n: True for n in flags},
+                lambda ns: ns.update({"__module__": __name__}),
+            )
+            _OPTION_BASES[flags] = base
+        return base
 
     # ------------------------------------------------------------ building
 
@@ -262,6 +294,6 @@ class TensorClass(TensorCollection, metaclass=_Meta):
     @classmethod
     def _load_mismatch(cls, out: Any) -> str | None:
         keys = set(out._tensordict) if isinstance(out, cls) else set()
-        if isinstance(out, cls) and keys == cls.__tc_names__:
+        if isinstance(out, cls) and keys <= cls.__tc_names__:  # None fields have no entry
             return None
         return f"with keys {sorted(keys)!r}, not the fields of {cls.__name__} {sorted(cls.__tc_names__)!r}"

@@ -18,7 +18,7 @@
 >>> import inspect
 >>> [(p.name, p.kind.name) for p in inspect.signature(P).parameters.values()]  # doctest: +NORMALIZE_WHITESPACE
 [('x', 'POSITIONAL_OR_KEYWORD'), ('tag', 'POSITIONAL_OR_KEYWORD'),
- ('batch_size', 'KEYWORD_ONLY'), ('device', 'KEYWORD_ONLY')]
+ ('batch_size', 'KEYWORD_ONLY'), ('device', 'KEYWORD_ONLY'), ('names', 'KEYWORD_ONLY')]
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from .._container import TensorCollection
 from .._nontensor import NonTensorData
 from .._shape import as_batch_size
 from .._tree import CLASS_REGISTRY
-from ..errors import BatchSizeError
+from ..errors import BatchSizeError, LockedError
 from .fields import MISSING, Field, collect_fields, reserved_names, shadowable_names
 
 __all__ = ["build_class", "register", "set_field"]
@@ -60,6 +60,11 @@ def put(cls: type, obj: Any, name: str, value: Any) -> None:
     the message names the class and the field; plain values (str, numbers,
     lists, dicts without tensors) become ``NonTensorData``.
     """
+    if value is None:  # no entry: keys()/items() skip it, the property reads None
+        if obj._locked and name in obj._tensordict:
+            raise LockedError(f"cannot set {cls.__name__}.{name} to None: it is locked")
+        obj._tensordict.pop(name, None)
+        return
     bs = obj._batch_size
     if isinstance(value, np.ndarray) and value.dtype != object:
         value = torch.from_numpy(value)
@@ -83,13 +88,9 @@ def _make_property(cls_name: str, name: str) -> property:
     ntd = NonTensorData
 
     def get(self: Any) -> Any:
-        try:
-            v = self._tensordict[name]
-        except KeyError:
-            raise AttributeError(
-                f"{cls_name}.{name} is missing from this instance (removed by exclude/select "
-                "or a partial from_tensordict)"
-            ) from None
+        # A field without an entry (set to None, or dropped by select/exclude) reads None,
+        # as in tensordict, where None fields are not entries either.
+        v = self._tensordict.get(name)
         return v.value if type(v) is ntd else v
 
     def set_(self: Any, value: Any) -> None:
@@ -111,6 +112,10 @@ def set_field(self: Any, name: str, value: Any) -> None:
     put(type(self), self, name, value)
 
 
+def _no_names(names: Any) -> None:
+    raise TypeError(f"names={names!r}: tensorbox has no named batch dims; drop the argument")
+
+
 def _make_init(cls: type, flds: tuple[Field, ...]) -> Callable[..., Any]:
     """Source of ``__init__``: fields (positional, then keyword-only), batch_size, device."""
     g: dict[str, Any] = {
@@ -121,6 +126,7 @@ def _make_init(cls: type, flds: tuple[Field, ...]) -> Callable[..., Any]:
         "__tc_put": put,
         "__tc_cls": cls,
         "__tc_osa": object.__setattr__,
+        "__tc_no_names": _no_names,
     }
     pos: list[str] = []
     kw: list[str] = []
@@ -146,6 +152,11 @@ def _make_init(cls: type, flds: tuple[Field, ...]) -> Callable[..., Any]:
         else:
             g[f"__tc_d_{n}"] = f.default
             body.append(f"    {n} = __tc_d_{n}")
+    # tensordict's signature ends with names=None (no named dims here: refused unless None),
+    # unless a field takes that name.
+    has_names = any(f.name == "names" for f in flds)
+    if not has_names:
+        body.append("    if names is not None: __tc_no_names(names)")
     body += [
         "    __tc_bs = __tc_as_bs(batch_size)",
         "    __tc_dev = None if device is None else __tc_device(device)",
@@ -167,7 +178,8 @@ def _make_init(cls: type, flds: tuple[Field, ...]) -> Callable[..., Any]:
     # ``__tc_self``, not ``self``: a field may be called ``self``.
     if getattr(cls, "__post_init__", None) is not None:
         body.append("    __tc_self.__post_init__()")
-    params = ", ".join(["__tc_self", *pos, "*", *kw, "batch_size=None", "device=None"])
+    tail = ["batch_size=None", "device=None"] + ([] if has_names else ["names=None"])
+    params = ", ".join(["__tc_self", *pos, "*", *kw, *tail])
     src = f"def __init__({params}):\n" + "\n".join(body) + "\n"
     ns: dict[str, Any] = {}
     exec(compile(src, f"<tensorclass {cls.__qualname__}.__init__>", "exec"), g, ns)
