@@ -105,9 +105,10 @@ class EntryMethods:
             if not wanted:
                 return self
         if _is_coll(input_dict_or_td):
-            src = input_dict_or_td
+            src: Any = input_dict_or_td
             if wanted is not None:
-                src = src.select(*(k for k in wanted if k in src.keys(True)), strict=False)
+                have = {unravel_key(k) for k in src.keys(True)}
+                src = src.select(*(k for k in wanted if k in have))
             if clone:
                 src = src.clone()
             missing = [
@@ -280,7 +281,7 @@ class EntryMethods:
         >>> td.cat_tensors("a", "b", out_key="c", dim=-1)["c"].tolist(), sorted(td.keys())
         ([[0.0, 1.0], [0.0, 1.0]], ['c'])
         """
-        return _merge(self, keys, out_key, keep_entries, "cat_tensors", lambda t: torch.cat(t, dim))
+        return _merge(self, keys, out_key, keep_entries, "cat_tensors", lambda t: torch.cat(t, dim))  # type: ignore[no-any-return]
 
     def stack_tensors(
         self,
@@ -291,7 +292,7 @@ class EntryMethods:
     ) -> Self:
         """Set ``out_key`` to ``torch.stack`` of the tensors at ``keys`` along tensor dim
         ``dim``; the entries at ``keys`` are removed unless ``keep_entries``."""
-        return _merge(
+        return _merge(  # type: ignore[no-any-return]
             self, keys, out_key, keep_entries, "stack_tensors", lambda t: torch.stack(t, dim)
         )
 

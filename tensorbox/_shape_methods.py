@@ -23,10 +23,12 @@ from __future__ import annotations
 import builtins
 import itertools
 from collections.abc import Callable, Sequence
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import torch
 from torch import Tensor
+
+_T = TypeVar("_T")
 
 __all__ = ["FIELD_MAY_HIDE", "TORCH_FUNCTIONS", "ShapeMethods", "index_along"]
 
@@ -333,7 +335,7 @@ class ShapeMethods:
             isinstance(i, int) and not isinstance(i, bool) for i in arg
         ):
             edges: list[builtins.int | None] = [0, *arg, None]
-            bounds = list(itertools.pairwise(edges))  # type: ignore[arg-type]
+            bounds = list(itertools.pairwise(edges))
         else:
             raise TypeError(
                 "tensor_split: indices_or_sections must be an int, a sequence of ints or an "
@@ -342,11 +344,11 @@ class ShapeMethods:
         return tuple(index_along(self, d, slice(a, b)) for a, b in bounds)
 
 
-def _atleast(obj: Any, n: int) -> Any:
-    out = obj
-    for _ in range(n - len(obj.batch_size)):
+def _atleast(obj: _T, n: int) -> _T:
+    out: Any = obj
+    for _ in range(n - len(out.batch_size)):
         out = out.unsqueeze(0)
-    return out
+    return out  # type: ignore[no-any-return]
 
 
 def _method(name: str) -> Callable[..., Any]:

@@ -73,6 +73,13 @@ def test_update_at_matches_tensor_writes(kind: str, index: Any) -> None:
     assert obj.update_at_(src, index) is obj
     for k, v in expect.items():
         torch.testing.assert_close(obj.get(k), v)
+    # a container restricted by keys_to_update: only the nested entry is written
+    obj.update_at_(src.apply(lambda t: t * 0 - 5), index, keys_to_update=[("inner", "c")])
+    expect[("inner", "c")][ix] = -5.0
+    obj.update_at_(src.apply(lambda t: t * 0 + 9), index, keys_to_update=["a"])
+    expect["a"][ix] = 9.0
+    for k, v in expect.items():
+        torch.testing.assert_close(obj.get(k), v)
     # a dict with nested keys, and keys_to_update keeping only some of them
     obj.update_at_({"a": 7.0, ("inner", "c"): -1.0}, index, keys_to_update=["a"])
     expect["a"][ix] = 7.0
