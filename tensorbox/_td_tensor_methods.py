@@ -34,6 +34,12 @@ def _is_coll(v: Any) -> bool:
     return getattr(type(v), "_is_tensor_collection", False) or hasattr(v, "_tensordict")
 
 
+def _tensors_only(obj: Any) -> bool:
+    """No non-tensor leaf: per-leaf torch ops then move every row (a per-row non-tensor
+    value only moves through indexing)."""
+    return all(isinstance(v, Tensor) for _, v in obj.items(True, True))
+
+
 def _leaves(obj: Any) -> Iterable[tuple[NestedKey, Tensor]]:
     return ((k, v) for k, v in obj.items(True, True) if isinstance(v, Tensor))
 
@@ -259,10 +265,13 @@ class TensorMethods:
 
     def flip(self, dims: builtins.int | Sequence[builtins.int]) -> Self:
         """Reverse the order along batch dims ``dims``."""
+        d = _batch_dims(dims, self.batch_dims, "flip")
+        if _tensors_only(self):  # the fast path: one torch.flip per leaf
+            return self.apply(lambda t: torch.flip(t, d))
         out: Any = self
-        for d in _batch_dims(dims, self.batch_dims, "flip"):
-            n = self.batch_size[d]
-            out = index_along(out, d, torch.arange(n - 1, -1, -1))
+        for dim in d:
+            n = self.batch_size[dim]
+            out = index_along(out, dim, torch.arange(n - 1, -1, -1))
         return out  # type: ignore[no-any-return]
 
     def roll(
@@ -275,6 +284,8 @@ class TensorMethods:
         s = (shifts,) if isinstance(shifts, builtins.int) else tuple(shifts)
         if len(s) != len(d):
             raise ValueError(f"roll: got {len(s)} shifts for {len(d)} dims {dims!r}")
+        if _tensors_only(self):
+            return self.apply(lambda t: torch.roll(t, s, d))
         out: Any = self
         for dim, shift in zip(d, s, strict=True):
             n = self.batch_size[dim]
