@@ -139,6 +139,17 @@ class EntryMethods:
             self.set_at_(path, v, idx)
         return self
 
+    def copy_at_(
+        self, tensordict: Any, idx: Any, non_blocking: bool = False, *, fast: bool | None = True
+    ) -> Self:
+        """``update_at_`` under tensordict's copy-oriented name: write the entries of
+        ``tensordict`` into the rows ``idx`` of the same entries here, in place.
+
+        ``fast`` is accepted for compatibility: tensorbox has one path, which handles
+        tensors and non-tensor values alike.
+        """
+        return self.update_at_(tensordict, idx, non_blocking=non_blocking)
+
     def get_at(self, key: NestedKey, index: Any, default: Any = None) -> Any:
         """The rows ``index`` of the entry ``key`` (``default`` when ``key`` is missing,
         as ``get``).

@@ -92,7 +92,7 @@ def test_update_at_and_set_at_write_non_tensor_rows() -> None:
     td.set_at_("s", "b", slice(1, None, 2))
     assert td.get("s") == ["a", "b", "a", "b"]
     src = torch.stack([TensorDict(s="c", x=torch.ones(()), batch_size=[])] * 2)
-    td.update_at_(src, torch.tensor([0, 3]))
+    td.copy_at_(src, torch.tensor([0, 3]), fast=False)
     assert td.get("s") == ["c", "b", "a", "c"] and td["x"].tolist() == [1.0, 0.0, 0.0, 1.0]
     assert td.get_at("s", slice(0, 2)) == ["c", "b"]
     tc = make("tc")
