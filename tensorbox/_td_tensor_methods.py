@@ -159,11 +159,6 @@ class TensorMethods:
         mask = _check_mask(self, mask, "masked_fill_")
         return self.apply(lambda t: t.masked_fill_(_expand(mask, t), value), inplace=True)
 
-    @property
-    def requires_grad(self) -> builtins.bool:
-        """Whether any tensor leaf requires grad (set it with ``requires_grad_()``)."""
-        return any(t.requires_grad for _, t in _leaves(self))
-
     def masked_select(self, mask: Tensor) -> Self:
         """The batch elements where ``mask`` (shaped like the whole batch) is true, as one
         batch dim: ``self[mask]``.

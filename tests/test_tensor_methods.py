@@ -261,11 +261,3 @@ def test_masked_select(make: Any) -> None:
         make().masked_select(MASK[0])
     with pytest.raises(ValueError, match=r"got dtype torch.int64 and shape \(2, 3\)"):
         make().masked_select(MASK.long())
-
-
-@pytest.mark.parametrize("make", MAKERS)
-def test_requires_grad(make: Any) -> None:
-    obj = make()
-    assert obj.requires_grad is False
-    obj.get(KEYS[make.__name__][-1]).requires_grad_()
-    assert obj.requires_grad is True
