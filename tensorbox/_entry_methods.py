@@ -147,6 +147,12 @@ class EntryMethods:
 
         ``fast`` is accepted for compatibility: tensorbox has one path, which handles
         tensors and non-tensor values alike.
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(3), batch_size=[3])
+        >>> td.copy_at_(TensorDict(a=torch.ones(2), batch_size=[2]), slice(1, 3))["a"].tolist()
+        [0.0, 1.0, 1.0]
         """
         return self.update_at_(tensordict, idx, non_blocking=non_blocking)
 
@@ -222,7 +228,12 @@ class EntryMethods:
 
     def get_non_tensor(self, key: NestedKey, default: Any = _MISSING) -> Any:
         """The value at ``key`` (a non-tensor's Python value; any other entry as ``get``
-        gives it); ``default`` when missing, else a ``TensorDictKeyError``."""
+        gives it); ``default`` when missing, else a ``TensorDictKeyError``.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(tag="train", batch_size=[]).get_non_tensor("tag")
+        'train'
+        """
         path = unravel_key(key)
         try:
             parent = _parent(self, path, "get_non_tensor")
@@ -236,7 +247,14 @@ class EntryMethods:
 
     def is_non_tensor(self, key: NestedKey) -> bool:
         """Whether the entry at ``key`` is non-tensor data (neither a tensor nor a
-        container); a missing key raises ``TensorDictKeyError``."""
+        container); a missing key raises ``TensorDictKeyError``.
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2), tag="train", batch_size=[2])
+        >>> td.is_non_tensor("tag"), td.is_non_tensor("x")
+        (True, False)
+        """
         path = unravel_key(key)
         value = _parent(self, path, "is_non_tensor").get(path[-1])
         return not (isinstance(value, Tensor) or _is_coll(value))
@@ -259,7 +277,14 @@ class EntryMethods:
         return self
 
     def clear(self) -> Self:
-        """Remove every entry (refused on a locked container)."""
+        """Remove every entry (refused on a locked container).
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2), batch_size=[2])
+        >>> list(td.clear().keys()), td.batch_size
+        ([], torch.Size([2]))
+        """
         self.exclude(*self.keys(), inplace=True)  # type: ignore[attr-defined]
         return self
 
@@ -302,7 +327,14 @@ class EntryMethods:
         keep_entries: bool = False,
     ) -> Self:
         """Set ``out_key`` to ``torch.stack`` of the tensors at ``keys`` along tensor dim
-        ``dim``; the entries at ``keys`` are removed unless ``keep_entries``."""
+        ``dim``; the entries at ``keys`` are removed unless ``keep_entries``.
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2), b=torch.ones(2), batch_size=[2])
+        >>> td.stack_tensors("a", "b", out_key="ab", dim=1)["ab"].tolist()
+        [[0.0, 1.0], [0.0, 1.0]]
+        """
         return _merge(  # type: ignore[no-any-return]
             self, keys, out_key, keep_entries, "stack_tensors", lambda t: torch.stack(t, dim)
         )
