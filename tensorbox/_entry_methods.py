@@ -105,9 +105,10 @@ class EntryMethods:
             if not wanted:
                 return self
         if _is_coll(input_dict_or_td):
-            src = input_dict_or_td
+            src: Any = input_dict_or_td
             if wanted is not None:
-                src = src.select(*(k for k in wanted if k in src.keys(True)), strict=False)
+                have = {unravel_key(k) for k in src.keys(True)}
+                src = src.select(*(k for k in wanted if k in have))
             if clone:
                 src = src.clone()
             missing = [
@@ -137,6 +138,23 @@ class EntryMethods:
                 v = v.clone()
             self.set_at_(path, v, idx)
         return self
+
+    def copy_at_(
+        self, tensordict: Any, idx: Any, non_blocking: bool = False, *, fast: bool | None = True
+    ) -> Self:
+        """``update_at_`` under tensordict's copy-oriented name: write the entries of
+        ``tensordict`` into the rows ``idx`` of the same entries here, in place.
+
+        ``fast`` is accepted for compatibility: tensorbox has one path, which handles
+        tensors and non-tensor values alike.
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(3), batch_size=[3])
+        >>> td.copy_at_(TensorDict(a=torch.ones(2), batch_size=[2]), slice(1, 3))["a"].tolist()
+        [0.0, 1.0, 1.0]
+        """
+        return self.update_at_(tensordict, idx, non_blocking=non_blocking)
 
     def get_at(self, key: NestedKey, index: Any, default: Any = None) -> Any:
         """The rows ``index`` of the entry ``key`` (``default`` when ``key`` is missing,
@@ -210,7 +228,12 @@ class EntryMethods:
 
     def get_non_tensor(self, key: NestedKey, default: Any = _MISSING) -> Any:
         """The value at ``key`` (a non-tensor's Python value; any other entry as ``get``
-        gives it); ``default`` when missing, else a ``TensorDictKeyError``."""
+        gives it); ``default`` when missing, else a ``TensorDictKeyError``.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(tag="train", batch_size=[]).get_non_tensor("tag")
+        'train'
+        """
         path = unravel_key(key)
         try:
             parent = _parent(self, path, "get_non_tensor")
@@ -224,7 +247,14 @@ class EntryMethods:
 
     def is_non_tensor(self, key: NestedKey) -> bool:
         """Whether the entry at ``key`` is non-tensor data (neither a tensor nor a
-        container); a missing key raises ``TensorDictKeyError``."""
+        container); a missing key raises ``TensorDictKeyError``.
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2), tag="train", batch_size=[2])
+        >>> td.is_non_tensor("tag"), td.is_non_tensor("x")
+        (True, False)
+        """
         path = unravel_key(key)
         value = _parent(self, path, "is_non_tensor").get(path[-1])
         return not (isinstance(value, Tensor) or _is_coll(value))
@@ -247,7 +277,14 @@ class EntryMethods:
         return self
 
     def clear(self) -> Self:
-        """Remove every entry (refused on a locked container)."""
+        """Remove every entry (refused on a locked container).
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2), batch_size=[2])
+        >>> list(td.clear().keys()), td.batch_size
+        ([], torch.Size([2]))
+        """
         self.exclude(*self.keys(), inplace=True)  # type: ignore[attr-defined]
         return self
 
@@ -280,7 +317,7 @@ class EntryMethods:
         >>> td.cat_tensors("a", "b", out_key="c", dim=-1)["c"].tolist(), sorted(td.keys())
         ([[0.0, 1.0], [0.0, 1.0]], ['c'])
         """
-        return _merge(self, keys, out_key, keep_entries, "cat_tensors", lambda t: torch.cat(t, dim))
+        return _merge(self, keys, out_key, keep_entries, "cat_tensors", lambda t: torch.cat(t, dim))  # type: ignore[no-any-return]
 
     def stack_tensors(
         self,
@@ -290,8 +327,15 @@ class EntryMethods:
         keep_entries: bool = False,
     ) -> Self:
         """Set ``out_key`` to ``torch.stack`` of the tensors at ``keys`` along tensor dim
-        ``dim``; the entries at ``keys`` are removed unless ``keep_entries``."""
-        return _merge(
+        ``dim``; the entries at ``keys`` are removed unless ``keep_entries``.
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2), b=torch.ones(2), batch_size=[2])
+        >>> td.stack_tensors("a", "b", out_key="ab", dim=1)["ab"].tolist()
+        [[0.0, 1.0], [0.0, 1.0]]
+        """
+        return _merge(  # type: ignore[no-any-return]
             self, keys, out_key, keep_entries, "stack_tensors", lambda t: torch.stack(t, dim)
         )
 
@@ -327,11 +371,6 @@ class EntryMethods:
         """The dtype every tensor leaf shares, or None when they differ (or there are none)."""
         dtypes = {t.dtype for _, t in self.items(True, True) if isinstance(t, Tensor)}  # type: ignore[attr-defined]
         return dtypes.pop() if len(dtypes) == 1 else None
-
-    def copy_at_(self, other: Any, idx: Any) -> Self:
-        """Copy ``other`` into the rows ``idx``, in place (tensordict's name for
-        ``update_at_`` with a container)."""
-        return self.update_at_(other, idx)
 
 
 def _merge(

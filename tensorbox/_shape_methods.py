@@ -23,10 +23,12 @@ from __future__ import annotations
 import builtins
 import itertools
 from collections.abc import Callable, Sequence
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import torch
 from torch import Tensor
+
+_T = TypeVar("_T")
 
 __all__ = ["FIELD_MAY_HIDE", "TORCH_FUNCTIONS", "ShapeMethods", "index_along"]
 
@@ -76,7 +78,12 @@ class ShapeMethods:
     # --------------------------------------------------------------- queries
 
     def ndimension(self) -> builtins.int:
-        """The number of batch dims (``batch_dims``), as ``Tensor.ndimension``."""
+        """The number of batch dims (``batch_dims``), as ``Tensor.ndimension``.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.zeros(2, 3, 4), batch_size=[2, 3]).ndimension()
+        2
+        """
         return len(self.batch_size)  # type: ignore[attr-defined]
 
     @property
@@ -169,7 +176,12 @@ class ShapeMethods:
         return flipped.transpose(d0, d1)  # type: ignore[no-any-return]
 
     def fliplr(self) -> Self:
-        """Reverse batch dim 1 (left/right); needs at least 2 batch dims (``torch.fliplr``)."""
+        """Reverse batch dim 1 (left/right); needs at least 2 batch dims (``torch.fliplr``).
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.arange(4).reshape(2, 2), batch_size=[2, 2]).fliplr()["a"].tolist()
+        [[1, 0], [3, 2]]
+        """
         if len(self.batch_size) < 2:  # type: ignore[attr-defined]
             raise RuntimeError(
                 f"fliplr requires at least 2 batch dims, got batch_size {tuple(self.batch_size)}"  # type: ignore[attr-defined]
@@ -177,7 +189,12 @@ class ShapeMethods:
         return self.flip(1)  # type: ignore[attr-defined, no-any-return]
 
     def flipud(self) -> Self:
-        """Reverse batch dim 0 (up/down); needs at least 1 batch dim (``torch.flipud``)."""
+        """Reverse batch dim 0 (up/down); needs at least 1 batch dim (``torch.flipud``).
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.arange(4).reshape(2, 2), batch_size=[2, 2]).flipud()["a"].tolist()
+        [[2, 3], [0, 1]]
+        """
         if not self.batch_size:  # type: ignore[attr-defined]
             raise RuntimeError("flipud requires at least 1 batch dim, got batch_size ()")
         return self.flip(0)  # type: ignore[attr-defined, no-any-return]
@@ -234,11 +251,21 @@ class ShapeMethods:
         )
 
     def atleast_1d(self) -> Self:
-        """``self`` if it has a batch dim, else a view with batch size ``[1]``."""
+        """``self`` if it has a batch dim, else a view with batch size ``[1]``.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.zeros(5), batch_size=[]).atleast_1d()["a"].shape
+        torch.Size([1, 5])
+        """
         return _atleast(self, 1)
 
     def atleast_2d(self) -> Self:
-        """``self`` if it has 2+ batch dims, else a view with leading size-1 dims added."""
+        """``self`` if it has 2+ batch dims, else a view with leading size-1 dims added.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.zeros(3), batch_size=[3]).atleast_2d().batch_size
+        torch.Size([1, 3])
+        """
         return _atleast(self, 2)
 
     def atleast_3d(self) -> Self:
@@ -333,7 +360,7 @@ class ShapeMethods:
             isinstance(i, int) and not isinstance(i, bool) for i in arg
         ):
             edges: list[builtins.int | None] = [0, *arg, None]
-            bounds = list(itertools.pairwise(edges))  # type: ignore[arg-type]
+            bounds = list(itertools.pairwise(edges))
         else:
             raise TypeError(
                 "tensor_split: indices_or_sections must be an int, a sequence of ints or an "
@@ -342,11 +369,11 @@ class ShapeMethods:
         return tuple(index_along(self, d, slice(a, b)) for a, b in bounds)
 
 
-def _atleast(obj: Any, n: int) -> Any:
-    out = obj
-    for _ in range(n - len(obj.batch_size)):
+def _atleast(obj: _T, n: int) -> _T:
+    out: Any = obj
+    for _ in range(n - len(out.batch_size)):
         out = out.unsqueeze(0)
-    return out
+    return out  # type: ignore[no-any-return]
 
 
 def _method(name: str) -> Callable[..., Any]:

@@ -34,6 +34,12 @@ def _is_coll(v: Any) -> bool:
     return getattr(type(v), "_is_tensor_collection", False) or hasattr(v, "_tensordict")
 
 
+def _tensors_only(obj: Any) -> bool:
+    """No non-tensor leaf: per-leaf torch ops then move every row (a per-row non-tensor
+    value only moves through indexing)."""
+    return all(isinstance(v, Tensor) for _, v in obj.items(True, True))
+
+
 def _leaves(obj: Any) -> Iterable[tuple[NestedKey, Tensor]]:
     return ((k, v) for k, v in obj.items(True, True) if isinstance(v, Tensor))
 
@@ -72,11 +78,16 @@ def _binary(self: Any, other: Any, op: Callable[[Tensor, Any], Tensor]) -> Any:
     return self.apply(lambda t: op(t, other))
 
 
-def _cast(dtype: torch.dtype) -> Callable[[Any], Any]:
+def _cast(dtype: torch.dtype, name: str) -> Callable[[Any], Any]:
     def cast(self: Any) -> Any:
         return self.apply(lambda t: t.to(dtype))
 
-    cast.__doc__ = f"Every tensor leaf cast to ``{dtype}`` (``to(dtype)`` casts floats only)."
+    cast.__doc__ = f"""Every tensor leaf cast to ``{dtype}`` (``to(dtype)`` casts floats only).
+
+    >>> from tensorbox import TensorDict
+    >>> TensorDict(a=torch.tensor([1.5]), batch_size=[1]).{name}()["a"].dtype
+    {dtype}
+    """
     return cast
 
 
@@ -84,7 +95,13 @@ def _unary(fn: Callable[[Tensor], Tensor], name: str) -> Callable[[Any], Any]:
     def unary(self: Any) -> Any:
         return self.apply(fn)
 
-    unary.__doc__ = f"``torch.{name}`` of every tensor leaf."
+    unary.__doc__ = f"""``torch.{name}`` of every tensor leaf.
+
+    >>> from tensorbox import TensorDict
+    >>> td = TensorDict(a=torch.tensor([0.5, 2.0]), batch_size=[2])
+    >>> torch.equal(td.{name}()["a"], torch.{name}(td["a"]))
+    True
+    """
     return unary
 
 
@@ -103,13 +120,13 @@ class TensorMethods:
 
     # ------------------------------------------------------------------ casts
 
-    float = _cast(torch.float32)
-    double = _cast(torch.float64)
-    half = _cast(torch.float16)
-    bfloat16 = _cast(torch.bfloat16)
-    int = _cast(torch.int32)
-    long = _cast(torch.int64)
-    bool = _cast(torch.bool)
+    float = _cast(torch.float32, "float")
+    double = _cast(torch.float64, "double")
+    half = _cast(torch.float16, "half")
+    bfloat16 = _cast(torch.bfloat16, "bfloat16")
+    int = _cast(torch.int32, "int")
+    long = _cast(torch.int64, "long")
+    bool = _cast(torch.bool, "bool")
 
     # ------------------------------------------------------------ elementwise
 
@@ -120,7 +137,12 @@ class TensorMethods:
     sigmoid = _unary(torch.sigmoid, "sigmoid")
 
     def clamp(self, min: Any = None, max: Any = None) -> Self:
-        """``torch.clamp(leaf, min, max)`` for every tensor leaf."""
+        """``torch.clamp(leaf, min, max)`` for every tensor leaf.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.tensor([-2.0, 0.5, 3.0]), batch_size=[3]).clamp(0, 1)["a"].tolist()
+        [0.0, 0.5, 1.0]
+        """
         return self.apply(lambda t: torch.clamp(t, min, max))
 
     def __pow__(self, other: Any) -> Self:
@@ -149,7 +171,13 @@ class TensorMethods:
         return self.apply(lambda t: t.masked_fill(_expand(mask, t), value))
 
     def masked_fill_(self, mask: Tensor, value: Any) -> Self:
-        """In-place ``masked_fill``: writes into the existing tensors."""
+        """In-place ``masked_fill``: writes into the existing tensors.
+
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(3), batch_size=[3])
+        >>> td.masked_fill_(torch.tensor([True, False, True]), 2.0)["a"].tolist()
+        [2.0, 0.0, 2.0]
+        """
         mask = _check_mask(self, mask, "masked_fill_")
         return self.apply(lambda t: t.masked_fill_(_expand(mask, t), value), inplace=True)
 
@@ -174,6 +202,11 @@ class TensorMethods:
         """``torch.where(condition, leaf, other)``; ``condition`` spans leading batch dims.
 
         ``other`` is a container with the same keys, a tensor or a scalar.
+
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.tensor([1.0, 2.0]), batch_size=[2])
+        >>> td.where(torch.tensor([True, False]), 0.0)["a"].tolist()
+        [1.0, 0.0]
         """
         cond = _check_mask(self, condition, "where")
         if _is_coll(other):
@@ -184,19 +217,36 @@ class TensorMethods:
 
     def empty(self, recurse: builtins.bool = False) -> Self:
         """A container with this batch size and device but no entries (``recurse=True``
-        keeps the nested levels, emptied, as tensordict)."""
+        keeps the nested levels, emptied, as tensordict).
+
+        >>> from tensorbox import TensorDict
+        >>> e = TensorDict(a=torch.zeros(2), batch_size=[2]).empty()
+        >>> list(e.keys()), e.batch_size
+        ([], torch.Size([2]))
+        """
         if recurse:
             return self.apply(lambda t: None, filter_empty=False)  # type: ignore[attr-defined, no-any-return]
         return self.exclude(*self.keys())
 
     @classmethod
     def fromkeys(cls, keys: Iterable[str], value: Any = 0) -> Self:
-        """A container (batch size ``[]``) with ``value`` as a tensor at every key."""
+        """A container (batch size ``[]``) with ``value`` as a tensor at every key.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict.fromkeys(["a", "b"], 1.0)["b"]
+        tensor(1.)
+        """
         return cls.from_dict({k: torch.as_tensor(value) for k in keys})  # type: ignore[attr-defined]
 
     @classmethod
     def maybe_dense_stack(cls, items: Sequence[Any], dim: builtins.int = 0) -> Any:
-        """``torch.stack(items, dim)`` (tensordict's name; stacks here are always dense)."""
+        """``torch.stack(items, dim)`` (tensordict's name; stacks here are always dense).
+
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(3), batch_size=[3])
+        >>> TensorDict.maybe_dense_stack([td, td], 1).batch_size
+        torch.Size([3, 2])
+        """
         return torch.stack(list(items), dim)
 
     # ------------------------------------------------------------ reductions
@@ -222,28 +272,53 @@ class TensorMethods:
         return self._reduce("sum", dim, keepdim, **kw)
 
     def mean(self, dim: Any = None, keepdim: builtins.bool = False, *, dtype: Any = None) -> Self:
-        """Mean over batch dim(s) ``dim``, or of each whole leaf with ``dim=None``."""
+        """Mean over batch dim(s) ``dim``, or of each whole leaf with ``dim=None``.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.tensor([[1.0, 3.0]]), batch_size=[1, 2]).mean(1)["a"]
+        tensor([2.])
+        """
         kw = {} if dtype is None else {"dtype": dtype}
         return self._reduce("mean", dim, keepdim, **kw)
 
     def std(
         self, dim: Any = None, keepdim: builtins.bool = False, *, correction: builtins.int = 1
     ) -> Self:
-        """Standard deviation over batch dim(s) ``dim``, or of each whole leaf."""
+        """Standard deviation over batch dim(s) ``dim``, or of each whole leaf.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.tensor([1.0, 3.0]), batch_size=[2]).std(0)["a"]
+        tensor(1.4142)
+        """
         return self._reduce("std", dim, keepdim, correction=correction)
 
     def var(
         self, dim: Any = None, keepdim: builtins.bool = False, *, correction: builtins.int = 1
     ) -> Self:
-        """Variance over batch dim(s) ``dim``, or of each whole leaf."""
+        """Variance over batch dim(s) ``dim``, or of each whole leaf.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.tensor([1.0, 3.0]), batch_size=[2]).var(0)["a"]
+        tensor(2.)
+        """
         return self._reduce("var", dim, keepdim, correction=correction)
 
     def amax(self, dim: Any = None, keepdim: builtins.bool = False) -> Self:
-        """Maximum over batch dim(s) ``dim``, or of each whole leaf."""
+        """Maximum over batch dim(s) ``dim``, or of each whole leaf.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.tensor([[1, 5], [4, 2]]), batch_size=[2, 2]).amax(0)["a"].tolist()
+        [4, 5]
+        """
         return self._reduce("amax", dim, keepdim)
 
     def amin(self, dim: Any = None, keepdim: builtins.bool = False) -> Self:
-        """Minimum over batch dim(s) ``dim``, or of each whole leaf."""
+        """Minimum over batch dim(s) ``dim``, or of each whole leaf.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.tensor([[1, 5], [4, 2]]), batch_size=[2, 2]).amin(-1)["a"].tolist()
+        [1, 2]
+        """
         return self._reduce("amin", dim, keepdim)
 
     # ----------------------------------------------------------------- shape
@@ -252,7 +327,12 @@ class TensorMethods:
     # (whatever their batch size) and per-row non-tensor values move with the rows.
 
     def repeat(self, *repeats: Any) -> Self:
-        """Tile the batch dims ``repeats`` times each (one count per batch dim)."""
+        """Tile the batch dims ``repeats`` times each (one count per batch dim).
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.tensor([1, 2]), batch_size=[2]).repeat(2)["a"].tolist()
+        [1, 2, 1, 2]
+        """
         if len(repeats) == 1 and not isinstance(repeats[0], builtins.int):
             repeats = tuple(repeats[0])
         bs = self.batch_size
@@ -261,11 +341,19 @@ class TensorMethods:
         return self.tile(repeats)  # type: ignore[attr-defined, no-any-return]
 
     def flip(self, dims: builtins.int | Sequence[builtins.int]) -> Self:
-        """Reverse the order along batch dims ``dims``."""
+        """Reverse the order along batch dims ``dims``.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.tensor([1, 2, 3]), batch_size=[3]).flip(0)["a"].tolist()
+        [3, 2, 1]
+        """
+        d = _batch_dims(dims, self.batch_dims, "flip")
+        if _tensors_only(self):  # the fast path: one torch.flip per leaf
+            return self.apply(lambda t: torch.flip(t, d))
         out: Any = self
-        for d in _batch_dims(dims, self.batch_dims, "flip"):
-            n = self.batch_size[d]
-            out = index_along(out, d, torch.arange(n - 1, -1, -1))
+        for dim in d:
+            n = self.batch_size[dim]
+            out = index_along(out, dim, torch.arange(n - 1, -1, -1))
         return out  # type: ignore[no-any-return]
 
     def roll(
@@ -273,11 +361,18 @@ class TensorMethods:
         shifts: builtins.int | Sequence[builtins.int],
         dims: builtins.int | Sequence[builtins.int],
     ) -> Self:
-        """Roll along batch dims ``dims`` by ``shifts`` (as ``torch.roll``)."""
+        """Roll along batch dims ``dims`` by ``shifts`` (as ``torch.roll``).
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.tensor([1, 2, 3]), batch_size=[3]).roll(1, 0)["a"].tolist()
+        [3, 1, 2]
+        """
         d = _batch_dims(dims, self.batch_dims, "roll")
         s = (shifts,) if isinstance(shifts, builtins.int) else tuple(shifts)
         if len(s) != len(d):
             raise ValueError(f"roll: got {len(s)} shifts for {len(d)} dims {dims!r}")
+        if _tensors_only(self):
+            return self.apply(lambda t: torch.roll(t, s, d))
         out: Any = self
         for dim, shift in zip(d, s, strict=True):
             n = self.batch_size[dim]
@@ -285,7 +380,13 @@ class TensorMethods:
         return out  # type: ignore[no-any-return]
 
     def gather(self, dim: builtins.int, index: Tensor) -> Self:
-        """``torch.gather`` along batch dim ``dim``; ``index`` spans the batch dims."""
+        """``torch.gather`` along batch dim ``dim``; ``index`` spans the batch dims.
+
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.tensor([[1, 2], [3, 4]]), batch_size=[2, 2])
+        >>> td.gather(1, torch.tensor([[1, 1], [0, 1]]))["a"].tolist()
+        [[2, 2], [3, 4]]
+        """
         nd = self.batch_dims
         d = _batch_dim(dim, nd, "gather")
         if index.ndim != nd:
@@ -309,19 +410,35 @@ class TensorMethods:
     # ------------------------------------------------------- mapping helpers
 
     def setdefault(self, key: NestedKey, default: Any) -> Any:
-        """The entry at ``key``; when missing, set it to ``default`` first."""
+        """The entry at ``key``; when missing, set it to ``default`` first.
+
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(batch_size=[2])
+        >>> td.setdefault("a", torch.zeros(2)).tolist(), td.setdefault("a", torch.ones(2)).tolist()
+        ([0.0, 0.0], [0.0, 0.0])
+        """
         if self.get(key, _MISSING) is _MISSING:
             self.set(key, default)
         return self.get(key)
 
     def get_item_shape(self, key: NestedKey) -> torch.Size:
         """Shape of the entry at ``key`` (a nested container's batch size; ``batch_size`` for
-        a non-tensor)."""
+        a non-tensor).
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.zeros(2, 5), batch_size=[2]).get_item_shape("a")
+        torch.Size([2, 5])
+        """
         v = self._get_or_raise(key)
         return v.shape if hasattr(v, "shape") else self.batch_size
 
     def entry_class(self, key: NestedKey) -> type:
-        """Class of the entry at ``key``."""
+        """Class of the entry at ``key``.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.zeros(2), batch_size=[2]).entry_class("a")
+        <class 'torch.Tensor'>
+        """
         return type(self._get_or_raise(key))
 
     def _get_or_raise(self, key: NestedKey) -> Any:
@@ -332,20 +449,36 @@ class TensorMethods:
 
     def auto_batch_size_(self, batch_dims: builtins.int | None = None) -> Self:
         """Set the batch size to the longest leading shape the leaves share (at most
-        ``batch_dims`` dims), nested levels too."""
+        ``batch_dims`` dims), nested levels too.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.zeros(2, 3), b=torch.zeros(2, 4)).auto_batch_size_().batch_size
+        torch.Size([2])
+        """
         from . import _tree
 
-        td = self if isinstance(self._tensordict, dict) else self._tensordict  # type: ignore[attr-defined]
+        td = self
         _tree.set_batch_size_nested(td, _tree.common_batch_size(td, batch_dims))
         return self
 
     def filter_non_tensor_data(self) -> Self:
-        """A copy without the non-tensor entries."""
+        """A copy without the non-tensor entries.
+
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2), tag="x", batch_size=[2])
+        >>> list(td.filter_non_tensor_data().keys())
+        ['a']
+        """
         drop = [k for k, v in self.items(True, True) if not isinstance(v, Tensor)]
         return self.exclude(*drop)
 
     def numpy(self) -> dict[str, Any]:
-        """Nested dict of NumPy arrays (``Tensor.numpy``: shares memory; CPU, no grad)."""
+        """Nested dict of NumPy arrays (``Tensor.numpy``: shares memory; CPU, no grad).
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.ones(2), b={"c": torch.zeros(1)}).numpy()["b"]["c"]
+        array([0.], dtype=float32)
+        """
         out: dict[str, Any] = {}
         for k, v in self.items():
             if isinstance(v, Tensor) or _is_coll(v):
@@ -358,6 +491,10 @@ class TensorMethods:
         """Nested lists (one level per batch dim) of per-element ``to_dict()`` dicts.
 
         With ``convert_tensors`` the tensors become Python lists too.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.tensor([1, 2]), batch_size=[2]).tolist(convert_tensors=True)
+        [{'a': 1}, {'a': 2}]
         """
         if self.batch_dims:
             return [x.tolist(convert_tensors=convert_tensors) for x in self.unbind(0)]  # type: ignore[attr-defined]
@@ -366,14 +503,25 @@ class TensorMethods:
 
     def data_ptr(self, *, storage: builtins.bool = False) -> Self:
         """Same structure, batch size ``[]``: each leaf's ``data_ptr()`` as an int64 tensor
-        (with ``storage``, the address of the leaf's whole storage)."""
+        (with ``storage``, the address of the leaf's whole storage).
+
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(4), batch_size=[4])
+        >>> td.data_ptr()["a"].item() == td["a"].data_ptr()
+        True
+        """
         if storage:
             return self.apply(lambda t: torch.tensor(t.untyped_storage().data_ptr()), batch_size=[])
         return self.apply(lambda t: torch.tensor(t.data_ptr()), batch_size=[])
 
     @property
     def sorted_keys(self) -> list[str]:
-        """The top-level keys, sorted."""
+        """The top-level keys, sorted.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(b=torch.zeros(1), a=torch.zeros(1)).sorted_keys
+        ['a', 'b']
+        """
         return sorted(self.keys())
 
     def split_keys(

@@ -73,6 +73,13 @@ def test_update_at_matches_tensor_writes(kind: str, index: Any) -> None:
     assert obj.update_at_(src, index) is obj
     for k, v in expect.items():
         torch.testing.assert_close(obj.get(k), v)
+    # a container restricted by keys_to_update: only the nested entry is written
+    obj.update_at_(src.apply(lambda t: t * 0 - 5), index, keys_to_update=[("inner", "c")])
+    expect[("inner", "c")][ix] = -5.0
+    obj.update_at_(src.apply(lambda t: t * 0 + 9), index, keys_to_update=["a"])
+    expect["a"][ix] = 9.0
+    for k, v in expect.items():
+        torch.testing.assert_close(obj.get(k), v)
     # a dict with nested keys, and keys_to_update keeping only some of them
     obj.update_at_({"a": 7.0, ("inner", "c"): -1.0}, index, keys_to_update=["a"])
     expect["a"][ix] = 7.0
@@ -85,7 +92,7 @@ def test_update_at_and_set_at_write_non_tensor_rows() -> None:
     td.set_at_("s", "b", slice(1, None, 2))
     assert td.get("s") == ["a", "b", "a", "b"]
     src = torch.stack([TensorDict(s="c", x=torch.ones(()), batch_size=[])] * 2)
-    td.update_at_(src, torch.tensor([0, 3]))
+    td.copy_at_(src, torch.tensor([0, 3]), fast=False)
     assert td.get("s") == ["c", "b", "a", "c"] and td["x"].tolist() == [1.0, 0.0, 0.0, 1.0]
     assert td.get_at("s", slice(0, 2)) == ["c", "b"]
     tc = make("tc")
