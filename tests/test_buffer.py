@@ -23,11 +23,13 @@ from tensorbox import TensorDict, tensorclass
 from tensorbox.buffer import (
     AugmentBuffer,
     BufferStats,
+    KeyTransforms,
     ProducerError,
     batch_seed,
     sample_seed,
 )
 from tensorbox.data.transforms import RandomCrop
+from tensorbox.errors import TensorDictKeyError
 
 N = 22  # samples: batches of 4 give 5 full batches and a short one
 
@@ -144,6 +146,26 @@ def test_batch_transform_and_key_transforms(tmp_path: Path) -> None:
     with AugmentBuffer(data, crop, num_workers=0, **kw) as buf:
         out = run(buf, 1)
     assert out[0]["img"].shape == (4, 3, 6, 6) and out[0]["y"].dtype == torch.int64
+
+
+def test_key_transforms_on_collections_and_dicts() -> None:
+    @tensorclass
+    class Sample:
+        x: torch.Tensor
+        meta: TensorDict
+
+    def plus_one(v, generator):
+        return v + 1
+
+    sample = Sample(x=torch.zeros(2), meta=TensorDict(y=torch.ones(2)), batch_size=[])
+    for keys in (["x", ("meta", "y")], [("x",), ("meta", ("y",))]):
+        out = KeyTransforms(dict.fromkeys(keys, plus_one))(sample, torch.Generator())
+        assert type(out) is Sample and out.x.tolist() == [1, 1] and out.meta["y"].tolist() == [2, 2]
+    assert sample.x.tolist() == [0, 0]  # the sample itself is left alone
+    out = KeyTransforms({("a", "b"): plus_one})({"a": {"b": torch.zeros(1)}}, torch.Generator())
+    assert out["a"]["b"].tolist() == [1]
+    with pytest.raises(TensorDictKeyError, match=r"key \('a', 3\) is not a key: expected a str"):
+        KeyTransforms({("a", 3): plus_one})
 
 
 def _crop_batch(batch, generator):

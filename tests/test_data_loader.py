@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -12,6 +13,7 @@ from tensorbox.data import transforms as T
 from tensorbox.data._dataset import ImageFolderData
 from tensorbox.data._loader import BatchLoader
 from tensorbox.data._read import gather_rows
+from tensorbox.errors import TensorDictKeyError
 
 N, C, H, W = 23, 3, 10, 12
 
@@ -303,6 +305,14 @@ def test_loader_checks_its_arguments():
         BatchLoader(_data(), 4, crop=11)
     with pytest.raises(KeyError, match=r"image_key \('pixels',\) is not a tensor leaf"):
         BatchLoader(_data(), 4, crop=4, image_key="pixels")
+    for bad in (3, ("meta", 3), ()):
+        with pytest.raises(
+            TensorDictKeyError, match=rf"key {re.escape(repr(bad))} is not a key: expected a str"
+        ):
+            BatchLoader(_data(), 4, image_key=bad)
+    nested = TensorDict({"obs": {"pixels": _data()["images"]}}, batch_size=[N])
+    first = next(iter(BatchLoader(nested, 4, image_key=("obs", ("pixels",)), crop=4)))
+    assert first["obs", "pixels"].shape == (4, 3, 4, 4)
     with pytest.raises(
         ValueError, match="normalize must be None, 'imagenet', \\(mean, std\\) or a Normalize"
     ):

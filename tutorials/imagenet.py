@@ -181,7 +181,8 @@ def main() -> None:
     ).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
 
-    uninterrupted = [b.targets.clone() for b in make()]  # epoch 0, start to end
+    # Epoch 0, start to end. Batches you keep are never overwritten by later ones.
+    uninterrupted = [b.targets for b in make()]
     loader = make()
     for i, b in enumerate(loader):
         loss = nn.functional.cross_entropy(model(b.images), b.targets)
@@ -193,7 +194,7 @@ def main() -> None:
             break
     resumed = make()  # what a restarted job builds
     resumed.load_state_dict(state)
-    rest = [b.targets.clone() for b in resumed]
+    rest = [b.targets for b in resumed]
     assert len(rest) == len(uninterrupted) - 2
     assert all(torch.equal(a, e) for a, e in zip(rest, uninterrupted[2:]))
     print(

@@ -159,15 +159,18 @@ class Slot:
         return all(_owners(b) <= _UNSHARED for b in self.buffers.values())
 
 
+# ``torch._C._storage_Use_Count`` is private but present since torch 2.0; without it,
+# buffers are simply never reused.
+_use_count = getattr(torch._C, "_storage_Use_Count", None)
+
+
 def _owners(t: Tensor) -> int | None:
     """How many tensors (views included) and storage objects share ``t``'s memory, or None
-    where torch cannot tell. ``torch._C._storage_Use_Count`` is private but present since
-    torch 2.0; without it, buffers are simply never reused."""
-    count = getattr(torch._C, "_storage_Use_Count", None)
-    if count is None:
+    where torch cannot tell."""
+    if _use_count is None:
         return None
     storage = t.untyped_storage()  # kept alive: the count reads the storage it points to
-    return int(count(storage._cdata))
+    return int(_use_count(storage._cdata))
 
 
 # What a buffer nobody else uses reports: itself and the storage object of the query.
@@ -201,10 +204,14 @@ class SlotPool:
     def acquire(self) -> Slot:
         """A slot for one batch, claimed until ``release``."""
         with self._lock:
-            for slot in self.slots:
-                if not slot.busy and slot.unreferenced():
-                    slot.busy = True
-                    return slot
+            idle = [slot for slot in self.slots if not slot.busy]
+        # Checked without the lock, so that the other readers need not wait; checked again
+        # with it, as another reader may have filled and released the slot meanwhile.
+        free = next((slot for slot in idle if slot.unreferenced()), None)
+        with self._lock:
+            if free is not None and not free.busy and free.unreferenced():
+                free.busy = True
+                return free
             if len(self.slots) >= self.capacity:
                 for i, slot in enumerate(self.slots):
                     if not slot.busy:  # held by the caller: theirs now
