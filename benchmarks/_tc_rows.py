@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tensorbox._tensorclass import tensorclass
+from tensorbox import tensorclass
 
 Fn = Callable[[], Any]
 N = 1000

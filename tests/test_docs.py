@@ -50,7 +50,7 @@ def test_doc_page_runs(page: Path, tmp_path: Path) -> None:
 def _modules() -> list[str]:
     names = ["tensorbox"]
     for info in pkgutil.walk_packages(tensorbox.__path__, "tensorbox."):
-        if info.name.endswith("__main__") or info.name == "tensorbox.demo":
+        if info.name.endswith("__main__"):
             continue
         names.append(info.name)
     return names
