@@ -201,6 +201,15 @@ def test_a_symlink_in_the_old_tree_never_leads_the_save_outside(tmp_path: Path) 
     _check(TensorDict.load_memmap(root), 2.0)
 
 
+def test_a_file_at_the_path_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("mine")
+    with pytest.raises(NotADirectoryError, match=r"cannot save a tree at '.*f': a file is there"):
+        _tree(1.0).memmap(tmp_path / "f")
+    with pytest.raises(NotADirectoryError, match=r"cannot save a tree at '.*f/sub': '.*f' is a"):
+        _tree(1.0).memmap(tmp_path / "f" / "sub")
+    assert sorted(os.listdir(tmp_path)) == ["f"] and (tmp_path / "f").read_text() == "mine"
+
+
 def test_a_save_needs_its_parent_writable(tmp_path: Path) -> None:
     if os.geteuid() == 0:
         pytest.skip("root ignores permissions")
