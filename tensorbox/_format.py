@@ -415,12 +415,13 @@ _ENTRY_FIELDS = {
 }
 
 
-def read_node(directory: str, root_real: str | None = None) -> Node:
+def read_node(directory: str, root_real: str | None = None, dir_fd: int | None = None) -> Node:
     """Parse and check ``directory/meta.json``; every problem is a FormatError naming the file.
 
     ``root_real`` is the top of the tree, symlinks resolved (default: ``directory``'s):
     a leaf reached through a symlink must resolve inside it. Sub-nodes are not read:
-    their :class:`NodeEntry` tells the caller where they are.
+    their :class:`NodeEntry` tells the caller where they are. ``dir_fd``, an open
+    descriptor of ``directory`` (the caller's, left open), saves opening it again.
     """
     directory = os.path.abspath(directory)
     if root_real is None:
@@ -466,7 +467,9 @@ def read_node(directory: str, root_real: str | None = None) -> Node:
         )
     entries: dict[str, Any] = {}
     tensor_fields = _TENSOR_FIELDS[version]
-    dir_fd = _open_dir(directory)
+    own_fd = dir_fd is None or not _STAT_DIR_FD
+    if own_fd:
+        dir_fd = _open_dir(directory)
     try:
         for key, e in entries_doc.items():
             # The common case first, with no per-entry string building (a tree of many
@@ -479,7 +482,7 @@ def read_node(directory: str, root_real: str | None = None) -> Node:
                     continue
             entries[key] = _entry(directory, root_real, meta_path, key, e, batch_size, version)
     finally:
-        if dir_fd is not None:
+        if dir_fd is not None and own_fd:
             os.close(dir_fd)
     return Node(directory, version, type_name, batch_size, device, entries, False)
 

@@ -158,7 +158,7 @@ def load_memmap(
     loader = _Loader(root, CLASS_REGISTRY, dev, non_blocking, mode)
     lock = _commit.read_lock(root)
     try:
-        top = fmt.read_node(root, root)
+        top = fmt.read_node(root, root, lock)
         if verify:
             verify_tree(root, top)
         obj = loader.node(top, cls, 0)
