@@ -161,6 +161,10 @@ def writing(root: str) -> Iterator[None]:
     try:
         if stale:  # a save was killed while holding this lock: clean up after it
             recover(root)
+        if os.path.lexists(root) and not os.path.isdir(root):
+            raise NotADirectoryError(
+                f"cannot save a tree at {root!r}: a file is there; remove it or choose another path"
+            )
         yield
     finally:
         # Removed while still held: a writer waiting on this file sees it is gone and
@@ -309,18 +313,17 @@ def recover(root: str) -> None:
         with os.scandir(parent) as it:
             leftovers = sorted(
                 (e.path for e in it if e.name.startswith(prefix) and e.name != f"{prefix}lock"),
-                key=lambda p: ("-old-" not in p, p),
+                key=lambda p: ("-old-" not in os.path.basename(p), p),
             )
     except OSError:
         return
     for path in leftovers:
-        if not os.path.lexists(root) and "-old-" in os.path.basename(path):
+        base = os.path.basename(path)
+        if "-old-" in base and not os.path.lexists(root):
             with contextlib.suppress(OSError):
                 os.rename(path, root)
-                continue
-        if "-new-" in os.path.basename(path) and not os.path.lexists(
-            os.path.join(path, "meta.json")
-        ):
+            continue  # never take an old tree apart while no tree is at the path
+        if "-new-" in base and not os.path.lexists(os.path.join(path, "meta.json")):
             remove_stage(path)  # a staging directory that was never finished: all ours
         else:
             dispose(path, root)

@@ -131,7 +131,6 @@ import json
 import math
 import os
 import re
-import reprlib
 import stat
 import sys
 import threading
@@ -143,6 +142,7 @@ import numpy as np
 import orjson
 import torch
 
+from ._format_json import _INT64_LIMIT, MAX_JSON_DEPTH, _short_repr, check_json_value
 from ._format_names import decode_key, encode_key, is_plain_name
 from .errors import FormatError, IncompleteTreeError
 
@@ -181,11 +181,7 @@ SUFFIX = ".memmap"
 #: Bounds that keep a hostile file from asking for absurd work before the size check.
 MAX_DIMS = 64
 MAX_DEPTH = 200  # nested nodes, for writers and readers; loading recurses once per level
-#: Nesting of a JSON value (a list in a list... counts one per level), for writers;
-#: ``meta.json`` adds 3 levels, within what orjson reads and writes (255).
-MAX_JSON_DEPTH = 200
 MAX_META_BYTES = 1 << 28
-_INT64_LIMIT = 1 << 63
 
 #: dtype name (as written in ``meta.json``) -> torch dtype. Names are torch's, without "torch.".
 _DTYPE_NAMES_TEXT = (
@@ -214,78 +210,6 @@ def dtype_name(dtype: torch.dtype, where: str = "") -> str:
 
 
 # ---------------------------------------------------------------- writing
-
-
-def check_json_value(value: Any, where: str) -> bool:
-    """Raise TypeError (ValueError for sizes) unless ``value`` round-trips through JSON
-    exactly and loads again: nested at most :data:`MAX_JSON_DEPTH` deep, integers short
-    enough for Python to write and read (``sys.get_int_max_str_digits()``).
-
-    Returns True when the value needs Python's ``json`` writer (NaN, infinities,
-    or integers beyond 64 bits, which ``orjson`` does not write).
-    """
-    needs_std = False
-    stack = [(value, 0)]
-    while stack:
-        v, depth = stack.pop()
-        t = type(v)
-        if v is None or t is bool or t is str:
-            continue
-        if t is int:
-            if not -_INT64_LIMIT <= v < _INT64_LIMIT:
-                needs_std = True
-                _check_big_int(v, where)
-        elif t is float:
-            needs_std |= not math.isfinite(v)
-        elif t is list or t is dict:
-            if depth >= MAX_JSON_DEPTH:
-                raise ValueError(
-                    f"{where}: the value nests lists and dicts more than {MAX_JSON_DEPTH} deep; "
-                    "a saved tree keeps JSON values at most that deep (so that they load "
-                    "again): flatten it, or store it as a tensor"
-                )
-            if t is list:
-                stack.extend((item, depth + 1) for item in v)
-                continue
-            for k, item in v.items():
-                if type(k) is not str:
-                    raise TypeError(
-                        f"{where}: dict key {_short_repr(k)} of type {type(k).__name__} cannot be "
-                        "saved; JSON keeps str keys only"
-                    )
-                stack.append((item, depth + 1))
-        else:
-            raise TypeError(
-                f"{where}: value {_short_repr(v)} of type {t.__name__} cannot be saved; a saved "
-                "tree keeps non-tensor values as JSON (None, bool, int, float, str, list, dict "
-                "with str keys) and never pickles. Convert it (a tuple to a list, a numpy value "
-                "with .tolist()), or store it as a tensor"
-            )
-    return needs_std
-
-
-def _check_big_int(v: int, where: str) -> None:
-    try:
-        str(v)
-    except ValueError:
-        raise ValueError(
-            f"{where}: an int of {v.bit_length()} bits has more than "
-            f"{sys.get_int_max_str_digits()} digits, more than Python writes or reads as JSON "
-            "(sys.get_int_max_str_digits()); store it as a string or as a tensor"
-        ) from None
-
-
-_REPR = reprlib.Repr()
-_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 60, 60, 40
-
-
-def _short_repr(v: Any) -> str:
-    """A repr of at most 80 characters, safe on deep or huge values."""
-    try:
-        r = _REPR.repr(v)
-    except Exception:  # a broken __repr__
-        r = f"<{type(v).__name__} object>"
-    return r if len(r) <= 80 else r[:77] + "..."
 
 
 def node_meta(
@@ -415,12 +339,13 @@ _ENTRY_FIELDS = {
 }
 
 
-def read_node(directory: str, root_real: str | None = None) -> Node:
+def read_node(directory: str, root_real: str | None = None, dir_fd: int | None = None) -> Node:
     """Parse and check ``directory/meta.json``; every problem is a FormatError naming the file.
 
     ``root_real`` is the top of the tree, symlinks resolved (default: ``directory``'s):
     a leaf reached through a symlink must resolve inside it. Sub-nodes are not read:
-    their :class:`NodeEntry` tells the caller where they are.
+    their :class:`NodeEntry` tells the caller where they are. ``dir_fd``, an open
+    descriptor of ``directory`` (the caller's, left open), saves opening it again.
     """
     directory = os.path.abspath(directory)
     if root_real is None:
@@ -466,7 +391,9 @@ def read_node(directory: str, root_real: str | None = None) -> Node:
         )
     entries: dict[str, Any] = {}
     tensor_fields = _TENSOR_FIELDS[version]
-    dir_fd = _open_dir(directory)
+    own_fd = dir_fd is None or not _STAT_DIR_FD
+    if own_fd:
+        dir_fd = _open_dir(directory)
     try:
         for key, e in entries_doc.items():
             # The common case first, with no per-entry string building (a tree of many
@@ -479,7 +406,7 @@ def read_node(directory: str, root_real: str | None = None) -> Node:
                     continue
             entries[key] = _entry(directory, root_real, meta_path, key, e, batch_size, version)
     finally:
-        if dir_fd is not None:
+        if dir_fd is not None and own_fd:
             os.close(dir_fd)
     return Node(directory, version, type_name, batch_size, device, entries, False)
 

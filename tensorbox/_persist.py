@@ -157,7 +157,7 @@ def load_memmap(
     loader = _Loader(root, CLASS_REGISTRY, dev, non_blocking, mode)
     lock = _commit.read_lock(root)
     try:
-        top = fmt.read_node(root, root)
+        top = fmt.read_node(root, root, lock)
         if verify:
             verify_tree(root, top)
         obj = loader.node(top, cls, 0)
@@ -385,7 +385,7 @@ class _Saver:
                 path, t = job[0], job[1]
                 nbytes = t.numel() * t.element_size()
                 if like:
-                    return _reserve(staged(path), nbytes, sparse, fsync, job[3])
+                    return _reserve(staged(path), nbytes, sparse, fsync, job[3], path)
                 return write_file(staged(path), t, nbytes, fsync=fsync, sync_dir=False)
 
             def write_meta(meta: tuple[str, dict, bool]) -> None:
@@ -464,7 +464,9 @@ def _link(src: str, dst: str, t: Tensor) -> bool:
     return True
 
 
-def _reserve(path: str, nbytes: int, sparse: bool, fsync: bool, key: str) -> tuple[int, int]:
+def _reserve(
+    path: str, nbytes: int, sparse: bool, fsync: bool, key: str, shown: str
+) -> tuple[int, int]:
     """A new zero-filled file of ``nbytes``, its blocks reserved unless ``sparse``.
 
     Reserving (``posix_fallocate``) turns a full disk into an error now, instead of a
@@ -483,7 +485,7 @@ def _reserve(path: str, nbytes: int, sparse: bool, fsync: bool, key: str) -> tup
                         raise OSError(
                             errno.ENOSPC,
                             f"no space left to reserve {nbytes} bytes for key {key!r} at "
-                            f"{path}: free space, or pass sparse=True to create sparse files "
+                            f"{shown}: free space, or pass sparse=True to create sparse files "
                             "(then a full disk shows up later, as a crash when a row is written)",
                         ) from None
                     if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL):

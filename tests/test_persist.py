@@ -513,7 +513,7 @@ td.memmap(sys.argv[1])
 """
 
 
-def test_save_killed_midway_is_incomplete(tmp_path: Path) -> None:
+def test_save_killed_midway_leaves_the_old_tree(tmp_path: Path) -> None:
     fresh, over = tmp_path / "fresh", tmp_path / "over"
     n = 1 << 16
     TensorDict(

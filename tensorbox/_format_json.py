@@ -1,0 +1,94 @@
+"""JSON values in ``meta.json``: what a save accepts, checked before anything is written.
+
+The limits make what saves also load: nesting at most :data:`MAX_JSON_DEPTH` deep
+(``meta.json`` adds 3 levels, within what orjson reads and writes, 255), integers of at
+most ``sys.get_int_max_str_digits()`` digits (what Python writes and reads as JSON).
+
+>>> check_json_value({"lr": 0.5, "layers": [1, 2]}, "key 'cfg'"), check_json_value(2**70, "k")
+(False, True)
+"""
+
+from __future__ import annotations
+
+import math
+import reprlib
+import sys
+from typing import Any
+
+__all__ = ["MAX_JSON_DEPTH", "check_json_value"]
+
+#: Nesting of a JSON value (a list in a list... counts one per level), for writers.
+MAX_JSON_DEPTH = 200
+_INT64_LIMIT = 1 << 63
+
+
+def check_json_value(value: Any, where: str) -> bool:
+    """Raise TypeError (ValueError for sizes) unless ``value`` round-trips through JSON
+    exactly and loads again: nested at most :data:`MAX_JSON_DEPTH` deep, integers short
+    enough for Python to write and read (``sys.get_int_max_str_digits()``).
+
+    Returns True when the value needs Python's ``json`` writer (NaN, infinities,
+    or integers beyond 64 bits, which ``orjson`` does not write).
+    """
+    needs_std = False
+    stack = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        t = type(v)
+        if v is None or t is bool or t is str:
+            continue
+        if t is int:
+            if not -_INT64_LIMIT <= v < _INT64_LIMIT:
+                needs_std = True
+                _check_big_int(v, where)
+        elif t is float:
+            needs_std |= not math.isfinite(v)
+        elif t is list or t is dict:
+            if depth >= MAX_JSON_DEPTH:
+                raise ValueError(
+                    f"{where}: the value nests lists and dicts more than {MAX_JSON_DEPTH} deep; "
+                    "a saved tree keeps JSON values at most that deep (so that they load "
+                    "again): flatten it, or store it as a tensor"
+                )
+            if t is list:
+                stack.extend((item, depth + 1) for item in v)
+                continue
+            for k, item in v.items():
+                if type(k) is not str:
+                    raise TypeError(
+                        f"{where}: dict key {_short_repr(k)} of type {type(k).__name__} cannot be "
+                        "saved; JSON keeps str keys only"
+                    )
+                stack.append((item, depth + 1))
+        else:
+            raise TypeError(
+                f"{where}: value {_short_repr(v)} of type {t.__name__} cannot be saved; a saved "
+                "tree keeps non-tensor values as JSON (None, bool, int, float, str, list, dict "
+                "with str keys) and never pickles. Convert it (a tuple to a list, a numpy value "
+                "with .tolist()), or store it as a tensor"
+            )
+    return needs_std
+
+
+def _check_big_int(v: int, where: str) -> None:
+    try:
+        str(v)
+    except ValueError:
+        raise ValueError(
+            f"{where}: an int of {v.bit_length()} bits has more than "
+            f"{sys.get_int_max_str_digits()} digits, more than Python writes or reads as JSON "
+            "(sys.get_int_max_str_digits()); store it as a string or as a tensor"
+        ) from None
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 60, 60, 40
+
+
+def _short_repr(v: Any) -> str:
+    """A repr of at most 80 characters, safe on deep or huge values."""
+    try:
+        r = _REPR.repr(v)
+    except Exception:  # a broken __repr__
+        r = f"<{type(v).__name__} object>"
+    return r if len(r) <= 80 else r[:77] + "..."
