@@ -535,11 +535,6 @@ def test_two_writers_and_a_reader_never_see_a_torn_or_mixed_tree(tmp_path: Path)
     assert _hidden(tmp_path) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="TensorDict has no __deepcopy__: deepcopy goes through __reduce__, which pickles "
-    "mapped leaves by reference, so the copy aliases the files (a core fix, _td.py)",
-)
 def test_a_deep_copy_of_a_mapped_tree_is_a_copy(tmp_path: Path) -> None:
     import copy
 
