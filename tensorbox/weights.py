@@ -450,6 +450,11 @@ class ParamTree(nn.Module):
         return to_module(self.td, module, **kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Always raises ``TypeError``: a ``ParamTree`` holds weights, it computes nothing.
+
+        It is an ``nn.Module`` only so that ``.parameters()``, ``.to()`` and optimizers
+        see the weights; put them into a model with ``to_module`` and call the model.
+        """
         raise TypeError(
             "a ParamTree holds weights only and cannot be called; put them into a model "
             "with tree.to_module(model) and call the model"

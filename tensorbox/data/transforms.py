@@ -99,6 +99,11 @@ class BatchTransform(nn.Module):
         return generator if generator is not None else self.generator
 
     def forward(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """The transformed batch, same leading shape as ``x`` (``[..., C, H, W]``).
+
+        Called as ``t(x)`` or ``t(x, generator=g)``; ``g`` wins over the construction
+        generator, so one seeded generator makes a whole pipeline reproducible.
+        """
         b, lead = _as_batch(x, type(self).__name__)
         out = self._transform(b, self._gen(generator))
         return out.reshape(*lead, *out.shape[-3:])
@@ -111,6 +116,10 @@ class Compose(nn.Sequential):
     """Run transforms in order, handing each the same ``generator`` (when it takes one)."""
 
     def forward(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``x`` through every transform in order; ``generator`` reaches each ``BatchTransform``.
+
+        Other modules (a plain ``nn.Module``) are called with ``x`` alone.
+        """
         for module in self:
             x = module(x, generator=generator) if isinstance(module, BatchTransform) else module(x)
         return x
@@ -164,6 +173,10 @@ class Normalize(BatchTransform):
         *,
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """The normalized batch, of ``dtype``; written into ``out`` when given (reused buffer).
+
+        ``generator`` is accepted (and unused) so ``Normalize`` fits in a ``Compose``.
+        """
         b, _ = _as_batch(x, "Normalize")
         c = b.shape[1]
         if c != len(self.mean) and len(self.mean) != 1:
@@ -201,6 +214,7 @@ class Normalize(BatchTransform):
         return out
 
     def extra_repr(self) -> str:
+        """The settings shown in ``repr`` (``nn.Module`` hook)."""
         return f"mean={self.mean}, std={self.std}, dtype={self.dtype}"
 
 
@@ -269,6 +283,7 @@ class RandomCrop(BatchTransform):
         return crop_batch(x, top, left, self.size)
 
     def extra_repr(self) -> str:
+        """The settings shown in ``repr`` (``nn.Module`` hook)."""
         return f"size={self.size}"
 
 
@@ -287,6 +302,7 @@ class CenterCrop(BatchTransform):
         return x[..., top : top + h, left : left + w]
 
     def extra_repr(self) -> str:
+        """The settings shown in ``repr`` (``nn.Module`` hook)."""
         return f"size={self.size}"
 
 
@@ -317,6 +333,7 @@ class RandomHorizontalFlip(BatchTransform):
         return torch.where(mask.to(x.device).view(-1, 1, 1, 1), x.flip(-1), x)
 
     def extra_repr(self) -> str:
+        """The settings shown in ``repr`` (``nn.Module`` hook)."""
         return f"p={self.p}"
 
 
@@ -436,6 +453,7 @@ class RandomResizedCrop(BatchTransform):
         return resized_crop_batch(x, boxes, self.size)
 
     def extra_repr(self) -> str:
+        """The settings shown in ``repr`` (``nn.Module`` hook)."""
         return f"size={self.size}, scale={self.scale}, ratio={self.ratio}"
 
 
@@ -478,6 +496,7 @@ class ColorJitter(BatchTransform):
         return jitter_batch(x, factors)
 
     def extra_repr(self) -> str:
+        """The settings shown in ``repr`` (``nn.Module`` hook)."""
         return f"brightness={self.brightness}, contrast={self.contrast}"
 
 
