@@ -30,8 +30,8 @@ test: $(VENV)/.core
 
 lint: $(VENV)/.core
 	$(BIN)/python -m pip install -q ruff
-	$(BIN)/ruff check tensorbox tests benchmarks tutorials
-	$(BIN)/ruff format --check tensorbox tests benchmarks tutorials
+	$(BIN)/ruff check tensorbox tests benchmarks tutorials tools
+	$(BIN)/ruff format --check tensorbox tests benchmarks tutorials tools
 
 bench: $(VENV)/.bench
 	$(BIN)/python benchmarks/ops.py

@@ -154,7 +154,14 @@ class TensorCollection(
 
     @property
     def batch_size(self) -> torch.Size:
-        """The leading dims shared by every leaf."""
+        """The leading dims shared by every leaf.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2, 3), batch_size=[2, 3])
+        >>> td.batch_size = [2]        # fewer batch dims: the leaves' shapes allow it
+        >>> td.batch_size, td["x"].shape
+        (torch.Size([2]), torch.Size([2, 3]))
+        """
         return self._batch_size
 
     @batch_size.setter
@@ -200,12 +207,26 @@ class TensorCollection(
 
     @property
     def device(self) -> torch.device | None:
-        """The device every leaf lives on, or None when not fixed."""
+        """The device every leaf lives on, or None when not fixed.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> TensorDict(x=torch.zeros(2), batch_size=[2]).device is None
+        True
+        >>> TensorDict(x=torch.zeros(2), batch_size=[2], device="cpu").device
+        device(type='cpu')
+        """
         return self._device
 
     @property
     def is_locked(self) -> bool:
-        """True when entries may not be added, removed or replaced."""
+        """True when entries may not be added, removed or replaced.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2), batch_size=[2])
+        >>> td.is_locked = True          # same as td.lock_()
+        >>> td.is_locked
+        True
+        """
         return self._locked
 
     @is_locked.setter
@@ -231,7 +252,15 @@ class TensorCollection(
 
     def unlock_(self) -> Self:
         """Allow adding, removing and replacing entries again (a context manager too:
-        ``with td.unlock_(): td["new"] = x`` locks again on exit)."""
+        ``with td.unlock_(): td["new"] = x`` locks again on exit).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2), batch_size=[2]).lock_()
+        >>> with td.unlock_():
+        ...     td["y"] = torch.ones(2)
+        >>> td.is_locked, sorted(td.keys())
+        (True, ['x', 'y'])
+        """
         self._prev_lock = self._locked
         _tree.set_locked(self, False)
         return self
@@ -278,6 +307,11 @@ class TensorCollection(
         """The value at ``key``, or ``default`` (None) when it is missing.
 
         A malformed key (not a str or tuple of str) raises ``TensorDictKeyError``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2)}}, batch_size=[2])
+        >>> td.get(("n", "b")).tolist(), td.get("missing"), td.get("missing", 0)
+        ([1.0, 1.0], None, 0)
         """
         if type(key) is str:
             v = self._tensordict.get(key, _NO_DEFAULT)
@@ -330,6 +364,12 @@ class TensorCollection(
 
         ``inplace=True`` copies into the existing tensor (allowed when locked).
         ``non_blocking`` is accepted for tensordict's signature (copies here are synchronous).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(batch_size=[2])
+        >>> td = td.set(("n", "x"), torch.zeros(2, 3))   # creates the nested level "n"
+        >>> td["n"].batch_size, td["n", "x"].shape
+        (torch.Size([2]), torch.Size([2, 3]))
         """
         if type(key) is str:
             if inplace and key in self._tensordict:
@@ -344,7 +384,14 @@ class TensorCollection(
         return self
 
     def set_(self, key: NestedKey, value: Any) -> Self:
-        """Copy ``value`` into the existing entry ``key`` (works on locked containers)."""
+        """Copy ``value`` into the existing entry ``key`` (works on locked containers).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2), batch_size=[2]).lock_()
+        >>> x = td["x"]
+        >>> td.set_("x", torch.ones(2))["x"] is x, x.tolist()   # same tensor, new values
+        (True, [1.0, 1.0])
+        """
         path = unravel_key(key)
         node = self._existing_parent(path)
         if path[-1] not in node._tensordict:
@@ -397,7 +444,13 @@ class TensorCollection(
         self.del_(key)
 
     def del_(self, key: NestedKey) -> Self:
-        """Remove ``key`` (a tuple key removes a nested entry)."""
+        """Remove ``key`` (a tuple key removes a nested entry).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2)}}, batch_size=[2])
+        >>> td.del_(("n", "b")).keys(include_nested=True)
+        ['a', 'n']
+        """
         path = unravel_key(key)
         node = self._existing_parent(path)
         store = node._tensordict
@@ -409,7 +462,13 @@ class TensorCollection(
         return self
 
     def pop(self, key: NestedKey, default: Any = _NO_DEFAULT) -> Any:
-        """Remove ``key`` and return its value (or ``default`` when missing)."""
+        """Remove ``key`` and return its value (or ``default`` when missing).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2), batch_size=[2])
+        >>> td.pop("a").tolist(), "a" in td, td.pop("a", None)
+        ([0.0, 0.0], False, None)
+        """
         try:
             value = self.get(key, _NO_DEFAULT)
         except TensorDictKeyError:
@@ -420,7 +479,13 @@ class TensorCollection(
         return value
 
     def rename_key_(self, old: NestedKey, new: NestedKey, safe: bool = False) -> Self:
-        """Move the entry ``old`` to ``new``; ``safe=True`` refuses to replace an entry."""
+        """Move the entry ``old`` to ``new``; ``safe=True`` refuses to replace an entry.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2), batch_size=[2])
+        >>> list(td.rename_key_("a", ("n", "b")).keys(include_nested=True))
+        ['n', ('n', 'b')]
+        """
         if self._locked:
             raise LockedError(f"cannot rename {old!r}: the container is locked")
         if safe and new in self:
@@ -436,7 +501,13 @@ class TensorCollection(
         is_leaf: Callable[[type], bool] | None = None,
     ) -> Sequence[NestedKey] | Any:
         """Keys of this level (a live view); with ``include_nested`` or ``leaves_only``
-        a list, with nested keys as tuples."""
+        a list, with nested keys as tuples.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2)}}, batch_size=[2])
+        >>> list(td.keys()), td.keys(include_nested=True), td.keys(True, leaves_only=True)
+        (['a', 'n'], ['a', 'n', ('n', 'b')], ['a', ('n', 'b')])
+        """
         if is_leaf is not None:
             return [k for k, _ in self._items_is_leaf(include_nested, leaves_only, is_leaf, ())]
         if not include_nested and not leaves_only:
@@ -446,7 +517,13 @@ class TensorCollection(
     def items(
         self, include_nested: bool = False, leaves_only: bool = False
     ) -> Iterator[tuple[NestedKey, Any]]:
-        """``(key, value)`` pairs; non-tensor entries give their plain value."""
+        """``(key, value)`` pairs; non-tensor entries give their plain value.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"x": torch.zeros(2), "name": "cat"}, batch_size=[2])
+        >>> [(k, type(v).__name__) for k, v in td.items()]
+        [('x', 'Tensor'), ('name', 'str')]
+        """
         for k, v in _tree.iter_items(self, include_nested, leaves_only):
             yield k, (v.value if type(v) is _NTD else v)
 
@@ -468,7 +545,12 @@ class TensorCollection(
             yield v
 
     def is_empty(self) -> bool:
-        """True when no tensor leaf exists at any depth."""
+        """True when no tensor leaf exists at any depth.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> TensorDict({"n": {}}, batch_size=[]).is_empty(), TensorDict(x=torch.zeros(1)).is_empty()
+        (True, False)
+        """
         return not _tree.tensor_leaves(self)
 
     def __iter__(self) -> Iterator[Self]:
@@ -529,7 +611,14 @@ class TensorCollection(
         default: Any = KEEP,
         filter_empty: bool | None = None,
     ) -> Self:
-        """Like ``apply`` but ``fn(key, leaf, *others)``; nested keys are tuples if asked."""
+        """Like ``apply`` but ``fn(key, leaf, *others)``; nested keys are tuples if asked.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.zeros(2)}}, batch_size=[2])
+        >>> out = td.named_apply(lambda key, x: x + len(key), nested_keys=True)
+        >>> out["a"].tolist(), out["n", "b"].tolist()   # "a" is 1 long, ("n", "b") 2
+        ([1.0, 1.0], [2.0, 2.0])
+        """
         res: Self = _apply.apply(
             self, fn, others, batch_size, KEEP, False, True, nested_keys, (), default, filter_empty
         )
@@ -573,12 +662,27 @@ class TensorCollection(
         return all(v.is_pinned() for v in _tree.tensor_leaves(self))
 
     def clone(self, recurse: bool = True) -> Self:
-        """A copy; ``recurse=False`` copies the structure and shares the tensors."""
+        """A copy; ``recurse=False`` copies the structure and shares the tensors.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2), batch_size=[2])
+        >>> deep, shallow = td.clone(), td.clone(recurse=False)
+        >>> deep["x"].data_ptr() == td["x"].data_ptr(), shallow["x"] is td["x"]
+        (False, True)
+        """
         out: Self = _apply.clone(self, recurse)
         return out
 
     def copy(self) -> Self:
-        """A shallow copy: new structure, shared tensors."""
+        """A shallow copy: new structure, shared tensors.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2), batch_size=[2])
+        >>> c = td.copy()
+        >>> c["y"] = torch.ones(2)          # the structure is new...
+        >>> "y" in td, c["x"] is td["x"]    # ...the tensors are shared
+        (False, True)
+        """
         out: Self = _apply.clone(self, False)
         return out
 
@@ -600,7 +704,13 @@ class TensorCollection(
         return out
 
     def contiguous(self) -> Self:
-        """Every leaf contiguous."""
+        """Every leaf contiguous.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(3, 2), batch_size=[3, 2]).transpose(0, 1)
+        >>> td["x"].is_contiguous(), td.contiguous()["x"].is_contiguous()
+        (False, True)
+        """
         out: Self = _apply.map_leaves(self, Tensor.contiguous)
         return out
 
@@ -627,12 +737,24 @@ class TensorCollection(
         return self.apply(Tensor.zero_, inplace=True)
 
     def fill_(self, key: NestedKey, value: float | bool) -> Self:
-        """Fill the leaf ``key`` with ``value`` in place."""
+        """Fill the leaf ``key`` with ``value`` in place.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2), batch_size=[2])
+        >>> td.fill_("x", 7)["x"].tolist()
+        [7.0, 7.0]
+        """
         self.get(key, _NO_DEFAULT).fill_(value)
         return self
 
     def share_memory_(self) -> Self:
-        """Move every leaf into shared memory so worker processes see writes."""
+        """Move every leaf into shared memory so worker processes see writes.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2), batch_size=[2]).share_memory_()
+        >>> td.is_shared()
+        True
+        """
         return self.apply(Tensor.share_memory_, inplace=True)
 
     def is_shared(self) -> bool:
@@ -654,6 +776,12 @@ class TensorCollection(
 
         ``clone=True`` copies the incoming tensors; ``inplace=True`` writes into existing
         tensors; ``keys_to_update`` limits the merge to those keys.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"n": {"a": torch.zeros(2)}}, batch_size=[2])
+        >>> _ = td.update({"n": {"b": torch.ones(2)}})   # recurses: "n" keeps "a"
+        >>> td.keys(include_nested=True, leaves_only=True)
+        [('n', 'a'), ('n', 'b')]
         """
         if clone:
             other = (
@@ -666,7 +794,15 @@ class TensorCollection(
 
     def update_(self, other: Mapping[str, Any] | TensorCollection) -> Self:
         """Copy the values of ``other`` into the existing entries, in place; every key
-        of ``other`` must exist here (works on locked containers)."""
+        of ``other`` must exist here (works on locked containers).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2), batch_size=[2]).lock_()
+        >>> x = td["x"]
+        >>> _ = td.update_({"x": torch.ones(2)})   # copies into x, allowed on a locked container
+        >>> x.tolist()
+        [1.0, 1.0]
+        """
         _keyops.update(self, other, True, None, strict=True)
         return self
 
@@ -675,17 +811,37 @@ class TensorCollection(
         return self.update_(other)
 
     def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> Self:
-        """Only the given (possibly nested) keys; missing keys raise unless ``strict=False``."""
+        """Only the given (possibly nested) keys; missing keys raise unless ``strict=False``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2), "c": torch.ones(2)}}, [2])
+        >>> td.select("a", ("n", "b")).keys(include_nested=True, leaves_only=True)
+        ['a', ('n', 'b')]
+        >>> list(td.select("a", "missing", strict=False).keys())
+        ['a']
+        """
         out: Self = _keyops.select(self, keys, inplace, strict)
         return out
 
     def exclude(self, *keys: NestedKey, inplace: bool = False) -> Self:
-        """Everything but the given (possibly nested) keys."""
+        """Everything but the given (possibly nested) keys.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2), "c": torch.ones(2)}}, [2])
+        >>> td.exclude(("n", "b")).keys(include_nested=True, leaves_only=True)
+        ['a', ('n', 'c')]
+        """
         out: Self = _keyops.exclude(self, keys, inplace)
         return out
 
     def flatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
-        """One level with keys joined by ``separator``: ``{"a": {"b": x}}`` -> ``{"a.b": x}``."""
+        """One level with keys joined by ``separator``: ``{"a": {"b": x}}`` -> ``{"a.b": x}``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"a": {"b": torch.zeros(2)}}, batch_size=[2])
+        >>> list(td.flatten_keys().keys()), list(td.flatten_keys("/").keys())
+        (['a.b'], ['a/b'])
+        """
         out: Self = _keyops.flatten_keys(self, separator)
         return self._replace_entries(out) if inplace else out
 
@@ -697,7 +853,13 @@ class TensorCollection(
         return self
 
     def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
-        """The inverse of ``flatten_keys``."""
+        """The inverse of ``flatten_keys``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"a.b": torch.zeros(2)}, batch_size=[2])
+        >>> td.unflatten_keys().keys(include_nested=True)
+        ['a', ('a', 'b')]
+        """
         out: Self = _keyops.unflatten_keys(self, separator)
         return self._replace_entries(out) if inplace else out
 

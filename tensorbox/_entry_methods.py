@@ -210,7 +210,13 @@ class EntryMethods:
 
     def get_non_tensor(self, key: NestedKey, default: Any = _MISSING) -> Any:
         """The value at ``key`` (a non-tensor's Python value; any other entry as ``get``
-        gives it); ``default`` when missing, else a ``TensorDictKeyError``."""
+        gives it); ``default`` when missing, else a ``TensorDictKeyError``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"x": torch.zeros(2), "name": "cat"}, batch_size=[2])
+        >>> td.get_non_tensor("name"), td.get_non_tensor("missing", "dog")
+        ('cat', 'dog')
+        """
         path = unravel_key(key)
         try:
             parent = _parent(self, path, "get_non_tensor")
@@ -224,7 +230,13 @@ class EntryMethods:
 
     def is_non_tensor(self, key: NestedKey) -> bool:
         """Whether the entry at ``key`` is non-tensor data (neither a tensor nor a
-        container); a missing key raises ``TensorDictKeyError``."""
+        container); a missing key raises ``TensorDictKeyError``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"x": torch.zeros(2), "name": "cat"}, batch_size=[2])
+        >>> td.is_non_tensor("name"), td.is_non_tensor("x")
+        (True, False)
+        """
         path = unravel_key(key)
         value = _parent(self, path, "is_non_tensor").get(path[-1])
         return not (isinstance(value, Tensor) or _is_coll(value))
@@ -247,7 +259,13 @@ class EntryMethods:
         return self
 
     def clear(self) -> Self:
-        """Remove every entry (refused on a locked container)."""
+        """Remove every entry (refused on a locked container).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2), batch_size=[2])
+        >>> td.clear().batch_size, list(td.keys())   # the batch size stays
+        (torch.Size([2]), [])
+        """
         self.exclude(*self.keys(), inplace=True)  # type: ignore[attr-defined]
         return self
 
@@ -290,7 +308,13 @@ class EntryMethods:
         keep_entries: bool = False,
     ) -> Self:
         """Set ``out_key`` to ``torch.stack`` of the tensors at ``keys`` along tensor dim
-        ``dim``; the entries at ``keys`` are removed unless ``keep_entries``."""
+        ``dim``; the entries at ``keys`` are removed unless ``keep_entries``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2, 3), b=torch.ones(2, 3), batch_size=[2])
+        >>> td.stack_tensors("a", "b", out_key="ab", dim=1)["ab"].shape, sorted(td.keys())
+        (torch.Size([2, 2, 3]), ['ab'])
+        """
         return _merge(
             self, keys, out_key, keep_entries, "stack_tensors", lambda t: torch.stack(t, dim)
         )

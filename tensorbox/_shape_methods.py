@@ -169,7 +169,13 @@ class ShapeMethods:
         return flipped.transpose(d0, d1)  # type: ignore[no-any-return]
 
     def fliplr(self) -> Self:
-        """Reverse batch dim 1 (left/right); needs at least 2 batch dims (``torch.fliplr``)."""
+        """Reverse batch dim 1 (left/right); needs at least 2 batch dims (``torch.fliplr``).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.arange(4).reshape(2, 2), batch_size=[2, 2])
+        >>> td.fliplr()["x"].tolist()
+        [[1, 0], [3, 2]]
+        """
         if len(self.batch_size) < 2:  # type: ignore[attr-defined]
             raise RuntimeError(
                 f"fliplr requires at least 2 batch dims, got batch_size {tuple(self.batch_size)}"  # type: ignore[attr-defined]
@@ -177,7 +183,13 @@ class ShapeMethods:
         return self.flip(1)  # type: ignore[attr-defined, no-any-return]
 
     def flipud(self) -> Self:
-        """Reverse batch dim 0 (up/down); needs at least 1 batch dim (``torch.flipud``)."""
+        """Reverse batch dim 0 (up/down); needs at least 1 batch dim (``torch.flipud``).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.arange(4).reshape(2, 2), batch_size=[2, 2])
+        >>> td.flipud()["x"].tolist()
+        [[2, 3], [0, 1]]
+        """
         if not self.batch_size:  # type: ignore[attr-defined]
             raise RuntimeError("flipud requires at least 1 batch dim, got batch_size ()")
         return self.flip(0)  # type: ignore[attr-defined, no-any-return]
@@ -234,11 +246,21 @@ class ShapeMethods:
         )
 
     def atleast_1d(self) -> Self:
-        """``self`` if it has a batch dim, else a view with batch size ``[1]``."""
+        """``self`` if it has a batch dim, else a view with batch size ``[1]``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> TensorDict(x=torch.tensor(1.0)).atleast_1d().batch_size
+        torch.Size([1])
+        """
         return _atleast(self, 1)
 
     def atleast_2d(self) -> Self:
-        """``self`` if it has 2+ batch dims, else a view with leading size-1 dims added."""
+        """``self`` if it has 2+ batch dims, else a view with leading size-1 dims added.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> TensorDict(x=torch.zeros(3), batch_size=[3]).atleast_2d().batch_size
+        torch.Size([1, 3])
+        """
         return _atleast(self, 2)
 
     def atleast_3d(self) -> Self:

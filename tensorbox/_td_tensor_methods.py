@@ -149,7 +149,14 @@ class TensorMethods:
         return self.apply(lambda t: t.masked_fill(_expand(mask, t), value))
 
     def masked_fill_(self, mask: Tensor, value: Any) -> Self:
-        """In-place ``masked_fill``: writes into the existing tensors."""
+        """In-place ``masked_fill``: writes into the existing tensors.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(3), batch_size=[3])
+        >>> _ = td.masked_fill_(torch.tensor([True, False, True]), 9.0)
+        >>> td["x"].tolist()
+        [9.0, 0.0, 9.0]
+        """
         mask = _check_mask(self, mask, "masked_fill_")
         return self.apply(lambda t: t.masked_fill_(_expand(mask, t), value), inplace=True)
 
@@ -174,6 +181,11 @@ class TensorMethods:
         """``torch.where(condition, leaf, other)``; ``condition`` spans leading batch dims.
 
         ``other`` is a container with the same keys, a tensor or a scalar.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(3, 2), batch_size=[3])
+        >>> td.where(torch.tensor([True, False, True]), 1.0)["x"].tolist()
+        [[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]]
         """
         cond = _check_mask(self, condition, "where")
         if _is_coll(other):
@@ -183,17 +195,36 @@ class TensorMethods:
     # ---------------------------------------------------------- constructors
 
     def empty(self) -> Self:
-        """A container with this batch size and device but no entries."""
+        """A container with this batch size and device but no entries.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2), batch_size=[2])
+        >>> e = td.empty()
+        >>> e.batch_size, list(e.keys())
+        (torch.Size([2]), [])
+        """
         return self.exclude(*self.keys())
 
     @classmethod
     def fromkeys(cls, keys: Iterable[str], value: Any = 0) -> Self:
-        """A container (batch size ``[]``) with ``value`` as a tensor at every key."""
+        """A container (batch size ``[]``) with ``value`` as a tensor at every key.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict.fromkeys(["a", "b"], 0.5)
+        >>> td.batch_size, td["a"]
+        (torch.Size([]), tensor(0.5000))
+        """
         return cls.from_dict({k: torch.as_tensor(value) for k in keys})  # type: ignore[attr-defined]
 
     @classmethod
     def maybe_dense_stack(cls, items: Sequence[Any], dim: builtins.int = 0) -> Any:
-        """``torch.stack(items, dim)`` (tensordict's name; stacks here are always dense)."""
+        """``torch.stack(items, dim)`` (tensordict's name; stacks here are always dense).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(3), batch_size=[3])
+        >>> TensorDict.maybe_dense_stack([td, td], 1).batch_size
+        torch.Size([3, 2])
+        """
         return torch.stack(list(items), dim)
 
     # ------------------------------------------------------------ reductions
@@ -219,7 +250,13 @@ class TensorMethods:
         return self._reduce("sum", dim, keepdim, **kw)
 
     def mean(self, dim: Any = None, keepdim: builtins.bool = False, *, dtype: Any = None) -> Self:
-        """Mean over batch dim(s) ``dim``, or of each whole leaf with ``dim=None``."""
+        """Mean over batch dim(s) ``dim``, or of each whole leaf with ``dim=None``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.tensor([[1.0, 3.0], [5.0, 7.0]]), batch_size=[2])
+        >>> td.mean(0)["x"].tolist(), td.mean()["x"].item()   # over the batch dim / whole leaf
+        ([3.0, 5.0], 4.0)
+        """
         kw = {} if dtype is None else {"dtype": dtype}
         return self._reduce("mean", dim, keepdim, **kw)
 
@@ -249,7 +286,13 @@ class TensorMethods:
     # (whatever their batch size) and per-row non-tensor values move with the rows.
 
     def repeat(self, *repeats: Any) -> Self:
-        """Tile the batch dims ``repeats`` times each (one count per batch dim)."""
+        """Tile the batch dims ``repeats`` times each (one count per batch dim).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.arange(2), batch_size=[2])
+        >>> td.repeat(3)["x"].tolist()
+        [0, 1, 0, 1, 0, 1]
+        """
         if len(repeats) == 1 and not isinstance(repeats[0], builtins.int):
             repeats = tuple(repeats[0])
         bs = self.batch_size
@@ -258,7 +301,13 @@ class TensorMethods:
         return self.tile(repeats)  # type: ignore[attr-defined, no-any-return]
 
     def flip(self, dims: builtins.int | Sequence[builtins.int]) -> Self:
-        """Reverse the order along batch dims ``dims``."""
+        """Reverse the order along batch dims ``dims``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.arange(3), batch_size=[3])
+        >>> td.flip(0)["x"].tolist()
+        [2, 1, 0]
+        """
         out: Any = self
         for d in _batch_dims(dims, self.batch_dims, "flip"):
             n = self.batch_size[d]
@@ -270,7 +319,13 @@ class TensorMethods:
         shifts: builtins.int | Sequence[builtins.int],
         dims: builtins.int | Sequence[builtins.int],
     ) -> Self:
-        """Roll along batch dims ``dims`` by ``shifts`` (as ``torch.roll``)."""
+        """Roll along batch dims ``dims`` by ``shifts`` (as ``torch.roll``).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.arange(4), batch_size=[4])
+        >>> td.roll(1, 0)["x"].tolist()
+        [3, 0, 1, 2]
+        """
         d = _batch_dims(dims, self.batch_dims, "roll")
         s = (shifts,) if isinstance(shifts, builtins.int) else tuple(shifts)
         if len(s) != len(d):
@@ -282,7 +337,13 @@ class TensorMethods:
         return out  # type: ignore[no-any-return]
 
     def gather(self, dim: builtins.int, index: Tensor) -> Self:
-        """``torch.gather`` along batch dim ``dim``; ``index`` spans the batch dims."""
+        """``torch.gather`` along batch dim ``dim``; ``index`` spans the batch dims.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.tensor([[10, 11, 12], [20, 21, 22]]), batch_size=[2, 3])
+        >>> td.gather(1, torch.tensor([[2], [0]]))["x"].tolist()
+        [[12], [20]]
+        """
         nd = self.batch_dims
         d = _batch_dim(dim, nd, "gather")
         if index.ndim != nd:
@@ -306,19 +367,37 @@ class TensorMethods:
     # ------------------------------------------------------- mapping helpers
 
     def setdefault(self, key: NestedKey, default: Any) -> Any:
-        """The entry at ``key``; when missing, set it to ``default`` first."""
+        """The entry at ``key``; when missing, set it to ``default`` first.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2), batch_size=[2])
+        >>> td.setdefault("y", torch.ones(2)).tolist(), td.setdefault("x", torch.ones(2)).tolist()
+        ([1.0, 1.0], [0.0, 0.0])
+        """
         if self.get(key, _MISSING) is _MISSING:
             self.set(key, default)
         return self.get(key)
 
     def get_item_shape(self, key: NestedKey) -> torch.Size:
         """Shape of the entry at ``key`` (a nested container's batch size; ``batch_size`` for
-        a non-tensor)."""
+        a non-tensor).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"x": torch.zeros(2, 5), "n": {"y": torch.zeros(2, 3)}}, batch_size=[2])
+        >>> td.get_item_shape("x"), td.get_item_shape("n")
+        (torch.Size([2, 5]), torch.Size([2]))
+        """
         v = self._get_or_raise(key)
         return v.shape if hasattr(v, "shape") else self.batch_size
 
     def entry_class(self, key: NestedKey) -> type:
-        """Class of the entry at ``key``."""
+        """Class of the entry at ``key``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"x": torch.zeros(2), "n": {}}, batch_size=[2])
+        >>> td.entry_class("x").__name__, td.entry_class("n").__name__
+        ('Tensor', 'TensorDict')
+        """
         return type(self._get_or_raise(key))
 
     def _get_or_raise(self, key: NestedKey) -> Any:
@@ -329,7 +408,13 @@ class TensorMethods:
 
     def auto_batch_size_(self, batch_dims: builtins.int | None = None) -> Self:
         """Set the batch size to the longest leading shape the leaves share (at most
-        ``batch_dims`` dims), nested levels too."""
+        ``batch_dims`` dims), nested levels too.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(4, 3, 5), y=torch.zeros(4, 3))
+        >>> td.auto_batch_size_().batch_size
+        torch.Size([4, 3])
+        """
         from . import _tree
 
         td = self if isinstance(self._tensordict, dict) else self._tensordict  # type: ignore[attr-defined]
@@ -337,12 +422,25 @@ class TensorMethods:
         return self
 
     def filter_non_tensor_data(self) -> Self:
-        """A copy without the non-tensor entries."""
+        """A copy without the non-tensor entries.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"x": torch.zeros(2), "name": "cat"}, batch_size=[2])
+        >>> list(td.filter_non_tensor_data().keys())
+        ['x']
+        """
         drop = [k for k, v in self.items(True, True) if not isinstance(v, Tensor)]
         return self.exclude(*drop)
 
     def numpy(self) -> dict[str, Any]:
-        """Nested dict of NumPy arrays (``Tensor.numpy``: shares memory; CPU, no grad)."""
+        """Nested dict of NumPy arrays (``Tensor.numpy``: shares memory; CPU, no grad).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"x": torch.zeros(2), "n": {"y": torch.ones(2)}}, batch_size=[2])
+        >>> arrays = td.numpy()
+        >>> type(arrays["x"]).__name__, arrays["n"]["y"].tolist()
+        ('ndarray', [1.0, 1.0])
+        """
         out: dict[str, Any] = {}
         for k, v in self.items():
             if isinstance(v, Tensor) or _is_coll(v):
@@ -355,6 +453,11 @@ class TensorMethods:
         """Nested lists (one level per batch dim) of per-element ``to_dict()`` dicts.
 
         With ``convert_tensors`` the tensors become Python lists too.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.tensor([1, 2]), batch_size=[2])
+        >>> td.tolist(convert_tensors=True)
+        [{'x': 1}, {'x': 2}]
         """
         if self.batch_dims:
             return [x.tolist(convert_tensors=convert_tensors) for x in self.unbind(0)]  # type: ignore[attr-defined]
@@ -370,7 +473,12 @@ class TensorMethods:
 
     @property
     def sorted_keys(self) -> list[str]:
-        """The top-level keys, sorted."""
+        """The top-level keys, sorted.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> TensorDict(b=torch.zeros(1), a=torch.zeros(1)).sorted_keys
+        ['a', 'b']
+        """
         return sorted(self.keys())
 
     def split_keys(

@@ -259,9 +259,10 @@ def _show_default(value: Any, names: dict[str, Any]) -> Any:
 
 
 def _show_annotation(annotation: Any) -> Any:
+    """A string annotation shown as written, less `builtins.` (a guard against shadowing)."""
     if annotation is inspect.Parameter.empty or not isinstance(annotation, str):
         return annotation
-    return _Text(annotation)
+    return _Text(annotation.replace("builtins.", ""))
 
 
 def signature(obj: Callable[..., Any], *, drop_first: bool = False, is_class: bool = False) -> str:
@@ -290,7 +291,7 @@ def member(name: str, value: Any, owner: type) -> Member:
     doc = raw_doc(value)
     if isinstance(value, property):
         ann = inspect.signature(value.fget).return_annotation if value.fget else None
-        shown = "" if ann in (None, inspect.Signature.empty) else f": {ann}"
+        shown = "" if ann in (None, inspect.Signature.empty) else f": {_show_annotation(ann)!r}"
         kind = "property" if value.fset is None else "property, settable"
         return Member(name, kind, f"{name}{shown}", doc)
     if isinstance(value, classmethod):

@@ -140,6 +140,16 @@ class TensorClass(TensorCollection, metaclass=_Meta):
 
         The tensors are shared, not copied. Unknown keys are refused. ``__post_init__``
         runs, as this brings in outside data; pass ``run_post_init=False`` to skip it.
+
+        >>> import torch; from tensorbox import TensorClass
+        >>> class Pair(TensorClass):
+        ...     a: torch.Tensor
+        ...     label: str = "none"
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(3, 2), batch_size=[3])
+        >>> p = Pair.from_tensordict(td)
+        >>> p.a is td["a"], p.label
+        (True, 'none')
         """
         if not getattr(type(td), "_is_tensor_collection", False):
             raise TypeError(f"{cls.__name__}.from_tensordict expects a TensorDict, got {td!r}")
@@ -177,7 +187,16 @@ class TensorClass(TensorCollection, metaclass=_Meta):
         *,
         device: torch.device | str | None = None,
     ) -> Self:
-        """Build from a mapping of field names to values (``__post_init__`` runs)."""
+        """Build from a mapping of field names to values (``__post_init__`` runs).
+
+        >>> import torch; from tensorbox import TensorClass
+        >>> class Pair(TensorClass):
+        ...     a: torch.Tensor
+        ...     label: str = "none"
+        >>> p = Pair.from_dict({"a": torch.zeros(3, 2), "label": "x"}, batch_size=[3])
+        >>> p.a.shape, p.label
+        (torch.Size([3, 2]), 'x')
+        """
         return cls(**source, batch_size=batch_size, device=device)
 
     def replace(self, *args: Any, **changes: Any) -> Self:
@@ -185,6 +204,15 @@ class TensorClass(TensorCollection, metaclass=_Meta):
 
         Tensors are shared; ``batch_size`` and ``device`` are kept unless given. With one
         positional mapping or container, tensordict's form: a shallow copy updated by it.
+
+        >>> import torch; from tensorbox import TensorClass
+        >>> class Pair(TensorClass):
+        ...     a: torch.Tensor
+        ...     label: str = "none"
+        >>> p = Pair(torch.zeros(3, 2), "x", batch_size=[3])
+        >>> q = p.replace(label="y")
+        >>> q.label, q.a is p.a, q.batch_size
+        ('y', True, torch.Size([3]))
         """
         if args:
             return EntryMethods.replace(self, *args, **changes)
