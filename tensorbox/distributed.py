@@ -557,10 +557,7 @@ class Request:
         return self._result
 
     def is_completed(self) -> bool:
-        """True when every underlying transfer has finished (never blocks).
-
-        The container is complete only after ``wait()``, which also runs the unpacking.
-        """
+        """True when every transfer has finished (never blocks; ``wait()`` then unpacks)."""
         if isinstance(self._works, Future):
             return self._works.done()
         return all(w.is_completed() for w in self._works)
