@@ -37,6 +37,11 @@ def copy_chunked(dst: Tensor, src: Tensor, chunk_bytes: int | None = None) -> Te
 
     Shapes must be equal (no broadcasting). Runs without autograd, so ``dst`` may be a
     parameter. Returns ``dst``.
+
+    >>> import torch; from tensorbox.weights import copy_chunked
+    >>> dst = torch.zeros(1000, 4)
+    >>> copy_chunked(dst, torch.ones(1000, 4, dtype=torch.float64), chunk_bytes=4096).sum().item()
+    4000.0
     """
     if dst.shape != src.shape:
         raise WeightsMismatchError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,16 @@ def test_api_md_matches_the_code() -> None:
 def test_every_public_name_and_member_has_a_docstring() -> None:
     missing = apiref.undocumented()
     assert missing == [], f"public names without a docstring: {missing}"
+
+
+def test_every_public_class_and_function_has_a_runnable_example() -> None:
+    # A doctest in its docstring (run by tests/test_docs.py), or, for what needs
+    # processes or a process group, a doc page whose ```python blocks use it.
+    assert apiref.without_example() == [], "add a >>> example or an EXAMPLES_ELSEWHERE entry"
+    block = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+    for qualname, (page, used) in apiref.EXAMPLES_ELSEWHERE.items():
+        code = "\n".join(block.findall((ROOT / "docs" / page).read_text(encoding="utf-8")))
+        assert used in code, f"{qualname}: docs/{page} runs no code using {used!r}"
 
 
 @pytest.mark.parametrize("module_name", apiref.MODULES)

@@ -53,6 +53,33 @@ MODULES = (
 #: Classes that list every member they inherit from the container base.
 FULL_CONTAINERS = ("TensorDict", "TensorClass")
 
+#: Public names whose runnable example is a doc page rather than a doctest (they need
+#: processes or a process group): qualified name -> (page, what its ``python`` blocks use).
+EXAMPLES_ELSEWHERE: dict[str, tuple[str, str]] = {
+    "tensorbox.BatchLoader": ("data.md", "BatchLoader("),
+    "tensorbox.data.ingest_image_folder": ("data.md", "ingest_image_folder("),
+    "tensorbox.buffer.AugmentBuffer": ("buffer.md", "AugmentBuffer("),
+    "tensorbox.buffer.BufferStats": ("buffer.md", ".stats()"),
+    "tensorbox.buffer.ProducerError": ("buffer.md", "ProducerError"),
+    "tensorbox.distributed.DistributedError": ("distributed.md", "tbd.DistributedError"),
+    "tensorbox.distributed.Request": ("distributed.md", "req.wait("),
+    "tensorbox.distributed.StructureMismatchError": ("distributed.md", "StructureMismatchError"),
+    "tensorbox.distributed.all_gather": ("distributed.md", "tbd.all_gather("),
+    "tensorbox.distributed.all_reduce_": ("distributed.md", "tbd.all_reduce_("),
+    "tensorbox.distributed.broadcast": ("distributed.md", "tbd.broadcast("),
+    "tensorbox.distributed.broadcast_": ("distributed.md", "tbd.broadcast_("),
+    # from_remote_init is recv_structure, init_remote and send_structure are send.
+    "tensorbox.distributed.from_remote_init": ("distributed.md", "tbd.recv_structure("),
+    "tensorbox.distributed.init_remote": ("distributed.md", "tbd.send("),
+    "tensorbox.distributed.irecv": ("distributed.md", "tbd.irecv("),
+    "tensorbox.distributed.isend": ("distributed.md", "tbd.isend("),
+    "tensorbox.distributed.recv": ("distributed.md", "tbd.recv("),
+    "tensorbox.distributed.recv_structure": ("distributed.md", "tbd.recv_structure("),
+    "tensorbox.distributed.send": ("distributed.md", "tbd.send("),
+    "tensorbox.distributed.send_structure": ("distributed.md", "tbd.send("),
+    "tensorbox.distributed.shard_indices": ("distributed.md", "tbd.shard_indices("),
+}
+
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
@@ -410,6 +437,13 @@ def _bases(cls: type) -> str:
     return f"({', '.join(names)})" if names else ""
 
 
+def _pointer(entry: Entry) -> list[str]:
+    if entry.qualname not in EXAMPLES_ELSEWHERE:
+        return []
+    doc_page = EXAMPLES_ELSEWHERE[entry.qualname][0]
+    return [f"Runnable example: [{doc_page}]({doc_page}).", ""]
+
+
 def _render_class(page: _Page, entry: Entry) -> None:
     cls = entry.obj
     sig = "" if issubclass(cls, BaseException) else signature(cls, is_class=True)
@@ -417,6 +451,7 @@ def _render_class(page: _Page, entry: Entry) -> None:
     if sig:
         page.lines += [f"Constructor: `{entry.name}{sig}`", ""]
     page.lines += render_doc(raw_doc(cls))
+    page.lines += _pointer(entry)
     fields = _field_names(cls)
     if fields:
         hints = getattr(cls, "__annotations__", {})
@@ -444,6 +479,16 @@ def _render_class(page: _Page, entry: Entry) -> None:
         page.lines += [f"*{m.kind}* `{m.signature}`", "", *render_doc(m.doc)]
 
 
+def without_example() -> list[str]:
+    """Public classes and functions with neither a ``>>>`` example nor a doc page one."""
+    documented, _ = entries()
+    return [
+        e.qualname
+        for e in documented
+        if callable(e.obj) and ">>>" not in raw_doc(e.obj) and e.qualname not in EXAMPLES_ELSEWHERE
+    ]
+
+
 def _render_entry(page: _Page, entry: Entry) -> None:
     page.heading(3, f"`{entry.qualname}`", entry.qualname)
     obj = entry.obj
@@ -451,6 +496,7 @@ def _render_entry(page: _Page, entry: Entry) -> None:
         _render_class(page, entry)
     elif callable(obj):
         page.lines += [f"*function* `{entry.name}{signature(obj)}`", "", *render_doc(raw_doc(obj))]
+        page.lines += _pointer(entry)
     else:
         code, doc = _attribute_docs().get(entry.name, (f"{entry.name} = {obj!r}", ""))
         page.lines += ["```text", code, "```", "", *render_doc(doc)]

@@ -93,6 +93,15 @@ class TensorClass(TensorCollection, metaclass=_Meta):
     ``class Foo(TensorClass, frozen=True, kw_only=True)`` takes the class options of
     ``@tensorclass``. The constructor takes the fields, then keyword-only
     ``batch_size`` (default ``[]``) and ``device``.
+
+    >>> import torch; from tensorbox import TensorClass
+    >>> class Episode(TensorClass):
+    ...     obs: torch.Tensor
+    ...     reward: torch.Tensor
+    ...     name: str = "unnamed"
+    >>> ep = Episode(torch.zeros(5, 3), torch.ones(5), batch_size=[5])
+    >>> type(ep[1:3]).__name__, ep[1:3].obs.shape, ep.name
+    ('Episode', torch.Size([2, 3]), 'unnamed')
     """
 
     __slots__ = ()
