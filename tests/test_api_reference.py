@@ -26,7 +26,7 @@ def test_api_md_matches_the_code() -> None:
     expected = apiref.render()
     current = PAGE.read_text(encoding="utf-8")
     assert current == expected, (
-        "docs/api.md is out of date with the code: run `python -m tools.apiref` and commit it"
+        "docs/api.md is out of date with the code: run `python -m tools.apiref` (or `make apiref`)"
     )
 
 
