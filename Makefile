@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt
 ARGS   ?=
 
-.PHONY: demo test lint bench tutorials clean
+.PHONY: demo test lint apiref bench tutorials clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +30,13 @@ test: $(VENV)/.core
 
 lint: $(VENV)/.core
 	$(BIN)/python -m pip install -q ruff
-	$(BIN)/ruff check tensorbox tests benchmarks tutorials
-	$(BIN)/ruff format --check tensorbox tests benchmarks tutorials
+	$(BIN)/ruff check tensorbox tests benchmarks tutorials tools
+	$(BIN)/ruff format --check tensorbox tests benchmarks tutorials tools
+
+# docs/api.md, the API reference, regenerated from the code (tests/test_api_reference.py
+# fails until it is, whenever a public name, signature or docstring changes).
+apiref: $(VENV)/.core
+	$(BIN)/python -m tools.apiref
 
 bench: $(VENV)/.bench
 	$(BIN)/python benchmarks/ops.py

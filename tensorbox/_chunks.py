@@ -24,8 +24,12 @@ from .errors import WeightsMismatchError
 
 __all__ = ["CHUNK_BYTES", "as_bytes", "byte_chunks", "copy_chunked"]
 
-#: Largest slice a chunked copy moves (and converts) at once.
 CHUNK_BYTES = 32 << 20
+"""Largest slice (32 MiB) a chunked copy moves, and converts, at once.
+
+Small enough that the temporary of a dtype-converting copy and the pages faulted in at
+once stay bounded, large enough that the per-slice overhead is lost in the copy itself.
+"""
 
 
 def copy_chunked(dst: Tensor, src: Tensor, chunk_bytes: int | None = None) -> Tensor:
@@ -33,6 +37,11 @@ def copy_chunked(dst: Tensor, src: Tensor, chunk_bytes: int | None = None) -> Te
 
     Shapes must be equal (no broadcasting). Runs without autograd, so ``dst`` may be a
     parameter. Returns ``dst``.
+
+    >>> import torch; from tensorbox.weights import copy_chunked
+    >>> dst = torch.zeros(1000, 4)
+    >>> copy_chunked(dst, torch.ones(1000, 4, dtype=torch.float64), chunk_bytes=4096).sum().item()
+    4000.0
     """
     if dst.shape != src.shape:
         raise WeightsMismatchError(

@@ -27,7 +27,6 @@ fields, ``__setattr__`` and the dataclass machinery, and gates new keys through
 
 from __future__ import annotations
 
-import copy as _copy
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import EllipsisType
@@ -36,8 +35,9 @@ from typing import TYPE_CHECKING, Any, Self, overload
 import torch
 from torch import Tensor
 
-from . import _apply, _index, _keyops, _repr, _tree
+from . import _index, _keyops, _repr, _tree
 from ._container_io import DistributedMethods, IOMethods
+from ._container_leaves import LeafMethods
 from ._container_ops import ShapeMethods
 from ._entries import copy_leaf, prepare_entry
 from ._entry_methods import EntryMethods
@@ -59,7 +59,6 @@ BatchIndex = int | slice | Tensor | Sequence[Any] | EllipsisType | None | tuple[
 
 _NTD = NonTensorData
 _PLAIN = _tree.PLAIN
-_NO_DEFAULT: Any = object()
 _new = object.__new__
 
 
@@ -72,7 +71,13 @@ def _is_key(index: Any) -> bool:
 
 
 class TensorCollection(
-    ShapeMethods, TensorMethods, TensorShapeMethods, EntryMethods, IOMethods, DistributedMethods
+    LeafMethods,
+    ShapeMethods,
+    TensorMethods,
+    TensorShapeMethods,
+    EntryMethods,
+    IOMethods,
+    DistributedMethods,
 ):
     """The container behaviour shared by ``TensorDict`` and tensorclasses (not built directly)."""
 
@@ -160,7 +165,14 @@ class TensorCollection(
 
     @property
     def batch_size(self) -> torch.Size:
-        """The leading dims shared by every leaf."""
+        """The leading dims shared by every leaf.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2, 3), batch_size=[2, 3])
+        >>> td.batch_size = [2]        # fewer batch dims: the leaves' shapes allow it
+        >>> td.batch_size, td["x"].shape
+        (torch.Size([2]), torch.Size([2, 3]))
+        """
         return self._batch_size
 
     @batch_size.setter
@@ -237,7 +249,15 @@ class TensorCollection(
 
     def unlock_(self) -> Self:
         """Allow adding, removing and replacing entries again (a context manager too:
-        ``with td.unlock_(): td["new"] = x`` locks again on exit)."""
+        ``with td.unlock_(): td["new"] = x`` locks again on exit).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2), batch_size=[2]).lock_()
+        >>> with td.unlock_():
+        ...     td["y"] = torch.ones(2)
+        >>> td.is_locked, sorted(td.keys())
+        (True, ['x', 'y'])
+        """
         self._prev_lock = self._locked
         _tree.set_locked(self, False)
         return self
@@ -288,11 +308,16 @@ class TensorCollection(
         """The value at ``key``, or ``default`` (None) when it is missing.
 
         A malformed key (not a str or tuple of str) raises ``TensorDictKeyError``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2)}}, batch_size=[2])
+        >>> td.get(("n", "b")).tolist(), td.get("missing"), td.get("missing", 0)
+        ([1.0, 1.0], None, 0)
         """
         if type(key) is str:
-            v = self._tensordict.get(key, _NO_DEFAULT)
-            if v is _NO_DEFAULT:
-                if default is _NO_DEFAULT:
+            v = self._tensordict.get(key, KEEP)
+            if v is KEEP:
+                if default is KEEP:
                     raise missing_key_error(self, (key,), 0)
                 return default
             return v.value if type(v) is _NTD else v
@@ -302,7 +327,7 @@ class TensorCollection(
             return self._get_path(key)
         except TensorDictKeyError:
             unravel_key(key)  # a malformed key raises, whatever the default
-            if default is _NO_DEFAULT:
+            if default is KEEP:
                 raise
             return default
 
@@ -354,7 +379,14 @@ class TensorCollection(
         return self
 
     def set_(self, key: NestedKey, value: Any) -> Self:
-        """Copy ``value`` into the existing entry ``key`` (works on locked containers)."""
+        """Copy ``value`` into the existing entry ``key`` (works on locked containers).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2), batch_size=[2]).lock_()
+        >>> x = td["x"]
+        >>> td.set_("x", torch.ones(2))["x"] is x, x.tolist()   # same tensor, new values
+        (True, [1.0, 1.0])
+        """
         path = unravel_key(key)
         node = self._existing_parent(path)
         if path[-1] not in node._tensordict:
@@ -427,12 +459,12 @@ class TensorCollection(
         del store[path[-1]]
         return self
 
-    def pop(self, key: NestedKey, default: Any = _NO_DEFAULT) -> Any:
+    def pop(self, key: NestedKey, default: Any = KEEP) -> Any:
         """Remove ``key`` and return its value (or ``default`` when missing)."""
         try:
-            value = self.get(key, _NO_DEFAULT)
+            value = self.get(key, KEEP)
         except TensorDictKeyError:
-            if default is _NO_DEFAULT:
+            if default is KEEP:
                 raise
             return default
         self.del_(key)
@@ -507,180 +539,6 @@ class TensorCollection(
         out: Self = _index.gather_rows(self, indices)
         return out
 
-    # ------------------------------------------------------------- leaf-wise
-
-    def apply(
-        self,
-        fn: Callable[..., Any],
-        *others: Any,
-        batch_size: Sequence[int] | None = None,
-        device: Any = KEEP,
-        names: None = None,
-        inplace: bool = False,
-        default: Any = KEEP,
-        filter_empty: bool | None = None,
-        out: TensorCollection | None = None,
-        is_leaf: Callable[[type], bool] | None = None,
-    ) -> Self:
-        """``fn`` on every tensor leaf (with the matching leaves of ``others``).
-
-        A ``None`` result drops the leaf; ``batch_size`` declares a new batch size;
-        ``device`` (when given) is the device of the result. ``default`` stands in for
-        entries missing from ``others``; ``filter_empty=True`` drops nested containers
-        left empty, ``False`` keeps them (default: drop only those ``fn`` emptied).
-        ``out`` receives the results in place and is returned. With ``filter_empty=True``
-        a result without any leaf is None, as in tensordict. ``is_leaf`` is accepted for
-        tensordict's signature (non-tensor entries are never passed to ``fn`` here).
-
-        >>> import torch; from tensorbox import TensorDict
-        >>> a = TensorDict(x=torch.ones(2), y=torch.ones(2), batch_size=[2])
-        >>> a.apply(lambda s, o: s + o, TensorDict(x=torch.ones(2)), default=0)["y"].tolist()
-        [1.0, 1.0]
-        """
-        _no_names(names)
-        res: Self = _apply.apply(
-            self, fn, others, batch_size, device, inplace, False, False, (), default, filter_empty
-        )
-        if out is not None:
-            out.update(res, inplace=True)
-            return out  # type: ignore[return-value]
-        if filter_empty and not inplace and not _tree.tensor_leaves(res):
-            return None  # type: ignore[return-value]
-        return res
-
-    def apply_(self, fn: Callable[..., Any], *others: Any, **kwargs: Any) -> Self:
-        """``apply`` in place: each result is written into this container."""
-        return self.apply(fn, *others, inplace=True, **kwargs)
-
-    def named_apply(
-        self,
-        fn: Callable[..., Any],
-        *others: Any,
-        nested_keys: bool = False,
-        batch_size: Sequence[int] | None = None,
-        default: Any = KEEP,
-        filter_empty: bool | None = None,
-    ) -> Self:
-        """Like ``apply`` but ``fn(key, leaf, *others)``; nested keys are tuples if asked."""
-        res: Self = _apply.apply(
-            self, fn, others, batch_size, KEEP, False, True, nested_keys, (), default, filter_empty
-        )
-        return res
-
-    def to(self, *args: Any, **kwargs: Any) -> Self:
-        """Move to a device and/or cast. A dtype casts floating-point leaves only,
-        unless ``floating_only=False``. ``non_blocking`` is passed to each copy.
-
-        >>> import torch; from tensorbox import TensorDict
-        >>> td = TensorDict(x=torch.zeros(2), y=torch.arange(2), batch_size=[2])
-        >>> out = td.to(torch.float16)
-        >>> out["x"].dtype, out["y"].dtype
-        (torch.float16, torch.int64)
-        """
-        inplace = kwargs.pop("inplace", False)
-        out: Self = _apply.to(self, args, kwargs)
-        if inplace and out is not self:  # the leaves moved, this container kept
-            self._tensordict, self._device = out._tensordict, out._device
-            return self
-        return out
-
-    def cpu(self) -> Self:
-        """Every leaf on the CPU."""
-        return self.to("cpu")
-
-    def cuda(self, device: int | str | None = None) -> Self:
-        """Every leaf on a CUDA device (the current one by default)."""
-        if device is None:
-            return self.to(torch.device("cuda"))
-        return self.to(torch.device("cuda", device) if isinstance(device, int) else device)
-
-    def clear_device_(self) -> Self:
-        """Forget the fixed device (leaves stay where they are)."""
-        _tree.clear_device(self)
-        return self
-
-    def pin_memory(self, num_threads: int | None = None) -> Self:
-        """Copy every leaf into page-locked memory (threads for many leaves)."""
-        out: Self = _apply.pin_memory(self, num_threads)
-        return out
-
-    def is_pinned(self) -> bool:
-        """True when every tensor leaf is in page-locked memory."""
-        return all(v.is_pinned() for v in _tree.tensor_leaves(self))
-
-    def clone(self, recurse: bool = True) -> Self:
-        """A copy; ``recurse=False`` copies the structure and shares the tensors."""
-        out: Self = _apply.clone(self, recurse)
-        return out
-
-    def copy(self) -> Self:
-        """A shallow copy: new structure, shared tensors."""
-        out: Self = _apply.clone(self, False)
-        return out
-
-    def __copy__(self) -> Self:
-        return self.copy()
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Self:
-        # Tensors are copied into fresh memory, never shared: a deep copy of a
-        # memory-mapped container is independent of the files.
-        def deep(v: Any) -> Any:
-            if isinstance(v, Tensor):
-                return v.detach().clone().requires_grad_(v.requires_grad)
-            return _copy.deepcopy(v, memo)
-
-        out = type(self)._new_unsafe(
-            {k: deep(v) for k, v in self._tensordict.items()}, self._batch_size, self._device
-        )
-        out._locked = self._locked
-        return out
-
-    def contiguous(self) -> Self:
-        """Every leaf contiguous."""
-        out: Self = _apply.map_leaves(self, Tensor.contiguous)
-        return out
-
-    def detach(self) -> Self:
-        """Every leaf detached from autograd."""
-        out: Self = _apply.map_leaves(self, Tensor.detach)
-        return out
-
-    def detach_(self) -> Self:
-        """Detach every leaf in place."""
-        return self.apply(Tensor.detach_, inplace=True)
-
-    @property
-    def data(self) -> Self:
-        """Every leaf's ``.data`` (detached, sharing storage), as ``Tensor.data``."""
-        out: Self = _apply.map_leaves(self, lambda t: t.data)
-        return out
-
-    @property
-    def requires_grad(self) -> bool:
-        """True when some tensor leaf requires grad."""
-        return any(v.requires_grad for v in _tree.tensor_leaves(self))
-
-    def requires_grad_(self, requires_grad: bool = True) -> Self:
-        """Set ``requires_grad`` on every leaf, in place."""
-        return self.apply(lambda t: t.requires_grad_(requires_grad), inplace=True)
-
-    def zero_(self) -> Self:
-        """Zero every leaf in place."""
-        return self.apply(Tensor.zero_, inplace=True)
-
-    def fill_(self, key: NestedKey, value: float | bool) -> Self:
-        """Fill the leaf ``key`` with ``value`` in place."""
-        self.get(key, _NO_DEFAULT).fill_(value)
-        return self
-
-    def share_memory_(self) -> Self:
-        """Move every leaf into shared memory so worker processes see writes."""
-        return self.apply(Tensor.share_memory_, inplace=True)
-
-    def is_shared(self) -> bool:
-        """True when every tensor leaf is in shared memory."""
-        return all(v.is_shared() for v in _tree.tensor_leaves(self))
-
     # ------------------------------------------------------------ key structure
 
     def update(
@@ -731,17 +589,35 @@ class TensorCollection(
         return self.update_(other)
 
     def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> Self:
-        """Only the given (possibly nested) keys; missing keys raise unless ``strict=False``."""
+        """Only the given (possibly nested) keys; missing keys raise unless ``strict=False``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2), "c": torch.ones(2)}}, [2])
+        >>> td.select("a", ("n", "b")).keys(include_nested=True, leaves_only=True)
+        ['a', ('n', 'b')]
+        """
         out: Self = _keyops.select(self, keys, inplace, strict)
         return out
 
     def exclude(self, *keys: NestedKey, inplace: bool = False) -> Self:
-        """Everything but the given (possibly nested) keys."""
+        """Everything but the given (possibly nested) keys.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2), "c": torch.ones(2)}}, [2])
+        >>> td.exclude(("n", "b")).keys(include_nested=True, leaves_only=True)
+        ['a', ('n', 'c')]
+        """
         out: Self = _keyops.exclude(self, keys, inplace)
         return out
 
     def flatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
-        """One level with keys joined by ``separator``: ``{"a": {"b": x}}`` -> ``{"a.b": x}``."""
+        """One level with keys joined by ``separator``: ``{"a": {"b": x}}`` -> ``{"a.b": x}``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"a": {"b": torch.zeros(2)}}, batch_size=[2])
+        >>> list(td.flatten_keys().keys()), list(td.flatten_keys("/").keys())
+        (['a.b'], ['a/b'])
+        """
         out: Self = _keyops.flatten_keys(self, separator)
         if inplace:
             return self._replace_entries(out)
@@ -772,8 +648,3 @@ class TensorCollection(
         from . import _pickling
 
         return _pickling.reduce(self)
-
-
-def _no_names(names: Any) -> None:
-    if names is not None:
-        raise TypeError(f"names={names!r}: tensorbox has no named batch dims; drop the argument")

@@ -40,6 +40,14 @@ class IOMethods:
         """Write every tensor under ``prefix`` (one file each), map them back, and lock.
 
         ``checksum=True`` records each tensor's SHA-256 for ``load_memmap(verify=True)``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> import tempfile
+        >>> td = TensorDict(x=torch.zeros(2), batch_size=[2])
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = td.memmap_(d)
+        ...     td.is_memmap(), td.is_locked
+        (True, True)
         """
         from . import _persist
 
@@ -127,6 +135,15 @@ class IOMethods:
 
         ``existsok=False`` refuses a ``prefix`` that already holds a tree; ``copy_existing``
         is accepted for tensordict's signature (nothing is copied by ``memmap_like``).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> import tempfile
+        >>> td = TensorDict(x=torch.zeros(1, 3), batch_size=[1])
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     out = td.expand(100).memmap_like(d)     # 100 rows on disk, filled later
+        ...     out[7] = TensorDict(x=torch.ones(3), batch_size=[])
+        ...     TensorDict.load_memmap(d)["x"][7].tolist()
+        [1.0, 1.0, 1.0]
         """
         from . import _persist
 
@@ -151,6 +168,13 @@ class IOMethods:
 
         ``mode="r"`` maps copy-on-write: writes stay in this process, never reach the files.
         ``verify=True`` checks the checksums recorded by a save with ``checksum=True``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = TensorDict({"n": {"x": torch.arange(3)}}, batch_size=[3]).memmap(d)
+        ...     TensorDict.load_memmap(d)["n", "x"].tolist()
+        [0, 1, 2]
         """
         from . import _persist
 
@@ -186,7 +210,12 @@ class IOMethods:
         return None
 
     def is_memmap(self) -> bool:
-        """True when every tensor leaf is backed by a file of a saved tree."""
+        """True when every tensor leaf is backed by a file of a saved tree.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> TensorDict(x=torch.zeros(2), batch_size=[2]).is_memmap()
+        False
+        """
         from . import _persist
 
         return bool(_persist.is_memmap(self))
@@ -250,7 +279,13 @@ class IOMethods:
         )
 
     def state_dict(self, *, keep_vars: bool = False) -> dict[str, Tensor]:
-        """A flat ``{"dotted.key": tensor}`` dict, as ``nn.Module.state_dict()``."""
+        """A flat ``{"dotted.key": tensor}`` dict, as ``nn.Module.state_dict()``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"layer": {"weight": torch.zeros(2)}}, batch_size=[])
+        >>> list(td.state_dict())
+        ['layer.weight']
+        """
         from . import weights
 
         return weights.state_dict(self, keep_vars=keep_vars)
@@ -264,7 +299,15 @@ class IOMethods:
         chunk_bytes: int | None = None,
     ) -> Self:
         """Copy a dotted-key state dict into the matching leaves (in chunks); with
-        ``assign=True`` the state dict's tensors replace the leaves instead."""
+        ``assign=True`` the state dict's tensors replace the leaves instead.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"layer": {"weight": torch.zeros(2)}}, batch_size=[])
+        >>> w = td["layer", "weight"]
+        >>> _ = td.load_state_dict({"layer.weight": torch.ones(2)})
+        >>> w.tolist()   # copied into the existing tensor
+        [1.0, 1.0]
+        """
         from . import weights
 
         if assign:

@@ -37,36 +37,72 @@ class ShapeMethods:
     # ---------------------------------------------- batch shape (feature dims follow)
 
     def reshape(self, *shape: Any, size: Any = None) -> Self:
-        """New batch shape, as ``Tensor.reshape`` over the batch dims (``size=`` also works)."""
+        """New batch shape, as ``Tensor.reshape`` over the batch dims (``size=`` also works).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(6, 5), batch_size=[6])
+        >>> td.reshape(2, 3)["x"].shape, td.reshape(-1, 2).batch_size
+        (torch.Size([2, 3, 5]), torch.Size([3, 2]))
+        """
         out: Self = _stackcat.reshape(self, shape if size is None else (size,), "reshape")
         out._writeback = (self, "reshape", (tuple(self._batch_size),))  # type: ignore[attr-defined]
         return out
 
     def view(self, *shape: Any) -> Self:
-        """New batch shape without copying, as ``Tensor.view`` over the batch dims."""
+        """New batch shape without copying, as ``Tensor.view`` over the batch dims.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(6, 5), batch_size=[6])
+        >>> td.view(3, 2)["x"].data_ptr() == td["x"].data_ptr()
+        True
+        """
         out: Self = _stackcat.reshape(self, shape, "view")
         out._writeback = (self, "reshape", (tuple(self._batch_size),))  # type: ignore[attr-defined]
         return out
 
     def expand(self, *shape: Any) -> Self:
-        """Broadcast the batch dims to ``shape`` without copying."""
+        """Broadcast the batch dims to ``shape`` without copying.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(1, 5), batch_size=[1])
+        >>> td.expand(4)["x"].shape, td.expand(4)["x"].stride()
+        (torch.Size([4, 5]), (0, 1))
+        """
         out: Self = _stackcat.reshape(self, shape, "expand")
         return out
 
     def unsqueeze(self, dim: int) -> Self:
-        """A new batch dim of size 1 at ``dim``."""
+        """A new batch dim of size 1 at ``dim``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(3, 5), batch_size=[3])
+        >>> td.unsqueeze(-1)["x"].shape   # -1 counts batch dims, not the leaf's dims
+        torch.Size([3, 1, 5])
+        """
         out: Self = _stackcat.unsqueeze(self, dim)
         out._writeback = (self, "reshape", (tuple(self._batch_size),))  # type: ignore[attr-defined]
         return out
 
     def squeeze(self, dim: int | None = None) -> Self:
-        """Drop batch dims of size 1 (only ``dim`` when given)."""
+        """Drop batch dims of size 1 (only ``dim`` when given).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(1, 3, 1, 5), batch_size=[1, 3, 1])
+        >>> td.squeeze().batch_size, td.squeeze(0).batch_size
+        (torch.Size([3]), torch.Size([3, 1]))
+        """
         out: Self = _stackcat.squeeze(self, dim)
         out._writeback = (self, "reshape", (tuple(self._batch_size),))  # type: ignore[attr-defined]
         return out
 
     def permute(self, *dims: Any) -> Self:
-        """Reorder the batch dims."""
+        """Reorder the batch dims.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2, 3, 5), batch_size=[2, 3])
+        >>> td.permute(1, 0)["x"].shape   # feature dims stay last
+        torch.Size([3, 2, 5])
+        """
         out: Self = _stackcat.permute(self, dims)
         nd = len(out._batch_size)  # type: ignore[attr-defined]
         order = [d % nd for d in shape_from_args(dims)]
@@ -75,7 +111,13 @@ class ShapeMethods:
         return out
 
     def transpose(self, dim0: int, dim1: int) -> Self:
-        """Swap two batch dims."""
+        """Swap two batch dims.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2, 3, 5), batch_size=[2, 3])
+        >>> td.transpose(0, 1).batch_size
+        torch.Size([3, 2])
+        """
         out: Self = _stackcat.transpose(self, dim0, dim1)
         out._writeback = (self, "transpose", (dim0, dim1))  # type: ignore[attr-defined]
         return out
@@ -89,28 +131,58 @@ class ShapeMethods:
         return out
 
     def unflatten(self, dim: int, unflattened_size: Sequence[int]) -> Self:
-        """Split batch dim ``dim`` into ``unflattened_size``."""
+        """Split batch dim ``dim`` into ``unflattened_size``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(6, 5), batch_size=[6])
+        >>> td.unflatten(0, (2, 3))["x"].shape
+        torch.Size([2, 3, 5])
+        """
         out: Self = _stackcat.unflatten(self, dim, unflattened_size)
         out._writeback = (self, "reshape", (tuple(self._batch_size),))  # type: ignore[attr-defined]
         return out
 
     def narrow(self, dim: int, start: int, length: int) -> Self:
-        """Rows ``start:start+length`` of batch dim ``dim``, without copying."""
+        """Rows ``start:start+length`` of batch dim ``dim``, without copying.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.arange(5), batch_size=[5])
+        >>> td.narrow(0, 1, 3)["x"].tolist()
+        [1, 2, 3]
+        """
         out: Self = _stackcat.narrow(self, dim, start, length)
         return out
 
     def unbind(self, dim: int = 0) -> tuple[Self, ...]:
-        """One container per index of batch dim ``dim``."""
+        """One container per index of batch dim ``dim``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.arange(3), batch_size=[3])
+        >>> [row["x"].item() for row in td.unbind(0)]
+        [0, 1, 2]
+        """
         out: tuple[Self, ...] = _stackcat.unbind(self, dim)
         return out
 
     def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple[Self, ...]:
-        """Pieces along batch dim ``dim``, as ``Tensor.split``."""
+        """Pieces along batch dim ``dim``, as ``Tensor.split``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.arange(5), batch_size=[5])
+        >>> [p["x"].tolist() for p in td.split(2)], [p.batch_size[0] for p in td.split([1, 4])]
+        ([[0, 1], [2, 3], [4]], [1, 4])
+        """
         out: tuple[Self, ...] = _stackcat.split(self, split_size, dim)
         return out
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Self, ...]:
-        """``chunks`` pieces along batch dim ``dim``, as ``Tensor.chunk``."""
+        """``chunks`` pieces along batch dim ``dim``, as ``Tensor.chunk``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.arange(5), batch_size=[5])
+        >>> [p["x"].tolist() for p in td.chunk(2)]
+        [[0, 1, 2], [3, 4]]
+        """
         out: tuple[Self, ...] = _stackcat.chunk(self, chunks, dim)
         return out
 
@@ -144,7 +216,13 @@ class ShapeMethods:
     @overload
     def all(self, dim: int) -> Self: ...
     def all(self, dim: int | None = None) -> bool | Self:
-        """True when every element of every leaf is true (per batch element with ``dim``)."""
+        """True when every element of every leaf is true (per batch element with ``dim``).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.tensor([True, False]), b=torch.ones(2, 3), batch_size=[2])
+        >>> td.all(), td.any(), td.all(dim=0)["a"].item()
+        (False, True, False)
+        """
         out: bool | Self = _elementwise.reduce_bool(self, dim, torch.all)
         return out
 
@@ -153,7 +231,13 @@ class ShapeMethods:
     @overload
     def any(self, dim: int) -> Self: ...
     def any(self, dim: int | None = None) -> bool | Self:
-        """True when some element of some leaf is true (per batch element with ``dim``)."""
+        """True when some element of some leaf is true (per batch element with ``dim``).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.tensor([[True], [False]]), batch_size=[2, 1])
+        >>> td.any(), td.any(dim=1)["a"].tolist()
+        (True, [True, False])
+        """
         out: bool | Self = _elementwise.reduce_bool(self, dim, torch.any)
         return out
 

@@ -31,7 +31,7 @@ from .errors import TensorDictKeyError
 
 __all__ = ["EntryMethods"]
 
-_MISSING: Any = object()
+from ._tree import KEEP as _MISSING  # the one "not given" sentinel
 
 
 def _is_coll(v: Any) -> bool:

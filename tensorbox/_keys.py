@@ -14,6 +14,11 @@ from typing import Any, TypeAlias
 from .errors import TensorDictKeyError
 
 NestedKey: TypeAlias = str | tuple["NestedKey", ...]
+"""A key: a string for this level, or a tuple of strings for a path into nested containers.
+
+``td["a", "b"]`` and ``td[("a", "b")]`` name the entry ``b`` of the nested container
+``a``; nested tuples are flattened (``("a", ("b",))`` is ``("a", "b")``), as in tensordict.
+"""
 
 __all__ = ["NestedKey", "check_str_key", "format_key", "unravel_key"]
 

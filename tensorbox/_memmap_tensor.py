@@ -277,6 +277,13 @@ class MemoryMappedTensor(Tensor):
     Build one with :meth:`empty`, :meth:`zeros`, :meth:`ones`, :meth:`full`, their
     ``*_like`` forms, :meth:`from_tensor` (or ``MemoryMappedTensor(data)``) or
     :meth:`from_filename`. Every operation on it returns a plain ``torch.Tensor``.
+
+    >>> import tempfile, torch; from tensorbox import MemoryMappedTensor
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     t = MemoryMappedTensor.from_tensor(torch.arange(4), filename=f"{d}/t.bin")
+    ...     t[1] = 7    # writes reach the file
+    ...     MemoryMappedTensor.from_filename(f"{d}/t.bin", torch.int64, (4,)).tolist()
+    [0, 7, 2, 3]
     """
 
     __torch_function__ = torch._C._disabled_torch_function_impl

@@ -27,7 +27,7 @@ from ._shape_methods import index_along
 
 __all__ = ["TensorMethods"]
 
-_MISSING: Any = object()
+from ._tree import KEEP as _MISSING  # the one "not given" sentinel
 
 
 def _is_coll(v: Any) -> bool:

@@ -32,7 +32,12 @@ __all__ = ["TensorDict", "is_tensor_collection"]
 
 
 def is_tensor_collection(obj: Any) -> bool:
-    """True for a TensorDict or a tensorclass instance (or either class)."""
+    """True for a TensorDict or a tensorclass instance (or either class).
+
+    >>> import torch; from tensorbox import TensorDict, is_tensor_collection
+    >>> is_tensor_collection(TensorDict()), is_tensor_collection(torch.zeros(1))
+    (True, False)
+    """
     cls = obj if isinstance(obj, type) else type(obj)
     return getattr(cls, "_is_tensor_collection", False)
 

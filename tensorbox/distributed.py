@@ -557,6 +557,7 @@ class Request:
         return self._result
 
     def is_completed(self) -> bool:
+        """True when every transfer has finished (never blocks; ``wait()`` then unpacks)."""
         if isinstance(self._works, Future):
             return self._works.done()
         return all(w.is_completed() for w in self._works)

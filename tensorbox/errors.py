@@ -25,18 +25,42 @@ __all__ = [
 
 
 class TensorboxError(Exception):
-    """Base class of every exception raised on purpose by tensorbox."""
+    """Base class of every exception raised on purpose by tensorbox.
+
+    >>> import torch; from tensorbox import TensorDict, TensorboxError
+    >>> try:
+    ...     TensorDict(x=torch.zeros(3), batch_size=[4])
+    ... except TensorboxError as err:       # every error tensorbox raises on purpose
+    ...     type(err).__name__
+    'BatchSizeError'
+    """
 
 
 class BatchSizeError(TensorboxError, ValueError, RuntimeError):
     """A value's leading dims do not match the container's batch size.
 
     Also a ``RuntimeError``: tensordict raises that type for the same mistake.
+
+    >>> import torch; from tensorbox import TensorDict, BatchSizeError
+    >>> td = TensorDict(batch_size=[4])
+    >>> try:
+    ...     td["x"] = torch.zeros(5)
+    ... except RuntimeError as err:         # what tensordict raises
+    ...     isinstance(err, BatchSizeError), isinstance(err, ValueError)
+    (True, True)
     """
 
 
 class TensorDictKeyError(TensorboxError, KeyError):
-    """A key is missing or malformed. The message names the key path."""
+    """A key is missing or malformed. The message names the key path.
+
+    >>> from tensorbox import TensorDict, TensorDictKeyError
+    >>> try:
+    ...     TensorDict()["missing"]
+    ... except KeyError as err:
+    ...     isinstance(err, TensorDictKeyError)
+    True
+    """
 
     def __str__(self) -> str:
         # KeyError.__str__ repr()-quotes its argument, which mangles a sentence.
@@ -62,19 +86,55 @@ class BatchDimError(TensorboxError, IndexError, ValueError, RuntimeError):
 
 
 class LockedError(TensorboxError, RuntimeError):
-    """The container is locked (for example after ``memmap_()``) and cannot change shape."""
+    """The container is locked (for example after ``memmap_()``) and cannot change shape.
+
+    >>> import torch; from tensorbox import TensorDict, LockedError
+    >>> td = TensorDict(x=torch.zeros(2)).lock_()
+    >>> try:
+    ...     td["y"] = torch.zeros(2)
+    ... except LockedError:
+    ...     "refused"
+    'refused'
+    """
 
 
 class FormatError(TensorboxError, ValueError):
-    """A saved tree is damaged, foreign or of an unknown version. The message names the file."""
+    """A saved tree is damaged, foreign or of an unknown version. The message names the file.
+
+    >>> import os, tempfile; from tensorbox import TensorDict, FormatError
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     with open(os.path.join(d, "meta.json"), "w") as f:
+    ...         _ = f.write("not json")
+    ...     try:
+    ...         TensorDict.load_memmap(d)
+    ...     except FormatError:
+    ...         "damaged tree"
+    'damaged tree'
+    """
 
 
 class IncompleteTreeError(FormatError):
-    """A saved tree has no ``meta.json``: the save that wrote it did not finish."""
+    """A saved tree has no ``meta.json``: the save that wrote it did not finish.
+
+    >>> import tempfile; from tensorbox import TensorDict, IncompleteTreeError
+    >>> with tempfile.TemporaryDirectory() as d:     # a folder without meta.json
+    ...     try:
+    ...         TensorDict.load_memmap(d)
+    ...     except IncompleteTreeError:
+    ...         "the save did not finish"
+    'the save did not finish'
+    """
 
 
 class WeightsMismatchError(TensorboxError, ValueError, RuntimeError):
     """Weights and module (or state dict) disagree on keys or shapes.
 
     Also a ``RuntimeError``, which is what ``nn.Module.load_state_dict`` raises.
+
+    >>> import torch; from tensorbox import TensorDict; from tensorbox.errors import WeightsMismatchError
+    >>> try:
+    ...     TensorDict({"weight": torch.zeros(3)}).to_module(torch.nn.Linear(2, 1))
+    ... except RuntimeError as err:          # what nn.Module.load_state_dict raises
+    ...     isinstance(err, WeightsMismatchError)
+    True
     """

@@ -81,7 +81,13 @@ _PASSIVE = torch._C._disabled_torch_function_impl
 
 
 class IncompatibleKeys(NamedTuple):
-    """What ``load_state_dict(strict=False)`` skipped, as ``nn.Module`` returns it."""
+    """What ``load_state_dict(strict=False)`` skipped, as ``nn.Module`` returns it.
+
+    >>> import torch; from tensorbox import TensorDict; from tensorbox.weights import load_state_dict
+    >>> td = TensorDict({"weight": torch.zeros(2), "bias": torch.zeros(1)})
+    >>> load_state_dict(td, {"weight": torch.ones(2), "extra": torch.ones(1)}, strict=False)
+    IncompatibleKeys(missing_keys=['bias'], unexpected_keys=['extra'])
+    """
 
     missing_keys: list[str]
     unexpected_keys: list[str]
@@ -221,6 +227,15 @@ class SwappedWeights(TensorDict):
     ``old.to_module(module)`` restores by hand; as a context manager the restore
     happens on exit (also on an exception). Results of operations on it are plain
     TensorDicts.
+
+    >>> import torch; from tensorbox import TensorDict
+    >>> net = torch.nn.Linear(2, 1)
+    >>> zeros = TensorDict.from_module(net).apply(torch.zeros_like)
+    >>> with zeros.to_module(net) as old:     # old: a SwappedWeights
+    ...     net(torch.ones(2)).item()
+    0.0
+    >>> net.weight is old["weight"]           # restored on exit
+    True
     """
 
     __slots__ = ("_inplace", "_module")
@@ -294,6 +309,14 @@ def to_module(
     and shape mismatches raise one ``WeightsMismatchError`` listing all of them.
     ``strict=False`` lets missing and unexpected keys pass (shape mismatches
     never do).
+
+    >>> import torch; from tensorbox.weights import from_module, to_module
+    >>> net = torch.nn.Linear(2, 1)
+    >>> ones = from_module(net).apply(torch.ones_like)
+    >>> old = to_module(ones, net)            # zero copy: net now holds ones' tensors
+    >>> net(torch.ones(2)).item()
+    3.0
+    >>> _ = to_module(old, net)               # and back
     """
     leaves = _leaves(td)
     slots = _slots(module, (), {})
@@ -361,6 +384,10 @@ def state_dict(td: TensorDict | ParamTree, *, keep_vars: bool = False) -> dict[s
     """A flat ``{"dotted.key": tensor}`` dict, as ``nn.Module.state_dict()`` gives it.
 
     Tensors are detached unless ``keep_vars=True`` (then parameters stay parameters).
+
+    >>> import torch; from tensorbox import TensorDict; from tensorbox.weights import state_dict
+    >>> state_dict(TensorDict({"enc": {"w": torch.zeros(2)}, "b": torch.zeros(1)}))
+    {'enc.w': tensor([0., 0.]), 'b': tensor([0.])}
     """
     return {_dotted(p): (t if keep_vars else t.detach()) for p, t in _leaves(td).items()}
 
@@ -378,6 +405,14 @@ def load_state_dict(
     an error, shape mismatches always are, and nothing is written unless
     everything fits. Copies go in chunks of ``chunk_bytes``, so loading a large
     checkpoint into a memory-mapped tree never holds a whole tensor in memory.
+
+    >>> import torch; from tensorbox.weights import from_module, load_state_dict
+    >>> net = torch.nn.Linear(2, 1)
+    >>> weights = from_module(net)            # the module's own tensors
+    >>> load_state_dict(weights, {"weight": torch.ones(1, 2), "bias": torch.zeros(1)})
+    IncompatibleKeys(missing_keys=[], unexpected_keys=[])
+    >>> net.weight.tolist()                   # copied in place, so the module sees it
+    [[1.0, 1.0]]
     """
     if isinstance(state_dict, TensorDict | ParamTree):
         state_dict = _flat(state_dict, keep_vars=True)
@@ -456,6 +491,11 @@ class ParamTree(nn.Module):
         return to_module(self.td, module, **kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Always raises ``TypeError``: a ``ParamTree`` holds weights, it computes nothing.
+
+        It is an ``nn.Module`` only so that ``.parameters()``, ``.to()`` and optimizers
+        see the weights; put them into a model with ``to_module`` and call the model.
+        """
         raise TypeError(
             "a ParamTree holds weights only and cannot be called; put them into a model "
             "with tree.to_module(model) and call the model"

@@ -25,7 +25,7 @@ def test_ruff_check_is_clean() -> None:
     cmd = _ruff()
     assert cmd is not None
     proc = subprocess.run(
-        [*cmd, "check", "tensorbox", "tests", "benchmarks", "tutorials"],
+        [*cmd, "check", "tensorbox", "tests", "benchmarks", "tutorials", "tools"],
         cwd=ROOT,
         capture_output=True,
         text=True,

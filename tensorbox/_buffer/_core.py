@@ -256,10 +256,12 @@ class AugmentBuffer:
 
     @property
     def batch_size(self) -> int:
+        """Samples per batch (the ``batch_size`` given at construction)."""
         return self._plan.batch_size
 
     @property
     def num_workers(self) -> int:
+        """Producer processes (0: each batch is made in the consumer when asked)."""
         return self._workers
 
     @property

@@ -58,12 +58,21 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
     A producer seeds the generator it hands to ``transform`` with it, so one sample's
     augmentation can be reproduced alone:
     ``transform(dataset[i], torch.Generator().manual_seed(sample_seed(seed, epoch, i)))``.
+
+    >>> from tensorbox.buffer import sample_seed
+    >>> sample_seed(0, 1, 7) == sample_seed(0, 1, 7) != sample_seed(0, 2, 7)
+    True
     """
     return _mix(_SAMPLE, seed, epoch, index)
 
 
 def batch_seed(seed: int, epoch: int, batch: int) -> int:
-    """The 63-bit seed handed to ``batch_transform`` for batch ``batch`` of ``epoch``."""
+    """The 63-bit seed handed to ``batch_transform`` for batch ``batch`` of ``epoch``.
+
+    >>> from tensorbox.buffer import batch_seed
+    >>> 0 <= batch_seed(0, 0, 3) < 2**63, batch_seed(0, 0, 3) != batch_seed(0, 0, 4)
+    (True, True)
+    """
     return _mix(_BATCH, seed, epoch, batch)
 
 
@@ -297,6 +306,11 @@ class KeyTransforms:
     """``{key: fn}``: apply ``fn(sample[key], generator)`` per key, keep other keys.
 
     Picklable whenever the functions are (``tensorbox.data.transforms`` modules are).
+
+    >>> import torch; from tensorbox import TensorDict; from tensorbox.buffer import KeyTransforms
+    >>> t = KeyTransforms({"x": lambda x, g: x + 1})
+    >>> t(TensorDict(x=torch.zeros(2), y=torch.zeros(2)), None)["x"].tolist()
+    [1.0, 1.0]
     """
 
     def __init__(self, mapping: Mapping[Any, Callable[..., Any]]) -> None:

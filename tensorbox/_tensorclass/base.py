@@ -96,6 +96,15 @@ class TensorClass(TensorCollection, metaclass=_Meta):
     ``class Foo(TensorClass, frozen=True, kw_only=True)`` takes the class options of
     ``@tensorclass``. The constructor takes the fields, then keyword-only
     ``batch_size`` (default ``[]``) and ``device``.
+
+    >>> import torch; from tensorbox import TensorClass
+    >>> class Episode(TensorClass):
+    ...     obs: torch.Tensor
+    ...     reward: torch.Tensor
+    ...     name: str = "unnamed"
+    >>> ep = Episode(torch.zeros(5, 3), torch.ones(5), batch_size=[5])
+    >>> type(ep[1:3]).__name__, ep[1:3].obs.shape, ep.name
+    ('Episode', torch.Size([2, 3]), 'unnamed')
     """
 
     __slots__ = ()
@@ -172,6 +181,16 @@ class TensorClass(TensorCollection, metaclass=_Meta):
 
         The tensors are shared, not copied. Unknown keys are refused. ``__post_init__``
         runs, as this brings in outside data; pass ``run_post_init=False`` to skip it.
+
+        >>> import torch; from tensorbox import TensorClass
+        >>> class Pair(TensorClass):
+        ...     a: torch.Tensor
+        ...     label: str = "none"
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(3, 2), batch_size=[3])
+        >>> p = Pair.from_tensordict(td)
+        >>> p.a is td["a"], p.label
+        (True, 'none')
         """
         if not getattr(type(td), "_is_tensor_collection", False):
             raise TypeError(f"{cls.__name__}.from_tensordict expects a TensorDict, got {td!r}")
@@ -229,6 +248,15 @@ class TensorClass(TensorCollection, metaclass=_Meta):
 
         Tensors are shared; ``batch_size`` and ``device`` are kept unless given. With one
         positional mapping or container, tensordict's form: a shallow copy updated by it.
+
+        >>> import torch; from tensorbox import TensorClass
+        >>> class Pair(TensorClass):
+        ...     a: torch.Tensor
+        ...     label: str = "none"
+        >>> p = Pair(torch.zeros(3, 2), "x", batch_size=[3])
+        >>> q = p.replace(label="y")
+        >>> q.label, q.a is p.a, q.batch_size
+        ('y', True, torch.Size([3]))
         """
         if args:
             return EntryMethods.replace(self, *args, **changes)

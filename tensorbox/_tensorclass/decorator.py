@@ -58,7 +58,14 @@ register(TensorClass, in_registry=False)
 
 
 def is_tensorclass(obj: Any) -> bool:
-    """True for a tensorclass (made by ``@tensorclass`` or ``TensorClass``) or an instance."""
+    """True for a tensorclass (made by ``@tensorclass`` or ``TensorClass``) or an instance.
+
+    >>> import torch; from tensorbox import TensorClass, TensorDict, is_tensorclass
+    >>> class Pair(TensorClass):
+    ...     a: torch.Tensor
+    >>> is_tensorclass(Pair), is_tensorclass(TensorDict), is_tensorclass(TensorClass)
+    (True, False, False)
+    """
     cls = obj if isinstance(obj, type) else type(obj)
     return issubclass(cls, TensorClass) and cls is not TensorClass
 

@@ -101,7 +101,15 @@ def field(
 
 def fields(class_or_instance: Any) -> tuple[Field, ...]:
     """The fields of a tensorclass (or of an instance), in ``__init__`` order: the same
-    as ``dataclasses.fields`` (``batch_size`` and ``device`` are not fields)."""
+    as ``dataclasses.fields`` (``batch_size`` and ``device`` are not fields).
+
+    >>> import torch; from tensorbox import TensorClass, fields
+    >>> class Pair(TensorClass):
+    ...     a: torch.Tensor
+    ...     label: str = "none"
+    >>> [f.name for f in fields(Pair)]
+    ['a', 'label']
+    """
     cls = class_or_instance if isinstance(class_or_instance, type) else type(class_or_instance)
     try:
         out: tuple[Field, ...] = cls.__dict__["__tc_fields__"]

@@ -23,7 +23,14 @@ __all__ = ["ImageFolderData"]
 
 
 class ImageFolderData(TensorClass):
-    """Images and class ids of an image folder (see the module docstring)."""
+    """Images and class ids of an image folder (see the module docstring).
+
+    >>> import torch; from tensorbox import ImageFolderData
+    >>> data = ImageFolderData(torch.zeros(2, 3, 4, 4, dtype=torch.uint8), torch.tensor([0, 1]),
+    ...                        ["cat", "dog"], batch_size=[2])
+    >>> data[1].targets.item(), data.classes
+    (1, ['cat', 'dog'])
+    """
 
     images: torch.Tensor
     targets: torch.Tensor

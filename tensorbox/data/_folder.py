@@ -33,7 +33,13 @@ IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tif
 
 @dataclass(frozen=True)
 class FolderIndex:
-    """What a folder scan found: class names, and per image its path and class id."""
+    """What a folder scan found: class names, and per image its path and class id.
+
+    >>> from tensorbox.data import FolderIndex
+    >>> index = FolderIndex("root", ["cat", "dog"], ["root/cat/1.png", "root/dog/2.png"], [0, 1])
+    >>> len(index), index.classes[index.targets[1]]
+    (2, 'dog')
+    """
 
     root: str
     classes: list[str]
@@ -51,6 +57,15 @@ def scan_image_folder(
 
     Raises ``FileNotFoundError`` when ``root`` is missing, has no class folder, or a
     class folder holds no image: an empty class would silently shift every class id.
+
+    >>> import os, tempfile; from tensorbox.data import scan_image_folder
+    >>> with tempfile.TemporaryDirectory() as root:
+    ...     for name in ("cat/a.png", "cat/b.jpg", "dog/c.png", "dog/notes.txt"):
+    ...         os.makedirs(os.path.dirname(f"{root}/{name}"), exist_ok=True)
+    ...         open(f"{root}/{name}", "wb").close()
+    ...     index = scan_image_folder(root)
+    ...     index.classes, index.targets, [os.path.basename(p) for p in index.paths]
+    (['cat', 'dog'], [0, 0, 1], ['a.png', 'b.jpg', 'c.png'])
     """
     root = Path(root)
     if not root.is_dir():

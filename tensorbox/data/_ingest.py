@@ -68,7 +68,13 @@ _IMAGES_FILE = "images.memmap"
 
 
 class ImageReadError(TensorboxError, OSError):
-    """An image file could not be decoded. ``path`` names it, ``reason`` says why."""
+    """An image file could not be decoded. ``path`` names it, ``reason`` says why.
+
+    >>> from tensorbox.data import ImageReadError
+    >>> err = ImageReadError("cat/1.jpg", "truncated file")
+    >>> err.path, isinstance(err, OSError), str(err)
+    ('cat/1.jpg', True, "could not read image 'cat/1.jpg': truncated file")
+    """
 
     def __init__(self, path: str, reason: str, hint: str = "") -> None:
         super().__init__(f"could not read image {path!r}: {reason}{hint}")

@@ -204,6 +204,7 @@ class BatchLoader:
 
     @property
     def epoch(self) -> int:
+        """The epoch the next iteration starts (its permutation); advances when one ends."""
         return self._epoch
 
     def set_epoch(self, epoch: int) -> None:

@@ -89,6 +89,13 @@ class BatchTransform(nn.Module):
     """Base class: ``forward(x, generator=None)``, ``x`` of shape ``[..., C, H, W]``.
 
     ``generator`` given at call time wins over the one given at construction.
+
+    >>> import torch; from tensorbox.data.transforms import BatchTransform
+    >>> class Invert(BatchTransform):
+    ...     def _transform(self, x, generator):
+    ...         return 255 - x
+    >>> Invert()(torch.zeros(2, 1, 1, 1, dtype=torch.uint8)).flatten().tolist()
+    [255, 255]
     """
 
     def __init__(self, generator: torch.Generator | None = None) -> None:
@@ -99,6 +106,11 @@ class BatchTransform(nn.Module):
         return generator if generator is not None else self.generator
 
     def forward(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """The transformed batch, same leading shape as ``x`` (``[..., C, H, W]``).
+
+        Called as ``t(x)`` or ``t(x, generator=g)``; ``g`` wins over the construction
+        generator, so one seeded generator makes a whole pipeline reproducible.
+        """
         b, lead = _as_batch(x, type(self).__name__)
         out = self._transform(b, self._gen(generator))
         return out.reshape(*lead, *out.shape[-3:])
@@ -108,9 +120,19 @@ class BatchTransform(nn.Module):
 
 
 class Compose(nn.Sequential):
-    """Run transforms in order, handing each the same ``generator`` (when it takes one)."""
+    """Run transforms in order, handing each the same ``generator`` (when it takes one).
+
+    >>> import torch; from tensorbox.data.transforms import CenterCrop, Compose, Normalize
+    >>> pipeline = Compose(CenterCrop(2), Normalize([0.5], [0.5]))
+    >>> pipeline(torch.full((3, 1, 4, 4), 255, dtype=torch.uint8)).shape
+    torch.Size([3, 1, 2, 2])
+    """
 
     def forward(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``x`` through every transform in order; ``generator`` reaches each ``BatchTransform``.
+
+        Other modules (a plain ``nn.Module``) are called with ``x`` alone.
+        """
         for module in self:
             x = module(x, generator=generator) if isinstance(module, BatchTransform) else module(x)
         return x
@@ -164,6 +186,10 @@ class Normalize(BatchTransform):
         *,
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """The normalized batch, of ``dtype``; written into ``out`` when given (reused buffer).
+
+        ``generator`` is accepted (and unused) so ``Normalize`` fits in a ``Compose``.
+        """
         b, _ = _as_batch(x, "Normalize")
         c = b.shape[1]
         if c != len(self.mean) and len(self.mean) != 1:
@@ -201,6 +227,7 @@ class Normalize(BatchTransform):
         return out
 
     def extra_repr(self) -> str:
+        """The settings shown in ``repr`` (``nn.Module`` hook)."""
         return f"mean={self.mean}, std={self.std}, dtype={self.dtype}"
 
 
@@ -246,7 +273,15 @@ def crop_batch(
 
 
 class RandomCrop(BatchTransform):
-    """A ``size`` crop at a uniformly drawn position, independently for each image."""
+    """A ``size`` crop at a uniformly drawn position, independently for each image.
+
+    >>> import torch; from tensorbox.data.transforms import RandomCrop
+    >>> crop = RandomCrop(2)
+    >>> x = torch.arange(16.0).reshape(1, 1, 4, 4).expand(8, 1, 4, 4)
+    >>> y = crop(x, generator=torch.Generator().manual_seed(0))
+    >>> y.shape, torch.equal(y, crop(x, generator=torch.Generator().manual_seed(0)))
+    (torch.Size([8, 1, 2, 2]), True)
+    """
 
     def __init__(
         self, size: int | Sequence[int], *, generator: torch.Generator | None = None
@@ -269,11 +304,18 @@ class RandomCrop(BatchTransform):
         return crop_batch(x, top, left, self.size)
 
     def extra_repr(self) -> str:
+        """The settings shown in ``repr`` (``nn.Module`` hook)."""
         return f"size={self.size}"
 
 
 class CenterCrop(BatchTransform):
-    """The centre ``size`` window of every image (a view: no copy), torchvision's rounding."""
+    """The centre ``size`` window of every image (a view: no copy), torchvision's rounding.
+
+    >>> import torch; from tensorbox.data.transforms import CenterCrop
+    >>> x = torch.arange(16).reshape(1, 1, 4, 4)
+    >>> CenterCrop(2)(x)[0, 0].tolist()
+    [[5, 6], [9, 10]]
+    """
 
     def __init__(self, size: int | Sequence[int]) -> None:
         super().__init__()
@@ -287,11 +329,18 @@ class CenterCrop(BatchTransform):
         return x[..., top : top + h, left : left + w]
 
     def extra_repr(self) -> str:
+        """The settings shown in ``repr`` (``nn.Module`` hook)."""
         return f"size={self.size}"
 
 
 class RandomHorizontalFlip(BatchTransform):
-    """Mirror each image left-right with probability ``p``, independently."""
+    """Mirror each image left-right with probability ``p``, independently.
+
+    >>> import torch; from tensorbox.data.transforms import RandomHorizontalFlip
+    >>> x = torch.tensor([[[[1, 2]]]]).expand(4, 1, 1, 2)
+    >>> RandomHorizontalFlip(p=1.0)(x)[:, 0, 0].tolist()
+    [[2, 1], [2, 1], [2, 1], [2, 1]]
+    """
 
     def __init__(self, p: float = 0.5, *, generator: torch.Generator | None = None) -> None:
         super().__init__(generator)
@@ -317,6 +366,7 @@ class RandomHorizontalFlip(BatchTransform):
         return torch.where(mask.to(x.device).view(-1, 1, 1, 1), x.flip(-1), x)
 
     def extra_repr(self) -> str:
+        """The settings shown in ``repr`` (``nn.Module`` hook)."""
         return f"p={self.p}"
 
 
@@ -335,6 +385,11 @@ def sample_resized_crop_boxes(
     in ``scale``, aspect ratio log-uniform in ``ratio``); the first that fits wins, else the
     centre crop with the ratio clamped. All candidates are drawn at once, so the draws
     differ from torchvision's sequential ones (same distribution).
+
+    >>> import torch; from tensorbox.data.transforms import sample_resized_crop_boxes
+    >>> boxes = sample_resized_crop_boxes(5, 32, 32, generator=torch.Generator().manual_seed(0))
+    >>> boxes.shape
+    torch.Size([5, 4])
     """
     area = height * width
     u = _rand((4, batch, tries), generator).double()
@@ -404,6 +459,12 @@ class RandomResizedCrop(BatchTransform):
     No antialiasing: from images stored at about the output size (256 -> 224) the boxes
     are at most 1.15x larger than the output, where antialiasing changes nothing visible.
     For much larger sources, resize at ingestion time (which does antialias).
+
+    >>> import torch; from tensorbox.data.transforms import RandomResizedCrop
+    >>> x = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
+    >>> y = RandomResizedCrop(16)(x, generator=torch.Generator().manual_seed(0))
+    >>> y.shape, y.dtype
+    (torch.Size([4, 3, 16, 16]), torch.uint8)
     """
 
     def __init__(
@@ -436,6 +497,7 @@ class RandomResizedCrop(BatchTransform):
         return resized_crop_batch(x, boxes, self.size)
 
     def extra_repr(self) -> str:
+        """The settings shown in ``repr`` (``nn.Module`` hook)."""
         return f"size={self.size}, scale={self.scale}, ratio={self.ratio}"
 
 
@@ -446,6 +508,12 @@ class ColorJitter(BatchTransform):
     mean taken per image (ITU-R 601 weights); results clamped to the valid range
     (``[0, 255]`` for uint8, rounded; ``[0, 1]`` for floats). Unlike torchvision the order
     is fixed (brightness, then contrast), which keeps it a single pass per factor.
+
+    >>> import torch; from tensorbox.data.transforms import ColorJitter
+    >>> x = torch.full((2, 3, 4, 4), 100, dtype=torch.uint8)
+    >>> y = ColorJitter(brightness=0.5)(x, generator=torch.Generator().manual_seed(0))
+    >>> y.dtype, bool(((y >= 50) & (y <= 150)).all())   # factors in [0.5, 1.5]
+    (torch.uint8, True)
     """
 
     def __init__(
@@ -478,6 +546,7 @@ class ColorJitter(BatchTransform):
         return jitter_batch(x, factors)
 
     def extra_repr(self) -> str:
+        """The settings shown in ``repr`` (``nn.Module`` hook)."""
         return f"brightness={self.brightness}, contrast={self.contrast}"
 
 

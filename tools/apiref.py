@@ -1,0 +1,580 @@
+"""Write ``docs/api.md``, the API reference, from the code.
+
+    python -m tools.apiref           # rewrite docs/api.md
+    python -m tools.apiref --check   # exit 1 (and say so) when docs/api.md is stale
+
+What the reference holds, and what ``tests/test_api_reference.py`` keeps true:
+
+* every name in the ``__all__`` of the public modules (``MODULES``), documented once,
+  in the module that defines it when that module is public, otherwise in the first
+  public module exporting it; other modules exporting it link there;
+* for a class, every public member (a name without a leading ``_``) defined by any
+  class of its MRO that lives in ``tensorbox``: so ``TensorDict`` and ``TensorClass``
+  list what they inherit from the container base, while members inherited from
+  ``torch.Tensor``, ``nn.Module`` or ``Exception`` are left to their own docs. A
+  subclass of the container base other than these two lists only what it adds;
+* each with its ``inspect.signature`` (sentinel defaults shown by their name, so the
+  page is the same on every run) and its docstring. Docstring examples (``>>>``)
+  become ``pycon`` blocks: they already run as doctests of their module, and
+  ``tests/test_docs.py`` executes only ``python`` blocks.
+
+Only the standard library is used: no documentation generator to install.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import importlib
+import inspect
+import re
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import MemberDescriptorType, ModuleType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+OUTPUT = ROOT / "docs" / "api.md"
+PACKAGE = ROOT / "tensorbox"
+
+#: The public modules, in the order the page presents them.
+MODULES = (
+    "tensorbox",
+    "tensorbox.weights",
+    "tensorbox.distributed",
+    "tensorbox.data",
+    "tensorbox.data.transforms",
+    "tensorbox.buffer",
+    "tensorbox.errors",
+)
+
+#: Classes that list every member they inherit from the container base.
+FULL_CONTAINERS = ("TensorDict", "TensorClass")
+
+#: Public names whose runnable example is a doc page rather than a doctest (they need
+#: processes or a process group): qualified name -> (page, what its ``python`` blocks use).
+EXAMPLES_ELSEWHERE: dict[str, tuple[str, str]] = {
+    "tensorbox.BatchLoader": ("data.md", "BatchLoader("),
+    "tensorbox.data.ingest_image_folder": ("data.md", "ingest_image_folder("),
+    "tensorbox.buffer.AugmentBuffer": ("buffer.md", "AugmentBuffer("),
+    "tensorbox.buffer.BufferStats": ("buffer.md", ".stats()"),
+    "tensorbox.buffer.ProducerError": ("buffer.md", "ProducerError"),
+    "tensorbox.distributed.DistributedError": ("distributed.md", "tbd.DistributedError"),
+    "tensorbox.distributed.Request": ("distributed.md", "req.wait("),
+    "tensorbox.distributed.StructureMismatchError": ("distributed.md", "StructureMismatchError"),
+    "tensorbox.distributed.all_gather": ("distributed.md", "tbd.all_gather("),
+    "tensorbox.distributed.all_reduce_": ("distributed.md", "tbd.all_reduce_("),
+    "tensorbox.distributed.broadcast": ("distributed.md", "tbd.broadcast("),
+    "tensorbox.distributed.broadcast_": ("distributed.md", "tbd.broadcast_("),
+    # from_remote_init is recv_structure, init_remote and send_structure are send.
+    "tensorbox.distributed.from_remote_init": ("distributed.md", "tbd.recv_structure("),
+    "tensorbox.distributed.init_remote": ("distributed.md", "tbd.send("),
+    "tensorbox.distributed.irecv": ("distributed.md", "tbd.irecv("),
+    "tensorbox.distributed.isend": ("distributed.md", "tbd.isend("),
+    "tensorbox.distributed.recv": ("distributed.md", "tbd.recv("),
+    "tensorbox.distributed.recv_structure": ("distributed.md", "tbd.recv_structure("),
+    "tensorbox.distributed.send": ("distributed.md", "tbd.send("),
+    "tensorbox.distributed.send_structure": ("distributed.md", "tbd.send("),
+    "tensorbox.distributed.shard_indices": ("distributed.md", "tbd.shard_indices("),
+}
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """One public member of a class, ready to render."""
+
+    name: str
+    kind: str  # method, classmethod, staticmethod, property, attribute
+    signature: str
+    doc: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One public name of a module: a class, a function, a module or a data value."""
+
+    module: str
+    name: str
+    obj: Any
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.module}.{self.name}"
+
+
+# --------------------------------------------------------------------------- collecting
+
+
+def _modules() -> list[ModuleType]:
+    return [importlib.import_module(name) for name in MODULES]
+
+
+def _home(obj: Any, exporters: list[str]) -> str:
+    """The one module whose section documents ``obj``."""
+    defined = getattr(obj, "__module__", None) if not isinstance(obj, ModuleType) else None
+    return defined if defined in exporters else exporters[0]
+
+
+def entries() -> tuple[list[Entry], dict[str, list[tuple[str, str]]]]:
+    """The documented entries, and per module the names it re-exports (name, home module)."""
+    exporters: dict[int, list[str]] = {}
+    objects: dict[int, Any] = {}
+    for module in _modules():
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if isinstance(obj, ModuleType):
+                continue  # a public submodule has its own section
+            exporters.setdefault(id(obj), []).append(module.__name__)
+            objects[id(obj)] = obj
+    documented: list[Entry] = []
+    reexports: dict[str, list[tuple[str, str]]] = {m: [] for m in MODULES}
+    for module in _modules():
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if isinstance(obj, ModuleType):
+                reexports[module.__name__].append((name, obj.__name__))
+                continue
+            home = _home(obj, exporters[id(obj)])
+            if home == module.__name__:
+                documented.append(Entry(module.__name__, name, obj))
+            else:
+                reexports[module.__name__].append((name, f"{home}.{name}"))
+    return documented, reexports
+
+
+def _is_container_subclass(cls: type) -> bool:
+    from tensorbox._container import TensorCollection
+
+    return issubclass(cls, TensorCollection) and cls.__name__ not in FULL_CONTAINERS
+
+
+def _field_names(cls: type) -> list[str]:
+    if dataclasses.is_dataclass(cls):
+        return [f.name for f in dataclasses.fields(cls)]
+    return list(getattr(cls, "_fields", ()))  # a NamedTuple
+
+
+def _slot_names(cls: type) -> list[str]:
+    """Public ``__slots__`` attributes (they cannot carry a docstring: the class's says)."""
+    return sorted(
+        name
+        for klass in _owners(cls)
+        for name, value in vars(klass).items()
+        if not name.startswith("_") and isinstance(value, MemberDescriptorType)
+    )
+
+
+def _owners(cls: type) -> Iterator[type]:
+    """The classes of ``cls``'s MRO whose members the reference lists, base first."""
+    skip: set[type] = set()
+    if _is_container_subclass(cls):
+        import tensorbox
+        from tensorbox._container import TensorCollection
+
+        skip = {*TensorCollection.__mro__, tensorbox.TensorClass, tensorbox.TensorDict}
+    for klass in reversed(cls.__mro__):
+        if klass not in skip and (klass.__module__ or "").startswith("tensorbox"):
+            yield klass
+
+
+def public_members(cls: type) -> dict[str, Any]:
+    """Public member name -> the raw attribute (as found in the defining class's dict)."""
+    fields = {*_field_names(cls), *_slot_names(cls)}
+    found: dict[str, Any] = {}
+    for klass in _owners(cls):
+        for name, value in vars(klass).items():
+            if not name.startswith("_") and name not in fields:
+                found[name] = value
+    return dict(sorted(found.items()))
+
+
+def raw_doc(value: Any) -> str:
+    """The docstring written for ``value`` itself (not one inherited from elsewhere)."""
+    if isinstance(value, classmethod | staticmethod):
+        value = value.__func__
+    if isinstance(value, property):
+        doc = value.__doc__ or (value.fget.__doc__ if value.fget else None)
+    elif callable(value) or type(value).__name__ == "_tuplegetter":
+        doc = value.__doc__
+    else:
+        doc = None
+    return inspect.cleandoc(doc) if doc else ""
+
+
+def undocumented() -> list[str]:
+    """Qualified names of public names and members whose docstring is empty."""
+    missing = []
+    documented, _ = entries()
+    for entry in documented:
+        if not _entry_doc(entry):
+            missing.append(entry.qualname)
+        if inspect.isclass(entry.obj):
+            for name, value in public_members(entry.obj).items():
+                if not raw_doc(value):
+                    missing.append(f"{entry.qualname}.{name}")
+    return missing
+
+
+def _attribute_docs() -> dict[str, tuple[str, str]]:
+    """Module-level ``NAME = value`` documented by the string after it (or ``#:`` lines
+    before it): name -> (source of the assignment, docstring)."""
+    found: dict[str, tuple[str, str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        lines = source.splitlines()
+        body = ast.parse(source).body
+        for stmt, after in zip(body, [*body[1:], None]):
+            target = None
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                target = stmt.targets[0]
+            elif isinstance(stmt, ast.AnnAssign):
+                target = stmt.target
+            if not isinstance(target, ast.Name):
+                continue
+            doc = ""
+            if (
+                isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                doc = inspect.cleandoc(after.value.value)
+            else:
+                comments = []
+                row = stmt.lineno - 2
+                while row >= 0 and lines[row].lstrip().startswith("#:"):
+                    comments.insert(0, lines[row].lstrip()[2:].strip())
+                    row -= 1
+                doc = " ".join(comments)
+            if doc:
+                code = ast.get_source_segment(source, stmt) or target.id
+                found.setdefault(target.id, (code, doc))
+    return found
+
+
+def _entry_doc(entry: Entry) -> str:
+    if inspect.isclass(entry.obj) or callable(entry.obj):
+        return raw_doc(entry.obj)
+    return _attribute_docs().get(entry.name, ("", ""))[1]
+
+
+# --------------------------------------------------------------------------- signatures
+
+
+class _Text:
+    """Shows as the given text inside a rendered signature (no quotes added)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _show_default(value: Any, names: dict[str, Any]) -> Any:
+    text = repr(value)
+    if not _ADDRESS.search(text):
+        return value
+    # A sentinel object: show the module-level name it is bound to, never its address.
+    for name, candidate in names.items():
+        if candidate is value:
+            return _Text(name)
+    return _Text(_ADDRESS.sub("", text))
+
+
+def _show_annotation(annotation: Any) -> Any:
+    """A string annotation shown as written, less `builtins.` (a guard against shadowing)."""
+    if annotation is inspect.Parameter.empty or not isinstance(annotation, str):
+        return annotation
+    return _Text(annotation.replace("builtins.", ""))
+
+
+def signature(obj: Callable[..., Any], *, drop_first: bool = False, is_class: bool = False) -> str:
+    """``inspect.signature(obj)`` as text, or ``(...)`` where Python cannot tell it."""
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return "(...)"
+    params = list(sig.parameters.values())
+    if drop_first and params:
+        params = params[1:]
+    names = getattr(inspect.unwrap(obj), "__globals__", {})
+    shown = [
+        p.replace(
+            annotation=_show_annotation(p.annotation),
+            default=p.default if p.default is p.empty else _show_default(p.default, names),
+        )
+        for p in params
+    ]
+    returns = sig.empty if is_class else _show_annotation(sig.return_annotation)
+    return str(sig.replace(parameters=shown, return_annotation=returns))
+
+
+def member(name: str, value: Any, owner: type) -> Member:
+    """Describe the member ``name`` of ``owner``, whose raw attribute is ``value``."""
+    doc = raw_doc(value)
+    if isinstance(value, property):
+        ann = inspect.signature(value.fget).return_annotation if value.fget else None
+        shown = "" if ann in (None, inspect.Signature.empty) else f": {_show_annotation(ann)!r}"
+        kind = "property" if value.fset is None else "property, settable"
+        return Member(name, kind, f"{name}{shown}", doc)
+    if isinstance(value, classmethod):
+        return Member(name, "classmethod", name + signature(getattr(owner, name)), doc)
+    if isinstance(value, staticmethod):
+        return Member(name, "staticmethod", name + signature(value.__func__), doc)
+    if callable(value):
+        return Member(name, "method", name + signature(value, drop_first=True), doc)
+    return Member(name, "attribute", f"{name} = {value!r}", doc)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lowercase, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.lower())
+    return text.replace(" ", "-")
+
+
+def _link(key: str) -> str:
+    """A placeholder for the anchor of the heading registered as ``key`` (see ``_Page``)."""
+    return f"#@{{{key}}}"
+
+
+class _Page:
+    """Lines of Markdown, with headings whose anchors links may name before they exist."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.headings: list[tuple[str, str | None]] = []  # (text, key), in page order
+
+    def heading(self, level: int, text: str, key: str | None = None) -> None:
+        self.lines += ["#" * level + " " + text, ""]
+        self.headings.append((text, key))
+
+    def text(self) -> str:
+        # GitHub numbers repeated anchors in page order: the second "x" is "x-1".
+        seen: dict[str, int] = {}
+        anchors: dict[str, str] = {}
+        for text, key in self.headings:
+            base = slug(text)
+            anchor = base if base not in seen else f"{base}-{seen[base]}"
+            seen[base] = seen.get(base, 0) + 1
+            if key is not None:
+                anchors[key] = anchor
+        lines = list(self.lines)
+        while lines and not lines[-1]:
+            lines.pop()
+        body = "\n".join(lines) + "\n"
+        return re.sub(r"#@\{([^}]*)\}", lambda m: "#" + anchors[m.group(1)], body)
+
+
+_ROLE = re.compile(r":(?:meth|func|class|data|attr|mod|obj|exc):`~?([^`]+)`")
+_SECTIONS = ("Args:", "Arguments:", "Parameters:", "Returns:", "Raises:", "Attributes:")
+_ITEM = re.compile(r"^(\*{0,2}[\w.]+)(?: \(([^)]*)\))?: (.*)$")
+
+
+def _section(lines: list[str], i: int) -> tuple[list[str], int]:
+    """A Google-style ``Args:`` section starting at ``lines[i]``, as a Markdown list."""
+    out = [f"**{lines[i].strip()}**", ""]
+    i += 1
+    items: list[str] = []
+    indent = None
+    while i < len(lines) and (not lines[i].strip() or lines[i][:1] == " "):
+        line = lines[i]
+        i += 1
+        if not line.strip():
+            continue
+        depth = len(line) - len(line.lstrip())
+        indent = depth if indent is None else indent
+        text = line.strip()
+        match = _ITEM.match(text)
+        if depth <= indent and match:
+            name, kind, rest = match.groups()
+            items.append(f"- `{name}`" + (f" ({kind})" if kind else "") + f": {rest}")
+        elif depth <= indent or not items:
+            items.append(f"- {text}")
+        else:
+            items[-1] += " " + text
+    return [*out, *items, ""], i
+
+
+def render_doc(doc: str) -> list[str]:
+    """Docstring text as Markdown: ``>>>`` examples in ``pycon`` fences, ``Args:``
+    sections as lists."""
+    out: list[str] = []
+    lines = doc.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line in _SECTIONS and i + 1 < len(lines) and lines[i + 1][:1] == " ":
+            if out and out[-1]:
+                out.append("")
+            section, i = _section(lines, i)
+            out += section
+            continue
+        if line.lstrip().startswith(">>>"):
+            block = []
+            while i < len(lines) and lines[i].strip():
+                block.append(lines[i])
+                i += 1
+            if out and out[-1]:
+                out.append("")
+            out += ["```pycon", *inspect.cleandoc("\n".join(block)).splitlines(), "```"]
+            continue
+        # Sphinx roles (:meth:`x`) read as code; a line starting with '#' is no heading.
+        line = _ROLE.sub(r"`\1`", line)
+        out.append("\\" + line if line.startswith("#") else line)
+        i += 1
+    while out and not out[-1]:
+        out.pop()
+    return [*out, ""]
+
+
+def _bases(cls: type) -> str:
+    names = [b.__name__ for b in cls.__bases__ if b is not object]
+    return f"({', '.join(names)})" if names else ""
+
+
+def _pointer(entry: Entry) -> list[str]:
+    if entry.qualname not in EXAMPLES_ELSEWHERE:
+        return []
+    doc_page = EXAMPLES_ELSEWHERE[entry.qualname][0]
+    return [f"Runnable example: [{doc_page}]({doc_page}).", ""]
+
+
+def _render_class(page: _Page, entry: Entry, notes: list[str]) -> None:
+    cls = entry.obj
+    sig = "" if issubclass(cls, BaseException) else signature(cls, is_class=True)
+    page.lines += [f"*class* `{entry.name}{_bases(cls)}`", ""]
+    if sig:
+        page.lines += [f"Constructor: `{entry.name}{sig}`", ""]
+    page.lines += [*render_doc(raw_doc(cls)), *_pointer(entry), *notes]
+    fields = _field_names(cls)
+    if fields:
+        hints = getattr(cls, "__annotations__", {})
+        shown = ", ".join(f"`{f}: {hints[f]}`" if f in hints else f"`{f}`" for f in fields)
+        page.lines += [f"**Fields:** {shown}.", ""]
+    slots = _slot_names(cls)
+    if slots:
+        shown = ", ".join(f"`{s}`" for s in slots)
+        page.lines += [f"**Attributes** (described above): {shown}.", ""]
+    if _is_container_subclass(cls):
+        page.lines += [
+            f"Also has every member of [`TensorClass`]({_link('tensorbox.TensorClass')}) "
+            "(the container methods); only what it adds is listed here.",
+            "",
+        ]
+    members = [member(n, v, cls) for n, v in public_members(cls).items()]
+    if entry.name in FULL_CONTAINERS:
+        page.lines += [
+            f"{len(members)} public members, those inherited from the container base "
+            "(`TensorCollection`) included:",
+            "",
+        ]
+    for m in members:
+        page.heading(4, f"`{entry.name}.{m.name}`", f"{entry.qualname}.{m.name}")
+        page.lines += [f"*{m.kind}* `{m.signature}`", "", *render_doc(m.doc)]
+
+
+def without_example() -> list[str]:
+    """Public classes and functions with neither a ``>>>`` example nor a doc page one."""
+    documented, _ = entries()
+    return [
+        e.qualname
+        for e in documented
+        if callable(e.obj) and ">>>" not in raw_doc(e.obj) and e.qualname not in EXAMPLES_ELSEWHERE
+    ]
+
+
+def _module_notes(entry: Entry, shown: set[str]) -> list[str]:
+    """The docstring of the private module defining ``entry``, when the entry's docstring
+    says "see the module docstring" (this page is where it is read), once per module."""
+    name = getattr(entry.obj, "__module__", None) or ""
+    if "._" not in name or name in shown or "module doc" not in raw_doc(entry.obj):
+        return []
+    shown.add(name)
+    doc = inspect.cleandoc(importlib.import_module(name).__doc__ or "")
+    if not doc:
+        return []
+    summary = f"<details><summary>Module docstring of <code>{name}</code></summary>"
+    return [summary, "", *render_doc(doc), "</details>", ""]
+
+
+def _render_entry(page: _Page, entry: Entry, shown: set[str]) -> None:
+    page.heading(3, f"`{entry.qualname}`", entry.qualname)
+    obj = entry.obj
+    notes = _module_notes(entry, shown)
+    if inspect.isclass(obj):
+        _render_class(page, entry, notes)
+    elif callable(obj):
+        page.lines += [f"*function* `{entry.name}{signature(obj)}`", "", *render_doc(raw_doc(obj))]
+        page.lines += [*_pointer(entry), *notes]
+    else:
+        code, doc = _attribute_docs().get(entry.name, (f"{entry.name} = {obj!r}", ""))
+        page.lines += ["```text", code, "```", "", *render_doc(doc)]
+
+
+def render() -> str:
+    """The whole page, as ``docs/api.md`` must hold it."""
+    documented, reexports = entries()
+    page = _Page()
+    shown: set[str] = set()  # private modules whose docstring is already on the page
+    page.heading(1, "API reference")
+    page.lines += [
+        "<!-- Generated by `python -m tools.apiref` from the code: do not edit by hand. -->",
+        "",
+        "Every public name of tensorbox with its signature and its docstring, generated",
+        "from the code by `python -m tools.apiref`; `tests/test_api_reference.py` fails",
+        "when this page and the code disagree. Examples (`>>>`) run as doctests of their",
+        "module. Guides: [tensordict.md](tensordict.md), [tensorclass.md](tensorclass.md),",
+        "[persistence.md](persistence.md); coming from tensordict: [migrating.md](migrating.md).",
+        "",
+    ]
+    page.heading(2, "Contents")
+    for module in MODULES:
+        names = [e for e in documented if e.module == module]
+        links = ", ".join(f"[`{e.name}`]({_link(e.qualname)})" for e in names)
+        page.lines.append(f"- [`{module}`]({_link(module)}): {links}")
+    page.lines.append("")
+    for module in MODULES:
+        mod = importlib.import_module(module)
+        page.heading(2, f"`{module}`", module)
+        page.lines += render_doc(inspect.cleandoc(mod.__doc__ or ""))
+        if reexports[module]:
+            links = ", ".join(f"[`{n}`]({_link(target)})" for n, target in reexports[module])
+            page.lines += [f"Also exported here, documented elsewhere on this page: {links}.", ""]
+        for entry in (e for e in documented if e.module == module):
+            _render_entry(page, entry, shown)
+    return page.text()
+
+
+def counts() -> dict[str, int]:
+    """How many public names and class members the reference documents."""
+    documented, _ = entries()
+    members = sum(len(public_members(e.obj)) for e in documented if inspect.isclass(e.obj))
+    return {"names": len(documented), "members": members}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only say whether it is stale")
+    args = parser.parse_args(argv)
+    text = render()
+    current = OUTPUT.read_text(encoding="utf-8") if OUTPUT.exists() else ""
+    if args.check:
+        if current != text:
+            print(f"{OUTPUT} is out of date: run `python -m tools.apiref`", file=sys.stderr)
+            return 1
+        return 0
+    OUTPUT.write_text(text, encoding="utf-8")
+    c = counts()
+    print(f"wrote {OUTPUT}: {c['names']} public names, {c['members']} class members")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
