@@ -27,11 +27,10 @@ from torch import Tensor
 
 from ._keys import NestedKey, format_key, unravel_key
 from ._shape import normalize_index
+from ._tree import KEEP as _MISSING  # the one "not given" sentinel
 from .errors import TensorDictKeyError
 
 __all__ = ["EntryMethods"]
-
-from ._tree import KEEP as _MISSING  # the one "not given" sentinel
 
 
 def _is_coll(v: Any) -> bool:

@@ -24,10 +24,9 @@ from torch import Tensor
 
 from ._keys import NestedKey, format_key, unravel_key
 from ._shape_methods import index_along
+from ._tree import KEEP as _MISSING  # the one "not given" sentinel
 
 __all__ = ["TensorMethods"]
-
-from ._tree import KEEP as _MISSING  # the one "not given" sentinel
 
 
 def _is_coll(v: Any) -> bool:
