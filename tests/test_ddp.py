@@ -239,6 +239,20 @@ def test_buffer_shares(drop_last):
     assert len(set(torch.cat(xs).flatten().tolist())) == xs[0].numel() + xs[1].numel()
 
 
+def test_buffer_producers_make_the_same_rank_batches_as_inline():
+    def epoch(workers):
+        with AugmentBuffer(
+            _data(11), _jitter, batch_size=3, num_workers=workers, num_replicas=2, rank=1,
+            start_method="fork",
+        ) as buf:  # fmt: skip
+            return [b.clone() for b in buf]
+
+    inline, produced = epoch(0), epoch(1)
+    assert len(inline) == len(produced) == 2
+    for a, b in zip(inline, produced):
+        assert (a == b).all()
+
+
 def _batch_noise(batch, generator):
     return {"x": torch.rand(batch["x"].shape, generator=generator), "targets": batch["targets"]}
 
