@@ -268,6 +268,23 @@ def test_buffer_batch_transforms_draw_differently_per_rank():
     assert set(draws[0]).isdisjoint(draws[1])
 
 
+@pytest.mark.parametrize("rank", [0, 1])
+def test_buffer_resumes_mid_epoch_on_each_rank(rank):
+    kw = dict(batch_size=3, num_workers=0, num_replicas=2, rank=rank, seed=2)
+    with AugmentBuffer(_data(13), _jitter, **kw) as buf:
+        whole = [b.clone() for b in buf]
+    with AugmentBuffer(_data(13), _jitter, **kw) as buf:
+        it = iter(buf)
+        next(it)
+        state = buf.state_dict()
+    with AugmentBuffer(_data(13), _jitter, **kw) as buf:
+        buf.load_state_dict(state)
+        rest = [b.clone() for b in buf]
+    assert len(whole) == 3 and len(rest) == 2
+    for a, b in zip(rest, whole[1:]):
+        assert (a == b).all()
+
+
 def test_buffer_resume_with_another_world_size():
     with AugmentBuffer(_data(12), batch_size=3, num_workers=0, num_replicas=2, rank=0) as buf:
         it = iter(buf)

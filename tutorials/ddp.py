@@ -126,7 +126,8 @@ def main() -> None:
     elif sys.platform == "linux":
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # one machine: stay on loopback
     torch.set_num_threads(1)  # 2 ranks share this machine's cores
-    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=120))
+    # Rank 0 may spend minutes making the dataset while the others wait at a barrier.
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(minutes=15))
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     say(f"== 0. {world} ranks, backend {dist.get_backend()}, device {device.type}")
