@@ -6,7 +6,8 @@ description, no pickle), holding:
 
 - ``"model"``: the module's parameters and buffers, nested by submodule
   (``TensorDict.from_module``);
-- ``"optimizer"``, ``"loader"``, ``"extra"``: Python state dicts mapped to trees by
+- ``"optimizer"``, ``"scheduler"``, ``"loader"``, ``"extra"``: Python state dicts mapped
+  to trees by
   :func:`state_to_tree` (below);
 - ``"rng"``: the random states of every rank (torch, CUDA when present, numpy, Python),
   stacked along a first dim of size world size, so that each rank resumes its own
@@ -219,6 +220,7 @@ def save_checkpoint(
     *,
     model: nn.Module | None = None,
     optimizer: Any = None,
+    scheduler: Any = None,
     loader: Any = None,
     extra: Mapping[str, Any] | None = None,
     fsync: bool = True,
@@ -230,8 +232,9 @@ def save_checkpoint(
     crash leaves the previous checkpoint at ``path`` intact) and all ranks meet at a
     barrier, so that nobody moves on before the checkpoint exists. Without a process
     group it simply writes. ``model`` is the module itself (``ddp.module`` for a
-    ``DistributedDataParallel``); ``optimizer`` and ``loader`` are anything with a
-    ``state_dict()``; ``extra`` a state dict of your own (the step, the loss...).
+    ``DistributedDataParallel``); ``optimizer``, ``scheduler`` (a learning-rate
+    scheduler) and ``loader`` are anything with a ``state_dict()``; ``extra`` a state
+    dict of your own (the step, the loss...).
     """
     rank, world = _group()
     rng = rng_state()
@@ -245,7 +248,7 @@ def save_checkpoint(
         parts: dict[str, Any] = {"rng": rngs}
         if model is not None:
             parts["model"] = TensorDict.from_module(model).detach()
-        for key, obj in (("optimizer", optimizer), ("loader", loader)):
+        for key, obj in (("optimizer", optimizer), ("scheduler", scheduler), ("loader", loader)):
             if obj is not None:
                 parts[key] = state_to_tree(obj.state_dict())
         if extra is not None:
@@ -261,6 +264,7 @@ def load_checkpoint(
     *,
     model: nn.Module | None = None,
     optimizer: Any = None,
+    scheduler: Any = None,
     loader: Any = None,
     rng: bool = True,
 ) -> dict[str, Any]:
@@ -279,7 +283,7 @@ def load_checkpoint(
                 f"checkpoint {os.fspath(path)!r} has no 'model' (keys: {sorted(keys)!r})"
             )
         TensorDict.from_module(model).load_state_dict(tree["model"])
-    for key, obj in (("optimizer", optimizer), ("loader", loader)):
+    for key, obj in (("optimizer", optimizer), ("scheduler", scheduler), ("loader", loader)):
         if obj is not None:
             if key not in keys:
                 raise KeyError(

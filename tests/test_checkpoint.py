@@ -168,11 +168,13 @@ def _setup(seed: int):
         nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Dropout(0.3), nn.Flatten(), nn.Linear(4 * 6 * 6, 3)
     )
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=12)
     loader = BatchLoader(_images(), 8, crop=8, flip=True, normalize="imagenet", num_threads=1)
-    return model, opt, loader
+    return model, (opt, sched), loader
 
 
-def _train(model, opt, loader, step: int, until: int, save_at=None, path=None) -> list[float]:
+def _train(model, opts, loader, step: int, until: int, save_at=None, path=None) -> list[float]:
+    opt, sched = opts
     losses = []
     while step < until:
         for batch in loader:
@@ -180,12 +182,14 @@ def _train(model, opt, loader, step: int, until: int, save_at=None, path=None) -
             opt.zero_grad()
             loss.backward()
             opt.step()
+            sched.step()
             losses.append(loss.item())
             step += 1
             if step == save_at:
                 save_checkpoint(
-                    path, model=model, optimizer=opt, loader=loader, extra={"step": step}
-                )
+                    path, model=model, optimizer=opt, scheduler=sched, loader=loader,
+                    extra={"step": step},
+                )  # fmt: skip
             if step == until:
                 break
     loader.close()
@@ -198,13 +202,16 @@ def test_resumed_training_is_bit_identical(tmp_path):
     whole = _train(model, opt, loader, 0, 12, save_at=7, path=path)
     torch.manual_seed(123)  # the resumed run starts from other weights and streams
     model2, opt2, loader2 = _setup(5)
-    extra = load_checkpoint(path, model=model2, optimizer=opt2, loader=loader2)
+    extra = load_checkpoint(
+        path, model=model2, optimizer=opt2[0], scheduler=opt2[1], loader=loader2
+    )
     assert extra == {"step": 7} and loader2.state_dict()["batch"] == 2
     rest = _train(model2, opt2, loader2, extra["step"], 12)
     assert rest == whole[7:]
     for a, b in zip(model.parameters(), model2.parameters()):
         assert torch.equal(a, b)
-    assert same(opt.state_dict(), opt2.state_dict())
+    assert same(opt[0].state_dict(), opt2[0].state_dict())
+    assert same(opt[1].state_dict(), opt2[1].state_dict())
 
 
 def test_load_checkpoint_refusals(tmp_path):
