@@ -10,6 +10,8 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from tensorbox.data.sharding import resolve_replicas
+
 from . import _slots
 from ._plan import GlobalRNG, KeyTransforms, Plan, Producer, as_layout, sample_nbytes
 from ._runtime import ProducerError, Runtime
@@ -119,6 +121,12 @@ class AugmentBuffer:
         worker_threads: ``torch.set_num_threads`` in each producer (default 1).
         preallocate: allocate slot files now (fails early when the folder is too small).
         progress: show a progress bar per epoch (tqdm if installed).
+        num_replicas, rank: data-parallel training: batch only the share of rank ``rank``
+            of ``num_replicas``, with ``BatchLoader``'s rules (defaults from the
+            initialised default process group, else one replica; the same permutation
+            on every rank, strided shares padded by repeating rows or cut with
+            ``drop_last``; ``len()`` is this rank's batches per epoch). Ranks never draw
+            the same random numbers (see :mod:`tensorbox.buffer`).
     """
 
     def __init__(
@@ -145,7 +153,10 @@ class AugmentBuffer:
         worker_threads: int = 1,
         preallocate: bool = True,
         progress: bool = False,
+        num_replicas: int | None = None,
+        rank: int | None = None,
     ) -> None:
+        replicas, rank = resolve_replicas(num_replicas, rank)
         n = len(dataset)
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
@@ -162,10 +173,11 @@ class AugmentBuffer:
         for name, fn in (("transform", transform), ("batch_transform", batch_transform)):
             if fn is not None and not callable(fn):
                 raise TypeError(f"{name} must be callable, got {fn!r}")
-        self._plan = Plan(n, batch_size, drop_last, shuffle, seed)
+        self._plan = Plan(n, batch_size, drop_last, shuffle, seed, replicas, rank)
         if self._plan.batches_per_epoch < 1:
+            share = f" ({self._plan.share} per rank of {replicas})" if replicas > 1 else ""
             raise ValueError(
-                f"the dataset has {n} samples: not one full batch of {batch_size} "
+                f"the dataset has {n} samples{share}: not one full batch of {batch_size} "
                 "(drop_last=True); lower batch_size or keep the last batch"
             )
         method = start_method or _default_start_method()
@@ -435,11 +447,18 @@ class AugmentBuffer:
             "batch_size": p.batch_size,
             "shuffle": p.shuffle,
             "drop_last": p.drop_last,
+            "num_replicas": p.num_replicas,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue where ``state`` (from ``state_dict()``) was taken; the buffer must be
-        built with the same dataset size, batch size, seed, shuffle and drop_last."""
+        built with the same dataset size, batch size, seed, shuffle and drop_last.
+
+        The ranks of a data-parallel run move in step, so rank 0's state resumes every
+        rank. With another number of replicas, a state taken at an epoch boundary
+        resumes (the next epoch is shared among the new ranks); one taken mid-epoch is
+        refused, since the rows left over from the old shares cannot be re-dealt as
+        this world size's batches."""
         if state.get("version") != _STATE_VERSION:
             raise ValueError(
                 f"unknown AugmentBuffer state version {state.get('version')!r}, expected "
@@ -456,6 +475,14 @@ class AugmentBuffer:
                 "the state was saved by a buffer with other settings, so resuming would not "
                 "reproduce its batches; (saved, this buffer): "
                 + ", ".join(f"{k}={v[0]!r} vs {v[1]!r}" for k, v in diff.items())
+            )
+        saved = state.get("num_replicas", 1)
+        if saved != self._plan.num_replicas and int(state["batch"]) != 0:
+            raise ValueError(
+                f"the state was saved mid-epoch (epoch {state['epoch']!r}, batch "
+                f"{state['batch']!r}) by {saved!r} replicas, but this buffer is one of "
+                f"{self._plan.num_replicas}: resume with num_replicas={saved!r}, or from a "
+                "state taken at an epoch boundary (batch 0)"
             )
         self.seek(int(state["epoch"]), int(state["batch"]))
 

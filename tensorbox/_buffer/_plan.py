@@ -6,6 +6,12 @@ samples of the batch, and one random stream per sample seeded from
 ``sample_seed(seed, epoch, index)``. So any process can make any batch, and the output
 does not depend on how many producers there are or which one made which batch.
 
+Data-parallel: with ``num_replicas`` ranks, every rank draws the same permutation and
+batches its own strided share of it (``tensorbox.data.sharding``: padded to equal length
+by repeating rows, or cut with ``drop_last``). A row repeated as padding is seeded as
+index ``i + k * num_samples`` (its ``k``-th repeat), and ``batch_transform`` as batch
+``b * num_replicas + rank``, so no two ranks draw the same random numbers.
+
 >>> plan = Plan(num_samples=10, batch_size=4, drop_last=False, shuffle=False, seed=0)
 >>> plan.batches_per_epoch, plan.locate(4), plan.indices(4).tolist(), plan.rows(2)
 (3, (1, 1), [4, 5, 6, 7], 2)
@@ -28,6 +34,7 @@ import torch
 from torch import Tensor
 
 from tensorbox import TensorDict, is_tensor_collection
+from tensorbox.data.sharding import share_length, share_positions
 from tensorbox.errors import TensorDictKeyError
 
 __all__ = [
@@ -80,16 +87,27 @@ class Plan:
     """The deterministic schedule: sample order per epoch and batch boundaries."""
 
     def __init__(
-        self, num_samples: int, batch_size: int, drop_last: bool, shuffle: bool, seed: int
+        self,
+        num_samples: int,
+        batch_size: int,
+        drop_last: bool,
+        shuffle: bool,
+        seed: int,
+        num_replicas: int = 1,
+        rank: int = 0,
     ) -> None:
         self.num_samples = num_samples
         self.batch_size = batch_size
         self.drop_last = drop_last
         self.shuffle = shuffle
         self.seed = seed
-        full, rest = divmod(num_samples, batch_size)
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.share = share_length(num_samples, num_replicas, drop_last)  # rows of this rank
+        full, rest = divmod(self.share, batch_size)
         self.batches_per_epoch = full if (drop_last or not rest) else full + 1
-        self._order: tuple[int, Tensor] | None = None  # one epoch cached: (epoch, order)
+        # One epoch cached: (epoch, this rank's rows, their seed keys).
+        self._order: tuple[int, Tensor, Tensor] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Producers compute their own order: do not ship a cached permutation to each.
@@ -99,25 +117,45 @@ class Plan:
         """``(epoch, batch)`` of stream position ``g``."""
         return divmod(g, self.batches_per_epoch)
 
-    def order(self, epoch: int) -> Tensor:
-        """The dataset indices of ``epoch`` in the order they are batched."""
+    def _epoch_order(self, epoch: int) -> tuple[int, Tensor, Tensor]:
         if self._order is None or self._order[0] != epoch:
+            n = self.num_samples
             if self.shuffle:
                 gen = torch.Generator().manual_seed(_mix(_ORDER, self.seed, epoch, 0))
-                perm = torch.randperm(self.num_samples, generator=gen)
+                perm = torch.randperm(n, generator=gen)
             else:
-                perm = torch.arange(self.num_samples)
-            self._order = (epoch, perm)
-        return self._order[1]
+                perm = torch.arange(n)
+            if self.num_replicas == 1:
+                self._order = (epoch, perm, perm)
+            else:
+                pos = share_positions(n, self.num_replicas, self.rank, self.drop_last)
+                rows = perm[pos % n]
+                self._order = (epoch, rows, rows + (pos // n) * n)
+        return self._order
+
+    def order(self, epoch: int) -> Tensor:
+        """The dataset indices this rank batches in ``epoch``, in order."""
+        return self._epoch_order(epoch)[1]
 
     def rows(self, batch: int) -> int:
         """Number of samples in batch ``batch`` of an epoch (the last may be short)."""
-        return min(self.batch_size, self.num_samples - batch * self.batch_size)
+        return min(self.batch_size, self.share - batch * self.batch_size)
 
     def indices(self, g: int) -> Tensor:
         epoch, b = self.locate(g)
         start = b * self.batch_size
         return self.order(epoch)[start : start + self.rows(b)]
+
+    def keys(self, g: int) -> Tensor:
+        """The seed keys of batch ``g``'s samples: their indices, except that a row repeated
+        as padding for the ``k``-th time is ``index + k * num_samples``."""
+        epoch, b = self.locate(g)
+        start = b * self.batch_size
+        return self._epoch_order(epoch)[2][start : start + self.rows(b)]
+
+    def batch_key(self, batch: int) -> int:
+        """The number ``batch_seed`` gets for batch ``batch`` of this rank."""
+        return batch * self.num_replicas + self.rank
 
 
 # ------------------------------------------------------------------ structure
@@ -410,8 +448,8 @@ class Producer:
             random.seed(s)
             np.random.seed(s & 0xFFFFFFFF)
 
-    def _sample(self, epoch: int, i: int, out: Any = None) -> Any:
-        self._seed(sample_seed(self.plan.seed, epoch, i))
+    def _sample(self, epoch: int, i: int, out: Any = None, key: int | None = None) -> Any:
+        self._seed(sample_seed(self.plan.seed, epoch, i if key is None else key))
         s = self.dataset[i]
         if self.transform is None:
             return s
@@ -433,10 +471,11 @@ class Producer:
         epoch, b = plan.locate(g)
         idx = plan.indices(g)
         if self.transform is not None:
-            batch = _collate([self._sample(epoch, i) for i in idx.tolist()])
+            pairs = zip(idx.tolist(), plan.keys(g).tolist())
+            batch = _collate([self._sample(epoch, i, key=k) for i, k in pairs])
         else:
             batch = self._fetch_batch(idx)
-        self._seed(batch_seed(plan.seed, epoch, b))
+        self._seed(batch_seed(plan.seed, epoch, plan.batch_key(b)))
         assert self.batch_transform is not None
         if self.out_b:
             return self.batch_transform(batch, self.gen, out=out)
@@ -447,7 +486,8 @@ class Producer:
         if self.batch_transform is not None:
             return as_layout(self._batch(g), batched=True)
         epoch, _ = self.plan.locate(g)
-        return as_layout(self._sample(epoch, int(self.plan.indices(g)[0])), batched=False)
+        i, key = int(self.plan.indices(g)[0]), int(self.plan.keys(g)[0])
+        return as_layout(self._sample(epoch, i, key=key), batched=False)
 
     def produce(self, g: int, slot: int) -> None:
         assert self.writer is not None
@@ -460,8 +500,9 @@ class Producer:
                                    f"batch {b}")  # fmt: skip
             return
         rows = self.slots[slot] if self.out_t else None
-        for row, i in enumerate(plan.indices(g).tolist()):
-            out = self._sample(epoch, i, None if rows is None else rows[row])
+        pairs = zip(plan.indices(g).tolist(), plan.keys(g).tolist())
+        for row, (i, key) in enumerate(pairs):
+            out = self._sample(epoch, i, None if rows is None else rows[row], key)
             self.writer.write_row(slot, row, out, f"sample {i} (epoch {epoch}, batch {b})")
 
 

@@ -10,7 +10,8 @@
   with a ``torch.Generator``: ``Normalize``, ``RandomCrop``, ``CenterCrop``,
   ``RandomHorizontalFlip``, ``RandomResizedCrop``, ``ColorJitter``, ``Compose``.
 - ``BatchLoader``: batches of a memory-mapped dataset, read by background threads into
-  recycled buffers, cropped/flipped/normalised while read, resumable mid-epoch.
+  recycled buffers, cropped/flipped/normalised while read, resumable mid-epoch; under
+  ``torch.distributed`` each rank reads its own share (``tensorbox.data.sharding``).
 - ``make_image_folder(root, ...)``: a deterministic synthetic ``root/<class>/<image>``
   folder of photo-like JPEGs (and a few PNGs), for examples, tests and benchmarks.
 

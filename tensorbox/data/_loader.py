@@ -15,8 +15,13 @@ What it does per epoch, and why:
 - with a CUDA ``device``, buffers are pinned, copies are ``non_blocking`` and the
   transforms and normalisation run on the GPU, after uint8 crossed the bus;
 - per-batch randomness (crop offsets, flips, the transform's draws) comes from a
-  generator seeded by ``(seed, epoch, batch number)``: ``state_dict()`` /
-  ``load_state_dict()`` resume mid-epoch with exactly the same batches.
+  generator seeded by ``(seed, epoch, batch number)``, and the rank when there are
+  several: ``state_dict()`` / ``load_state_dict()`` resume mid-epoch with exactly the
+  same batches;
+- data-parallel: with ``num_replicas`` ranks (by default, those of an initialised
+  ``torch.distributed`` process group) every rank draws the same permutation and reads
+  its own strided share of it (``tensorbox.data.sharding``), as ``DistributedSampler`` does. No
+  collective runs inside the loader.
 
 Buffers are reused, safely: a batch's memory is refilled only once nothing refers to
 it any more (no tensor, view, numpy array or autograd graph made from the batch). In
@@ -52,9 +57,14 @@ import torch
 from torch import Tensor
 
 from ._read import ReadOptions, ReadPlan, Slot, SlotPool, key_path
+from .sharding import resolve_replicas, share_length, share_positions
 from .transforms import IMAGENET_MEAN, IMAGENET_STD, Normalize
 
 __all__ = ["BatchLoader"]
+
+# Ends the seed material of a sharded batch: SeedSequence treats trailing zeros as
+# absent, so without it (seed, epoch, b, rank=0, ...) could collide with (seed, epoch, b).
+_SHARDED = 0x5EED
 
 
 def _mix(*numbers: int) -> int:
@@ -128,6 +138,15 @@ class BatchLoader:
         pin_memory: pin the CPU buffers (default: when ``device`` is CUDA).
         reuse_buffers: refill the CPU buffers of batches no longer referenced (see the
             module docstring); ``False``: fresh buffers for every batch.
+        num_replicas, rank: data-parallel training: this loader reads the share of rank
+            ``rank`` of ``num_replicas``. Both default to the initialised default process
+            group's world size and rank, else to one replica. A loader used on one rank
+            only (an evaluation on rank 0) passes ``num_replicas=1``. Every rank draws the
+            same permutation from ``(seed, epoch)`` (``seed=None`` means 0 with several
+            replicas, so the ranks agree) and takes every ``num_replicas``-th row of it;
+            without ``drop_last`` the shares are padded to equal length by repeating rows,
+            with it they are cut to equal length and each rank drops its partial last
+            batch. ``len()`` is the number of batches of this rank.
     """
 
     def __init__(
@@ -149,7 +168,10 @@ class BatchLoader:
         prefetch: int | None = None,
         pin_memory: bool | None = None,
         reuse_buffers: bool = True,
+        num_replicas: int | None = None,
+        rank: int | None = None,
     ) -> None:
+        self.num_replicas, self.rank = resolve_replicas(num_replicas, rank)
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if crop_mode not in ("random", "center"):
@@ -185,12 +207,19 @@ class BatchLoader:
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.drop_last = drop_last
-        self.seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else int(seed)
+        if seed is None:
+            # Several replicas must agree on the permutation without talking: a fixed seed
+            # (DistributedSampler's default, 0); one replica draws its own.
+            seed = 0 if self.num_replicas > 1 else int(torch.randint(0, 2**62, (1,)).item())
+        self.seed = int(seed)
         self.num_threads = threads
         self.prefetch = max(1, prefetch if prefetch is not None else 2 * threads)
         self.reuse_buffers = reuse_buffers
         self._epoch = 0
         self._start = 0
+        # Rows of the current epoch's permutation read before a resume with another world
+        # size (load_state_dict): the rest of the epoch is shared among the new ranks.
+        self._offset = 0
         self._active: weakref.ref[_Epoch] | None = None
         # Batches in flight (prefetch + 1, see _Epoch) plus the one the caller's loop holds
         # while it asks for the next: in a plain loop every slot is reused.
@@ -199,8 +228,11 @@ class BatchLoader:
     # ------------------------------------------------------------ sizes and state
 
     def __len__(self) -> int:
-        n = self.plan.length
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+        """Batches per epoch on this rank."""
+        return self._count(share_length(self.plan.length, self.num_replicas, self.drop_last))
+
+    def _count(self, rows: int) -> int:
+        return rows // self.batch_size if self.drop_last else math.ceil(rows / self.batch_size)
 
     @property
     def epoch(self) -> int:
@@ -212,9 +244,14 @@ class BatchLoader:
         self._close_active()
         self._epoch = int(epoch)
         self._start = 0
+        self._offset = 0
 
     def state_dict(self) -> dict[str, int]:
-        """Where iteration stands: the next batch of the current epoch to be yielded."""
+        """Where iteration stands: the next batch of the current epoch to be yielded.
+
+        The ranks of a data-parallel run move in step, so their states are equal (the
+        rank is not part of it): the state of rank 0 resumes every rank.
+        """
         active = self._active() if self._active is not None else None
         batch = active._yielded if active is not None and not active._done else self._start
         return {
@@ -223,29 +260,71 @@ class BatchLoader:
             "batch": batch,
             "batch_size": self.batch_size,
             "length": self.plan.length,
+            "num_replicas": self.num_replicas,
+            "offset": self._offset,
+            "drop_last": int(self.drop_last),
+            "shuffle": int(self.shuffle),
         }
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        """Resume: the next iteration yields exactly the batches an uninterrupted run would."""
-        for key, mine in (("batch_size", self.batch_size), ("length", self.plan.length)):
+        """Resume: the next iteration yields exactly the batches an uninterrupted run would.
+
+        A state saved with another number of replicas re-shards: the rows of the epoch's
+        permutation the old ranks had not read yet are shared among this run's ranks
+        (padded or cut for the new world size as usual), and the next epochs are this
+        world size's own.
+        """
+        checks = (
+            ("batch_size", self.batch_size),
+            ("length", self.plan.length),
+            ("drop_last", int(self.drop_last)),
+            ("shuffle", int(self.shuffle)),
+        )
+        for key, mine in checks:
             if key in state and int(state[key]) != mine:
                 raise ValueError(
                     f"state was saved with {key}={state[key]!r} but this loader has {key}={mine!r}; "
                     "resuming would yield different batches"
                 )
+        saved_replicas = int(state.get("num_replicas", 1))
+        if saved_replicas < 1:
+            raise ValueError(f"state has num_replicas={saved_replicas!r}; expected >= 1")
         self._close_active()
         self.seed = int(state["seed"])
         self._epoch = int(state["epoch"])
-        self._start = int(state["batch"])
+        offset, batch = int(state.get("offset", 0)), int(state["batch"])
+        if saved_replicas != self.num_replicas:
+            # The old ranks together read a prefix of the epoch's permutation (strided
+            # shares of equal length): the rest is what this world reads.
+            offset, batch = offset + batch * self.batch_size * saved_replicas, 0
+            if offset >= self.plan.length:
+                self._epoch, offset = self._epoch + 1, 0
+        self._offset = offset
+        self._start = batch
 
     # ------------------------------------------------------------ iteration
 
-    def order(self, epoch: int) -> Tensor:
-        """The sample order of ``epoch`` (int64): a permutation, or ``arange`` without shuffle."""
+    def permutation(self, epoch: int) -> Tensor:
+        """The order of all rows in ``epoch``, the same on every rank (int64): a
+        permutation drawn from ``(seed, epoch)``, or ``arange`` without shuffle."""
         n = self.plan.length
         if not self.shuffle:
             return torch.arange(n)
         return torch.randperm(n, generator=torch.Generator().manual_seed(_mix(self.seed, epoch)))
+
+    def order(self, epoch: int, offset: int = 0) -> Tensor:
+        """The rows this rank reads in ``epoch``, in order (int64): its strided share of
+        ``permutation(epoch)[offset:]``, padded or cut (see the class docstring)."""
+        rest = self.permutation(epoch)[offset:]
+        n, replicas = int(rest.shape[0]), self.num_replicas
+        if replicas == 1 or n == 0:
+            return rest
+        return rest[share_positions(n, replicas, self.rank, self.drop_last) % n]
+
+    def _batch_seed(self, epoch: int, batch: int, offset: int) -> int:
+        if self.num_replicas == 1 and offset == 0:
+            return _mix(self.seed, epoch, batch)
+        return _mix(self.seed, epoch, batch, self.rank, self.num_replicas, offset, _SHARDED)
 
     def batch_indices(self, epoch: int, batch: int, order: Tensor | None = None) -> Tensor:
         """The sorted rows of batch number ``batch`` of ``epoch``."""
@@ -255,7 +334,7 @@ class BatchLoader:
 
     def __iter__(self) -> Iterator[Any]:
         self._close_active()
-        it = _Epoch(self, self._epoch, self._start)
+        it = _Epoch(self, self._epoch, self._start, self._offset)
         self._active = weakref.ref(it)
         return it
 
@@ -273,6 +352,7 @@ class BatchLoader:
         if self._epoch == epoch:  # set_epoch()/load_state_dict() during iteration win
             self._epoch = epoch + 1
             self._start = 0
+            self._offset = 0
 
     def __repr__(self) -> str:
         o = self.options
@@ -280,25 +360,25 @@ class BatchLoader:
             f"BatchLoader(len={len(self)}, batch_size={self.batch_size}, shuffle={self.shuffle}, "
             f"crop={o.crop}, crop_mode={o.crop_mode!r}, flip={o.flip}, "
             f"normalize={o.normalize is not None}, transform={o.transform!r}, device={o.device}, "
-            f"num_threads={self.num_threads})"
+            f"num_threads={self.num_threads}, num_replicas={self.num_replicas}, rank={self.rank})"
         )
 
 
 class _Epoch:
     """One pass over the loader's batches; an iterator that owns the reader threads."""
 
-    def __init__(self, loader: BatchLoader, epoch: int, start: int) -> None:
+    def __init__(self, loader: BatchLoader, epoch: int, start: int, offset: int) -> None:
         self.loader = loader
         self.plan = loader.plan
         self.epoch = epoch
-        self.count = len(loader)
+        order = loader.order(epoch, offset)
+        self.count = loader._count(int(order.shape[0]))
         self._yielded = start
         self._done = start >= self.count
-        order = loader.order(epoch)
         self.state = state = _State(loader.prefetch + 1)
         state.next_task = start
         state.limit = start + state.slots
-        args = (state, loader, epoch, order, self.count)
+        args = (state, loader, epoch, order, self.count, offset)
         for i in range(0 if self._done else min(loader.num_threads, self.count - start)):
             t = threading.Thread(
                 target=_reader, args=args, name=f"tensorbox-loader-{i}", daemon=True
@@ -363,7 +443,9 @@ class _Epoch:
         return self.count - self._yielded
 
 
-def _reader(state: _State, loader: BatchLoader, epoch: int, order: Tensor, count: int) -> None:
+def _reader(
+    state: _State, loader: BatchLoader, epoch: int, order: Tensor, count: int, offset: int
+) -> None:
     """Reader thread: take the next batch number in the window, fill a slot, hand it over."""
     plan, pool = loader.plan, loader._pool
     while True:
@@ -381,7 +463,7 @@ def _reader(state: _State, loader: BatchLoader, epoch: int, order: Tensor, count
                     slot.event.synchronize()  # the previous batch's non_blocking copy is done
                     slot.event = None
                 idx = loader.batch_indices(epoch, b, order)
-                gen = torch.Generator().manual_seed(_mix(loader.seed, epoch, b))
+                gen = torch.Generator().manual_seed(loader._batch_seed(epoch, b, offset))
                 values = plan.read(slot, idx, gen)
             finally:
                 if pool is not None:
