@@ -27,8 +27,9 @@ from torch import Tensor
 
 from ._keys import NestedKey, format_key, unravel_key
 from ._shape import normalize_index
-from ._tree import KEEP as _MISSING  # the one "not given" sentinel
 from .errors import TensorDictKeyError
+
+_MISSING: Any = object()  # "absent", returned by get() as a marker (not "argument not given")
 
 __all__ = ["EntryMethods"]
 

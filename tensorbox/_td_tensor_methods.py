@@ -24,7 +24,8 @@ from torch import Tensor
 
 from ._keys import NestedKey, format_key, unravel_key
 from ._shape_methods import index_along
-from ._tree import KEEP as _MISSING  # the one "not given" sentinel
+
+_MISSING: Any = object()  # "absent", returned by get() as a marker (not "argument not given")
 
 __all__ = ["TensorMethods"]
 

@@ -71,6 +71,15 @@ class KeyCollisionError(TensorboxError, ValueError, KeyError):
     """Two keys would map to the same name (``flatten_keys``/``unflatten_keys``).
 
     Also a ``KeyError``: tensordict raises that type for the same collision.
+
+    >>> import torch
+    >>> from tensorbox import TensorDict
+    >>> td = TensorDict({"a.b": torch.zeros(1), "a": {"b": torch.ones(1)}})
+    >>> try:
+    ...     td.flatten_keys(".")
+    ... except KeyError as err:
+    ...     print(type(err).__name__)
+    KeyCollisionError
     """
 
     def __str__(self) -> str:
@@ -82,6 +91,14 @@ class BatchDimError(TensorboxError, IndexError, ValueError, RuntimeError):
 
     An ``IndexError`` as torch raises for a bad dim, and a ``ValueError`` and
     ``RuntimeError`` as tensordict raises for the same mistakes.
+
+    >>> import torch
+    >>> from tensorbox import TensorDict
+    >>> try:
+    ...     TensorDict(a=torch.zeros(2, 3), batch_size=[2, 3]).transpose(0, 5)
+    ... except IndexError as err:
+    ...     print(type(err).__name__, isinstance(err, ValueError))
+    BatchDimError True
     """
 
 

@@ -150,6 +150,11 @@ def from_module(
     also takes buffers registered with ``persistent=False``. ``as_module=True``
     returns a ``ParamTree`` (an ``nn.Module`` holding the same objects).
     ``filter_empty=False`` keeps an empty entry for submodules without tensors.
+
+    >>> model = nn.Sequential(nn.Linear(2, 3), nn.ReLU())
+    >>> td = from_module(model)
+    >>> td["0", "weight"] is model[0].weight, list(from_module(model, filter_empty=False).keys())
+    (True, ['0', '1'])
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"from_module expects an nn.Module, got {type(module).__name__}")
