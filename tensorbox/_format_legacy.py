@@ -11,6 +11,7 @@ from typing import Any
 
 from ._format import (
     META,
+    read_node,
     SUFFIX,
     JsonEntry,
     Node,
@@ -48,6 +49,8 @@ def read_legacy_node(directory: str, meta_path: str, doc: dict, root_real: str) 
     cls = doc.get("_class") if version else doc.get("_type")
     if type(cls) is dict:
         cls = doc.get("_type")
+    if _is_tensorclass_tree(cls, directory):
+        return _read_tensorclass(directory, meta_path, doc, root_real, cls)
     if cls not in _LEGACY_TD_TYPES:
         raise FormatError(
             f"{meta_path}: a tensordict tree of class {_short_repr(cls)}; tensorbox reads "
@@ -108,3 +111,45 @@ def _legacy_existing(directory: str, key: str, suffix: str = "") -> str:
     ):
         return key + suffix
     return name
+
+
+def _is_tensorclass_tree(cls: Any, directory: str) -> bool:
+    return (
+        type(cls) is str
+        and cls.startswith("<class '")
+        and cls not in _LEGACY_TD_TYPES
+        and os.path.isdir(os.path.join(directory, "_tensordict"))
+    )
+
+
+def _read_tensorclass(directory: str, meta_path: str, doc: dict, root_real: str, cls: str) -> Node:
+    """A tensorclass saved by tensordict: ``meta.json`` holds the class and the JSON
+    fields, ``_tensordict/`` the tensors. Pickled fields (``other.pickle``) are refused."""
+    if os.path.lexists(os.path.join(directory, "other.pickle")):
+        raise FormatError(
+            f"{os.path.join(directory, 'other.pickle')}: this tensordict tensorclass tree keeps "
+            "fields as pickles, and tensorbox never unpickles; load it with tensordict and "
+            "save those fields as strings, numbers or lists (JSON), then load it here"
+        )
+    sub = node_entry(directory, root_real, "_tensordict", f"{meta_path}: '_tensordict'").path
+    inner = read_node(sub, root_real)
+    entries: dict[str, Any] = dict(inner.entries)
+    for key, value in doc.items():
+        if key != "_type":
+            entries[key] = JsonEntry(value, False)
+    dotted = cls[len("<class '") : -2]
+    return Node(
+        directory, 0, _registered_name(dotted), inner.batch_size, inner.device, entries, True
+    )
+
+
+def _registered_name(dotted: str) -> str:
+    """The registry key of the tensorclass tensordict names ``pkg.mod.Cls``, when one
+    is registered in this process; else ``pkg.mod:Cls`` (loaded as a TensorDict)."""
+    from ._tree import CLASS_REGISTRY
+
+    for key, c in CLASS_REGISTRY.items():
+        if f"{c.__module__}.{c.__qualname__}" == dotted:
+            return key
+    module, _, name = dotted.rpartition(".")
+    return f"{module}:{name}"

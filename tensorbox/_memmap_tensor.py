@@ -596,7 +596,9 @@ class MemoryMappedTensor(Tensor):
     # -------------------------------------------------------- copying and pickling
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
-        ref = shareable(self)
+        from ._pickling import in_torch_save
+
+        ref = self if in_torch_save() else shareable(self)  # torch.save files hold bytes
         if ref is not self:
             return (restore, (ref,))
         # Shared memory: the pickler at hand decides (torch.multiprocessing shares it).
@@ -609,6 +611,9 @@ class MemoryMappedTensor(Tensor):
 
 def _rewrap(t: Tensor) -> MemoryMappedTensor:
     return t.as_subclass(MemoryMappedTensor)
+
+
+torch.serialization.add_safe_globals([_rewrap])  # weights_only loads: it opens no file
 
 
 class FileRef(NamedTuple):

@@ -21,6 +21,7 @@ import torch.utils._pytree as pytree
 from torch.utils.data._utils import collate as _collate
 
 from ._nontensor import NonTensorData
+from ._pickling import safe_globals
 from ._tensordict import TensorDict
 
 __all__ = ["register_collection"]
@@ -67,6 +68,7 @@ def register_collection(cls: type, name: str) -> None:
         flatten_with_keys_fn=_flatten_with_keys,
     )
     _collate.default_collate_fn_map[cls] = _collate_batch
+    safe_globals(cls)  # torch.load(weights_only=True) may rebuild it: it opens no file
 
 
 register_collection(TensorDict, "tensorbox.TensorDict")

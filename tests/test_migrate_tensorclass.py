@@ -1,0 +1,63 @@
+"""Trees and files from tensordict users: tensorclass trees, and torch.save with weights_only."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from tensorbox import TensorClass, TensorDict
+from tensorbox._persist import saved_type
+from tensorbox.errors import FormatError
+
+FIXTURE = Path(__file__).parent / "data" / "tensordict_tensorclass_tree"
+
+
+class Sample(TensorClass):
+    images: torch.Tensor
+    labels: torch.Tensor
+    subset: str
+
+
+def test_a_tensordict_tensorclass_tree_loads_as_the_class_passed() -> None:
+    s = Sample.load_memmap(FIXTURE, mode="r")
+    assert type(s) is Sample and s.batch_size == (3,) and s.subset == "train"
+    assert s.labels.tolist() == [0, 1, 2] and s.images.dtype == torch.uint8
+    assert torch.equal(s.images, torch.arange(24, dtype=torch.uint8).reshape(3, 2, 4))
+
+
+def test_without_a_class_it_loads_as_a_tensordict_that_remembers_the_type() -> None:
+    td = TensorDict.load_memmap(FIXTURE, mode="r")
+    assert type(td) is TensorDict and sorted(td.keys()) == ["images", "labels", "subset"]
+    assert saved_type(td) == "__main__:Sample"
+
+
+def test_pickled_fields_are_refused_naming_the_file(tmp_path: Path) -> None:
+    tree = tmp_path / "t"
+    shutil.copytree(FIXTURE, tree)
+    (tree / "other.pickle").write_bytes(b"\x80\x04N.")
+    with pytest.raises(FormatError, match=r"other\.pickle: .* tensorbox never unpickles"):
+        TensorDict.load_memmap(tree)
+
+
+def test_torch_save_embeds_mapped_leaves_and_loads_weights_only(tmp_path: Path) -> None:
+    td = TensorDict(a=torch.arange(4.0), s="x", n={"b": torch.ones(4)}, batch_size=[4])
+    saved = td.memmap(tmp_path / "t")
+    s = Sample(torch.zeros(2, 1, dtype=torch.uint8), torch.arange(2), "v", batch_size=[2])
+    torch.save({"td": saved, "tc": s.memmap(tmp_path / "c")}, tmp_path / "f.pt")
+    shutil.rmtree(tmp_path / "t")  # a file that held paths could not load now
+    shutil.rmtree(tmp_path / "c")
+    assert str(tmp_path).encode() not in (tmp_path / "f.pt").read_bytes()  # bytes, no paths
+    back = torch.load(tmp_path / "f.pt")  # weights_only=True, torch's default
+    assert (back["td"] == td).all() and back["td"]["s"] == "x"
+    assert type(back["tc"]) is Sample and back["tc"].subset == "v"
+    assert back["tc"].labels.tolist() == [0, 1]
+
+
+def test_pickle_between_processes_still_sends_file_references(tmp_path: Path) -> None:
+    import pickle
+
+    saved = TensorDict(a=torch.zeros(10_000), batch_size=[10_000]).memmap(tmp_path / "t")
+    assert len(pickle.dumps(saved)) < 4096  # a reference, not 40 kB of floats
