@@ -11,7 +11,6 @@ from typing import Any
 
 from ._format import (
     META,
-    read_node,
     SUFFIX,
     JsonEntry,
     Node,
@@ -21,6 +20,7 @@ from ._format import (
     check_shape,
     node_entry,
     read_meta_bytes,
+    read_node,
     stacked_array,
     tensor_entry,
 )
