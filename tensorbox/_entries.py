@@ -111,7 +111,42 @@ def prepare_entry(td: TensorCollection, key: str, value: Any, path: tuple[str, .
         return value
     if isinstance(value, np.ndarray) and value.dtype != object:
         return prepare_entry(td, key, torch.from_numpy(value), path)
+    number = _as_number_tensor(value)
+    if number is not None:  # as tensordict: Python numbers become tensors on set
+        if not leads_with(number.shape, bs):
+            raise BatchSizeError(
+                f"key {format_key(path)}: the value {_short(value)} becomes a tensor of shape "
+                f"{tuple(number.shape)}, which does not start with batch_size {tuple(bs)}; "
+                "give one value per row, or wrap it in NonTensorData to keep it as a Python value"
+            )
+        return prepare_entry(td, key, number, path)
     return NonTensorData(value)
+
+
+_NUMBER_TYPES = (bool, int, float, complex, np.number, np.bool_)
+
+
+def _as_number_tensor(value: Any) -> Tensor | None:
+    """A tensor of ``value`` when it is a number, a bool or a (nested) list of them."""
+    if isinstance(value, _NUMBER_TYPES):
+        return torch.as_tensor(value)
+    if type(value) is list and value and _all_numbers(value):
+        try:
+            return torch.tensor(value)
+        except (TypeError, ValueError, RuntimeError):  # ragged lists stay Python values
+            return None
+    return None
+
+
+def _all_numbers(items: list[Any]) -> bool:
+    return all(
+        isinstance(v, _NUMBER_TYPES) or (type(v) is list and v and _all_numbers(v)) for v in items
+    )
+
+
+def _short(value: Any) -> str:
+    r = repr(value)
+    return r if len(r) <= 40 else r[:37] + "..."
 
 
 def _fits_under(value: Any, bs: torch.Size) -> bool:

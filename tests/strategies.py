@@ -64,7 +64,8 @@ def tensordicts(
             extra = draw(st.lists(st.integers(1, 3), max_size=1))
             out[k] = draw(tensordicts(torch.Size((*bs, *extra)), depth - 1, nontensor, 1))
         elif kind == "text":
-            out[k] = draw(st.sampled_from(["red", "green", 3, None]))
+            # A number becomes a tensor on set: NonTensorData keeps it a Python value.
+            out[k] = draw(st.sampled_from(["red", "green", NonTensorData(3), None]))
         else:
             out[k] = draw(leaves(bs))
     return TensorDict(out, batch_size=bs)

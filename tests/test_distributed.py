@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DistributedSampler
 
 import tensorbox.distributed as tbd
-from tensorbox import TensorDict, tensorclass
+from tensorbox import NonTensorData, TensorDict, tensorclass
 from tests.strategies import tensordicts
 
 CPU = torch.device("cpu")
@@ -345,7 +345,11 @@ def s_structure(rank: int) -> None:
     nested = TensorDict(
         {
             "x": torch.arange(6).reshape(2, 3),
-            "meta": {"cfg": {"lr": 0.1, "tags": ["a", "b"]}, "nan": float("nan")},
+            # Python numbers would become tensors: NonTensorData keeps them values.
+            "meta": {
+                "cfg": NonTensorData({"lr": 0.1, "tags": ["a", "b"]}),
+                "nan": NonTensorData(float("nan")),
+            },
             "deep": TensorDict({"y": torch.ones(2, 3, 4)}, [2, 3]),
         },
         batch_size=[2],

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tensorbox import TensorClass, TensorDict
+from tensorbox import BatchSizeError, NonTensorData, TensorClass, TensorDict
 from tensorbox._persist import saved_type
 from tensorbox.errors import FormatError
 
@@ -61,3 +61,24 @@ def test_pickle_between_processes_still_sends_file_references(tmp_path: Path) ->
 
     saved = TensorDict(a=torch.zeros(10_000), batch_size=[10_000]).memmap(tmp_path / "t")
     assert len(pickle.dumps(saved)) < 4096  # a reference, not 40 kB of floats
+
+
+def test_python_numbers_become_tensors_on_set_and_reach_the_disk(tmp_path: Path) -> None:
+    datum = TensorDict({"image": torch.zeros(2, 2), "label": 0, "ok": True, "xy": [1.5, 2.0]}, [])
+    assert datum["label"].dtype == torch.int64 and datum["ok"].dtype == torch.bool
+    assert datum["xy"].tolist() == [1.5, 2.0]
+    assert TensorDict(tag="a", names_=["a", "b"])["names_"] == ["a", "b"]  # strings stay
+    data = datum.expand(4).memmap_like(tmp_path / "d")  # the saving guide's pattern
+    for i in range(4):
+        data[i] = TensorDict(
+            {"image": torch.full((2, 2), float(i)), "label": i, "ok": i % 2 == 0, "xy": [i, -i]}, []
+        )
+    back = TensorDict.load_memmap(tmp_path / "d")
+    assert back["label"].tolist() == [0, 1, 2, 3] and back["ok"].tolist() == [True, False] * 2
+    with pytest.raises(
+        BatchSizeError,
+        match=r"key 'n': the value 3 becomes a tensor of shape "
+        r"\(\), which does not start with batch_size \(4,\); .* NonTensorData",
+    ):
+        TensorDict({"n": 3}, [4])
+    assert TensorDict({"n": NonTensorData(3)}, [4])["n"] == 3

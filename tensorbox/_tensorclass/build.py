@@ -78,7 +78,19 @@ def put(cls: type, obj: Any, name: str, value: Any) -> None:
             )
     elif isinstance(value, Mapping) and not _holds_tensor(value):
         value = NonTensorData(dict(value))
+    elif not isinstance(value, (Mapping, NonTensorData)) and not _tensor_annotation(
+        cls.__dataclass_fields__[name].type  # type: ignore[attr-defined]
+    ):
+        # A field keeps the Python value it is given (``n: int = 3`` reads 3), unless it
+        # is annotated as a tensor: then numbers become tensors, as in a TensorDict.
+        value = NonTensorData(value)
     TensorCollection._set_str(obj, name, value, (name,))  # the lock check, and conversion
+
+
+def _tensor_annotation(ann: Any) -> bool:
+    if isinstance(ann, str):
+        return ann.replace(" ", "") in ("torch.Tensor", "Tensor")
+    return ann is Tensor
 
 
 # ------------------------------------------------------------- generation
