@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._nontensor import NonTensorData, cpu_index
+from ._nontensor import NonTensorData, cpu_index, per_row
 from ._shape import normalize_index
 from .errors import BatchSizeError, TensorDictKeyError
 
@@ -209,7 +209,7 @@ def _write_rows(td: TensorCollection, key: str, cur: Any, index: Any, value: Any
         vals = new.full(pos.shape)
         for p, val in zip(pos.reshape(-1), vals.reshape(-1)):
             flat[p] = val
-        td._tensordict[key] = NonTensorData(full, stacked=True)
+        td._tensordict[key] = per_row(full)
     else:
         try:
             cur[index] = value

@@ -98,7 +98,7 @@ class NonTensorData:
         out = self.data.reshape(-1)[ix.numpy()]
         if not isinstance(out, np.ndarray) or out.ndim == 0:
             return NonTensorData(out.item() if isinstance(out, np.ndarray) else out)
-        return NonTensorData(out, stacked=True)
+        return per_row(out)
 
     def __getitem__(self, idx: Any) -> NonTensorData:
         if not self.stacked:
@@ -113,7 +113,7 @@ class NonTensorData:
         out = []
         for x in np.moveaxis(self.data, dim, 0):
             if isinstance(x, np.ndarray) and x.ndim:
-                out.append(NonTensorData(x, stacked=True))
+                out.append(per_row(x))
             else:  # a 1-D array iterates over its objects
                 out.append(NonTensorData(x.item() if isinstance(x, np.ndarray) else x))
         return out
@@ -132,9 +132,7 @@ class NonTensorData:
         """
         if _all_same(items):
             return items[0]
-        return NonTensorData(
-            np.stack([it.full(batch_size) for it in items], axis=dim), stacked=True
-        )
+        return per_row(np.stack([it.full(batch_size) for it in items], axis=dim))
 
     @staticmethod
     def cat(
@@ -144,7 +142,7 @@ class NonTensorData:
         if _all_same(items):
             return items[0]
         parts = [it.full(bs) for it, bs in zip(items, batch_sizes)]
-        return NonTensorData(np.concatenate(parts, axis=dim), stacked=True)
+        return per_row(np.concatenate(parts, axis=dim))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, NonTensorData):
@@ -160,6 +158,22 @@ class NonTensorData:
     def __repr__(self) -> str:
         extra = "" if self._batch_size is None else f", batch_size={list(self._batch_size)}"
         return f"NonTensorData({self.value!r}{extra})"
+
+
+def per_row(values: np.ndarray) -> NonTensorData:
+    """Values shaped like the batch, kept per row, or as one value when every row holds
+    the same one: the rule for non-tensor values after any index, stack, cat or row write.
+
+    >>> import numpy as np
+    >>> per_row(np.array(["a", "a"], dtype=object)).value, per_row(np.array(["a", "b"], dtype=object)).value
+    ('a', ['a', 'b'])
+    """
+    flat = values.reshape(-1)
+    if flat.size:
+        first = flat[0]
+        if all(_same(v, first) for v in flat[1:]):
+            return NonTensorData(first)
+    return NonTensorData(values, stacked=True)
 
 
 def cpu_index(index: Any) -> Any:

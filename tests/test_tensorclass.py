@@ -500,7 +500,9 @@ def test_stack_and_cat_non_tensor_values() -> None:
     mixed = torch.stack([a, b])
     assert mixed.tag == [["train", "train"], ["val", "val"]] and mixed[1, 0].tag == "val"
     cat = torch.cat([a, b])
-    assert cat.tag == ["train", "train", "val", "val"] and cat[2:].tag == ["val", "val"]
+    assert (
+        cat.tag == ["train", "train", "val", "val"] and cat[2:].tag == "val"
+    )  # uniform: one value
     assert torch.stack([a[0], b[0]]).tag == ["train", "val"]
     assert [x.tag for x in cat] == ["train", "train", "val", "val"]
 

@@ -111,6 +111,7 @@ class TensorClass(TensorCollection, metaclass=_Meta):
     __tc_names__: ClassVar[frozenset[str]] = frozenset()
     __tc_fields__: ClassVar[tuple[Field, ...]] = ()
     __tc_frozen__: ClassVar[bool] = False
+    __tc_simple__: ClassVar[dict[str, Any]] = {}
 
     if TYPE_CHECKING:
         # Seen by type checkers as keyword-only fields, so the synthesized

@@ -38,6 +38,7 @@ from .._shape import as_batch_size
 from .._tree import CLASS_REGISTRY
 from ..errors import BatchSizeError, LockedError
 from .fields import MISSING, Field, collect_fields, reserved_names, shadowable_names
+from .simple import check_simple, simple_spec
 
 __all__ = ["build_class", "register", "set_field"]
 
@@ -66,6 +67,9 @@ def put(cls: type, obj: Any, name: str, value: Any) -> None:
         obj._tensordict.pop(name, None)
         return
     bs = obj._batch_size
+    spec = cls.__tc_simple__.get(name)  # type: ignore[attr-defined]
+    if spec is not None:
+        value = check_simple(cls, name, value, spec, bs)
     if isinstance(value, np.ndarray) and value.dtype != object:
         value = torch.from_numpy(value)
     if isinstance(value, Tensor) or getattr(type(value), "_is_tensor_collection", False):
@@ -236,6 +240,9 @@ def build_class(cls: type, base: type, options: dict[str, Any]) -> None:
     cls.__dataclass_fields__ = _dataclass_fields(flds)  # type: ignore[attr-defined]
     cls.__dataclass_params__ = _dataclass_params(bool(frozen))  # type: ignore[attr-defined]
     cls.__tc_names__ = frozenset(f.name for f in flds)  # type: ignore[attr-defined]
+    cls.__tc_simple__ = {  # type: ignore[attr-defined]
+        f.name: spec for f in flds if (spec := simple_spec(f)) is not None
+    }
     cls.__tc_frozen__ = bool(frozen)  # type: ignore[attr-defined]
     cls.__tc_shadow__ = bool(shadow)  # type: ignore[attr-defined]
     match = cls.__dict__.get("__match_args__")

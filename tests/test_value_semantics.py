@@ -1,4 +1,4 @@
-"""Trees and files from tensordict users: tensorclass trees, and torch.save with weights_only."""
+"""Same value semantics as tensordict: numbers on set, per-row values, field types, torch.save, tensordict tensorclass trees."""
 
 from __future__ import annotations
 
@@ -82,3 +82,39 @@ def test_python_numbers_become_tensors_on_set_and_reach_the_disk(tmp_path: Path)
     ):
         TensorDict({"n": 3}, [4])
     assert TensorDict({"n": NonTensorData(3)}, [4])["n"] == 3
+
+
+class Tagged(TensorClass):
+    x: torch.Tensor
+    name: str = "a"
+    note: str | None = None
+    weight: float = 1.0
+
+
+def test_a_simple_annotation_refuses_a_value_of_another_type() -> None:
+    with pytest.raises(
+        TypeError,
+        match=r"Tagged.name is annotated str, got \[4\] \(a list\); "
+        r"pass the batch size by keyword: batch_size=\[4\]",
+    ):
+        Tagged(torch.zeros(4), [4])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"Tagged.weight is annotated float, got 'x'"):
+        Tagged(torch.zeros(2), weight="x", batch_size=[2])  # type: ignore[arg-type]
+    t = Tagged(torch.zeros(2), note=None, weight=2, batch_size=[2])  # an int for a float
+    assert t.note is None and t.weight == 2
+    with pytest.raises(TypeError, match=r"a list must hold one str per row of batch_size \[2\]"):
+        Tagged(torch.zeros(2), ["a", "b", "c"], batch_size=[2])
+
+
+def test_per_row_values_follow_rows_and_collapse_when_uniform() -> None:
+    t = Tagged(torch.zeros(3), ["a", "b", "a"], batch_size=[3])
+    assert t.name == ["a", "b", "a"] and t[1].name == "b" and t[torch.tensor([0, 2])].name == "a"
+    a = Tagged(torch.zeros(3), "set-a", batch_size=[3])
+    b = Tagged(torch.ones(3), "set-b", batch_size=[3])
+    stacked = torch.stack([a, b])
+    assert stacked[0].name == a.name and stacked[1].name == "set-b"
+    assert stacked[:, 0].name == ["set-a", "set-b"]
+    both = torch.cat([a, b])
+    assert both[:3].name == "set-a" and both[2:4].name == ["set-a", "set-b"]
+    both[3:] = a  # a row write makes every row the same: one value again
+    assert both.name == "set-a"
