@@ -491,7 +491,7 @@ class TensorCollection(
         a list, with nested keys as tuples."""
         if sort:
             keys = list(self.keys(include_nested, leaves_only, is_leaf=is_leaf))
-            return sorted(keys, key=lambda k: (k,) if isinstance(k, str) else k)
+            return sorted(keys, key=_key_order)
         if is_leaf is not None:
             return [k for k, _ in self._items_is_leaf(include_nested, leaves_only, is_leaf, ())]
         if not include_nested and not leaves_only:
@@ -499,9 +499,15 @@ class TensorCollection(
         return _tree.keys_list(self, include_nested, leaves_only)
 
     def items(
-        self, include_nested: bool = False, leaves_only: bool = False
+        self, include_nested: bool = False, leaves_only: bool = False, *, sort: bool = False
     ) -> Iterator[tuple[NestedKey, Any]]:
-        """``(key, value)`` pairs; non-tensor entries give their plain value."""
+        """``(key, value)`` pairs; non-tensor entries give their plain value (``sort=True``:
+        in sorted key order)."""
+        if sort:
+            yield from sorted(
+                self.items(include_nested, leaves_only), key=lambda kv: _key_order(kv[0])
+            )
+            return
         for k, v in _tree.iter_items(self, include_nested, leaves_only):
             yield k, (v.value if type(v) is _NTD else v)
 
@@ -517,9 +523,11 @@ class TensorCollection(
             if nested and not leaf:
                 yield from v._items_is_leaf(True, leaves_only, is_leaf, (*prefix, k))
 
-    def values(self, include_nested: bool = False, leaves_only: bool = False) -> Iterator[Any]:
+    def values(
+        self, include_nested: bool = False, leaves_only: bool = False, *, sort: bool = False
+    ) -> Iterator[Any]:
         """The values, in key order (see ``items``)."""
-        for _, v in self.items(include_nested, leaves_only):
+        for _, v in self.items(include_nested, leaves_only, sort=sort):
             yield v
 
     def is_empty(self) -> bool:
@@ -648,3 +656,8 @@ class TensorCollection(
         from . import _pickling
 
         return _pickling.reduce(self)
+
+
+def _key_order(key: Any) -> tuple[str, ...]:
+    """Sort key of a nested key: its parts."""
+    return (key,) if isinstance(key, str) else tuple(key)

@@ -42,6 +42,9 @@ def compare(td: TensorCollection, other: Any, op: Callable[..., Tensor]) -> Any:
     if is_coll(other) or isinstance(other, Mapping):
         ostore = other if isinstance(other, Mapping) else other._tensordict
         store = td._tensordict
+        if isinstance(other, Mapping) and None in ostore.values():
+            # A None value is no entry (a tensorclass field set to None has none).
+            ostore = {k: v for k, v in ostore.items() if v is not None}
         if store.keys() != ostore.keys():
             missing = sorted(set(store) - set(ostore))
             extra = sorted(set(ostore) - set(store))

@@ -113,7 +113,7 @@ def permute(td: TensorCollection, args: tuple[Any, ...]) -> TensorCollection:
     dims = shape_from_args(args)
     bd = len(td._batch_size)
     if len(dims) != bd:
-        raise IndexError(f"permute needs {bd} dims (one per batch dim), got {dims}")
+        raise BatchDimError(f"permute needs {bd} dims (one per batch dim), got {dims}")
     dims = tuple(check_dim(d, bd) for d in dims)
     if sorted(dims) != list(range(bd)):
         raise BatchDimError(f"permute dims {dims} are not a permutation of range({bd})")

@@ -74,11 +74,23 @@ def is_tensorclass(obj: Any) -> bool:
 def tensorclass(cls: _C, /) -> _C: ...
 @overload
 def tensorclass(
-    *, frozen: bool = False, kw_only: bool = False, shadow: bool = False
+    *,
+    frozen: bool = False,
+    kw_only: bool = False,
+    shadow: bool = False,
+    autocast: bool = False,
+    nocast: bool = False,
 ) -> Callable[[_C], _C]: ...
 @dataclass_transform(field_specifiers=(field, dataclasses.field, Field, dataclasses.Field))
 def tensorclass(
-    cls: Any = None, /, *, frozen: bool = False, kw_only: bool = False, shadow: bool = False
+    cls: Any = None,
+    /,
+    *,
+    frozen: bool = False,
+    kw_only: bool = False,
+    shadow: bool = False,
+    autocast: bool = False,
+    nocast: bool = False,
 ) -> Any:
     """Make a tensorclass of ``cls``: a new class with the same name, body and bases, plus
     ``TensorClass`` as the last base.
@@ -91,6 +103,9 @@ def tensorclass(
             (``mean``, ``std``, ``sum``, ``log``, ``float``...; tensordict's option of the
             same name). The field then hides the method on this class. Names the library
             itself relies on (``apply``, ``to``, ``batch_size``...) stay refused.
+        autocast, nocast: tensordict's casting switches, accepted so its code runs; values
+            are never cast to the annotation here (a simply annotated field refuses a value
+            of another type instead, see ``tensorbox._tensorclass.simple``).
 
     >>> import torch
     >>> @tensorclass(frozen=True)
