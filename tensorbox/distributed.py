@@ -46,6 +46,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from ._format import DTYPES, _orjson_or_json, check_json_value, dtype_name, stacked_array
 from ._keys import format_key
 from ._nontensor import NonTensorData
+from ._shard import shard_indices
 from ._tensordict import TensorDict, is_tensor_collection
 from ._tree import CLASS_REGISTRY, rebuild, type_name
 from .errors import TensorboxError
@@ -66,6 +67,9 @@ COLLECTIVE_FRAME_BYTES = 1 << 14
 SEPARATE_BYTES = 1 << 22
 #: Structures remembered per peer, so that a repeated one is not sent again.
 CACHE_SIZE = 64
+
+#: Largest structure description accepted from a peer (checked before allocating).
+MAX_JSON_BYTES = 1 << 28
 
 _MAGIC = 0x54424F58_44495354  # "TBOXDIST"
 _VERSION = 1
@@ -88,8 +92,18 @@ def _align(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
 
 
-def _bytes(n: int, dev: Any, fill: bytes = b"") -> Tensor:
-    out = torch.empty(n, dtype=torch.uint8, device=dev)
+def _empty(shape: Any, dtype: torch.dtype, dev: Any, who: str) -> Tensor:
+    try:
+        return torch.empty(shape, dtype=dtype, device=dev)
+    except RuntimeError as err:  # a size a peer described: say so, not an allocator trace
+        raise DistributedError(f"{who} sent a leaf of shape {tuple(shape)}: {err}") from None
+
+
+def _bytes(n: int, dev: Any, fill: bytes = b"", who: str = "") -> Tensor:
+    try:
+        out = torch.empty(n, dtype=torch.uint8, device=dev)
+    except RuntimeError as err:  # a size a peer claimed: say so, not an allocator trace
+        raise DistributedError(f"{who or 'a peer'} needs {n} bytes here: {err}") from None
     if fill:
         out[: len(fill)] = torch.frombuffer(bytearray(fill), dtype=torch.uint8)
     return out
@@ -442,6 +456,18 @@ def _header(frame: Tensor, who: str) -> list[int]:
     h = frame[:_HEADER].view(torch.int64).tolist()
     if h[0] != _MAGIC or h[1] != _VERSION:
         raise DistributedError(f"{who} sent {h[:2]!r}, not a tensorbox v{_VERSION} transfer")
+    json_n, payload_n, flags, threshold = h[4:8]
+    end = _HEADER + (json_n if flags & _JSON_INLINE else 0)
+    if (
+        not (0 <= json_n <= MAX_JSON_BYTES and payload_n >= 0 and 0 <= flags <= 3)
+        or threshold < 0
+        or end > frame.numel()
+        or (flags & _PAYLOAD_INLINE and _align(end) + payload_n > frame.numel())
+    ):  # refused before anything is allocated from these numbers
+        raise DistributedError(
+            f"{who} sent a damaged header (description {json_n} B, payload {payload_n} B, "
+            f"flags {flags}); nothing was allocated, and this stream is now out of step"
+        )
     return h
 
 
@@ -457,14 +483,6 @@ def _receive(
     if json_n and not flags & _JSON_INLINE:
         recv(jt := _bytes(json_n, dev))
         raw = jt.cpu().numpy().tobytes()
-    if flags & _PAYLOAD_INLINE:
-        payload = frame[_align(pos) : _align(pos) + payload_n]
-        if mine is None:
-            payload = payload.clone()  # the frame buffer is reused by the next transfer
-    else:  # in place, the buffer is reused; a new container keeps views into it
-        payload = ch.buffer("payload", payload_n) if mine else _bytes(payload_n, dev)
-        if payload_n:
-            recv(payload)
     if raw:
         ch.remember(digest, s := _parse(raw, who))
     elif ch.remember(digest):
@@ -473,8 +491,16 @@ def _receive(
         why = "the stream is out of step (messages taken by other code? a restart?)"
         raise DistributedError(f"{who} sent a structure this rank never saw: {why}")
     plan = _plan(s, threshold)
-    if plan.nbytes != payload_n:
+    if plan.nbytes != payload_n:  # checked before the payload is allocated
         raise DistributedError(f"{who} sent {payload_n} bytes for a {plan.nbytes}-byte layout")
+    if flags & _PAYLOAD_INLINE:
+        payload = frame[_align(pos) : _align(pos) + payload_n]
+        if mine is None:
+            payload = payload.clone()  # the frame buffer is reused by the next transfer
+    else:  # in place, the buffer is reused; a new container keeps views into it
+        payload = ch.buffer("payload", payload_n) if mine else _bytes(payload_n, dev, who=who)
+        if payload_n:
+            recv(payload)
     problem = None if mine is None else _mismatch(s, mine, who, what)
     dsts = mine.leaves if mine is not None and problem is None else None
     rest = []  # the big leaves: straight into the destination when it can take them
@@ -482,7 +508,7 @@ def _receive(
         if dsts is not None and _direct(dsts[i], dev):
             recv(dsts[i].detach())
         else:
-            rest.append((i, torch.empty(s.shapes[i], dtype=s.dtypes[i], device=dev)))
+            rest.append((i, _empty(s.shapes[i], s.dtypes[i], dev, who)))
             recv(rest[-1][1])
     if problem:  # raised only now: the transfer was drained, so the next one works
         raise problem
@@ -497,7 +523,7 @@ def _receive(
 
 def _build(s: _Structure, plan: _Plan, payload: Tensor, rest: list, cls: Any, dev: Any) -> Any:
     """A new container from a description; leaves are views into ``payload``."""
-    leaves = [torch.empty(sh, dtype=dt, device=dev) for dt, sh in zip(s.dtypes, s.shapes)]
+    leaves = [_empty(sh, dt, dev, "a peer") for dt, sh in zip(s.dtypes, s.shapes)]
     for region, idx, numels in plan.regions(payload):
         for i, p in zip(idx, region.split(numels)):
             leaves[i] = p.view(s.shapes[i])
@@ -765,36 +791,3 @@ def all_gather(obj: Any, *, group: Any = None) -> Any:
     cls = None if isinstance(obj, TensorDict) else type(obj)
     parts = [_build(structs[r], plan, payloads[r], rests[r], cls, dev) for r in range(world)]
     return torch.stack(parts, 0)
-
-
-def shard_indices(
-    n: int,
-    rank: int | None = None,
-    world_size: int | None = None,
-    *,
-    shuffle: bool = False,
-    seed: int = 0,
-    epoch: int = 0,
-    drop_last: bool = False,
-) -> Tensor:
-    """The rows of an ``n``-row dataset that ``rank`` reads (int64), in the order
-    ``DistributedSampler(num_replicas=world_size, ...)`` yields them: shuffled by
-    ``seed + epoch``, padded by repeating the first rows so that every rank gets as
-    many, or with ``drop_last`` cut to a multiple of ``world_size``. ``rank`` and
-    ``world_size`` default to the process group's. Index a memmapped TensorDict with
-    them, a batch at a time, and each rank reads only its own rows from disk.
-    """
-    if rank is None or world_size is None:
-        _pg(None, "shard_indices without rank= and world_size=")
-        rank = dist.get_rank() if rank is None else rank
-        world_size = dist.get_world_size() if world_size is None else world_size
-    if n < 0 or world_size < 1 or not 0 <= rank < world_size:
-        got = f"n={n!r}, rank={rank!r}, world_size={world_size!r}"
-        raise ValueError(f"shard_indices: need n >= 0 and 0 <= rank < world_size, got {got}")
-    short = drop_last and n % world_size
-    total = math.ceil((n - world_size if short else n) / world_size) * world_size
-    g = torch.Generator().manual_seed(seed + epoch)
-    order = torch.randperm(n, generator=g) if shuffle else torch.arange(n)
-    if total > n:
-        order = torch.cat([order, order.repeat(math.ceil((total - n) / n))[: total - n]])
-    return order[rank:total:world_size]

@@ -535,3 +535,38 @@ def test_two_processes(outcomes: dict, name: str) -> None:
     for rank in range(2):
         assert (name, rank) in outcomes, f"{name} did not finish on rank {rank} (hang or crash)"
         assert outcomes[name, rank] is None, f"rank {rank}:\n{outcomes[name, rank]}"
+
+
+def test_a_hostile_header_is_refused_before_anything_is_allocated() -> None:
+    from tensorbox.distributed import _HEADER, _MAGIC, _VERSION, DistributedError, _header
+
+    def frame(json_n: int, payload_n: int, flags: int) -> torch.Tensor:
+        f = torch.zeros(1 << 12, dtype=torch.uint8)
+        f[:_HEADER].view(torch.int64).copy_(
+            torch.tensor([_MAGIC, _VERSION, 0, 0, json_n, payload_n, flags, 0])
+        )
+        return f
+
+    assert _header(frame(10, 100, 3), "rank 1")[5] == 100  # a sane one passes
+    for json_n, payload_n, flags in [
+        (0, 1 << 40, 2),
+        (1 << 40, 0, 0),
+        (-1, 0, 0),
+        (0, -5, 0),
+        (5000, 0, 1),
+        (0, 0, 99),
+    ]:
+        with pytest.raises(
+            DistributedError,
+            match=r"rank 1 sent a damaged header .* nothing "
+            r"was allocated",
+        ):
+            _header(frame(json_n, payload_n, flags), "rank 1")
+    from tensorbox.distributed import _bytes, _empty
+
+    with pytest.raises(DistributedError, match=r"rank 1 needs 1125899906842624 bytes here"):
+        _bytes(1 << 50, "cpu", who="rank 1")
+    with pytest.raises(
+        DistributedError, match=r"rank 1 sent a leaf of shape \(1125899906842624,\)"
+    ):
+        _empty((1 << 50,), torch.float32, "cpu", "rank 1")
