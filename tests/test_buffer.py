@@ -491,3 +491,37 @@ def test_progress_bar(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
         assert len(list(buf)) == 6
     err = capsys.readouterr().err
     assert "epoch 0" in err and "6/6" in err
+
+
+def test_inline_mode_keeps_its_slot_in_process_memory(tmp_path: Path) -> None:
+    # A SIGKILLed trainer cannot clean up: with no producer, nothing is put in dir= at all.
+    buf = AugmentBuffer(make_data(), noisy, batch_size=4, num_workers=0, dir=tmp_path)
+    with buf:
+        assert len(run(buf, 1)) > 0 and empty(tmp_path)
+
+
+def test_a_hung_producer_ends_with_its_trainer(tmp_path: Path) -> None:
+    code = textwrap.dedent(
+        f"""
+        import os, sys, time, torch
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_buffer import make_data, sleeps_on_6
+        from tensorbox.buffer import AugmentBuffer
+        buf = AugmentBuffer(make_data(), sleeps_on_6, batch_size=4, num_workers=1,
+                            shuffle=False, dir={str(tmp_path)!r})
+        it = iter(buf)
+        next(it)
+        print(buf.worker_pids[0], flush=True)
+        time.sleep(60)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    pid = int(proc.stdout.readline())
+    proc.kill()  # SIGKILL: no cleanup in the trainer; the producer sleeps in the transform
+    proc.wait()
+    proc.stdout.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (os.path.exists(f"/proc/{pid}") or not empty(tmp_path)):
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{pid}") and empty(tmp_path)

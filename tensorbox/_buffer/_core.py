@@ -70,7 +70,7 @@ class _Resources:
     """What must be released even if the buffer is only garbage collected: the producer
     processes and the slot folder. Holds no reference to the buffer (weakref.finalize)."""
 
-    def __init__(self, folder: str) -> None:
+    def __init__(self, folder: str | None) -> None:
         self.folder: str | None = folder
         self.runtime: Runtime | None = None
 
@@ -220,7 +220,11 @@ class AugmentBuffer:
                 raise ValueError(f"capacity must be a positive int (batches), got {cap!r}")
         self._capacity = cap
         root = os.fspath(dir) if dir is not None else _slots.default_root()
-        self._slots, folder = _slots.allocate(layout, cap, batch_size, root, preallocate)
+        if num_workers == 0:  # inline: the one slot lives in this process's memory, so a
+            # killed trainer leaves nothing in /dev/shm
+            self._slots, folder = _slots.in_memory(layout, cap, batch_size), None
+        else:
+            self._slots, folder = _slots.allocate(layout, cap, batch_size, root, preallocate)
         self._producer.attach(self._slots)
         self._res = _Resources(folder)
         self._finalizer = weakref.finalize(self, self._res.close)

@@ -113,6 +113,14 @@ def allocate(
     return slots, folder
 
 
+def in_memory(layout: Any, capacity: int, batch_size: int) -> Any:
+    """Slots in this process's own memory (inline mode: no producer needs to see them)."""
+    import torch
+
+    expanded = layout.expand(capacity, batch_size, *layout.batch_size)
+    return expanded.apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=t.device))
+
+
 def remove(folder: str | None) -> None:
     if folder:
         shutil.rmtree(folder, ignore_errors=True)

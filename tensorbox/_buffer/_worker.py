@@ -27,6 +27,7 @@ import pickle
 import select
 import signal
 import struct
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -89,6 +90,23 @@ def _parent_dead(parent: Any) -> bool:
     return parent is not None and not parent.is_alive()
 
 
+def _watch_parent(parent: Any, folder: str) -> None:
+    """End this producer when the trainer dies, even if the user's transform hangs: a
+    thread polls the parent, removes the shared slots and exits (nothing left behind)."""
+
+    def watch() -> None:
+        while not _parent_dead(parent):
+            time.sleep(_WATCH_S)
+        remove(folder)
+        os._exit(1)
+
+    if parent is not None:
+        threading.Thread(target=watch, name="tensorbox-orphan-watch", daemon=True).start()
+
+
+_WATCH_S = 0.5
+
+
 def main(
     cfg: WorkerConfig,
     plan: Plan,
@@ -104,6 +122,7 @@ def main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _on_sigterm)
     parent = parent_process()
+    _watch_parent(parent, cfg.folder)
     try:
         torch.set_num_threads(cfg.threads)
         tasks = task_conn.fileno()  # read raw: 8-byte records, not Connection messages
