@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from ._keys import NestedKey, format_key, unravel_key
+from ._keys import NestedKey, format_key
 from ._nontensor import NonTensorData
 from .errors import BatchSizeError, TensorDictKeyError
 
@@ -131,27 +131,11 @@ def iter_items(
             yield from iter_items(v, True, leaves_only, (*prefix, k))
 
 
-class KeyList(list[NestedKey]):
-    """The list ``keys(include_nested=True)`` returns: ``in`` accepts any spelling of a
-    nested key (``("a", ("b",), "c")`` finds ``("a", "b", "c")``), as tensordict's view."""
-
-    __slots__ = ()
-
-    def __contains__(self, key: object) -> bool:
-        if type(key) is tuple:
-            try:
-                flat = unravel_key(key)
-            except TensorDictKeyError:
-                return False
-            key = flat[0] if len(flat) == 1 else flat
-        return list.__contains__(self, key)
-
-
 def keys_list(
     td: TensorCollection, include_nested: bool, leaves_only: bool, prefix: tuple[str, ...] = ()
 ) -> list[NestedKey]:
     """``keys(include_nested, leaves_only)`` as a list, without generator overhead."""
-    out: list[NestedKey] = KeyList() if not prefix else []
+    out: list[NestedKey] = []
     for k, v in td._tensordict.items():
         if isinstance(v, Tensor) or type(v) is _NTD:
             out.append((*prefix, k) if prefix else k)
