@@ -63,19 +63,21 @@ class IOMethods:
         copy_existing: bool = False,
         existsok: bool = True,
         checksum: bool = False,
+        archive: bool = False,
     ) -> Self:
         """A memory-mapped copy written under ``prefix`` (this one is unchanged).
 
         Every leaf is written to a new file, so ``copy_existing`` (tensordict's switch for
         leaves already mapped elsewhere) changes nothing here. ``existsok=False`` refuses a
-        ``prefix`` that already holds a tree.
+        ``prefix`` that already holds a tree. ``archive=True`` writes one zip file instead
+        of a folder, opened back read-only.
         """
         from . import _persist
 
         del copy_existing
         _refuse_existing(prefix, existsok)
         out: Self = _persist.memmap(
-            self, prefix, num_threads=num_threads, fsync=fsync, checksum=checksum
+            self, prefix, num_threads=num_threads, fsync=fsync, checksum=checksum, archive=archive
         )
         return out
 
@@ -88,6 +90,7 @@ class IOMethods:
         copy_existing: bool = False,
         existsok: bool = True,
         checksum: bool = False,
+        archive: bool = False,
     ) -> Self:
         """Same as ``memmap``."""
         return self.memmap(
@@ -97,6 +100,7 @@ class IOMethods:
             copy_existing=copy_existing,
             existsok=existsok,
             checksum=checksum,
+            archive=archive,
         )
 
     dumps = save
@@ -135,12 +139,14 @@ class IOMethods:
         *,
         device: Any = None,
         non_blocking: bool = False,
-        mode: str = "r+",
+        mode: str | None = None,
         verify: bool = False,
     ) -> Self:
         """Open a saved tree lazily: nothing is read until a leaf is used.
 
-        ``mode="r"`` maps copy-on-write: writes stay in this process, never reach the files.
+        ``mode="r"`` maps copy-on-write: writes stay in this process, never reach the files
+        (the default is ``"r+"`` for folders; an archive, ``FILE`` or ``FILE::DIR``, is
+        always read-only).
         ``verify=True`` checks the checksums recorded by a save with ``checksum=True``.
         """
         from . import _persist
@@ -163,7 +169,7 @@ class IOMethods:
         *,
         device: Any = None,
         non_blocking: bool = False,
-        mode: str = "r+",
+        mode: str | None = None,
         verify: bool = False,
     ) -> Self:
         """Same as ``load_memmap``."""
@@ -324,7 +330,8 @@ def _refuse_existing(prefix: Any, existsok: bool) -> None:
     if not existsok and prefix is not None:
         import os
 
-        if os.path.exists(os.path.join(os.fspath(prefix), "meta.json")):
+        p = os.fspath(prefix)
+        if os.path.isfile(p) or os.path.exists(os.path.join(p, "meta.json")):
             raise FileExistsError(
                 f"{os.fspath(prefix)!r} already holds a saved tree (existsok=False); "
                 "pass existsok=True to replace it"
