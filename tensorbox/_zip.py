@@ -227,7 +227,7 @@ def _central(slots: list[_Slot], crcs: list[int], when: tuple[int, int], end: in
 
 def _pwrite_all(fd: int, bufs: list[Any], offset: int) -> None:
     """``pwritev`` until every byte is written (a regular file may take fewer at once)."""
-    views = [memoryview(b).cast("B") for b in bufs]
+    views = [v for v in (memoryview(b).cast("B") for b in bufs) if v.nbytes]
     while views:
         n = os.pwritev(fd, views, offset)
         if n <= 0:  # pragma: no cover - a regular file never does this

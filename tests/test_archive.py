@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import struct
 import zipfile
 import zlib
@@ -16,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tensorbox import FormatError, IncompleteTreeError, TensorDict, _archive, _zip, tensorclass
+from tensorbox.__main__ import main
 from tensorbox._memmap_tensor import MemoryMappedTensor
 
 DATA = Path(__file__).parent / "data" / "tensordict_0_15_archive"
@@ -435,3 +437,77 @@ def test_written_by_tensordict_when_installed(tmp_path: Path) -> None:
     td.save(tmp_path / "t.tdz", archive=True)
     back = TensorDict.load_memmap(tmp_path / "t.tdz")
     assert back["a"].tolist() == [0.0, 1.0, 2.0] and back["b", "c"].tolist() == [1.0] * 3
+
+
+# ---------------------------------------------------------------- command line
+
+
+def test_cli_pack_unpack_show_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    td = sample()
+    folder = tmp_path / "tree"
+    td.memmap(folder)
+    file = tmp_path / "tree.tbx"
+    assert main(["pack", str(folder), str(file)]) == 0
+    assert capsys.readouterr().out == f"packed 3 nodes, 9 tensors into {file}\n"
+    with zipfile.ZipFile(file) as zf:  # byte for byte: every file of the folder, as is
+        files = [p for p in folder.rglob("*") if p.is_file()]
+        assert sorted(zf.namelist()) == sorted(
+            str(p.relative_to(folder)).replace(os.sep, "/") for p in files
+        )
+        for p in files:
+            assert zf.read(str(p.relative_to(folder)).replace(os.sep, "/")) == p.read_bytes()
+    assert main(["verify", "--read", str(file)]) == 0
+    assert capsys.readouterr().out == "ok: 3 nodes, 9 tensors, 198 B\n"
+    assert main(["show", f"{file}::info"]) == 0
+    out = capsys.readouterr().out
+    assert "(format tensorbox v2, archive)" in out and "└── 'deep': TensorDict" in out
+    assert "├── 'step': int64 [3] 24 B  [step.memmap]" in out
+    again = tmp_path / "again"
+    assert main(["unpack", str(file), str(again)]) == 0
+    assert capsys.readouterr().out == f"unpacked 12 files (3 nodes) into {again}\n"
+    for p in files:
+        assert (again / p.relative_to(folder)).read_bytes() == p.read_bytes()
+    assert_same(TensorDict.load_memmap(again), td)
+    # unpacking over a tree replaces it whole; a sub-tree unpacks alone
+    assert main(["unpack", f"{file}::info", str(again)]) == 0
+    capsys.readouterr()
+    assert list(TensorDict.load_memmap(again).keys()) == ["step", "deep"]
+    assert sorted(os.listdir(tmp_path)) == ["again", "tree", "tree.tbx"]
+
+
+def test_cli_damaged_archives(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, raw = _saved(tmp_path)
+    _, local = _entry(raw, b"a.memmap")
+    data = local + 30 + sum(struct.unpack_from("<HH", raw, local + 26))
+    bad = bytearray(raw)
+    bad[data] ^= 1
+    path.write_bytes(bad)
+    assert main(["verify", str(path)]) == 0  # the structure is sound
+    capsys.readouterr()
+    assert main(["verify", "--read", str(path)]) == 1
+    assert re.search(
+        r"^damaged: .*m\.tbx::a\.memmap: CRC-32 \w{8} does not match", capsys.readouterr().err
+    )
+    target = tmp_path / "out"
+    assert main(["unpack", str(path), str(target)]) == 1
+    assert "damaged: " in capsys.readouterr().err and not target.exists()
+    assert sorted(os.listdir(tmp_path)) == ["m.tbx"]
+    assert main(["unpack", str(tmp_path / "nope.tbx"), str(target)]) == 1
+    assert "error: no archive at" in capsys.readouterr().err
+
+
+def test_cli_tensordict_forms(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    legacy = Path(__file__).parent / "data" / "tensordict_0_15_tree"
+    file = tmp_path / "legacy.tbx"
+    assert main(["pack", str(legacy), str(file)]) == 0  # converted to a tensorbox tree
+    assert "(format tensorbox v2, archive)" in (
+        main(["show", str(file)]) or capsys.readouterr().out
+    )
+    assert_same(TensorDict.load_memmap(file), TensorDict.load_memmap(legacy))
+    assert main(["unpack", str(DATA / "deflate.tdz"), str(tmp_path / "td")]) == 0
+    capsys.readouterr()
+    assert_same(
+        TensorDict.load_memmap(tmp_path / "td"), TensorDict.load_memmap(DATA / "stored.tdz")
+    )
+    assert main(["show", str(DATA / "bzip2.tdz")]) == 0
+    assert "(format tensordict v1, archive)" in capsys.readouterr().out
