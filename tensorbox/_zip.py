@@ -2,9 +2,9 @@
 
 Only what a saved tree needs, written from the zip specification (APPNOTE 6.3):
 
-* The writer lays every entry out before writing a byte, so each thread computes a
-  CRC-32 and writes its bytes at their final offset (``pwritev``) at the same time
-  as the others; ``zlib.crc32`` releases the GIL. Data entries start on a
+* The writer lays every entry out before writing a byte, writes the bytes in file
+  order while threads compute the CRC-32s (``zlib.crc32`` releases the GIL), then
+  puts each CRC-32 in its local header and writes the central directory. Data entries start on a
   :data:`ALIGN`-byte boundary: the local header's extra field is padded (an extra
   block of id :data:`PAD_ID`, which every zip reader skips), as numpy and tensordict do.
   ZIP64 records are written when an entry, an offset or the central directory
@@ -31,13 +31,13 @@ Only what a saved tree needs, written from the zip specification (APPNOTE 6.3):
 from __future__ import annotations
 
 import bz2
-import itertools
 import lzma
 import os
+import re
 import struct
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
@@ -63,11 +63,8 @@ _LOCATOR64 = struct.Struct("<IIQI")  # 20 bytes
 _SIG_LOCAL, _SIG_CENTRAL = 0x04034B50, 0x02014B50
 _SIG_END, _SIG_END64, _SIG_LOCATOR64 = 0x06054B50, 0x06064B50, 0x07064B50
 _U32 = 0xFFFFFFFF
-#: Entries larger than this are cut into pieces that threads checksum and write apart.
-_PIECE = 16 << 20
-#: Small entries written together by one pwritev (IOV_MAX is 1024 on Linux).
-_GROUP_BYTES, _GROUP_LEN = 4 << 20, 512
-_MAX_WRITE = 1 << 30
+#: Bytes per write call, per CRC-32 job, and below which a CRC-32 is computed inline.
+_WRITE, _PIECE, _SMALL = 1 << 20, 4 << 20, 1 << 16
 
 
 # ---------------------------------------------------------------- CRC-32 of pieces
@@ -240,17 +237,17 @@ def _pwrite_all(fd: int, bufs: list[Any], offset: int) -> None:
             views[0] = views[0][n:]
 
 
-Payload = bytes | memoryview | Callable[[], Iterator[memoryview]]
-
-
 def write_zip(
     fd: int, items: Sequence[tuple[str, Any, bool]], num_threads: int = 0, sizes: Any = None
 ) -> int:
     """Write a zip of ``(name, payload, align)`` items to ``fd`` (empty, open for writing).
 
     A payload is bytes-like, or a function returning an iterator of bytes-like pieces
-    (then ``sizes[i]`` gives its size, checked). ``num_threads`` workers checksum and
-    write at once (0: up to 4). Returns the file's size.
+    (then ``sizes[i]`` gives its size, checked). The bytes go out in file order, in
+    writes of about :data:`_WRITE` bytes (one huge write is slower: the kernel
+    allocates its page cache in one go), while ``num_threads`` workers (0: up to 4)
+    compute the CRC-32s of large entries; their local headers get them at the end.
+    Returns the file's size.
     """
     n = len(items)
     size_of = [
@@ -260,85 +257,82 @@ def write_zip(
     slots, end = _layout([(name, size_of[i], al) for i, (name, _, al) in enumerate(items)])
     when = _dos_time()
     crcs = [0] * n
-    pieces: dict[int, list[tuple[int, int, int]]] = {}  # entry -> (start, length, crc)
-
-    def group(idx: list[int]) -> None:
-        bufs: list[Any] = []
-        for i in idx:
-            payload = items[i][1]
-            crcs[i] = zlib.crc32(payload)
-            bufs += [_local_header(slots[i], crcs[i], when), payload]
-        _pwrite_all(fd, bufs, slots[idx[0]].header)
-
-    def piece(i: int, start: int) -> None:
-        view = memoryview(items[i][1]).cast("B")[start : start + _PIECE]
-        crc = zlib.crc32(view)
-        _pwrite_all(fd, [view], slots[i].data + start)
-        pieces.setdefault(i, []).append((start, len(view), crc))
-
-    def stream(i: int) -> None:
-        crc, at = 0, slots[i].data
-        for chunk in items[i][1]():
-            crc = zlib.crc32(chunk, crc)
-            _pwrite_all(fd, [chunk], at)
-            at += memoryview(chunk).nbytes
-        if at - slots[i].data != slots[i].size:
-            raise RuntimeError(f"entry {items[i][0]!r} changed size while being written")
-        crcs[i] = crc
-        _pwrite_all(fd, [_local_header(slots[i], crc, when)], slots[i].header)
-
-    jobs: list[tuple[Callable[..., None], tuple]] = []
-    run: list[int] = []
-    run_bytes = 0
-    for i, (_, payload, _) in enumerate(items):
-        size = size_of[i]
-        if callable(payload) or size > _GROUP_BYTES:
-            if run:
-                jobs.append((group, (run,)))
-                run, run_bytes = [], 0
-            if callable(payload):
-                jobs.append((stream, (i,)))
-            else:
-                jobs += [(piece, (i, start)) for start in range(0, size, _PIECE)]
-            continue
-        run.append(i)
-        run_bytes += size
-        if run_bytes > _GROUP_BYTES or len(run) >= _GROUP_LEN:
-            jobs.append((group, (run,)))
-            run, run_bytes = [], 0
-    if run:
-        jobs.append((group, (run,)))
+    tail_size = len(_central(slots, crcs, when, end))
+    os.ftruncate(fd, end + tail_size)  # the size once: later writes land inside the file
     threads = num_threads if num_threads > 0 else min(4, os.cpu_count() or 1)
-    if threads > 1 and len(jobs) > 1:
-        # Largest first: the tail of the run is small jobs, so the threads finish together.
-        jobs.sort(key=lambda j: -_job_bytes(j, size_of))
-        with ThreadPoolExecutor(threads) as pool:
-            for f in [pool.submit(fn, *args) for fn, args in jobs]:
-                f.result()
-    else:
-        for fn, args in jobs:
-            fn(*args)
-    heads = []
-    for i, parts in pieces.items():
-        crc = 0
-        for _, length, c in sorted(parts):
-            crc = crc32_combine(crc, c, length)
-        crcs[i] = crc
-        heads.append(i)
-    for i in heads:
-        _pwrite_all(fd, [_local_header(slots[i], crcs[i], when)], slots[i].header)
+    pool = ThreadPoolExecutor(threads) if threads > 1 else None
+    pending: dict[int, list[tuple[int, Any]]] = {}  # entry -> (length, CRC-32 or future)
+    out = _Writer(fd)
+    try:
+        for i, (_, payload, _) in enumerate(items):
+            s = slots[i]
+            if callable(payload):
+                out.add(_local_header(s, 0, when))
+                parts = pending[i] = []
+                done = 0
+                for chunk in payload():
+                    view = memoryview(chunk).cast("B")
+                    parts.append((view.nbytes, _crc(pool, view)))
+                    out.add(view)
+                    done += view.nbytes
+                if done != s.size:
+                    raise RuntimeError(f"entry {items[i][0]!r} changed size while being written")
+                continue
+            view = memoryview(payload).cast("B")
+            if s.size <= _SMALL or pool is None:
+                crcs[i] = zlib.crc32(view)
+                out.add(_local_header(s, crcs[i], when))
+                out.add(view)
+                continue
+            out.add(_local_header(s, 0, when))
+            pending[i] = [
+                (min(_PIECE, s.size - at), pool.submit(zlib.crc32, view[at : at + _PIECE]))
+                for at in range(0, s.size, _PIECE)
+            ]
+            out.add(view)
+        out.flush()
+        for i, parts in pending.items():
+            crc = 0
+            for length, c in parts:
+                crc = crc32_combine(crc, c if type(c) is int else c.result(), length)
+            crcs[i] = crc
+            os.pwrite(fd, struct.pack("<I", crc), slots[i].header + 14)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     tail = _central(slots, crcs, when, end)
     _pwrite_all(fd, [tail], end)
     return end + len(tail)
 
 
-def _job_bytes(job: tuple[Callable[..., None], tuple], size_of: list[int]) -> int:
-    fn, args = job
-    if fn.__name__ == "group":
-        return sum(size_of[i] for i in args[0])
-    if fn.__name__ == "piece":
-        return min(_PIECE, size_of[args[0]] - args[1])
-    return size_of[args[0]]
+def _crc(pool: ThreadPoolExecutor | None, view: memoryview) -> Any:
+    return (
+        zlib.crc32(view) if pool is None or view.nbytes <= _SMALL else pool.submit(zlib.crc32, view)
+    )
+
+
+class _Writer:
+    """Buffers in file order, written from offset 0 in ``pwritev`` calls of about _WRITE bytes."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.at, self.bufs, self.size = fd, 0, [], 0
+
+    def add(self, buf: Any) -> None:
+        view = memoryview(buf).cast("B")
+        while view.nbytes:
+            room = _WRITE - self.size
+            piece = view[:room]
+            self.bufs.append(piece)
+            self.size += piece.nbytes
+            view = view[room:]
+            if self.size >= _WRITE or len(self.bufs) >= 1024:
+                self.flush()
+
+    def flush(self) -> None:
+        if self.bufs:
+            _pwrite_all(self.fd, self.bufs, self.at)
+            self.at += self.size
+            self.bufs, self.size = [], 0
 
 
 # ---------------------------------------------------------------- reading
@@ -435,6 +429,12 @@ class ZipIndex:
         return bytes(out)
 
 
+#: Names every tensorbox and tensordict writer makes: plain parts, none starting with a dot.
+_PLAIN = re.compile(
+    r"(?:[A-Za-z0-9_%^~-][A-Za-z0-9_.%^~-]*/)*[A-Za-z0-9_%^~-][A-Za-z0-9_.%^~-]*"
+).fullmatch
+
+
 def _bad_name(name: str) -> bool:
     parts = name.split("/")
     return (
@@ -444,6 +444,12 @@ def _bad_name(name: str) -> bool:
         or "\0" in name
         or any(p in ("", ".", "..") for p in parts)
     )
+
+
+#: The last central directories parsed, by their bytes and offset: a process that opens
+#: several sub-trees of one archive parses its index once. (What an entry points at is
+#: still checked against the file's bytes each time it is used.)
+_INDEXES: dict[tuple[int, bytes], tuple[dict[str, ZipEntry], set[str]]] = {}
 
 
 def read_index(buf: Any, path: str) -> ZipIndex:
@@ -484,52 +490,68 @@ def read_index(buf: Any, path: str) -> ZipIndex:
             f"{path}: the central directory ({cd_size} bytes at {cd_off}) does not end where "
             f"the end record starts ({cd_end}): damaged, truncated, or data was prepended"
         )
-    entries: dict[str, ZipEntry] = {}
+    cd = bytes(buf[cd_off:cd_end])  # one copy of the index: slicing bytes is cheap
+    key = (cd_off, cd)
+    known = _INDEXES.get(key)
+    if known is not None:  # the same central directory, checked already
+        return ZipIndex(path, buf, *known)
+    rows: dict[str, tuple] = {}
     dirs: set[str] = set()
-    pos = cd_off
-    for _ in range(count):
-        if pos + _CENTRAL.size > cd_end:
+    pos, unpack, fast = 0, _CENTRAL.unpack_from, _PLAIN
+    for _ in range(count):  # the per-entry cost of opening an archive: kept lean
+        if pos + 46 > len(cd):
             raise FormatError(f"{path}: the central directory is truncated")
         (sig, _, _, flags, method, _, _, crc, csize, usize, nlen, xlen, clen, _, _, _, hoff) = (
-            _CENTRAL.unpack_from(buf, pos)
+            unpack(cd, pos)
         )
         if sig != _SIG_CENTRAL:
-            raise FormatError(f"{path}: damaged central directory at offset {pos}")
-        raw = bytes(buf[pos + _CENTRAL.size : pos + _CENTRAL.size + nlen])
-        name = raw.decode("utf-8" if flags & 0x800 else "cp437", "replace")
-        xstart = pos + _CENTRAL.size + nlen
+            raise FormatError(f"{path}: damaged central directory at offset {cd_off + pos}")
+        xstart = pos + 46 + nlen
+        raw = cd[pos + 46 : xstart]
         pos = xstart + xlen + clen
-        if pos > cd_end:
+        name = raw.decode("utf-8" if flags & 0x800 else "cp437", "replace")
+        if pos > len(cd):
             raise FormatError(f"{path}: the central directory is truncated (entry {name!r})")
         if usize == _U32 or csize == _U32 or hoff == _U32:
             usize, csize, hoff = _zip64_fields(
-                bytes(buf[xstart : xstart + xlen]), usize, csize, hoff, path, name
+                cd[xstart : xstart + xlen], usize, csize, hoff, path, name
             )
         if flags & 1:
             raise FormatError(f"{path}, entry {name!r}: encrypted; tensorbox reads plain archives")
-        if _bad_name(name.removesuffix("/")):
-            raise FormatError(
-                f"{path}, entry {name!r}: not a plain relative path (absolute, '..', '\\\\' or "
-                "empty parts): refused"
-            )
-        if name in entries or name in dirs:
+        if fast(name) is None:
+            if _bad_name(name.removesuffix("/")):
+                raise FormatError(
+                    f"{path}, entry {name!r}: not a plain relative path (absolute, '..', '\\' "
+                    "or empty parts): refused"
+                )
+            if name.endswith("/"):
+                if name in dirs:
+                    raise FormatError(f"{path}, entry {name!r}: appears twice")
+                dirs.add(name.removesuffix("/"))
+                continue
+        if name in rows:
             raise FormatError(f"{path}, entry {name!r}: appears twice")
-        if name.endswith("/"):
-            dirs.add(name.removesuffix("/"))
-            continue
         if hoff >= cd_off:
             raise FormatError(
                 f"{path}, entry {name!r}: its offset {hoff} points past the data (the central "
                 f"directory starts at {cd_off})"
             )
-        entries[name] = ZipEntry(name, hoff, csize, usize, method, crc, flags, raw, cd_off)
-    if pos != cd_end:
+        rows[name] = (hoff, csize, usize, method, crc, flags, raw)
+    if pos != len(cd):
         raise FormatError(f"{path}: the central directory holds more than its {count} entries")
-    ordered = sorted(entries.values(), key=lambda e: e.header)
-    for a, b in itertools.pairwise(ordered):
-        if a.header == b.header:
-            raise FormatError(f"{path}, entry {b.name!r}: overlaps entry {a.name!r}")
-        entries[a.name] = a._replace(bound=b.header)
+    ordered = sorted(rows.items(), key=lambda kv: kv[1][0])
+    bounds = [r[0] for _, r in ordered[1:]] + [cd_off]
+    entries: dict[str, ZipEntry] = {}
+    last = -1
+    for (name, r), bound in zip(ordered, bounds, strict=True):
+        if r[0] == last:
+            prev = next(n for n, q in rows.items() if q[0] == last and n != name)
+            raise FormatError(f"{path}, entry {name!r}: overlaps entry {prev!r}")
+        last = r[0]
+        entries[name] = ZipEntry(name, *r[:6], r[6], bound)
+    if len(_INDEXES) >= 8:
+        _INDEXES.pop(next(iter(_INDEXES)))
+    _INDEXES[key] = (entries, dirs)
     return ZipIndex(path, buf, entries, dirs)
 
 

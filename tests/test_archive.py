@@ -239,8 +239,17 @@ def test_crc32_combine_matches_zlib() -> None:
 
 def test_large_leaves_are_cut_into_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_zip, "_PIECE", 4096)
-    monkeypatch.setattr(_zip, "_GROUP_BYTES", 1000)
-    td = TensorDict({"big": torch.randn(10_000), "small": torch.arange(5)}, [])
+    monkeypatch.setattr(_zip, "_WRITE", 1000)
+    monkeypatch.setattr(_zip, "_SMALL", 100)
+    td = TensorDict(
+        {
+            "big": torch.randn(10_000),
+            "small": torch.arange(5),
+            "strided": torch.arange(3000).reshape(100, 30)[:, ::3],
+            "cut": torch.arange(30_000),
+        },
+        [],
+    )
     path = tmp_path / "m.tbx"
     td.memmap(path, archive=True, num_threads=3)
     with zipfile.ZipFile(path) as zf:
