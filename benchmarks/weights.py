@@ -1,8 +1,8 @@
 """Saving and loading model weights: tensorbox (folder and one-file archive) against
 tensordict, torch.save and safetensors.
 
-The model is ``nn.Transformer(512, 8, 4, 4, 2048)``: 44.1M values, 184 tensors, 168 MiB
-in float32 (``--large``: ``nn.Transformer(768, 12, 6, 6, 3072)``, 397 MB; ``--small``:
+The model is ``nn.Transformer(512, 8, 6, 6, 2048)``: 44.1M values, 184 tensors, 168 MiB
+in float32 (the issue's figures; its text says ``(512, 8, 4, 4, 2048)``, which has 29M) (``--large``: ``nn.Transformer(768, 12, 6, 6, 3072)``, 397 MB; ``--small``:
 ``nn.Transformer(64, 4, 2, 2, 256)``, for CI).
 
 **Saves** are timed the way that gives stable ratios on a machine that hands idle
@@ -75,7 +75,7 @@ class Method(NamedTuple):
 
 
 def make_model(size: str) -> nn.Module:
-    args = {"small": (64, 4, 2, 2, 256), "default": (512, 8, 4, 4, 2048)}.get(
+    args = {"small": (64, 4, 2, 2, 256), "default": (512, 8, 6, 6, 2048)}.get(
         size, (768, 12, 6, 6, 3072)
     )
     # batch_first only silences a construction warning; the weights are the same.
@@ -150,11 +150,13 @@ def raw_files(model: nn.Module, path: Path) -> None:
 
 
 def one_file(model: nn.Module, path: Path) -> None:
-    """An archive's floor: every byte into one file, one writev per 1024 tensors."""
-    views = [_bytes(t) for t in model.state_dict().values()]
+    """An archive's floor: every byte into one file, in 1 MiB writes (a single write of
+    everything runs 2x slower here: the kernel then allocates its page cache in one go)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    for i in range(0, len(views), 1024):
-        os.writev(fd, views[i : i + 1024])
+    for t in model.state_dict().values():
+        view = _bytes(t)
+        for i in range(0, len(view), 1 << 20):
+            os.write(fd, view[i : i + (1 << 20)])
     os.close(fd)
 
 

@@ -138,7 +138,7 @@ class Archive:
             raw: Any = self.buf[data : data + ze.csize]
             crc = 0
             for at in range(0, len(raw), 1 << 24):
-                crc = _zip.zlib.crc32(raw[at : at + (1 << 24)], crc)
+                crc = _zip.crc32(raw[at : at + (1 << 24)], crc)
             if crc != ze.crc:
                 raise FormatError(
                     f"{e.path}: CRC-32 {crc:08x} does not match the recorded {ze.crc:08x}: "
@@ -493,9 +493,17 @@ def save(
     with _commit.writing(root):
         _check_target(root)
         saver._walk(obj, root, (), None, None)  # every value checked: no I/O yet
-        items, sizes = _plan(saver, root, checksum)
-        write_file(root, items, sizes, num_threads, fsync)
-    return load(type(obj), root)
+        items, sizes, leaves = _plan(saver, root, checksum)
+        starts = write_file(root, items, sizes, num_threads, fsync)
+        # Mapped while the lock is held: the file is the one just written.
+        storage, _ = _map(root)
+    for i, t, store, key in leaves:  # the copy: views of the new file, as a load gives
+        view = _blank(t.dtype).new().set_(storage, starts[i] // t.dtype.itemsize, t.shape)
+        view.__class__ = MemoryMappedTensor
+        store[key] = view
+    result = saver._build()
+    result.lock_()
+    return result
 
 
 def _check_target(root: str) -> None:
@@ -523,23 +531,26 @@ def _is_zip(path: str) -> bool:
         return False
 
 
-def _plan(saver: _Saver, root: str, checksum: bool) -> tuple[list, list]:
-    """(name, payload, align) items, each node's meta.json first, then its leaves."""
+def _plan(saver: _Saver, root: str, checksum: bool) -> tuple[list, list, list]:
+    """(name, payload, align) items, each node's meta.json first, then its leaves; their
+    sizes; and (item, tensor, store, key) of each leaf, for the copy to return."""
     cut = len(root) + 1
     leaves: dict[str, list] = {}
-    for path, t, _, _, entry in saver.writes:
+    for path, t, store, key, entry in saver.writes:
         if checksum:
             entry["sha256"] = _checksum.tensor_sha256(t)
-        leaves.setdefault(os.path.dirname(path), []).append((path, t))
+        leaves.setdefault(os.path.dirname(path), []).append((path, t, store, key))
     metas = {m[0]: m for _, _, _, _, m in saver.nodes}
     items: list = []
     sizes: list = []
+    placed: list = []
     for d in saver.dirs:
         rel = d[cut:].replace(os.sep, "/")
         _, meta, std_json = metas[d]
         items.append((f"{rel}/{fmt.META}" if rel else fmt.META, _meta_bytes(meta, std_json), False))
         sizes.append(None)
-        for path, t in leaves.get(d, ()):
+        for path, t, store, key in leaves.get(d, ()):
+            placed.append((len(items), t, store, key))
             name = path[cut:].replace(os.sep, "/")
             nbytes = t.numel() * t.element_size()
             if t.device.type == "cpu" and t.is_contiguous() and not (t.is_conj() or t.is_neg()):
@@ -547,7 +558,7 @@ def _plan(saver: _Saver, root: str, checksum: bool) -> tuple[list, list]:
             else:
                 items.append((name, lambda t=t: byte_chunks(t), True))
             sizes.append(nbytes)
-    return items, sizes
+    return items, sizes, placed
 
 
 def _meta_bytes(meta: dict, std_json: bool) -> bytes:
@@ -564,7 +575,7 @@ def _meta_bytes(meta: dict, std_json: bool) -> bytes:
     return b"".join((head, b', "entries": {\n', lines, b"\n}}\n"))
 
 
-def write_file(root: str, items: list, sizes: list, num_threads: int, fsync: bool) -> None:
+def write_file(root: str, items: list, sizes: list, num_threads: int, fsync: bool) -> list[int]:
     """Write the zip to a hidden file beside ``root`` and rename it in (caller holds the lock)."""
     parent, name = os.path.split(root)
     stale = f".{name}.tbx-new-"
@@ -578,7 +589,7 @@ def write_file(root: str, items: list, sizes: list, num_threads: int, fsync: boo
         try:
             with contextlib.suppress(OSError):
                 os.fchmod(fd, stat.S_IMODE(os.stat(root).st_mode))
-            _zip.write_zip(fd, items, num_threads, sizes)
+            starts = _zip.write_zip(fd, items, num_threads, sizes)
             if fsync:
                 os.fsync(fd)
         finally:
@@ -590,6 +601,7 @@ def write_file(root: str, items: list, sizes: list, num_threads: int, fsync: boo
         raise
     if fsync:
         fmt.fsync_dir(parent)
+    return starts
 
 
 def refuse_folder_over(prefix: Any) -> None:

@@ -21,7 +21,6 @@ True
 from __future__ import annotations
 
 import os
-import zlib
 
 import orjson
 import torch
@@ -128,7 +127,7 @@ def _extract(ar: _archive.Archive, e: _zip.ZipEntry, target: str, fsync: bool) -
         data = ar.buf[at : at + e.csize]
         crc = 0
         for i in range(0, e.csize, 1 << 24):
-            crc = zlib.crc32(data[i : i + (1 << 24)], crc)
+            crc = _zip.crc32(data[i : i + (1 << 24)], crc)
         if crc != e.crc:
             raise FormatError(
                 f"{ar.where(e.name)}: CRC-32 {crc:08x} does not match the recorded {e.crc:08x}: "

@@ -520,3 +520,19 @@ def test_cli_tensordict_forms(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     )
     assert main(["show", str(DATA / "bzip2.tdz")]) == 0
     assert "(format tensordict v1, archive)" in capsys.readouterr().out
+
+
+def test_fast_crc32_matches_zlib(monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = _zip._load_crc32()
+    data = torch.randint(0, 256, (300_000,), dtype=torch.uint8).numpy()
+    for view in (memoryview(data), memoryview(data)[5:], memoryview(bytes(data[:70_000]))):
+        assert fast(view) == zlib.crc32(view)
+        assert fast(view, 12345) == zlib.crc32(view, 12345)
+    # without libdeflate: zlib's
+    import ctypes
+
+    def missing(name: str) -> None:
+        raise OSError(name)
+
+    monkeypatch.setattr(ctypes, "CDLL", missing)
+    assert _zip._load_crc32() is zlib.crc32
