@@ -134,7 +134,7 @@ def test_subtree_errors(tmp_path: Path) -> None:
 def test_load_options(tmp_path: Path) -> None:
     path = tmp_path / "m.tbx"
     td = sample()
-    td.memmap(path, archive=True, checksum=True)
+    td.memmap(path, archive=True, checksum=True, fsync=True, num_threads=1)
     back = TensorDict.load_memmap(path, device="cpu", verify=True)
     assert_same(back, td)
     assert not isinstance(back["obs"], MemoryMappedTensor)
