@@ -32,6 +32,7 @@ Only what a saved tree needs, written from the zip specification (APPNOTE 6.3):
 from __future__ import annotations
 
 import bz2
+import contextlib
 import itertools
 import lzma
 import os
@@ -609,7 +610,8 @@ def read_index(buf: Any, path: str) -> ZipIndex:
         last = r[0]
         entries[name] = ZipEntry(name, *r[:6], r[6], bound)
     if len(_INDEXES) >= 8:
-        _INDEXES.pop(next(iter(_INDEXES)))
+        with contextlib.suppress(KeyError, RuntimeError, StopIteration):  # another thread's
+            _INDEXES.pop(next(iter(_INDEXES)))
     _INDEXES[key] = (entries, dirs)
     return ZipIndex(path, buf, entries, dirs)
 

@@ -536,3 +536,17 @@ def test_fast_crc32_matches_zlib(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(ctypes, "CDLL", missing)
     assert _zip._load_crc32() is zlib.crc32
+
+
+def test_concurrent_opens_share_one_parsed_index(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = tmp_path / "m.tbx"
+    td = sample()
+    td.memmap(path, archive=True)
+    _zip._INDEXES.clear()
+    subs = ["", "::info", "::info/deep"] * 8
+    with ThreadPoolExecutor(4) as pool:
+        loaded = list(pool.map(lambda s: TensorDict.load_memmap(f"{path}{s}"), subs))
+    assert [list(x.keys()) for x in loaded[:3]] == [list(td.keys()), ["step", "deep"], ["x"]]
+    assert len(_zip._INDEXES) == 1  # parsed once (or a few times at once), kept once
