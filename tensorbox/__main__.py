@@ -8,6 +8,11 @@ when the tree is damaged, 0 when it is sound. Names and values read from the tre
 printed with control characters escaped. Both read one generation of the tree, even while
 a save at the same path runs.
 
+Both take a one-file archive too (``FILE``, or ``FILE::DIR`` for a sub-tree); ``verify
+--read`` then checks every entry's CRC-32 as well. ``python -m tensorbox pack DIR FILE``
+writes a folder as an archive, byte for byte; ``unpack FILE DIR`` extracts one into a
+folder, replacing the tree there in one step.
+
 >>> import tempfile, torch, tensorbox
 >>> path = tempfile.mkdtemp()
 >>> _ = tensorbox.TensorDict({"x": torch.zeros(4, 2), "tag": "a"}, batch_size=[4]).memmap(path)
@@ -23,8 +28,9 @@ import os
 import reprlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from . import _checksum, _commit
+from . import _archive, _archive_convert, _checksum, _commit
 from . import _format as fmt
 from .errors import FormatError
 
@@ -61,50 +67,89 @@ def _clean(text: object) -> str:
 
 
 def show(path: str, out: list[str]) -> int:
+    found = _archive.split(path)
+    if found is not None:
+        ar = _archive.Archive(found[0])
+        node = _archive.read_node(ar, found[1])
+        _header(path, node, out, ", archive")
+
+        def child(parent: fmt.Node, e: fmt.NodeEntry, depth: int) -> fmt.Node:
+            return _archive.read_child(ar, parent, e, depth)
+
+        total = _show_node(node, child, "", out, 0)
+        out.append(f"total: {_size(total)}")
+        return 0
     lock = _commit.read_lock(os.path.realpath(path))
     try:
         node = fmt.read_node(path)
-        origin = "tensordict" if node.legacy else "tensorbox"
-        out.append(
-            f"{_clean(path)}: {_clean(node.type)} batch_size={list(node.batch_size)} "
-            f"device={_clean(node.device)} (format {origin} v{node.version})"
-        )
-        total = _show_node(node, os.path.realpath(path), "", out, 0)
+        _header(path, node, out, "")
+        root = os.path.realpath(path)
+
+        def child(parent: fmt.Node, e: fmt.NodeEntry, depth: int) -> fmt.Node:
+            return fmt.read_child(parent, e, root, depth)
+
+        total = _show_node(node, child, "", out, 0)
     finally:
         _commit.read_unlock(lock)
     out.append(f"total: {_size(total)}")
     return 0
 
 
-def _show_node(node: fmt.Node, root: str, indent: str, out: list[str], depth: int) -> int:
+def _header(path: str, node: fmt.Node, out: list[str], form: str) -> None:
+    origin = "tensordict" if node.legacy else "tensorbox"
+    out.append(
+        f"{_clean(path)}: {_clean(node.type)} batch_size={list(node.batch_size)} "
+        f"device={_clean(node.device)} (format {origin} v{node.version}{form})"
+    )
+
+
+def _show_node(node: fmt.Node, child: Any, indent: str, out: list[str], depth: int) -> int:
     total = 0
     items = list(node.entries.items())
     for i, (key, e) in enumerate(items):
         last = i == len(items) - 1
         branch, cont = ("└── ", "    ") if last else ("├── ", "│   ")
-        if type(e) is fmt.TensorEntry:
+        if type(e) is fmt.TensorEntry or type(e) is _archive.ArchiveTensor:
             n = e.nbytes
             total += n
             dtype = str(e.dtype).removeprefix("torch.")
             out.append(
                 f"{indent}{branch}{_clean(repr(key))}: {dtype} {list(e.shape)} {_size(n)}  "
-                f"[{_clean(os.path.basename(e.path))}]" + (" sha256" if e.sha256 else "")
+                f"[{_clean(_base(e.path))}]" + (" sha256" if e.sha256 else "")
             )
         elif type(e) is fmt.NodeEntry:
-            sub = fmt.read_child(node, e, root, depth + 1)
+            sub = child(node, e, depth + 1)
             out.append(
                 f"{indent}{branch}{_clean(repr(key))}: {_clean(sub.type)} "
-                f"batch_size={list(sub.batch_size)}  [{_clean(os.path.basename(e.path))}/]"
+                f"batch_size={list(sub.batch_size)}  [{_clean(_base(e.path))}/]"
             )
-            total += _show_node(sub, root, indent + cont, out, depth + 1)
+            total += _show_node(sub, child, indent + cont, out, depth + 1)
         else:
             kind = "stacked values" if e.stacked else "value"
             out.append(f"{indent}{branch}{_clean(repr(key))}: {kind} {_value(e.value)}")
     return total
 
 
+def _base(path: str) -> str:
+    """The last name of a file path or of an archive entry (``FILE::dir/name``)."""
+    return os.path.basename(path.rpartition(_archive.SEP)[2] if _archive.SEP in path else path)
+
+
 def verify(path: str, out: list[str], read: bool = False) -> int:
     nodes = tensors = total = 0
+    found = _archive.split(path)
+    if found is not None:
+        ar = _archive.Archive(found[0])
+        for _, node in _archive.iter_nodes(ar, found[1]):
+            nodes += 1
+            for e in node.entries.values():
+                if type(e) is _archive.ArchiveTensor:
+                    tensors += 1
+                    total += e.nbytes
+                    if read:
+                        ar.check(e)
+        _ok(out, nodes, tensors, total)
+        return 0
     lock = _commit.read_lock(os.path.realpath(path))
     try:
         for _, node in fmt.iter_tree(path):
@@ -117,11 +162,15 @@ def verify(path: str, out: list[str], read: bool = False) -> int:
                         _checksum.check_file(e.path, e.nbytes, e.sha256)
     finally:
         _commit.read_unlock(lock)
+    _ok(out, nodes, tensors, total)
+    return 0
+
+
+def _ok(out: list[str], nodes: int, tensors: int, total: int) -> None:
     out.append(
         f"ok: {nodes} node{'s' * (nodes != 1)}, {tensors} tensor{'s' * (tensors != 1)}, "
         f"{_size(total)}"
     )
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -132,13 +181,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_verify = sub.add_parser("verify", help="check a tree; exit 1 with the reason if damaged")
     p_verify.add_argument("path")
     p_verify.add_argument("--read", action="store_true", help="also read every byte of data")
+    p_pack = sub.add_parser("pack", help="write the tree at DIR as the one-file archive FILE")
+    p_pack.add_argument("dir")
+    p_pack.add_argument("file")
+    p_unpack = sub.add_parser("unpack", help="extract the archive FILE into the folder DIR")
+    p_unpack.add_argument("file")
+    p_unpack.add_argument("dir")
     args = parser.parse_args(argv)
     out: list[str] = []
     try:
         if args.command == "show":
             code = show(args.path, out)
-        else:
+        elif args.command == "verify":
             code = verify(args.path, out, read=args.read)
+        elif args.command == "pack":
+            nodes, tensors = _archive_convert.pack(args.dir, args.file)
+            out.append(
+                f"packed {nodes} node{'s' * (nodes != 1)}, {tensors} tensor"
+                f"{'s' * (tensors != 1)} into {_clean(args.file)}"
+            )
+            code = 0
+        else:
+            nodes, files = _archive_convert.unpack(args.file, args.dir)
+            out.append(
+                f"unpacked {files} file{'s' * (files != 1)} ({nodes} node"
+                f"{'s' * (nodes != 1)}) into {_clean(args.dir)}"
+            )
+            code = 0
     except (FormatError, OSError) as err:
         if out:  # what was shown before the damage was found
             print("\n".join(out))

@@ -72,13 +72,14 @@ class IOMethods:
         existsok: bool = True,
         checksum: bool = False,
         return_early: bool = False,
+        archive: bool = False,
     ) -> Self:
         """A memory-mapped copy written under ``prefix`` (this one is unchanged).
 
         Every leaf is written to a new file, so ``copy_existing`` (tensordict's switch for
         leaves already mapped elsewhere) changes nothing here. ``existsok=False`` refuses a
-        ``prefix`` that already holds a tree.
-        ``return_early=True`` returns a finished
+        ``prefix`` that already holds a tree. ``archive=True`` writes one zip file instead
+        of a folder, opened back read-only. ``return_early=True`` returns a finished
         ``concurrent.futures.Future`` (tensordict's spelling; the save is synchronous).
         """
         from . import _persist
@@ -86,7 +87,7 @@ class IOMethods:
         del copy_existing
         _refuse_existing(prefix, existsok)
         out: Self = _persist.memmap(
-            self, prefix, num_threads=num_threads, fsync=fsync, checksum=checksum
+            self, prefix, num_threads=num_threads, fsync=fsync, checksum=checksum, archive=archive
         )
         if return_early:  # tensordict's future: here the save is done when this returns
             from concurrent.futures import Future
@@ -105,6 +106,7 @@ class IOMethods:
         copy_existing: bool = False,
         existsok: bool = True,
         checksum: bool = False,
+        archive: bool = False,
     ) -> Self:
         """Same as ``memmap``."""
         return self.memmap(
@@ -114,6 +116,7 @@ class IOMethods:
             copy_existing=copy_existing,
             existsok=existsok,
             checksum=checksum,
+            archive=archive,
         )
 
     dumps = save
@@ -161,12 +164,14 @@ class IOMethods:
         *,
         device: Any = None,
         non_blocking: bool = False,
-        mode: str = "r+",
+        mode: str | None = None,
         verify: bool = False,
     ) -> Self:
         """Open a saved tree lazily: nothing is read until a leaf is used.
 
-        ``mode="r"`` maps copy-on-write: writes stay in this process, never reach the files.
+        ``mode="r"`` maps copy-on-write: writes stay in this process, never reach the files
+        (the default is ``"r+"`` for folders; an archive, ``FILE`` or ``FILE::DIR``, is
+        always read-only).
         ``verify=True`` checks the checksums recorded by a save with ``checksum=True``.
 
         >>> import torch; from tensorbox import TensorDict
@@ -196,7 +201,7 @@ class IOMethods:
         *,
         device: Any = None,
         non_blocking: bool = False,
-        mode: str = "r+",
+        mode: str | None = None,
         verify: bool = False,
     ) -> Self:
         """Same as ``load_memmap``."""
@@ -390,7 +395,8 @@ def _refuse_existing(prefix: Any, existsok: bool) -> None:
     if not existsok and prefix is not None:
         import os
 
-        if os.path.exists(os.path.join(os.fspath(prefix), "meta.json")):
+        p = os.fspath(prefix)
+        if os.path.isfile(p) or os.path.exists(os.path.join(p, "meta.json")):
             raise FileExistsError(
                 f"{os.fspath(prefix)!r} already holds a saved tree (existsok=False); "
                 "pass existsok=True to replace it"

@@ -89,6 +89,7 @@ def memmap_(
     checksum: bool = False,
 ) -> Any:
     """Convert ``obj`` in place: every tensor leaf becomes a MemoryMappedTensor; lock it."""
+    _refuse_archive(prefix)
     _Saver(prefix, "inplace", copy_existing, fsync, checksum=checksum).run(obj, num_threads)
     return obj
 
@@ -100,13 +101,20 @@ def memmap(
     num_threads: int = 0,
     fsync: bool = False,
     checksum: bool = False,
+    archive: bool = False,
 ) -> Any:
     """A memory-mapped copy of ``obj`` (locked); ``obj`` is unchanged.
 
     ``checksum=True`` records each tensor's SHA-256 in ``meta.json``, which
     ``load_memmap(..., verify=True)`` and ``python -m tensorbox verify --read`` check
-    (off by default: hashing runs slower than writing).
+    (off by default: hashing runs slower than writing). ``archive=True`` writes one
+    file instead of a folder (:mod:`tensorbox._archive`).
     """
+    if archive:
+        from . import _archive
+
+        return _archive.save(obj, prefix, num_threads=num_threads, fsync=fsync, checksum=checksum)
+    _refuse_archive(prefix)
     return _Saver(prefix, "copy", True, fsync, checksum=checksum).run(obj, num_threads)
 
 
@@ -126,6 +134,7 @@ def memmap_like(
     creates sparse files instead: ``memmap_like`` of a container expanded to a million
     rows then takes no disk until rows are written, and a full disk shows up then.
     """
+    _refuse_archive(prefix)
     saver = _Saver(prefix, "like", True, fsync, sparse=sparse, checksum=checksum)
     return saver.run(obj, num_threads)
 
@@ -136,10 +145,13 @@ def load_memmap(
     *,
     device: Any = None,
     non_blocking: bool = False,
-    mode: str = "r+",
+    mode: str | None = None,
     verify: bool = False,
 ) -> Any:
     """Open the tree at ``prefix`` lazily, as ``cls`` (see the module doc), locked.
+
+    A file at ``prefix`` (or ``FILE::DIR``, a sub-tree) is an archive, opened by
+    :mod:`tensorbox._archive`: read-only, ``mode`` None or ``"r"``.
 
     ``mode="r+"`` maps the files shared (writes reach them; files this process may
     not write open as ``"r"``), ``mode="r"`` copy-on-write (the files never change:
@@ -151,6 +163,14 @@ def load_memmap(
     The tree opened is one generation: a save running at the same path is waited
     for only while it swaps the trees (see :mod:`tensorbox._commit`).
     """
+    from . import _archive
+
+    found = _archive.split(prefix)
+    if found is not None:
+        return _archive.load(
+            cls, *found, device=device, non_blocking=non_blocking, mode=mode, verify=verify
+        )
+    mode = "r+" if mode is None else mode
     _check_mode(mode)
     root = os.path.realpath(os.fspath(prefix))
     dev = None if device is None else torch.device(device)
@@ -198,6 +218,13 @@ def saved_type(obj: Any) -> str | None:
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def _refuse_archive(prefix: Any) -> None:
+    if prefix is not None and os.path.isfile(os.fspath(prefix)):
+        from . import _archive
+
+        _archive.refuse_folder_over(prefix)
 
 
 def _type_name(obj: Any) -> str:

@@ -1,0 +1,144 @@
+"""Converting between the two forms of a saved tree: a folder and a one-file archive.
+
+:func:`pack` writes a folder's files into an archive byte for byte (each node's
+``meta.json`` and every leaf file, at the same relative paths), and :func:`unpack`
+extracts an archive into a folder, atomically like a save (the folder appears whole or
+not at all). ``python -m tensorbox pack DIR FILE`` and ``unpack FILE DIR`` call them.
+
+>>> import os, tempfile, torch
+>>> from tensorbox import TensorDict
+>>> root = tempfile.mkdtemp()
+>>> _ = TensorDict({"x": torch.arange(3), "sub": {"y": torch.ones(3)}}, [3]).memmap(f"{root}/tree")
+>>> pack(f"{root}/tree", f"{root}/tree.tbx")
+(2, 2)
+>>> unpack(f"{root}/tree.tbx", f"{root}/again")
+(2, 4)
+>>> from pathlib import Path
+>>> Path(root, "tree/sub/meta.json").read_bytes() == Path(root, "again/sub/meta.json").read_bytes()
+True
+"""
+
+from __future__ import annotations
+
+import os
+
+import orjson
+import torch
+
+from . import _archive, _commit, _zip
+from . import _format as fmt
+from ._chunks import as_bytes
+from ._memmap_tensor import map_file
+from .errors import FormatError
+
+__all__ = ["pack", "unpack"]
+
+
+def pack(
+    directory: str, file: str, *, num_threads: int = 0, fsync: bool = False
+) -> tuple[int, int]:
+    """Write the tree saved at ``directory`` as the archive ``file``; (nodes, tensors).
+
+    A tree written by tensordict is converted (loaded, then saved as a tensorbox tree).
+    """
+    src = os.path.realpath(directory)
+    root = os.path.realpath(file)
+    lock = _commit.read_lock(src)
+    try:
+        top = fmt.read_node(src)
+        if top.legacy:
+            from ._tensordict import TensorDict
+
+            td = TensorDict.load_memmap(src, mode="r")
+            td.memmap(root, archive=True, num_threads=num_threads, fsync=fsync)
+            n = t = 0
+            for _, node in fmt.iter_tree(src):
+                n += 1
+                t += sum(type(e) is fmt.TensorEntry for e in node.entries.values())
+            return n, t
+        items: list = []
+        leaves = 0
+        for _, node in fmt.iter_tree(src, top):
+            rel = os.path.relpath(node.path, src).replace(os.sep, "/")
+            rel = "" if rel == "." else rel + "/"
+            raw = fmt.read_meta_bytes(node.path, os.path.join(node.path, fmt.META))
+            items.append((rel + fmt.META, raw, False))
+            files = {k: e["file"] for k, e in orjson.loads(raw)["entries"].items() if "file" in e}
+            for key, e in node.entries.items():
+                if type(e) is fmt.TensorEntry:
+                    size = os.stat(e.path).st_size
+                    data = map_file(e.path, torch.uint8, (size,), "r") if size else b""
+                    items.append((rel + files[key], as_bytes(data) if size else b"", True))
+                    leaves += 1
+        nodes = sum(name.endswith(fmt.META) for name, _, _ in items)
+    finally:
+        _commit.read_unlock(lock)
+    with _commit.writing(root):
+        _archive._check_target(root)
+        _archive.write_file(root, items, [None] * len(items), num_threads, fsync)
+    return nodes, leaves
+
+
+def unpack(file: str, directory: str, *, fsync: bool = False) -> tuple[int, int]:
+    """Extract the archive ``file`` (``FILE::DIR`` for a sub-tree) into the folder
+    ``directory``, replacing the tree there in one step; (nodes, files written).
+
+    Every node is checked first, and every entry's CRC-32 while it is written.
+    """
+    found = _archive.split(file)
+    if found is None:
+        raise FileNotFoundError(f"no archive at {file!r}")
+    path, inner = found
+    ar = _archive.Archive(path)
+    nodes = sum(1 for _ in _archive.iter_nodes(ar, inner))  # the whole tree, checked
+    pre = f"{inner}/" if inner else ""
+    names = [n for n in ar.entries if n.startswith(pre)]
+    root = os.path.realpath(directory)
+    if os.path.isfile(root):
+        raise FileExistsError(f"cannot unpack into {root!r}: it is a file")
+    with _commit.writing(root):
+        stage = _commit.new_stage(root)
+        try:
+            made = {stage}
+            for name in names:
+                target = os.path.join(stage, *name[len(pre) :].split("/"))
+                parent = os.path.dirname(target)
+                if parent not in made:
+                    os.makedirs(parent, exist_ok=True)
+                    made.add(parent)
+                _extract(ar, ar.entries[name], target, fsync)
+            if fsync:
+                for d in made:
+                    fmt.fsync_dir(d)
+            from ._persist import _old_node_dirs
+
+            old = _commit.commit(stage, root, lambda: _old_node_dirs(root))
+        except BaseException:
+            _commit.remove_stage(stage)
+            raise
+        if old is not None:
+            _commit.dispose(old, root)
+    return nodes, len(names)
+
+
+def _extract(ar: _archive.Archive, e: _zip.ZipEntry, target: str, fsync: bool) -> None:
+    if e.method == _zip.STORED:
+        at = ar.index.data_offset(e)
+        data = ar.buf[at : at + e.csize]
+        crc = 0
+        for i in range(0, e.csize, 1 << 24):
+            crc = _zip.crc32(data[i : i + (1 << 24)], crc)
+        if crc != e.crc:
+            raise FormatError(
+                f"{ar.where(e.name)}: CRC-32 {crc:08x} does not match the recorded {e.crc:08x}: "
+                "the archive is damaged"
+            )
+    else:
+        data = ar.index.read(e)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        _zip._pwrite_all(fd, [data], 0)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)

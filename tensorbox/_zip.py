@@ -1,0 +1,639 @@
+"""Zip files for one-file trees: a fast writer of aligned STORED entries, a checked reader.
+
+Only what a saved tree needs, written from the zip specification (APPNOTE 6.3):
+
+* The writer lays every entry out before writing a byte, writes the bytes in file
+  order while threads compute the CRC-32s (libdeflate's when the system has it, else
+  ``zlib.crc32``; both release the GIL), then
+  puts each CRC-32 in its local header and writes the central directory. Data entries start on a
+  :data:`ALIGN`-byte boundary: the local header's extra field is padded (an extra
+  block of id :data:`PAD_ID`, which every zip reader skips), as numpy and tensordict do.
+  ZIP64 records are written when an entry, an offset or the central directory
+  passes 4 GiB, or there are more than 65,535 entries.
+* The reader parses the end records and the central directory of a file mapped
+  once, and checks every entry it hands out: inside the file, no overlap with its
+  neighbours, the local header agreeing with the central one. Every problem is a
+  :class:`~tensorbox.errors.FormatError` naming the file and the entry.
+
+>>> import os, tempfile, zipfile
+>>> path = os.path.join(tempfile.mkdtemp(), "a.zip")
+>>> fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+>>> starts = write_zip(fd, [("a.txt", b"hello", False), ("b.bin", b"\\x01" * 8, True)])
+>>> os.close(fd)
+>>> with zipfile.ZipFile(path) as zf:
+...     zf.read("b.bin"), zf.testzip()
+(b'\\x01\\x01\\x01\\x01\\x01\\x01\\x01\\x01', None)
+>>> with open(path, "rb") as f:
+...     index = read_index(f.read(), path)
+>>> index.entries["b.bin"].usize, index.data_offset(index.entries["b.bin"]) % ALIGN
+(8, 0)
+"""
+
+from __future__ import annotations
+
+import bz2
+import contextlib
+import itertools
+import lzma
+import os
+import re
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from .errors import FormatError
+
+__all__ = ["ALIGN", "PAD_ID", "ZipEntry", "ZipIndex", "crc32_combine", "read_index", "write_zip"]
+
+#: Alignment of data entries: torch.save's, and a multiple of every itemsize.
+ALIGN = 64
+#: Id of the padding block in local headers' extra fields (b"tb" little-endian).
+PAD_ID = 0x6274
+#: Sizes and offsets from which ZIP64 records are needed (module globals: tests lower them).
+ZIP64_LIMIT = 0xFFFFFFFF
+ZIP64_COUNT = 0xFFFF
+STORED, DEFLATED, BZIP2, LZMA = 0, 8, 12, 14
+METHODS = {STORED: "stored", DEFLATED: "deflate", BZIP2: "bzip2", LZMA: "lzma"}
+
+_LOCAL = struct.Struct("<IHHHHHIIIHH")  # 30 bytes
+_CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")  # 46 bytes
+_END = struct.Struct("<IHHHHIIH")  # 22 bytes
+_END64 = struct.Struct("<IQHHIIQQQQ")  # 56 bytes
+_LOCATOR64 = struct.Struct("<IIQI")  # 20 bytes
+_SIG_LOCAL, _SIG_CENTRAL = 0x04034B50, 0x02014B50
+_SIG_END, _SIG_END64, _SIG_LOCATOR64 = 0x06054B50, 0x06064B50, 0x07064B50
+_U32 = 0xFFFFFFFF
+#: Bytes per write call, per CRC-32 job, and below which a CRC-32 is computed inline.
+_WRITE, _PIECE, _SMALL = 1 << 20, 4 << 20, 1 << 16
+
+
+# ---------------------------------------------------------------- CRC-32 of pieces
+
+_POLY = 0xEDB88320
+
+
+def _mult(a: int, b: int) -> int:
+    """a(x) * b(x) modulo the CRC-32 polynomial (bit-reflected, as zlib stores CRCs)."""
+    m, p = 1 << 31, 0
+    while m:
+        if a & m:
+            p ^= b
+        m >>= 1
+        b = (b >> 1) ^ _POLY if b & 1 else b >> 1
+    return p
+
+
+def _x_pow_2n() -> list[int]:
+    table, p = [], 1 << 30  # x^1
+    for _ in range(64):
+        table.append(p)
+        p = _mult(p, p)
+    return table
+
+
+_X2N = _x_pow_2n()  # x^(2^k) modulo the polynomial
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """The CRC-32 of ``a + b`` from ``crc32(a)``, ``crc32(b)`` and ``len(b)``.
+
+    >>> crc32_combine(zlib.crc32(b"ab"), zlib.crc32(b"cde"), 3) == zlib.crc32(b"abcde")
+    True
+    """
+    p, k, n = 1 << 31, 3, len2  # x^(8 * len2): bytes are 8 bits, 2^3
+    while n:
+        if n & 1:
+            p = _mult(_X2N[k & 63], p)
+        n >>= 1
+        k += 1
+    return _mult(p, crc1) ^ crc2
+
+
+def _load_crc32() -> Any:
+    """libdeflate's CRC-32 when the system has it (PCLMUL: about 4x zlib's here),
+    else ``zlib.crc32``; both release the GIL. Loaded on first use."""
+    import ctypes
+
+    for name in ("libdeflate.so.0", "libdeflate.so", "libdeflate.dylib"):
+        try:
+            fn = ctypes.CDLL(name).libdeflate_crc32
+            break
+        except (OSError, AttributeError):
+            continue
+    else:
+        return zlib.crc32
+    fn.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t]
+    fn.restype = ctypes.c_uint32
+    from_buffer = ctypes.c_char.from_buffer
+    addressof = ctypes.addressof
+
+    def crc32(data: Any, crc: int = 0) -> int:
+        view = memoryview(data)
+        if view.nbytes < _SMALL or view.readonly or not view.c_contiguous:
+            return zlib.crc32(view, crc)
+        return int(fn(crc, addressof(from_buffer(view.cast("B"))), view.nbytes))
+
+    return crc32
+
+
+_CRC32: list[Any] = []
+
+
+def crc32(data: Any, crc: int = 0) -> int:
+    """CRC-32 of ``data`` (bytes-like), continuing ``crc``, as ``zlib.crc32`` computes it.
+
+    >>> crc32(b"hello") == zlib.crc32(b"hello")
+    True
+    """
+    if not _CRC32:
+        _CRC32.append(_load_crc32())
+    return int(_CRC32[0](data, crc))
+
+
+# ---------------------------------------------------------------- writing
+
+
+class _Slot(NamedTuple):
+    name: bytes
+    size: int
+    header: int  # offset of the local header
+    data: int  # offset of the first data byte
+    pad: int  # bytes of the padding block (0: none)
+
+
+def _dos_time() -> tuple[int, int]:
+    t = time.localtime()
+    return (
+        (t.tm_hour << 11) | (t.tm_min << 5) | (t.tm_sec // 2),
+        ((max(t.tm_year, 1980) - 1980) << 9) | (t.tm_mon << 5) | t.tm_mday,
+    )
+
+
+def _layout(items: Sequence[tuple[str, int, bool]]) -> tuple[list[_Slot], int]:
+    slots, off = [], 0
+    for name, size, align in items:
+        raw = name.encode("utf-8")
+        base = off + _LOCAL.size + len(raw) + (20 if size >= ZIP64_LIMIT else 0)
+        pad = 4 + (-(base + 4)) % ALIGN if align else 0
+        slots.append(_Slot(raw, size, off, base + pad, pad))
+        off = base + pad + size
+    return slots, off
+
+
+def _flags(name: bytes) -> int:
+    return 0x800 if not name.isascii() else 0  # UTF-8 names
+
+
+def _local_header(s: _Slot, crc: int, when: tuple[int, int]) -> bytes:
+    big = s.size >= ZIP64_LIMIT
+    extra = struct.pack("<HHQQ", 1, 16, s.size, s.size) if big else b""
+    if s.pad:
+        extra += struct.pack("<HH", PAD_ID, s.pad - 4) + bytes(s.pad - 4)
+    size = _U32 if big else s.size
+    head = _LOCAL.pack(
+        _SIG_LOCAL,
+        45 if big else 20,
+        _flags(s.name),
+        STORED,
+        *when,
+        crc,
+        size,
+        size,
+        len(s.name),
+        len(extra),
+    )
+    return head + s.name + extra
+
+
+def _central(slots: list[_Slot], crcs: list[int], when: tuple[int, int], end: int) -> bytes:
+    parts = []
+    for s, crc in zip(slots, crcs, strict=True):
+        fields = []
+        size = offset = 0
+        if s.size >= ZIP64_LIMIT:
+            fields += [s.size, s.size]
+            size = _U32
+        else:
+            size = s.size
+        if s.header >= ZIP64_LIMIT:
+            fields.append(s.header)
+            offset = _U32
+        else:
+            offset = s.header
+        extra = struct.pack(f"<HH{len(fields)}Q", 1, 8 * len(fields), *fields) if fields else b""
+        version = 45 if fields else 20
+        parts.append(
+            _CENTRAL.pack(
+                _SIG_CENTRAL,
+                (3 << 8) | version,
+                version,
+                _flags(s.name),
+                STORED,
+                *when,
+                crc,
+                size,
+                size,
+                len(s.name),
+                len(extra),
+                0,
+                0,
+                0,
+                0o100644 << 16,
+                offset,
+            )
+        )
+        parts += [s.name, extra]
+    cd = b"".join(parts)
+    count, cd_size, cd_off = len(slots), len(cd), end
+    tail = b""
+    if count >= ZIP64_COUNT or cd_size >= ZIP64_LIMIT or cd_off >= ZIP64_LIMIT:
+        at = cd_off + cd_size
+        tail = _END64.pack(_SIG_END64, 44, 45, 45, 0, 0, count, count, cd_size, cd_off)
+        tail += _LOCATOR64.pack(_SIG_LOCATOR64, 0, at, 1)
+    tail += _END.pack(
+        _SIG_END,
+        0,
+        0,
+        min(count, ZIP64_COUNT),
+        min(count, ZIP64_COUNT),
+        min(cd_size, _U32),
+        min(cd_off, _U32),
+        0,
+    )
+    return cd + tail
+
+
+def _pwrite_all(fd: int, bufs: list[Any], offset: int) -> None:
+    """``pwritev`` until every byte is written (a regular file may take fewer at once)."""
+    views = [v for v in (memoryview(b).cast("B") for b in bufs) if v.nbytes]
+    while views:
+        n = os.pwritev(fd, views, offset)
+        if n <= 0:  # pragma: no cover - a regular file never does this
+            raise OSError("pwritev wrote nothing")
+        offset += n
+        while views and n >= len(views[0]):
+            n -= len(views[0])
+            views.pop(0)
+        if views and n:
+            views[0] = views[0][n:]
+
+
+def write_zip(
+    fd: int, items: Sequence[tuple[str, Any, bool]], num_threads: int = 0, sizes: Any = None
+) -> list[int]:
+    """Write a zip of ``(name, payload, align)`` items to ``fd`` (empty, open for writing).
+
+    A payload is bytes-like, or a function returning an iterator of bytes-like pieces
+    (then ``sizes[i]`` gives its size, checked). The bytes go out in file order, in
+    writes of about :data:`_WRITE` bytes (one huge write is slower: the kernel
+    allocates its page cache in one go), while ``num_threads - 1`` helper threads
+    (0: up to 4 in all) compute the CRC-32s of large entries, joined by the writer once
+    its bytes are out; their local headers get them at the end.
+    Returns where each item's data starts in the file.
+    """
+    n = len(items)
+    size_of = [
+        sizes[i] if sizes is not None and sizes[i] is not None else memoryview(p).nbytes
+        for i, (_, p, _) in enumerate(items)
+    ]
+    slots, end = _layout([(name, size_of[i], al) for i, (name, _, al) in enumerate(items)])
+    when = _dos_time()
+    crcs = [0] * n
+    tail_size = len(_central(slots, crcs, when, end))
+    os.ftruncate(fd, end + tail_size)  # the size once: later writes land inside the file
+    threads = num_threads if num_threads > 0 else min(4, os.cpu_count() or 1)
+    # CRC-32 jobs over the large entries, shared: helper threads start on them at once,
+    # and the writer joins them when its bytes are out (work it would otherwise wait on).
+    jobs: list[memoryview] = []
+    owners: list[tuple[int, int]] = []  # (entry, piece length) of each job
+    for i, (_, payload, _) in enumerate(items):
+        if not callable(payload) and size_of[i] > _SMALL:
+            view = memoryview(payload).cast("B")
+            for at in range(0, size_of[i], _PIECE):
+                jobs.append(view[at : at + _PIECE])
+                owners.append((i, min(_PIECE, size_of[i] - at)))
+    results: list[int] = [0] * len(jobs)
+    counter = itertools.count()  # next() on it is atomic under the GIL
+    stop: list[bool] = []
+
+    crc32(b"")  # loads the fastest CRC-32 at hand
+    checksum = _CRC32[0]
+
+    def work() -> None:
+        while not stop and (k := next(counter)) < len(jobs):
+            results[k] = checksum(jobs[k])
+
+    helpers = [threading.Thread(target=work, daemon=True) for _ in range(threads - 1)]
+    streamed: dict[int, int] = {}
+    out = _Writer(fd)
+    try:
+        for h in helpers if len(jobs) > 1 else ():
+            h.start()
+        for i, (_, payload, _) in enumerate(items):
+            s = slots[i]
+            if callable(payload):  # pieces copied one by one: checksummed here, as they come
+                out.add(_local_header(s, 0, when))
+                crc = done = 0
+                for chunk in payload():
+                    view = memoryview(chunk).cast("B")
+                    crc = crc32(view, crc)
+                    out.add(view)
+                    done += view.nbytes
+                if done != s.size:
+                    raise RuntimeError(f"entry {items[i][0]!r} changed size while being written")
+                streamed[i] = crc
+                continue
+            view = memoryview(payload).cast("B")
+            if s.size <= _SMALL:
+                crcs[i] = zlib.crc32(view)
+                out.add(_local_header(s, crcs[i], when))
+            else:
+                out.add(_local_header(s, 0, when))
+            out.add(view)
+        out.flush()
+        work()
+    finally:
+        stop.append(True)
+        for h in helpers:
+            if h.is_alive() or h.ident is not None:
+                h.join()
+    patch = dict(streamed)
+    for (i, length), crc in zip(owners, results, strict=True):
+        patch[i] = crc32_combine(patch.get(i, 0), crc, length)
+    for i, crc in patch.items():
+        crcs[i] = crc
+        os.pwrite(fd, struct.pack("<I", crc), slots[i].header + 14)
+    tail = _central(slots, crcs, when, end)
+    _pwrite_all(fd, [tail], end)
+    return [s.data for s in slots]
+
+
+class _Writer:
+    """Buffers in file order, written from offset 0 in ``pwritev`` calls of about _WRITE bytes."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.at, self.bufs, self.size = fd, 0, [], 0
+
+    def add(self, buf: Any) -> None:
+        view = memoryview(buf).cast("B")
+        while view.nbytes:
+            room = _WRITE - self.size
+            piece = view[:room]
+            self.bufs.append(piece)
+            self.size += piece.nbytes
+            view = view[room:]
+            if self.size >= _WRITE or len(self.bufs) >= 1024:
+                self.flush()
+
+    def flush(self) -> None:
+        if self.bufs:
+            _pwrite_all(self.fd, self.bufs, self.at)
+            self.at += self.size
+            self.bufs, self.size = [], 0
+
+
+# ---------------------------------------------------------------- reading
+
+
+class ZipEntry(NamedTuple):
+    name: str
+    header: int  # offset of the local header
+    csize: int
+    usize: int
+    method: int
+    crc: int
+    flags: int
+    raw_name: bytes
+    bound: int  # where the next entry (or the central directory) starts
+
+
+class ZipIndex:
+    """The checked central directory of one zip file held in ``buf`` (bytes-like)."""
+
+    def __init__(self, path: str, buf: Any, entries: dict[str, ZipEntry], dirs: set[str]) -> None:
+        self.path, self.buf, self.entries, self.dirs = path, buf, entries, dirs
+
+    def fail(self, entry: str | None, why: str) -> FormatError:
+        where = self.path if entry is None else f"{self.path}, entry {entry!r}"
+        return FormatError(f"{where}: {why}")
+
+    def data_offset(self, e: ZipEntry) -> int:
+        """Where ``e``'s data starts, checked against its local header and its neighbours."""
+        buf, h = self.buf, e.header
+        if h + _LOCAL.size > e.bound:
+            raise self.fail(e.name, f"its local header at {h} runs into the next entry")
+        sig, _, _, method, _, _, _, _, _, nlen, xlen = _LOCAL.unpack_from(buf, h)
+        if sig != _SIG_LOCAL:
+            raise self.fail(e.name, f"no local header at offset {h} (damaged or truncated)")
+        start = h + _LOCAL.size
+        if bytes(buf[start : start + nlen]) != e.raw_name or method != e.method:
+            raise self.fail(e.name, "its local header does not match the central directory")
+        data = start + nlen + xlen
+        if data + e.csize > e.bound:
+            raise self.fail(
+                e.name,
+                f"its {e.csize} bytes at offset {data} overlap the next entry or the central "
+                f"directory (at {e.bound}): the archive is damaged",
+            )
+        return data
+
+    def read(self, e: ZipEntry, check_crc: bool = True) -> bytes:
+        """The entry's bytes (decompressed when compressed), its CRC-32 checked."""
+        data = self.data_offset(e)
+        raw = self.buf[data : data + e.csize]
+        if e.method == STORED:
+            out = bytes(raw)
+        else:
+            out = self._inflate(e, raw)
+        if check_crc and crc32(out) != e.crc:
+            raise self.fail(
+                e.name,
+                f"CRC-32 {crc32(out):08x} does not match the recorded {e.crc:08x}: the "
+                "archive is damaged",
+            )
+        return out
+
+    def _inflate(self, e: ZipEntry, raw: Any) -> bytes:
+        if e.method not in METHODS:
+            raise self.fail(
+                e.name,
+                f"compressed with zip method {e.method}; tensorbox reads stored, deflate, bzip2 "
+                "and lzma entries: extract it with another tool and load the folder",
+            )
+        try:
+            if e.method == DEFLATED:
+                d: Any = zlib.decompressobj(-15)
+            elif e.method == BZIP2:
+                d = bz2.BZ2Decompressor()
+            else:  # lzma in zip: 2 bytes of version, 2 of property size, the properties
+                psize = struct.unpack_from("<H", raw, 2)[0]
+                props = bytes(raw[4 : 4 + psize])
+                lc_lp_pb, dict_size = props[0], struct.unpack_from("<I", props, 1)[0]
+                filt = {
+                    "id": lzma.FILTER_LZMA1,
+                    "dict_size": dict_size,
+                    "lc": lc_lp_pb % 9,
+                    "lp": lc_lp_pb // 9 % 5,
+                    "pb": lc_lp_pb // 45,
+                }
+                d = lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=[filt])
+                raw = raw[4 + psize :]
+            out = d.decompress(bytes(raw), e.usize + 1)
+        except (zlib.error, OSError, EOFError, lzma.LZMAError, struct.error, IndexError) as err:
+            raise self.fail(e.name, f"cannot be decompressed ({err})") from None
+        if len(out) != e.usize:
+            raise self.fail(e.name, f"decompresses to {len(out)} bytes, not the recorded {e.usize}")
+        return bytes(out)
+
+
+#: Names every tensorbox and tensordict writer makes: plain parts, none starting with a dot.
+_PLAIN = re.compile(
+    r"(?:[A-Za-z0-9_%^~-][A-Za-z0-9_.%^~-]*/)*[A-Za-z0-9_%^~-][A-Za-z0-9_.%^~-]*"
+).fullmatch
+
+
+def _bad_name(name: str) -> bool:
+    parts = name.split("/")
+    return (
+        not name
+        or name.startswith("/")
+        or "\\" in name
+        or "\0" in name
+        or any(p in ("", ".", "..") for p in parts)
+    )
+
+
+#: The last central directories parsed, by their bytes and offset: a process that opens
+#: several sub-trees of one archive parses its index once. (What an entry points at is
+#: still checked against the file's bytes each time it is used.)
+_INDEXES: dict[tuple[int, bytes], tuple[dict[str, ZipEntry], set[str]]] = {}
+
+
+def read_index(buf: Any, path: str) -> ZipIndex:
+    """Parse and check the central directory of the zip in ``buf``; FormatError if damaged."""
+    size = len(buf)
+    if size < _END.size:
+        raise FormatError(f"{path}: {size} bytes, too short for a zip archive (truncated?)")
+    tail_start = max(0, size - _END.size - 0xFFFF)
+    tail = bytes(buf[tail_start:])
+    at = len(tail)
+    while True:  # the last end record whose comment ends the file exactly
+        at = tail.rfind(b"PK\x05\x06", 0, at)
+        if at < 0 or at + _END.size > len(tail):
+            if at < 0:
+                raise FormatError(
+                    f"{path}: no zip end record: not a zip archive, or truncated (the end "
+                    "of a zip file holds its index)"
+                )
+            continue
+        if _END.unpack_from(tail, at)[7] == len(tail) - at - _END.size:
+            break
+    end = tail_start + at
+    _, disk, cd_disk, _, count, cd_size, cd_off, _ = _END.unpack_from(tail, at)
+    cd_end = end
+    loc = end - _LOCATOR64.size
+    if loc >= 0 and _LOCATOR64.unpack_from(buf, loc)[0] == _SIG_LOCATOR64:
+        _, _, z_at, _ = _LOCATOR64.unpack_from(buf, loc)
+        if z_at + _END64.size > loc:
+            raise FormatError(f"{path}: its ZIP64 end record points outside the file")
+        sig, _, _, _, disk, cd_disk, _, count, cd_size, cd_off = _END64.unpack_from(buf, z_at)
+        if sig != _SIG_END64:
+            raise FormatError(f"{path}: no ZIP64 end record where its locator points")
+        cd_end = z_at
+    if disk or cd_disk:
+        raise FormatError(f"{path}: a multi-part (split) zip archive; join the parts first")
+    if cd_off + cd_size != cd_end:
+        raise FormatError(
+            f"{path}: the central directory ({cd_size} bytes at {cd_off}) does not end where "
+            f"the end record starts ({cd_end}): damaged, truncated, or data was prepended"
+        )
+    cd = bytes(buf[cd_off:cd_end])  # one copy of the index: slicing bytes is cheap
+    key = (cd_off, cd)
+    known = _INDEXES.get(key)
+    if known is not None:  # the same central directory, checked already
+        return ZipIndex(path, buf, *known)
+    rows: dict[str, tuple] = {}
+    dirs: set[str] = set()
+    pos, unpack, fast = 0, _CENTRAL.unpack_from, _PLAIN
+    for _ in range(count):  # the per-entry cost of opening an archive: kept lean
+        if pos + 46 > len(cd):
+            raise FormatError(f"{path}: the central directory is truncated")
+        (sig, _, _, flags, method, _, _, crc, csize, usize, nlen, xlen, clen, _, _, _, hoff) = (
+            unpack(cd, pos)
+        )
+        if sig != _SIG_CENTRAL:
+            raise FormatError(f"{path}: damaged central directory at offset {cd_off + pos}")
+        xstart = pos + 46 + nlen
+        raw = cd[pos + 46 : xstart]
+        pos = xstart + xlen + clen
+        name = raw.decode("utf-8" if flags & 0x800 else "cp437", "replace")
+        if pos > len(cd):
+            raise FormatError(f"{path}: the central directory is truncated (entry {name!r})")
+        if usize == _U32 or csize == _U32 or hoff == _U32:
+            usize, csize, hoff = _zip64_fields(
+                cd[xstart : xstart + xlen], usize, csize, hoff, path, name
+            )
+        if flags & 1:
+            raise FormatError(f"{path}, entry {name!r}: encrypted; tensorbox reads plain archives")
+        if fast(name) is None:
+            if _bad_name(name.removesuffix("/")):
+                raise FormatError(
+                    f"{path}, entry {name!r}: not a plain relative path (absolute, '..', '\\' "
+                    "or empty parts): refused"
+                )
+            if name.endswith("/"):
+                if name in dirs:
+                    raise FormatError(f"{path}, entry {name!r}: appears twice")
+                dirs.add(name.removesuffix("/"))
+                continue
+        if name in rows:
+            raise FormatError(f"{path}, entry {name!r}: appears twice")
+        if hoff >= cd_off:
+            raise FormatError(
+                f"{path}, entry {name!r}: its offset {hoff} points past the data (the central "
+                f"directory starts at {cd_off})"
+            )
+        rows[name] = (hoff, csize, usize, method, crc, flags, raw)
+    if pos != len(cd):
+        raise FormatError(f"{path}: the central directory holds more than its {count} entries")
+    ordered = sorted(rows.items(), key=lambda kv: kv[1][0])
+    bounds = [r[0] for _, r in ordered[1:]] + [cd_off]
+    entries: dict[str, ZipEntry] = {}
+    last = -1
+    for (name, r), bound in zip(ordered, bounds, strict=True):
+        if r[0] == last:
+            prev = next(n for n, q in rows.items() if q[0] == last and n != name)
+            raise FormatError(f"{path}, entry {name!r}: overlaps entry {prev!r}")
+        last = r[0]
+        entries[name] = ZipEntry(name, *r[:6], r[6], bound)
+    if len(_INDEXES) >= 8:
+        with contextlib.suppress(KeyError, RuntimeError, StopIteration):  # another thread's
+            _INDEXES.pop(next(iter(_INDEXES)))
+    _INDEXES[key] = (entries, dirs)
+    return ZipIndex(path, buf, entries, dirs)
+
+
+def _zip64_fields(
+    extra: bytes, usize: int, csize: int, hoff: int, path: str, name: str
+) -> tuple[int, int, int]:
+    at = 0
+    while at + 4 <= len(extra):
+        tag, length = struct.unpack_from("<HH", extra, at)
+        if tag == 1:
+            want = [usize == _U32, csize == _U32, hoff == _U32]
+            need = 8 * sum(want)
+            if length < need or at + 4 + need > len(extra):
+                break
+            values = list(struct.unpack_from(f"<{sum(want)}Q", extra, at + 4))
+            if want[0]:
+                usize = values.pop(0)
+            if want[1]:
+                csize = values.pop(0)
+            if want[2]:
+                hoff = values.pop(0)
+            return usize, csize, hoff
+        at += 4 + length
+    raise FormatError(f"{path}, entry {name!r}: its ZIP64 sizes are missing or truncated")
