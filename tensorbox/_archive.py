@@ -39,6 +39,7 @@ import math
 import os
 import stat
 import sys
+import zipfile
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -490,7 +491,7 @@ def save(
         raise ValueError("archive=True needs a file path to write (prefix is None)")
     root = os.path.realpath(os.fspath(prefix))
     saver = _Saver(root, "copy", True, fsync, checksum=checksum)
-    with _commit.writing(root):
+    with _commit.writing(root, file=True):
         _check_target(root)
         saver._walk(obj, root, (), None, None)  # every value checked: no I/O yet
         items, sizes, leaves = _plan(saver, root, checksum)
@@ -609,7 +610,7 @@ def refuse_folder_over(prefix: Any) -> None:
     if prefix is None:
         return
     p = os.fspath(prefix)
-    if os.path.isfile(p):
+    if os.path.isfile(p) and zipfile.is_zipfile(p):  # any other file: the commit refuses it
         raise FileExistsError(
             f"{p!r} is a file (an archive?): a folder cannot be saved there, and archives are "
             "read-only. Save with archive=True to replace the archive, or unpack it (python -m "

@@ -127,8 +127,9 @@ def _names(root: str) -> tuple[str, str]:
 
 
 @contextlib.contextmanager
-def writing(root: str) -> Iterator[None]:
-    """Hold the writer lock of the tree at ``root`` (an absolute path) for a save."""
+def writing(root: str, file: bool = False) -> Iterator[None]:
+    """Hold the writer lock of the tree at ``root`` (an absolute path) for a save;
+    ``file=True`` for a one-file archive save, where a file at ``root`` is replaced."""
     parent, name = _names(root)
     lock = os.path.join(parent, f".{name}.tbx-lock")
     try:
@@ -161,7 +162,7 @@ def writing(root: str) -> Iterator[None]:
     try:
         if stale:  # a save was killed while holding this lock: clean up after it
             recover(root)
-        if os.path.lexists(root) and not os.path.isdir(root):
+        if not file and os.path.lexists(root) and not os.path.isdir(root):
             raise NotADirectoryError(
                 f"cannot save a tree at {root!r}: a file is there; remove it or choose another path"
             )

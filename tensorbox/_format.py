@@ -122,6 +122,10 @@ temporary files.
 Reading a tree written by tensordict (0.14, 0.15: its format versions 0 and 1)
 is supported as a migration path: :func:`read_node` returns the same
 :class:`Node` for both.
+
+The same tree can be one file, a standard zip whose stored entries mirror the
+folder byte for byte (``memmap(path, archive=True)``): see ``docs/format.md``
+("One-file archives") and the docstrings of ``_zip`` and ``_archive``.
 """
 
 from __future__ import annotations
