@@ -97,29 +97,8 @@ class IOMethods:
             return done  # type: ignore[return-value]
         return out
 
-    def save(
-        self,
-        prefix: Any = None,
-        *,
-        num_threads: int = 0,
-        fsync: bool = False,
-        copy_existing: bool = False,
-        existsok: bool = True,
-        checksum: bool = False,
-        archive: bool = False,
-    ) -> Self:
-        """Same as ``memmap``."""
-        return self.memmap(
-            prefix,
-            num_threads=num_threads,
-            fsync=fsync,
-            copy_existing=copy_existing,
-            existsok=existsok,
-            checksum=checksum,
-            archive=archive,
-        )
-
-    dumps = save
+    save = memmap  # tensordict's other name
+    dumps = memmap
 
     def memmap_like(
         self,
