@@ -22,6 +22,7 @@ from torch import Tensor
 
 from . import _apply, _tree
 from ._keys import NestedKey
+from ._mixin_base import MixinBase
 from ._tree import KEEP
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["LeafMethods"]
 
 
-class LeafMethods:
+class LeafMethods(MixinBase):
     """Mixin of ``TensorCollection``: leaf-wise operations."""
 
     __slots__ = ()

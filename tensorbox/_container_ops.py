@@ -24,12 +24,13 @@ from typing import Any, Self, overload
 import torch
 
 from . import _elementwise, _stackcat
+from ._mixin_base import MixinBase
 from ._shape import shape_from_args
 
 __all__ = ["ShapeMethods"]
 
 
-class ShapeMethods:
+class ShapeMethods(MixinBase):
     """Mixin of ``TensorCollection``: batch-shape ops, comparison and arithmetic."""
 
     __slots__ = ()

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from ._keys import NestedKey, format_key, unravel_key
+from ._mixin_base import MixinBase
 from ._shape import normalize_index
 from .errors import TensorDictKeyError
 
@@ -49,7 +50,7 @@ def _parent(obj: Any, path: tuple[str, ...], what: str) -> Any:
     return node
 
 
-class EntryMethods:
+class EntryMethods(MixinBase):
     """Mixin of ``TensorDict`` and ``TensorClass``: writes at a batch index, ``replace``,
     non-tensor entries, nesting helpers."""
 

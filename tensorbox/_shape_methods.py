@@ -28,6 +28,8 @@ from typing import Any, Self, TypeVar
 import torch
 from torch import Tensor
 
+from ._mixin_base import MixinBase
+
 _T = TypeVar("_T")
 
 __all__ = ["FIELD_MAY_HIDE", "TORCH_FUNCTIONS", "ShapeMethods", "index_along"]
@@ -70,7 +72,7 @@ def index_along(obj: Any, dim: int, index: Any) -> Any:
     return obj[(slice(None),) * dim + (index,)]
 
 
-class ShapeMethods:
+class ShapeMethods(MixinBase):
     """Mixin of ``TensorDict`` and ``TensorClass``: batch-shape methods, tensordict's names."""
 
     __slots__ = ()

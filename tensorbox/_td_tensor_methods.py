@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from ._keys import NestedKey, format_key, unravel_key
+from ._mixin_base import MixinBase
 from ._shape_methods import index_along
 
 _MISSING: Any = object()  # "absent", returned by get() as a marker (not "argument not given")
@@ -113,7 +114,7 @@ def _compare(op: Callable[[Tensor, Any], Tensor], sym: str) -> Callable[[Any, An
     return compare
 
 
-class TensorMethods:
+class TensorMethods(MixinBase):
     """Mixin of ``TensorDict`` and ``TensorClass``: tensor-like methods, leaf by leaf."""
 
     __slots__ = ()

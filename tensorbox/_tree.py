@@ -42,6 +42,7 @@ from .errors import BatchSizeError, TensorDictKeyError
 
 if TYPE_CHECKING:
     from ._container import TensorCollection
+    from ._mixin_base import MixinBase
 
 __all__ = [
     "CLASS_REGISTRY",
@@ -174,7 +175,7 @@ def iter_shaped(
             yield from iter_shaped(v, (*prefix, k))
 
 
-def tensor_leaves(td: TensorCollection, out: list[Tensor] | None = None) -> list[Tensor]:
+def tensor_leaves(td: MixinBase, out: list[Tensor] | None = None) -> list[Tensor]:
     """Every tensor leaf at any depth, in key order (no key paths: the fast variant)."""
     if out is None:
         out = []
@@ -193,14 +194,14 @@ def set_locked(td: TensorCollection, flag: bool) -> None:
             set_locked(v, flag)
 
 
-def clear_device(td: TensorCollection) -> None:
+def clear_device(td: MixinBase) -> None:
     td._device = None
     for v in td._tensordict.values():
         if is_coll(v):
             clear_device(v)
 
 
-def set_batch_size_nested(td: TensorCollection, new: torch.Size) -> None:
+def set_batch_size_nested(td: MixinBase, new: torch.Size) -> None:
     """Set ``td``'s batch size; nested containers that no longer fit follow it."""
     for k, v in td._tensordict.items():
         if is_coll(v) and v._batch_size[: len(new)] != new:
@@ -216,7 +217,7 @@ def set_batch_size_nested(td: TensorCollection, new: torch.Size) -> None:
     td._batch_size = new
 
 
-def common_batch_size(td: TensorCollection, batch_dims: int | None) -> torch.Size:
+def common_batch_size(td: MixinBase, batch_dims: int | None) -> torch.Size:
     """Longest leading shape shared by every leaf (nested levels get theirs first).
 
     An empty nested container says nothing about the batch size: it takes its
