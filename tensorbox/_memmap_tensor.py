@@ -246,7 +246,7 @@ def map_file(
     # A fresh plain tensor that nothing else references: switching its class is what
     # as_subclass does, without building a second Python object (loading maps one per leaf).
     t.__class__ = MemoryMappedTensor
-    return t  # type: ignore[return-value]
+    return t
 
 
 def _shared_memory(shape: tuple[int, ...], dtype: torch.dtype) -> MemoryMappedTensor:

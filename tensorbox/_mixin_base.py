@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         _batch_size: torch.Size
         _device: torch.device | None
         _locked: bool
+        _writeback: tuple[Any, str, tuple[Any, ...]]
 
         @classmethod
         def _new_unsafe(

@@ -226,7 +226,7 @@ class TensorMethods(MixinBase):
         ([], torch.Size([2]))
         """
         if recurse:
-            return self.apply(lambda t: None, filter_empty=False)  # type: ignore[attr-defined, no-any-return]
+            return self.apply(lambda t: None, filter_empty=False)
         return self.exclude(*self.keys())
 
     @classmethod
@@ -546,11 +546,8 @@ class TensorMethods(MixinBase):
         >>> [sorted(p.keys()) for p in parts]
         [['a'], ['c'], ['d']]
         """
-        sets = [
-            dict(ks) if isinstance(ks, Mapping) else {k: k for k in ks}  # type: ignore[misc]
-            for ks in key_sets
-        ]
-        have = set(self.keys(True))  # type: ignore[attr-defined]
+        sets = [dict(ks) if isinstance(ks, Mapping) else {k: k for k in ks} for ks in key_sets]
+        have = set(self.keys(True))
         taken: list[NestedKey] = []
         out = []
         for ks in sets:
@@ -572,10 +569,10 @@ class TensorMethods(MixinBase):
             taken.extend(present)
             out.append(part)
         if inplace:
-            self.exclude(*taken, inplace=True)  # type: ignore[attr-defined]
+            self.exclude(*taken, inplace=True)
             rest: Any = self
         else:
-            rest = self.exclude(*taken)  # type: ignore[attr-defined]
+            rest = self.exclude(*taken)
         _drop_emptied(rest, taken)
         return (*out, rest)
 

@@ -31,7 +31,7 @@ and for rebuilding it (persistence and distributed both use it).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 from torch import Tensor
@@ -82,7 +82,7 @@ PLAIN: list[Any] = []
 CLASS_REGISTRY: dict[str, type] = {}
 
 
-def is_coll(v: Any) -> bool:
+def is_coll(v: Any) -> TypeGuard[TensorCollection]:
     """True for a container (TensorDict or tensorclass instance)."""
     return getattr(type(v), "_is_tensor_collection", False)
 
@@ -187,7 +187,7 @@ def tensor_leaves(td: MixinBase, out: list[Tensor] | None = None) -> list[Tensor
     return out
 
 
-def set_locked(td: TensorCollection, flag: bool) -> None:
+def set_locked(td: MixinBase, flag: bool) -> None:
     td._locked = flag
     for v in td._tensordict.values():
         if is_coll(v):
@@ -253,9 +253,7 @@ def common_batch_size(td: MixinBase, batch_dims: int | None) -> torch.Size:
 # ---------------------------------------------------------------- key errors
 
 
-def missing_key_error(
-    td: TensorCollection, path: tuple[str, ...], depth: int
-) -> TensorDictKeyError:
+def missing_key_error(td: MixinBase, path: tuple[str, ...], depth: int) -> TensorDictKeyError:
     """A KeyError naming the missing key and the deepest level that exists."""
     node: Any = td
     for part in path[:depth]:
@@ -272,7 +270,7 @@ def missing_key_error(
     )
 
 
-def find_missing(td: TensorCollection, path: tuple[str, ...]) -> TensorDictKeyError:
+def find_missing(td: MixinBase, path: tuple[str, ...]) -> TensorDictKeyError:
     """The error for a path known to be missing: locate the first level that lacks it."""
     node: Any = td
     for depth, part in enumerate(path):
@@ -310,7 +308,7 @@ def rebuild(
     difference; ``__post_init__`` does not run.
     """
     plain = PLAIN[0]
-    target = requested if requested is not None else CLASS_REGISTRY.get(name)
+    target: Any = requested if requested is not None else CLASS_REGISTRY.get(name)
     if target is None or issubclass(target, plain):
         return (target or plain)._new_unsafe(store, batch_size, device)
     return target.from_tensordict(plain._new_unsafe(store, batch_size, device), run_post_init=False)

@@ -142,7 +142,7 @@ class TensorClass(TensorCollection, metaclass=_Meta):
         if not isinstance(names, tuple) or not all(isinstance(n, str) for n in names):
             parent = super()
             if hasattr(parent, "__class_getitem__"):  # a Generic tensorclass: Box[str]
-                return parent.__class_getitem__(options)  # type: ignore[misc]
+                return parent.__class_getitem__(options)
             raise TypeError(f"{cls.__name__}[...] takes option names (str), got {options!r}")
         unknown = [n for n in names if n not in _OPTIONS]
         if unknown:

@@ -179,7 +179,7 @@ class Normalize(BatchTransform):
         """The ImageNet statistics used by torchvision's pretrained models."""
         return cls(IMAGENET_MEAN, IMAGENET_STD, dtype=dtype)
 
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         x: torch.Tensor,
         generator: torch.Generator | None = None,
