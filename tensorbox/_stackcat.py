@@ -163,7 +163,7 @@ def narrow(td: C, dim: int, start: int, length: int) -> C:
     return _map(td, lambda x: x.narrow(d, start, length), new_bs)
 
 
-def _rows(td: C, parts: dict[str, Sequence[Any]], sizes: Sequence[torch.Size]) -> tuple:
+def _rows(td: C, parts: dict[str, Sequence[Any]], sizes: Sequence[torch.Size]) -> tuple[Any, ...]:
     """Containers ``i = 0..len(sizes)-1`` made of ``parts[k][i]``."""
     new = td._new_unsafe
     dev = td._device

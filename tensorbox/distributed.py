@@ -181,7 +181,7 @@ class _Channel:
         return buf
 
 
-_channels: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # dies with its group
+_channels: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # dies with its group
 _channels_lock = threading.Lock()
 
 
@@ -199,7 +199,9 @@ class _Structure:
 
     __slots__ = ("desc", "digest", "dtypes", "leaves", "paths", "raw", "shapes")
 
-    def __init__(self, desc: Any, raw: bytes, paths: list, dtypes: list, shapes: list) -> None:
+    def __init__(
+        self, desc: Any, raw: bytes, paths: list[Any], dtypes: list[Any], shapes: list[Any]
+    ) -> None:
         self.desc, self.raw, self.paths, self.dtypes, self.shapes = desc, raw, paths, dtypes, shapes
         self.digest, self.leaves = _digest(raw), list[Tensor]()
 
@@ -209,7 +211,7 @@ class _Structure:
         return orjson.dumps([[list(p), dtype_name(d), list(s)] for p, d, s in rows])
 
 
-def _wire_order(paths: list, *columns: list) -> Any:
+def _wire_order(paths: list[Any], *columns: list[Any]) -> Any:
     """Leaves travel in sorted nested-key order; descriptions keep the container's order."""
     order = sorted(range(len(paths)), key=paths.__getitem__)
     return [[col[i] for i in order] for col in (paths, *columns)]
@@ -225,7 +227,7 @@ def _describe(obj: Any, what: str, values: bool = True) -> _Structure:
         raise TypeError(f"{what}: expected a TensorDict or a tensorclass instance, got {obj!r}")
     paths, leaves, std = [], [], False
 
-    def node(c: Any, path: tuple[str, ...]) -> dict:
+    def node(c: Any, path: tuple[str, ...]) -> dict[Any, Any]:
         nonlocal std
         td = c
         store, entries = td._tensordict, dict[str, Any]()
@@ -347,7 +349,7 @@ class _Plan:
 
     __slots__ = ("groups", "nbytes", "separate")
 
-    def __init__(self, dtypes: list, shapes: list, threshold: int) -> None:
+    def __init__(self, dtypes: list[Any], shapes: list[Any], threshold: int) -> None:
         by_dtype: dict[torch.dtype, list[int]] = {}
         self.separate: list[int] = []
         for i, (dt, shape) in enumerate(zip(dtypes, shapes)):
@@ -446,7 +448,7 @@ def _header(frame: Tensor, who: str) -> list[int]:
 
 
 def _receive(
-    ch: _Channel, recv: Callable, src: int, what: str, mine: Any, obj: Any, cls: Any
+    ch: _Channel, recv: Callable[..., Any], src: int, what: str, mine: Any, obj: Any, cls: Any
 ) -> Any:
     """One whole transfer from ``src``: into ``mine``'s leaves (in place), or a new container."""
     dev, who = ch.dev, f"rank {src}"
@@ -495,7 +497,7 @@ def _receive(
     return obj
 
 
-def _build(s: _Structure, plan: _Plan, payload: Tensor, rest: list, cls: Any, dev: Any) -> Any:
+def _build(s: _Structure, plan: _Plan, payload: Tensor, rest: list[Any], cls: Any, dev: Any) -> Any:
     """A new container from a description; leaves are views into ``payload``."""
     leaves = [torch.empty(sh, dtype=dt, device=dev) for dt, sh in zip(s.dtypes, s.shapes)]
     for region, idx, numels in plan.regions(payload):
@@ -505,7 +507,7 @@ def _build(s: _Structure, plan: _Plan, payload: Tensor, rest: list, cls: Any, de
         leaves[i] = t
     by_path = dict(zip(s.paths, leaves))
 
-    def node(n: dict, path: tuple[str, ...], want: Any) -> Any:
+    def node(n: dict[Any, Any], path: tuple[str, ...], want: Any) -> Any:
         store: dict[str, Any] = {}
         bs = torch.Size(n["batch_size"])
         for k, e in n["entries"].items():

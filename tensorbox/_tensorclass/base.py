@@ -109,7 +109,7 @@ class TensorClass(TensorCollection, metaclass=_Meta):
 
     __slots__ = ()
     __tc_names__: ClassVar[frozenset[str]] = frozenset()
-    __tc_fields__: ClassVar[tuple[Field, ...]] = ()
+    __tc_fields__: ClassVar[tuple[Field[Any], ...]] = ()
     __tc_frozen__: ClassVar[bool] = False
 
     if TYPE_CHECKING:

@@ -128,7 +128,7 @@ def _no_names(names: Any) -> None:
     raise TypeError(f"names={names!r}: tensorbox has no named batch dims; drop the argument")
 
 
-def _make_init(cls: type, flds: tuple[Field, ...]) -> Callable[..., Any]:
+def _make_init(cls: type, flds: tuple[Field[Any], ...]) -> Callable[..., Any]:
     """Source of ``__init__``: fields (positional, then keyword-only), batch_size, device."""
     g: dict[str, Any] = {
         "__tc_MISSING": MISSING,
@@ -245,7 +245,7 @@ def build_class(cls: type, base: type, options: dict[str, Any]) -> None:
     register(cls)
 
 
-def _dataclass_fields(flds: tuple[Field, ...]) -> dict[str, Field]:
+def _dataclass_fields(flds: tuple[Field[Any], ...]) -> dict[str, Field[Any]]:
     """``__dataclass_fields__``: the user's fields, then ``batch_size`` and ``device`` as
     init-only pseudo-fields with a default. ``dataclasses.fields``/``asdict`` skip those
     (they list ``_FIELD`` entries only), while ``dataclasses.replace`` passes each one's

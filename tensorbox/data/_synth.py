@@ -28,6 +28,7 @@ import multiprocessing
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -99,7 +100,7 @@ def _plan(seed: int, num_images: int, num_classes: int, min_size: int, max_size:
     ]
 
 
-def _write_one(args: tuple) -> None:
+def _write_one(args: tuple[Any, ...]) -> None:
     root, seed, quality, (index, label, width, height, fmt, gray) = args
     img = synth_image(seed, index, label, width, height)
     path = Path(root) / f"class_{label:02d}" / f"{index:05d}.{fmt}"
@@ -112,7 +113,7 @@ def _write_one(args: tuple) -> None:
 
 
 def make_image_folder(
-    root: str | os.PathLike,
+    root: str | os.PathLike[str],
     *,
     num_images: int = 1200,
     num_classes: int = 10,
