@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy as _copy
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import torch
 from torch import Tensor
@@ -71,7 +71,7 @@ class LeafMethods(MixinBase):
             self, fn, others, batch_size, device, inplace, False, False, (), default, filter_empty
         )
         if out is not None:
-            out.update(res, inplace=True)
+            out.update(cast(Any, res), inplace=True)  # res is a container (a mixin's Self)
             return out  # type: ignore[return-value]
         if filter_empty and not inplace and not _tree.tensor_leaves(res):
             return None  # type: ignore[return-value]
@@ -222,7 +222,7 @@ class LeafMethods(MixinBase):
 
     def is_shared(self) -> bool:
         """True when every tensor leaf is in shared memory."""
-        return all(v.is_shared() for v in _tree.tensor_leaves(self))
+        return all(v.is_shared() for v in _tree.tensor_leaves(self))  # type: ignore[no-untyped-call]
 
 
 def _no_names(names: Any) -> None:

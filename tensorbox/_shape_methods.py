@@ -355,7 +355,9 @@ class ShapeMethods(MixinBase):
             small, extra = divmod(n, arg)
             sizes = [small + 1 if i < extra else small for i in range(arg)]
             starts = [sum(sizes[:i]) for i in range(arg)]
-            bounds = [(s, s + z) for s, z in zip(starts, sizes, strict=True)]
+            bounds: list[tuple[builtins.int | None, builtins.int | None]] = [
+                (s, s + z) for s, z in zip(starts, sizes, strict=True)
+            ]
         elif isinstance(arg, Sequence) and all(
             isinstance(i, int) and not isinstance(i, bool) for i in arg
         ):

@@ -147,7 +147,7 @@ def unflatten(td: C, dim: int, sizes: Sequence[int]) -> C:
     bs = td._batch_size
     d = check_dim(dim, len(bs))
     try:
-        inner = _stand_in(_Size([bs[d]])).unflatten(0, tuple(sizes)).shape
+        inner = _stand_in(_Size([bs[d]])).unflatten(0, tuple(sizes)).shape  # type: ignore[no-untyped-call]
     except RuntimeError as err:
         raise BatchSizeError(
             f"cannot unflatten batch dim {d} of size {bs[d]} into {tuple(sizes)}: {err}"
@@ -193,7 +193,7 @@ def split(td: C, split_size: int | Sequence[int], dim: int) -> tuple[C, ...]:
     if not isinstance(split_size, int):
         split_size = list(split_size)
     try:
-        shapes = [p.shape for p in _stand_in(bs).split(split_size, d)]
+        shapes = [p.shape for p in _stand_in(bs).split(split_size, d)]  # type: ignore[no-untyped-call]
     except RuntimeError as err:
         raise BatchDimError(f"cannot split batch dim {d} of size {bs[d]}: {err}") from None
     return _split_at(td, d, [s[d] for s in shapes], shapes)
@@ -214,7 +214,8 @@ def _split_at(td: C, d: int, sizes: list[int], shapes: list[torch.Size]) -> tupl
         if type(v) is _NTD:
             starts = [sum(sizes[:i]) for i in range(len(sizes))]
             parts[k] = [
-                v.map_batch(lambda t, s=s, n=n: t.narrow(d, s, n)) for s, n in zip(starts, sizes)
+                v.map_batch(lambda t, s=s, n=n: t.narrow(d, s, n))  # type: ignore[misc]
+                for s, n in zip(starts, sizes)
             ]
         else:
             parts[k] = v.split(sizes, d)

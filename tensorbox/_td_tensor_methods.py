@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import torch
 from torch import Tensor
 
 from ._keys import NestedKey, format_key, unravel_key
-from ._mixin_base import MixinBase
+from ._mixin_base import C, MixinBase
 from ._shape_methods import index_along
 
 _MISSING: Any = object()  # "absent", returned by get() as a marker (not "argument not given")
@@ -73,7 +73,7 @@ def _check_mask(obj: Any, mask: Tensor, what: str) -> Tensor:
     return mask
 
 
-def _binary(self: Any, other: Any, op: Callable[[Tensor, Any], Tensor]) -> Any:
+def _binary(self: C, other: Any, op: Callable[[Tensor, Any], Tensor]) -> C:
     if _is_coll(other):
         return self.apply(op, other)
     return self.apply(lambda t: op(t, other))
@@ -237,7 +237,7 @@ class TensorMethods(MixinBase):
         >>> TensorDict.fromkeys(["a", "b"], 1.0)["b"]
         tensor(1.)
         """
-        return cls.from_dict({k: torch.as_tensor(value) for k in keys})  # type: ignore[attr-defined]
+        return cls.from_dict({k: torch.as_tensor(value) for k in keys})
 
     @classmethod
     def maybe_dense_stack(cls, items: Sequence[Any], dim: builtins.int = 0) -> Any:
@@ -483,9 +483,9 @@ class TensorMethods(MixinBase):
         out: dict[str, Any] = {}
         for k, v in self.items():
             if isinstance(v, Tensor) or _is_coll(v):
-                out[k] = v.numpy()
+                out[cast(str, k)] = v.numpy()  # top-level keys: always str
             elif v is not None:
-                out[k] = v
+                out[cast(str, k)] = v
         return out
 
     def tolist(self, *, convert_tensors: builtins.bool = False) -> Any:

@@ -199,9 +199,7 @@ class _Structure:
 
     __slots__ = ("desc", "digest", "dtypes", "leaves", "paths", "raw", "shapes")
 
-    def __init__(
-        self, desc: Any, raw: bytes, paths: list[Any], dtypes: list[Any], shapes: list[Any]
-    ) -> None:
+    def __init__(self, desc: Any, raw: bytes, paths: Any, dtypes: Any, shapes: Any) -> None:
         self.desc, self.raw, self.paths, self.dtypes, self.shapes = desc, raw, paths, dtypes, shapes
         self.digest, self.leaves = _digest(raw), list[Tensor]()
 
