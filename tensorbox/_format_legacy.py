@@ -7,7 +7,7 @@ as a tensorbox node, with the same checks.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, TypeGuard
 
 from ._format import (
     META,
@@ -15,7 +15,6 @@ from ._format import (
     JsonEntry,
     Node,
     _parse_json,
-    _short_repr,
     check_device,
     check_shape,
     node_entry,
@@ -24,6 +23,7 @@ from ._format import (
     stacked_array,
     tensor_entry,
 )
+from ._format_json import _short_repr
 from ._format_names import is_plain_name, legacy_name
 from .errors import FormatError
 
@@ -113,7 +113,7 @@ def _legacy_existing(directory: str, key: str, suffix: str = "") -> str:
     return name
 
 
-def _is_tensorclass_tree(cls: Any, directory: str) -> bool:
+def _is_tensorclass_tree(cls: Any, directory: str) -> TypeGuard[str]:
     return (
         type(cls) is str
         and cls.startswith("<class '")

@@ -115,7 +115,7 @@ class TensorClass(TensorCollection, metaclass=_Meta):
     if TYPE_CHECKING:
         # Seen by type checkers as keyword-only fields, so the synthesized
         # __init__ reads (fields..., *, batch_size=None, device=None).
-        batch_size: _BatchSizeField = field(default=None, kw_only=True)  # type: ignore[assignment]
+        batch_size: _BatchSizeField = field(default=None, kw_only=True)  # type: ignore[assignment, override]
         device: _DeviceField = field(default=None, kw_only=True)  # type: ignore[assignment]
 
     def __init_subclass__(
@@ -209,7 +209,7 @@ class TensorClass(TensorCollection, metaclass=_Meta):
             if f.default is not MISSING:
                 value = f.default
             elif f.default_factory is not MISSING:
-                value = f.default_factory()
+                value = f.default_factory()  # type: ignore[operator]  # narrowed by the test above
             else:
                 raise TensorDictKeyError(
                     f"{cls.__name__}.from_tensordict: required field {f.name!r} is missing "

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -252,7 +252,8 @@ def _dataclass_fields(flds: tuple[Field[Any], ...]) -> dict[str, Field[Any]]:
     current value on, so a replaced copy keeps its batch size and device."""
     out = {f.name: f for f in flds}
     for name in ("batch_size", "device"):
-        pseudo = dataclasses.field(default=None, kw_only=True)
+        # field() is typed as its default's type, not as the Field it returns
+        pseudo = cast("dataclasses.Field[Any]", dataclasses.field(default=None, kw_only=True))
         pseudo.name = name
         pseudo.type = Any
         pseudo._field_type = dataclasses._FIELD_INITVAR  # type: ignore[attr-defined]

@@ -202,7 +202,7 @@ def _own_fields(cls: type, reserved: Mapping[str, str]) -> list[Field[Any]]:
             spec = dataclasses.field(default=value)
         _check_default(name, fname, spec.default)
         if spec.kw_only is MISSING:
-            spec.kw_only = kw_only_from_here or None  # None: the class option decides
+            spec.kw_only = kw_only_from_here or None  # type: ignore[assignment]  # None: the class option decides
         spec.name = fname
         spec.type = ann
         spec._field_type = dataclasses._FIELD  # type: ignore[attr-defined]
