@@ -187,7 +187,7 @@ _channels_lock = threading.Lock()
 
 def _channel(pg: Any, *key: Any) -> _Channel:
     with _channels_lock:
-        per = _channels.setdefault(pg, {})
+        per: dict[Any, _Channel] = _channels.setdefault(pg, {})
         if key not in per:
             cap = COLLECTIVE_FRAME_BYTES if key[0] == "broadcast" else FRAME_BYTES
             per[key] = _Channel(_device(pg), cap)
@@ -386,15 +386,15 @@ def _pack(plan: _Plan, leaves: list[Tensor], buf: Tensor) -> None:
     for region, idx, _ in plan.regions(buf):
         parts = [leaves[i] for i in idx]
         try:
-            region.copy_(_flatten_dense_tensors(parts))
+            region.copy_(_flatten_dense_tensors(parts))  # type: ignore[no-untyped-call]
         except RuntimeError:  # leaves on several devices
-            region.copy_(_flatten_dense_tensors([t.to(buf.device) for t in parts]))
+            region.copy_(_flatten_dense_tensors([t.to(buf.device) for t in parts]))  # type: ignore[no-untyped-call]
 
 
 @torch.no_grad()
 def _unpack(plan: _Plan, buf: Tensor, dsts: list[Tensor]) -> None:
     for region, idx, _ in plan.regions(buf):
-        views = _unflatten_dense_tensors(region, targets := [dsts[i] for i in idx])
+        views = _unflatten_dense_tensors(region, targets := [dsts[i] for i in idx])  # type: ignore[no-untyped-call]
         try:
             torch._foreach_copy_(targets, views)
         except RuntimeError:  # conjugate or negative views among the destinations
@@ -499,7 +499,7 @@ def _build(s: _Structure, plan: _Plan, payload: Tensor, rest: list[Any], cls: An
     """A new container from a description; leaves are views into ``payload``."""
     leaves = [torch.empty(sh, dtype=dt, device=dev) for dt, sh in zip(s.dtypes, s.shapes)]
     for region, idx, numels in plan.regions(payload):
-        for i, p in zip(idx, region.split(numels)):
+        for i, p in zip(idx, region.split(numels)):  # type: ignore[no-untyped-call]
             leaves[i] = p.view(s.shapes[i])
     for i, t in rest:
         leaves[i] = t

@@ -88,7 +88,9 @@ def synth_image(seed: int, index: int, label: int, width: int, height: int) -> I
     return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), mode="RGB")
 
 
-def _plan(seed: int, num_images: int, num_classes: int, min_size: int, max_size: int):
+def _plan(
+    seed: int, num_images: int, num_classes: int, min_size: int, max_size: int
+) -> list[tuple[int, int, int, int, str, bool]]:
     """Per image: (index, label, width, height, format, grayscale); cheap and deterministic."""
     rng = np.random.default_rng([seed, 1 << 20])
     sizes = rng.integers(min_size, max_size + 1, size=(num_images, 2))
