@@ -98,8 +98,8 @@ def _show_node(node: fmt.Node, root: str, indent: str, out: list[str], depth: in
             )
             total += _show_node(sub, root, indent + cont, out, depth + 1)
         else:
-            kind = "stacked values" if e.stacked else "value"
-            out.append(f"{indent}{branch}{_clean(repr(key))}: {kind} {_value(e.value)}")
+            kind = "stacked values" if e.stacked else "value"  # type: ignore[union-attr]
+            out.append(f"{indent}{branch}{_clean(repr(key))}: {kind} {_value(e.value)}")  # type: ignore[union-attr]
     return total
 
 

@@ -571,7 +571,7 @@ class _Loader:
                 sub = fmt.read_child(node, e, self.root, depth + 1)
                 store[key] = self.node(sub, None, depth + 1)
             else:
-                store[key] = NonTensorData(e.value, stacked=e.stacked)
+                store[key] = NonTensorData(e.value, stacked=e.stacked)  # type: ignore[union-attr]
         # Mapped leaves live on the CPU; a copy lives on ``device``.
         want = device if device is not None else (None if node.device is None else _CPU)
         return self.rebuild(node, store, want, cls)
