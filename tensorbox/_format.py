@@ -149,6 +149,7 @@ from .errors import FormatError, IncompleteTreeError
 __all__ = [
     "DTYPES",
     "FORMAT",
+    "FormatError",  # what the readers raise, re-exported for them
     "MAX_DEPTH",
     "MAX_JSON_DEPTH",
     "MAX_DIMS",
