@@ -7,6 +7,8 @@ are unchanged); for a type checker it declares that contract and the methods the
 mixins share, so each mixin checks on its own without importing the container class
 (which would be an inheritance cycle). The real definitions live on the mixins and on
 ``TensorCollection``; ``*args: Any, **kwargs: Any`` here means "any signature" to mypy.
+The operation modules type the containers they take as ``MixinBase`` (or ``C``, when they
+return one of the caller's type), so a mixin passes ``self`` and gets ``Self`` back.
 """
 
 from __future__ import annotations
