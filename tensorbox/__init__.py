@@ -13,6 +13,7 @@ torch.Size([2, 8])
 from typing import TYPE_CHECKING, Any
 
 from . import _pytree  # noqa: F401  (registers TensorDict with torch's pytree and collate)
+from ._functional import cat, stack
 from ._keys import NestedKey
 from ._memmap_tensor import MemoryMappedTensor
 from ._nontensor import NonTensorData
@@ -45,10 +46,12 @@ __all__ = [
     "TensorDict",
     "TensorDictKeyError",
     "TensorboxError",
+    "cat",
     "field",
     "fields",
     "is_tensor_collection",
     "is_tensorclass",
+    "stack",
     "tensorclass",
 ]
 

@@ -125,8 +125,8 @@ def _show_node(node: fmt.Node, child: Any, indent: str, out: list[str], depth: i
             )
             total += _show_node(sub, child, indent + cont, out, depth + 1)
         else:
-            kind = "stacked values" if e.stacked else "value"
-            out.append(f"{indent}{branch}{_clean(repr(key))}: {kind} {_value(e.value)}")
+            kind = "stacked values" if e.stacked else "value"  # type: ignore[union-attr]
+            out.append(f"{indent}{branch}{_clean(repr(key))}: {kind} {_value(e.value)}")  # type: ignore[union-attr]
     return total
 
 

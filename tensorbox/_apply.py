@@ -29,7 +29,7 @@ from ._tree import KEEP, as_device, store_of, tensor_leaves
 from .errors import BatchSizeError, LockedError, TensorDictKeyError
 
 if TYPE_CHECKING:
-    from ._container import TensorCollection
+    from ._mixin_base import MixinBase
 
 __all__ = ["apply", "clone", "map_leaves", "pin_memory", "to"]
 
@@ -37,7 +37,7 @@ _NTD = NonTensorData
 
 
 def apply(
-    td: TensorCollection,
+    td: MixinBase,
     fn: Callable[..., Any],
     others: Sequence[Any],
     batch_size: Any,
@@ -134,7 +134,7 @@ def apply(
     return td._new_unsafe(out, bs, dev)
 
 
-def _apply_simple(td: TensorCollection, fn: Callable[[Tensor], Any], device: Any) -> Any:
+def _apply_simple(td: MixinBase, fn: Callable[[Tensor], Any], device: Any) -> Any:
     """``apply(fn)`` with no others, names, new batch size or in-place: the common case."""
     bs = td._batch_size
     nbd = len(bs)
@@ -162,7 +162,7 @@ def _apply_simple(td: TensorCollection, fn: Callable[[Tensor], Any], device: Any
     return td._new_unsafe(out, bs, dev)
 
 
-def map_leaves(td: TensorCollection, fn: Callable[[Tensor], Tensor], device: Any = KEEP) -> Any:
+def map_leaves(td: MixinBase, fn: Callable[[Tensor], Tensor], device: Any = KEEP) -> Any:
     """``fn`` on every tensor leaf when ``fn`` cannot change the shape (to, clone, detach)."""
     out = {
         k: (fn(v) if isinstance(v, Tensor) else v if type(v) is _NTD else map_leaves(v, fn, device))
@@ -171,7 +171,7 @@ def map_leaves(td: TensorCollection, fn: Callable[[Tensor], Tensor], device: Any
     return td._new_unsafe(out, td._batch_size, td._device if device is KEEP else device)
 
 
-def to(td: TensorCollection, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def to(td: MixinBase, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     floating_only = kwargs.pop("floating_only", True)
     if len(args) == 1 and not kwargs and type(args[0]) is torch.dtype:
         return _cast(td, args[0], floating_only)  # the common case, without parsing
@@ -204,7 +204,7 @@ def to(td: TensorCollection, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     return out
 
 
-def _cast(td: TensorCollection, dtype: torch.dtype, floating_only: bool) -> Any:
+def _cast(td: MixinBase, dtype: torch.dtype, floating_only: bool) -> Any:
     """``to(dtype)``: floating-point leaves only, unless ``floating_only`` is False."""
     out: dict[str, Any] = {}
     for k, v in td._tensordict.items():
@@ -217,7 +217,7 @@ def _cast(td: TensorCollection, dtype: torch.dtype, floating_only: bool) -> Any:
     return td._new_unsafe(out, td._batch_size, td._device)
 
 
-def pin_memory(td: TensorCollection, num_threads: int | None) -> Any:
+def pin_memory(td: MixinBase, num_threads: int | None) -> Any:
     if not torch.cuda.is_available() and not _has_accelerator():
         raise RuntimeError(
             "pin_memory() needs an accelerator (CUDA or another torch accelerator) and none "
@@ -240,7 +240,7 @@ def _has_accelerator() -> bool:
     return bool(acc and acc.is_available())
 
 
-def clone(td: TensorCollection, recurse: bool) -> Any:
+def clone(td: MixinBase, recurse: bool) -> Any:
     if recurse:
         return map_leaves(td, Tensor.clone)
     out = {

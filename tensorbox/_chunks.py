@@ -99,7 +99,7 @@ def as_bytes(t: Tensor) -> memoryview:
     flat = t.reshape(-1)
     if flat.stride(0) != 1:  # one element with a stray stride still counts as contiguous
         flat = flat.clone(memory_format=torch.contiguous_format)
-    return memoryview(flat.view(torch.uint8).numpy())
+    return memoryview(flat.view(torch.uint8).numpy())  # type: ignore[arg-type]  # numpy's stubs: no Buffer before 3.12
 
 
 def byte_chunks(t: Tensor) -> Iterator[memoryview]:

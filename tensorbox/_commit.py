@@ -76,7 +76,7 @@ except ImportError:  # pragma: no cover - Windows
 # ---------------------------------------------------------------- primitives
 
 
-def _load_renameat2() -> object | None:
+def _load_renameat2() -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):  # pragma: no cover
         return None
     try:

@@ -97,6 +97,10 @@ class TensorCollection(
     _batch_size: torch.Size
     _device: torch.device | None
     _locked: bool
+    _prev_lock: bool
+    _lock_stack: list[bool]
+    #: (source, method, args): how a view's in-place changes write back to its source
+    _writeback: tuple[Any, str, tuple[Any, ...]]
 
     @classmethod
     def _new_unsafe(
@@ -512,7 +516,11 @@ class TensorCollection(
             yield k, (v.value if type(v) is _NTD else v)
 
     def _items_is_leaf(
-        self, nested: bool, leaves_only: bool, is_leaf: Callable[[type], bool], prefix: tuple
+        self,
+        nested: bool,
+        leaves_only: bool,
+        is_leaf: Callable[[type], bool],
+        prefix: tuple[str, ...],
     ) -> Iterator[tuple[NestedKey, Any]]:
         """``items`` where ``is_leaf(type(value))`` says what counts as a leaf."""
         for k, v in self._tensordict.items():

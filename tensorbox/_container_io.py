@@ -17,10 +17,12 @@ from typing import Any, Self
 import torch
 from torch import Tensor
 
+from ._mixin_base import MixinBase
+
 __all__ = ["DistributedMethods", "IOMethods"]
 
 
-class IOMethods:
+class IOMethods(MixinBase):
     """Mixin of ``TensorCollection``: persistence and model weights."""
 
     __slots__ = ()
@@ -225,7 +227,7 @@ class IOMethods:
         from . import weights
 
         if use_state_dict:
-            out = cls._new_unsafe({}, torch.Size([]), None)  # type: ignore[attr-defined]
+            out = cls._new_unsafe({}, torch.Size([]), None)
             for key, value in module.state_dict(keep_vars=True).items():
                 out.set(tuple(key.split(".")), value)
             return out
@@ -254,7 +256,7 @@ class IOMethods:
             return None
 
         return weights.to_module(
-            self,
+            self,  # type: ignore[arg-type]  # a TensorCollection
             module,
             inplace=inplace,
             return_swap=return_swap,
@@ -272,7 +274,7 @@ class IOMethods:
         """
         from . import weights
 
-        return weights.state_dict(self, keep_vars=keep_vars)
+        return weights.state_dict(self, keep_vars=keep_vars)  # type: ignore[arg-type]
 
     def load_state_dict(
         self,
@@ -298,11 +300,11 @@ class IOMethods:
             for key, value in state_dict.items():
                 self.set(tuple(key.split(".")), value)
             return self
-        weights.load_state_dict(self, state_dict, strict=strict, chunk_bytes=chunk_bytes)
+        weights.load_state_dict(self, state_dict, strict=strict, chunk_bytes=chunk_bytes)  # type: ignore[arg-type]
         return self
 
 
-class DistributedMethods:
+class DistributedMethods(MixinBase):
     """Mixin of ``TensorCollection``: point-to-point and collective transport of a container,
     with tensordict's spelling (``td.send(dst)``, ``td.all_reduce_()``...) for the functions
     of ``tensorbox.distributed``. A tensorclass field may shadow these (``shadow=True``)."""
@@ -327,7 +329,8 @@ class DistributedMethods:
         """Receive from rank ``src`` into these tensors, in place (same keys, dtypes, shapes)."""
         from . import distributed
 
-        return distributed.recv(self, src, group=group, tag=tag)
+        out: Self = distributed.recv(self, src, group=group, tag=tag)
+        return out
 
     def irecv(self, src: int, *, group: Any = None, tag: int = 0) -> Any:
         """Start an in-place receive; ``wait()`` on the returned Request."""
@@ -346,13 +349,15 @@ class DistributedMethods:
         """Copy rank ``src``'s container into this one on every rank, in place."""
         from . import distributed
 
-        return distributed.broadcast_(self, src, group=group)
+        out: Self = distributed.broadcast_(self, src, group=group)
+        return out
 
     def broadcast(self, src: int, *, group: Any = None) -> Self:
         """Rank ``src``'s container on every rank (built new where it is not ``self``)."""
         from . import distributed
 
-        return distributed.broadcast(self, src, group=group)
+        out: Self = distributed.broadcast(self, src, group=group)
+        return out
 
     def all_reduce_(self, op: Any = None, *, group: Any = None, async_op: bool = False) -> Any:
         """Reduce every leaf over the group, in place (``op`` default SUM; AVG works on gloo)."""
@@ -367,7 +372,8 @@ class DistributedMethods:
         """Every rank's container stacked along a new first dim."""
         from . import distributed
 
-        return distributed.all_gather(self, group=group)
+        out: Self = distributed.all_gather(self, group=group)
+        return out
 
 
 def _refuse_existing(prefix: Any, existsok: bool) -> None:

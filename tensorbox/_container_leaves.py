@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import copy as _copy
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import torch
 from torch import Tensor
 
 from . import _apply, _tree
 from ._keys import NestedKey
+from ._mixin_base import MixinBase
 from ._tree import KEEP
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["LeafMethods"]
 
 
-class LeafMethods:
+class LeafMethods(MixinBase):
     """Mixin of ``TensorCollection``: leaf-wise operations."""
 
     __slots__ = ()
@@ -70,7 +71,7 @@ class LeafMethods:
             self, fn, others, batch_size, device, inplace, False, False, (), default, filter_empty
         )
         if out is not None:
-            out.update(res, inplace=True)
+            out.update(cast(Any, res), inplace=True)  # res is a container (a mixin's Self)
             return out  # type: ignore[return-value]
         if filter_empty and not inplace and not _tree.tensor_leaves(res):
             return None  # type: ignore[return-value]
@@ -221,7 +222,7 @@ class LeafMethods:
 
     def is_shared(self) -> bool:
         """True when every tensor leaf is in shared memory."""
-        return all(v.is_shared() for v in _tree.tensor_leaves(self))
+        return all(v.is_shared() for v in _tree.tensor_leaves(self))  # type: ignore[no-untyped-call]
 
 
 def _no_names(names: Any) -> None:

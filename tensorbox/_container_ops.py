@@ -24,12 +24,13 @@ from typing import Any, Self, overload
 import torch
 
 from . import _elementwise, _stackcat
+from ._mixin_base import MixinBase
 from ._shape import shape_from_args
 
 __all__ = ["ShapeMethods"]
 
 
-class ShapeMethods:
+class ShapeMethods(MixinBase):
     """Mixin of ``TensorCollection``: batch-shape ops, comparison and arithmetic."""
 
     __slots__ = ()
@@ -45,7 +46,7 @@ class ShapeMethods:
         (torch.Size([2, 3, 5]), torch.Size([3, 2]))
         """
         out: Self = _stackcat.reshape(self, shape if size is None else (size,), "reshape")
-        out._writeback = (self, "reshape", (tuple(self._batch_size),))  # type: ignore[attr-defined]
+        out._writeback = (self, "reshape", (tuple(self._batch_size),))
         return out
 
     def view(self, *shape: Any) -> Self:
@@ -57,7 +58,7 @@ class ShapeMethods:
         True
         """
         out: Self = _stackcat.reshape(self, shape, "view")
-        out._writeback = (self, "reshape", (tuple(self._batch_size),))  # type: ignore[attr-defined]
+        out._writeback = (self, "reshape", (tuple(self._batch_size),))
         return out
 
     def expand(self, *shape: Any) -> Self:
@@ -80,7 +81,7 @@ class ShapeMethods:
         torch.Size([3, 1, 5])
         """
         out: Self = _stackcat.unsqueeze(self, dim)
-        out._writeback = (self, "reshape", (tuple(self._batch_size),))  # type: ignore[attr-defined]
+        out._writeback = (self, "reshape", (tuple(self._batch_size),))
         return out
 
     def squeeze(self, dim: int | None = None) -> Self:
@@ -92,7 +93,7 @@ class ShapeMethods:
         (torch.Size([3]), torch.Size([3, 1]))
         """
         out: Self = _stackcat.squeeze(self, dim)
-        out._writeback = (self, "reshape", (tuple(self._batch_size),))  # type: ignore[attr-defined]
+        out._writeback = (self, "reshape", (tuple(self._batch_size),))
         return out
 
     def permute(self, *dims: Any) -> Self:
@@ -104,10 +105,10 @@ class ShapeMethods:
         torch.Size([3, 2, 5])
         """
         out: Self = _stackcat.permute(self, dims)
-        nd = len(out._batch_size)  # type: ignore[attr-defined]
+        nd = len(out._batch_size)
         order = [d % nd for d in shape_from_args(dims)]
         inverse = tuple(sorted(range(nd), key=order.__getitem__))
-        out._writeback = (self, "permute", inverse)  # type: ignore[attr-defined]
+        out._writeback = (self, "permute", inverse)
         return out
 
     def transpose(self, dim0: int, dim1: int) -> Self:
@@ -119,7 +120,7 @@ class ShapeMethods:
         torch.Size([3, 2])
         """
         out: Self = _stackcat.transpose(self, dim0, dim1)
-        out._writeback = (self, "transpose", (dim0, dim1))  # type: ignore[attr-defined]
+        out._writeback = (self, "transpose", (dim0, dim1))
         return out
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
@@ -127,7 +128,7 @@ class ShapeMethods:
         start_dim = 0 if start_dim is None else start_dim
         end_dim = -1 if end_dim is None else end_dim
         out: Self = _stackcat.flatten(self, start_dim, end_dim)
-        out._writeback = (self, "reshape", (tuple(self._batch_size),))  # type: ignore[attr-defined]
+        out._writeback = (self, "reshape", (tuple(self._batch_size),))
         return out
 
     def unflatten(self, dim: int, unflattened_size: Sequence[int]) -> Self:
@@ -139,7 +140,7 @@ class ShapeMethods:
         torch.Size([2, 3, 5])
         """
         out: Self = _stackcat.unflatten(self, dim, unflattened_size)
-        out._writeback = (self, "reshape", (tuple(self._batch_size),))  # type: ignore[attr-defined]
+        out._writeback = (self, "reshape", (tuple(self._batch_size),))
         return out
 
     def narrow(self, dim: int, start: int, length: int) -> Self:

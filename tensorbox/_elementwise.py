@@ -29,14 +29,14 @@ from ._tree import KEEP, is_coll, tensor_leaves
 from .errors import TensorDictKeyError
 
 if TYPE_CHECKING:
-    from ._container import TensorCollection
+    from ._mixin_base import MixinBase
 
 __all__ = ["binary", "compare", "reduce_bool"]
 
 _NTD = NonTensorData
 
 
-def compare(td: TensorCollection, other: Any, op: Callable[..., Tensor]) -> Any:
+def compare(td: MixinBase, other: Any, op: Callable[..., Tensor]) -> Any:
     """``op`` (``torch.eq`` or ``torch.ne``) leaf by leaf; ``other`` is a container with
     the same keys, a mapping, or a scalar/tensor compared with every tensor leaf."""
     if is_coll(other) or isinstance(other, Mapping):
@@ -72,7 +72,7 @@ def compare(td: TensorCollection, other: Any, op: Callable[..., Tensor]) -> Any:
     return td._new_unsafe(res, td._batch_size, td._device)
 
 
-def _compare_nontensor(td: TensorCollection, v: NonTensorData, o: Any, op: Any) -> Tensor:
+def _compare_nontensor(td: MixinBase, v: NonTensorData, o: Any, op: Any) -> Tensor:
     o = o if type(o) is _NTD else NonTensorData(o)
     bs = td._batch_size
     a, b = v.full(bs), o.full(bs)
@@ -88,7 +88,7 @@ def _eq(x: Any, y: Any) -> bool:
         return x is y
 
 
-def reduce_bool(td: TensorCollection, dim: int | None, fn: Callable[..., Tensor]) -> Any:
+def reduce_bool(td: MixinBase, dim: int | None, fn: Callable[..., Tensor]) -> Any:
     """``all()``/``any()``: a Python bool over every leaf, or per batch element along ``dim``."""
     if dim is None:
         leaves = tensor_leaves(td)
@@ -101,7 +101,7 @@ def reduce_bool(td: TensorCollection, dim: int | None, fn: Callable[..., Tensor]
     return apply(td, lambda t: fn(t, dim=d), (), new_bs, KEEP, False, False)
 
 
-def binary(td: TensorCollection, other: Any, op: Callable[..., Tensor]) -> Any:
+def binary(td: MixinBase, other: Any, op: Callable[..., Tensor]) -> Any:
     """``op`` leaf by leaf with a container/mapping of the same keys, or with a scalar."""
     if is_coll(other) or isinstance(other, Mapping):
         return apply(td, op, (other,), None, KEEP, False, False)

@@ -37,7 +37,7 @@ __all__ = ["copy_leaf", "fill_entries", "prepare_entry"]
 _NTD = NonTensorData
 
 
-def fill_entries(td: TensorCollection, source: Mapping[str, Any], prefix: tuple[str, ...]) -> None:
+def fill_entries(td: TensorCollection, source: Mapping[Any, Any], prefix: tuple[str, ...]) -> None:
     """Validate and store every entry of ``source`` into ``td`` (the constructor's loop).
 
     The common case is inlined: str keys, tensors and plain dicts; anything else

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from ._keys import NestedKey, format_key, unravel_key
+from ._mixin_base import MixinBase
 from ._shape import normalize_index
 from .errors import TensorDictKeyError
 
@@ -49,7 +50,7 @@ def _parent(obj: Any, path: tuple[str, ...], what: str) -> Any:
     return node
 
 
-class EntryMethods:
+class EntryMethods(MixinBase):
     """Mixin of ``TensorDict`` and ``TensorClass``: writes at a batch index, ``replace``,
     non-tensor entries, nesting helpers."""
 
@@ -74,7 +75,7 @@ class EntryMethods:
         path = unravel_key(key)
         parent = _parent(self, path, "set_at_")
         # ``...`` spans this container's batch dims, not those of a deeper parent
-        parent[normalize_index(index, len(self.batch_size))] = {path[-1]: value}  # type: ignore[attr-defined]
+        parent[normalize_index(index, len(self.batch_size))] = {path[-1]: value}
         return self
 
     def update_at_(
@@ -111,11 +112,7 @@ class EntryMethods:
                 src = src.select(*(k for k in wanted if k in have))
             if clone:
                 src = src.clone()
-            missing = [
-                k
-                for k in src.keys(True, True)
-                if k not in self.keys(True)  # type: ignore[attr-defined]
-            ]
+            missing = [k for k in src.keys(True, True) if k not in self.keys(True)]
             if missing:
                 raise TensorDictKeyError(
                     f"update_at_: key {format_key(unravel_key(missing[0]))} is not in the "
@@ -170,7 +167,7 @@ class EntryMethods:
             parent = _parent(self, path, "get_at")
         except TensorDictKeyError:
             return default
-        index = normalize_index(index, len(self.batch_size))  # type: ignore[attr-defined]
+        index = normalize_index(index, len(self.batch_size))
         value = parent.get(path[-1])
         if isinstance(value, Tensor) or _is_coll(value):
             return value[index]
@@ -223,7 +220,7 @@ class EntryMethods:
         """
         from ._nontensor import NonTensorData
 
-        self.set(key, NonTensorData(value))  # type: ignore[attr-defined]
+        self.set(key, NonTensorData(value))
         return self
 
     def get_non_tensor(self, key: NestedKey, default: Any = _MISSING) -> Any:
@@ -273,7 +270,7 @@ class EntryMethods:
         from . import TensorDict
 
         empty = TensorDict(batch_size=self.batch_size, device=self.device)  # type: ignore[attr-defined]
-        self.set(key, empty)  # type: ignore[attr-defined]
+        self.set(key, empty)
         return self
 
     def clear(self) -> Self:
@@ -285,7 +282,7 @@ class EntryMethods:
         >>> list(td.clear().keys()), td.batch_size
         ([], torch.Size([2]))
         """
-        self.exclude(*self.keys(), inplace=True)  # type: ignore[attr-defined]
+        self.exclude(*self.keys(), inplace=True)
         return self
 
     @property
@@ -296,7 +293,7 @@ class EntryMethods:
         >>> TensorDict({"a": {"b": {"c": 0}}, "d": 0}).depth
         2
         """
-        keys = self.keys(True, True)  # type: ignore[attr-defined]
+        keys = self.keys(True, True)
         return max((len(k) - 1 for k in keys if isinstance(k, tuple)), default=0)
 
     # ------------------------------------------------------- merging entries
@@ -360,8 +357,8 @@ class EntryMethods:
 
     def filter_empty_(self) -> Self:
         """Remove, in place, nested containers that hold no tensor at any depth."""
-        for key in list(self.keys()):  # type: ignore[attr-defined]
-            value = self._tensordict[key]  # type: ignore[attr-defined]
+        for key in list(self.keys()):
+            value = self._tensordict[key]
             if _is_coll(value) and value.filter_empty_().is_empty():
                 self.del_(key)  # type: ignore[attr-defined]
         return self
@@ -369,7 +366,7 @@ class EntryMethods:
     @property
     def dtype(self) -> torch.dtype | None:
         """The dtype every tensor leaf shares, or None when they differ (or there are none)."""
-        dtypes = {t.dtype for _, t in self.items(True, True) if isinstance(t, Tensor)}  # type: ignore[attr-defined]
+        dtypes = {t.dtype for _, t in self.items(True, True) if isinstance(t, Tensor)}
         return dtypes.pop() if len(dtypes) == 1 else None
 
 

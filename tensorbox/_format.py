@@ -153,6 +153,7 @@ from .errors import FormatError, IncompleteTreeError
 __all__ = [
     "DTYPES",
     "FORMAT",
+    "FormatError",  # what the readers raise, re-exported for them
     "MAX_DEPTH",
     "MAX_JSON_DEPTH",
     "MAX_DIMS",
@@ -218,7 +219,7 @@ def dtype_name(dtype: torch.dtype, where: str = "") -> str:
 
 def node_meta(
     type_name: str, batch_size: Any, device: Any, entries: dict[str, Any], version: int = 1
-) -> dict:
+) -> dict[Any, Any]:
     """The ``meta.json`` object of a node (entries built by the caller).
 
     ``version`` 2 when every tensor entry has its ``id``; writers that do not make
@@ -244,7 +245,9 @@ def temp_name(directory: str) -> str:
     )
 
 
-def write_meta(directory: str, meta: dict, *, fsync: bool = False, std_json: bool = False) -> None:
+def write_meta(
+    directory: str, meta: dict[Any, Any], *, fsync: bool = False, std_json: bool = False
+) -> None:
     """Write ``directory/meta.json`` atomically: a temporary file, then ``os.replace``.
 
     One entry per line, so the file reads well and diffs well.
@@ -421,7 +424,7 @@ def _entry(
     meta_path: str,
     key: str,
     e: Any,
-    batch_size: tuple,
+    batch_size: tuple[Any, ...],
     version: int = VERSION,
 ) -> TensorEntry | NodeEntry | JsonEntry:
     """One entry of ``meta.json``, checked; every problem is a FormatError naming the file."""
@@ -485,7 +488,7 @@ def _open_dir(directory: str) -> int | None:
 
 
 def _tensor_fast(
-    directory: str, dir_fd: int | None, e: dict, batch: tuple[int, ...]
+    directory: str, dir_fd: int | None, e: dict[Any, Any], batch: tuple[int, ...]
 ) -> TensorEntry | None:
     """The usual tensor entry, checked; None when anything is off (the caller's
     :func:`tensor_entry` then finds and names the problem), symlinks included."""
@@ -604,7 +607,13 @@ def check_device(value: Any, meta_path: str) -> str | None:
 
 
 def tensor_entry(
-    directory: str, root_real: str, file: Any, dtype: Any, shape: Any, batch: tuple, where: str
+    directory: str,
+    root_real: str,
+    file: Any,
+    dtype: Any,
+    shape: Any,
+    batch: tuple[Any, ...],
+    where: str,
 ) -> TensorEntry:
     if type(dtype) is not str or dtype not in DTYPES:
         raise FormatError(f"{where}: dtype {_short_repr(dtype)} is not one of {sorted(DTYPES)}")

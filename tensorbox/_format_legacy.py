@@ -7,7 +7,7 @@ as a tensorbox node, with the same checks.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, TypeGuard
 
 from ._format import (
     META,
@@ -15,7 +15,6 @@ from ._format import (
     JsonEntry,
     Node,
     _parse_json,
-    _short_repr,
     check_device,
     check_shape,
     node_entry,
@@ -24,6 +23,7 @@ from ._format import (
     stacked_array,
     tensor_entry,
 )
+from ._format_json import _short_repr
 from ._format_names import is_plain_name, legacy_name
 from .errors import FormatError
 
@@ -37,7 +37,7 @@ _LEGACY_FIELDS = frozenset(
 _LEGACY_TD_TYPES = ("<class 'tensordict._td.TensorDict'>", "tensordict:TensorDict")
 
 
-def read_legacy_node(directory: str, meta_path: str, doc: dict, root_real: str) -> Node:
+def read_legacy_node(directory: str, meta_path: str, doc: dict[Any, Any], root_real: str) -> Node:
     """A node written by tensordict 0.14/0.15 (its format versions 0 and 1)."""
     version = doc.get("_format_version", 0)
     if type(version) is dict:  # a leaf named "_format_version" in a version-0 tree
@@ -113,7 +113,7 @@ def _legacy_existing(directory: str, key: str, suffix: str = "") -> str:
     return name
 
 
-def _is_tensorclass_tree(cls: Any, directory: str) -> bool:
+def _is_tensorclass_tree(cls: Any, directory: str) -> TypeGuard[str]:
     return (
         type(cls) is str
         and cls.startswith("<class '")
@@ -122,7 +122,9 @@ def _is_tensorclass_tree(cls: Any, directory: str) -> bool:
     )
 
 
-def _read_tensorclass(directory: str, meta_path: str, doc: dict, root_real: str, cls: str) -> Node:
+def _read_tensorclass(
+    directory: str, meta_path: str, doc: dict[Any, Any], root_real: str, cls: str
+) -> Node:
     """A tensorclass saved by tensordict: ``meta.json`` holds the class and the JSON
     fields, ``_tensordict/`` the tensors. Pickled fields (``other.pickle``) are refused."""
     if os.path.lexists(os.path.join(directory, "other.pickle")):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from typing import TypeGuard
 
 __all__ = ["decode_key", "encode_key", "is_plain_name", "legacy_name"]
 
@@ -86,7 +87,7 @@ def legacy_name(key: str) -> str:
     )
 
 
-def is_plain_name(name: object) -> bool:
+def is_plain_name(name: object) -> TypeGuard[str]:
     """A single path component that cannot leave its directory (and that the OS can encode)."""
     if type(name) is not str or name in ("", ".", "..") or "/" in name or "\\" in name:
         return False

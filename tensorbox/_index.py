@@ -143,7 +143,7 @@ def batch_after_index(td: TensorCollection, out: dict[str, Any], index: Any) -> 
     bd = len(td._batch_size)
     for k, v in td._tensordict.items():
         if type(v) is not _NTD:
-            r = out[k]
+            r: Tensor = out[k]
             return r.shape[: r.ndim - (v.ndim - bd)]
     for v in out.values():
         if v.stacked:

@@ -18,7 +18,7 @@ dict_keys(['b', 'c', 'd'])
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from torch import Tensor
 
@@ -31,6 +31,7 @@ from .errors import KeyCollisionError, LockedError
 
 if TYPE_CHECKING:
     from ._container import TensorCollection
+    from ._mixin_base import C, MixinBase
 
 __all__ = ["exclude", "flatten_keys", "select", "unflatten_keys", "update"]
 
@@ -102,10 +103,10 @@ def _lookup_mapping(obj: Any, path: tuple[str, ...]) -> tuple[bool, Any, None]:
     return True, node, None
 
 
-def _lookup(td: TensorCollection, path: tuple[str, ...]) -> tuple[bool, Any, list[Any]]:
+def _lookup(td: MixinBase, path: tuple[str, ...]) -> tuple[bool, Any, list[Any]]:
     """(found, stored entry, the containers along the way)."""
     node: Any = td
-    chain = []
+    chain: list[Any] = []
     for part in path:
         if not is_coll(node):
             return False, None, chain
@@ -117,9 +118,7 @@ def _lookup(td: TensorCollection, path: tuple[str, ...]) -> tuple[bool, Any, lis
     return True, node, chain
 
 
-def select(
-    td: TensorCollection, keys: Sequence[NestedKey], inplace: bool, strict: bool
-) -> TensorCollection:
+def select(td: C, keys: Sequence[NestedKey], inplace: bool, strict: bool) -> C:
     store = td._tensordict
     if _all_str(keys):
         if strict:
@@ -140,14 +139,14 @@ def select(
     return td._new_unsafe(out, td._batch_size, td._device)
 
 
-def _all_str(keys: Sequence[Any]) -> bool:
+def _all_str(keys: Sequence[Any]) -> TypeGuard[Sequence[str]]:
     for k in keys:  # noqa: SIM110 (a loop: cheaper than all() over a generator)
         if type(k) is not str:
             return False
     return True
 
 
-def _select_nested(td: TensorCollection, keys: Sequence[NestedKey], strict: bool) -> dict[str, Any]:
+def _select_nested(td: MixinBase, keys: Sequence[NestedKey], strict: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in keys:
         path = unravel_key(key)
@@ -166,7 +165,7 @@ def _select_nested(td: TensorCollection, keys: Sequence[NestedKey], strict: bool
     return out
 
 
-def exclude(td: TensorCollection, keys: Sequence[NestedKey], inplace: bool) -> TensorCollection:
+def exclude(td: C, keys: Sequence[NestedKey], inplace: bool) -> C:
     if inplace and td._locked:
         raise LockedError("exclude(inplace=True) on a locked TensorDict: unlock_() first")
     if _all_str(keys):
@@ -185,10 +184,10 @@ def exclude(td: TensorCollection, keys: Sequence[NestedKey], inplace: bool) -> T
     return res
 
 
-def flatten_keys(td: TensorCollection, sep: str) -> TensorCollection:
+def flatten_keys(td: C, sep: str) -> C:
     out: dict[str, Any] = {}
 
-    def walk(node: TensorCollection, prefix: str) -> None:
+    def walk(node: MixinBase, prefix: str) -> None:
         for k, v in node._tensordict.items():
             name = f"{prefix}{sep}{k}" if prefix else k
             if not (isinstance(v, Tensor) or type(v) is _NTD) and v._tensordict:
@@ -205,13 +204,13 @@ def flatten_keys(td: TensorCollection, sep: str) -> TensorCollection:
     return td._new_unsafe(out, td._batch_size, td._device)
 
 
-def unflatten_keys(td: TensorCollection, sep: str) -> TensorCollection:
+def unflatten_keys(td: C, sep: str) -> C:
     out = td._new_unsafe({}, td._batch_size, td._device)
     for k, v in td._tensordict.items():
         if is_coll(v):
             v = unflatten_keys(v, sep)
         path = tuple(k.split(sep))
-        dest = out
+        dest: MixinBase = out
         for i, part in enumerate(path[:-1]):
             nxt = dest._tensordict.get(part)
             if nxt is None:

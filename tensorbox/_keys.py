@@ -56,7 +56,7 @@ def unravel_key(key: object) -> tuple[str, ...]:
     )
 
 
-def format_key(path: tuple[str, ...]) -> str:
+def format_key(path: NestedKey) -> str:
     """Show a key path the way a user would type it: ``'a'`` or ``('a', 'b')``."""
     return repr(path[0]) if len(path) == 1 else repr(path)
 

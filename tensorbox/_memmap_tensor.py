@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 import os
 import stat as _stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import orjson
@@ -182,7 +182,7 @@ def _identity(path: str) -> tuple[int, int] | None:
 
 def _map_storage(
     path: str, mode: str, nbytes: int, ident: tuple[int, int] | None
-) -> torch.UntypedStorage:
+) -> Any:  # an UntypedStorage, carrying the _tbx_* attributes set here
     """Map ``nbytes`` of ``path``, tagged with what pickling needs (see :func:`shareable`).
 
     The caller checked that the file exists and is big enough: torch creates a
@@ -203,7 +203,8 @@ def _map_storage(
     return storage
 
 
-_from_file = torch.UntypedStorage.from_file
+# Any: the storages it gives carry the attributes set below (_tbx_id, _tbx_gen, _tbx_ro)
+_from_file: Callable[..., Any] = torch.UntypedStorage.from_file
 # One empty tensor per dtype: ``blank.new()`` is the cheapest way found to a fresh tensor
 # (half the cost of torch.empty), and ``set_`` without strides makes a contiguous view.
 _BLANKS: dict[torch.dtype, Tensor] = {}
@@ -242,11 +243,12 @@ def map_file(
     if mode == "r":
         storage._tbx_ro = path
     blank = _BLANKS[dtype] if dtype in _BLANKS else _blank(dtype)
-    t = blank.new().set_(storage, 0, shape)
+    # torch's stubs lack set_(storage, offset, size); strides are computed (contiguous)
+    t: Tensor = blank.new().set_(storage, 0, shape)  # type: ignore[call-overload]
     # A fresh plain tensor that nothing else references: switching its class is what
     # as_subclass does, without building a second Python object (loading maps one per leaf).
     t.__class__ = MemoryMappedTensor
-    return t  # type: ignore[return-value]
+    return t  # type: ignore[return-value]  # its class was switched just above
 
 
 def _shared_memory(shape: tuple[int, ...], dtype: torch.dtype) -> MemoryMappedTensor:
@@ -254,7 +256,7 @@ def _shared_memory(shape: tuple[int, ...], dtype: torch.dtype) -> MemoryMappedTe
     nbytes = math.prod(shape) * dtype.itemsize
     new_shared = getattr(torch.UntypedStorage, "_new_shared", None)
     if new_shared is None:  # pragma: no cover - older torch
-        return torch.zeros(shape, dtype=dtype).share_memory_().as_subclass(MemoryMappedTensor)
+        return torch.zeros(shape, dtype=dtype).share_memory_().as_subclass(MemoryMappedTensor)  # type: ignore[no-untyped-call, no-any-return]
     t = torch.empty(0, dtype=dtype).set_(new_shared(nbytes), 0, shape, _strides(shape))
     return t.as_subclass(MemoryMappedTensor)
 
@@ -286,7 +288,7 @@ class MemoryMappedTensor(Tensor):
     [0, 7, 2, 3]
     """
 
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
     @property
     def filename(self) -> str | None:
@@ -295,7 +297,7 @@ class MemoryMappedTensor(Tensor):
         return storage.filename or getattr(storage, "_tbx_ro", None)
 
     @property
-    def mode(self) -> str | None:
+    def mode(self) -> str | None:  # type: ignore[override]  # not Tensor.mode (a reduction)
         """``"r+"`` (shared file mapping), ``"r"`` (private, copy-on-write) or None (memory)."""
         storage = self.untyped_storage()
         if storage.filename is not None:
@@ -743,7 +745,7 @@ def shareable(t: Tensor) -> Tensor | FileRef:
         name,
         storage.nbytes(),
         dtype_name(t.dtype),
-        t.storage_offset(),
+        t.storage_offset(),  # type: ignore[arg-type]  # an int on CPU (SymInt: tracing only)
         tuple(t.shape),
         tuple(t.stride()),
         isinstance(t, MemoryMappedTensor),
@@ -774,7 +776,7 @@ def _install_process_reducer() -> None:
 
     import torch.multiprocessing  # noqa: F401  (torch's reducers are registered on import)
 
-    torch_reduce = ForkingPickler._extra_reducers.get(Tensor)
+    torch_reduce = ForkingPickler._extra_reducers.get(Tensor)  # type: ignore[attr-defined]
     if torch_reduce is None or getattr(torch_reduce, "_tbx", False):
         return
 

@@ -121,7 +121,8 @@ class NonTensorData:
     def full(self, batch_size: Sequence[int]) -> np.ndarray:
         """An object array shaped like ``batch_size`` holding one value per element."""
         if self.stacked:
-            return self.data
+            stacked: np.ndarray = self.data
+            return stacked
         return _filled(self.data, tuple(batch_size))
 
     @staticmethod
@@ -150,7 +151,8 @@ class NonTensorData:
         if self.stacked != other.stacked:
             return False
         if self.stacked:
-            return self.data.shape == other.data.shape and self.tolist() == other.tolist()
+            same: bool = self.data.shape == other.data.shape and self.tolist() == other.tolist()
+            return same
         return _same(self.data, other.data)
 
     __hash__ = None  # type: ignore[assignment]

@@ -237,7 +237,7 @@ _saved_types: dict[int, tuple[str, Any]] = {}
 def _remember_type(obj: Any, name: str) -> None:
     # TensorDict is unhashable (== is elementwise), so key by id with a weakref guard.
     key = id(obj)
-    _saved_types[key] = (name, weakref.ref(obj, lambda _, key=key: _saved_types.pop(key, None)))
+    _saved_types[key] = (name, weakref.ref(obj, lambda _, key=key: _saved_types.pop(key, None)))  # type: ignore[misc]
 
 
 _CPU = torch.device("cpu")
@@ -274,11 +274,13 @@ class _Saver:
         self.sparse = sparse
         self.checksum = checksum
         # path, tensor, store, key, entry (its "id" set here, its "sha256" when asked)
-        self.writes: list[tuple[str, Tensor, dict, str, dict]] = []
-        self.keeps: list[tuple[str, Tensor, dict, str, dict]] = []  # already mapped there
+        self.writes: list[tuple[str, Tensor, dict[Any, Any], str, dict[Any, Any]]] = []
+        self.keeps: list[
+            tuple[str, Tensor, dict[Any, Any], str, dict[Any, Any]]
+        ] = []  # already mapped there
         self.dirs: list[str] = []  # node directories, parents first
         # (container, its new store, parent store, key in parent, meta.json plan): post-order
-        self.nodes: list[tuple[Any, dict, dict | None, str | None, tuple | None]] = []
+        self.nodes: list[tuple[Any, dict[Any, Any], dict[Any, Any] | None, str | None, Any]] = []
 
     def run(self, obj: Any, num_threads: int) -> Any:
         if self.root is None:
@@ -299,7 +301,7 @@ class _Saver:
                         path, t.dtype, tuple(t.shape), ident=ident, gen=entry["id"]
                     )
                 for _, t, _, _, entry in self.keeps:
-                    t.untyped_storage()._tbx_gen = entry["id"]
+                    t.untyped_storage()._tbx_gen = entry["id"]  # type: ignore[attr-defined]
         result = self._build()
         result.lock_()
         return result
@@ -311,7 +313,7 @@ class _Saver:
         obj: Any,
         directory: str | None,
         path: tuple[str, ...],
-        parent: dict | None,
+        parent: dict[Any, Any] | None,
         key: Any,
     ) -> None:
         if len(path) > fmt.MAX_DEPTH:
@@ -340,15 +342,20 @@ class _Saver:
                 entry, needs_std = _json_entry(v, kpath, td.batch_size)
                 std_json |= needs_std
                 entries[k] = entry
-        meta = None
+        meta: Any = None
         if directory is not None:
             meta = fmt.node_meta(_type_name(obj), td.batch_size, td.device, entries, 2)
             meta = (directory, meta, std_json)
         self.nodes.append((obj, store, parent, key, meta))
 
     def _leaf(
-        self, t: Tensor, k: str, kpath: tuple[str, ...], directory: str | None, store: dict
-    ) -> dict:
+        self,
+        t: Tensor,
+        k: str,
+        kpath: tuple[str, ...],
+        directory: str | None,
+        store: dict[Any, Any],
+    ) -> dict[Any, Any]:
         # Error messages are built only on error: a save of many small leaves spends its
         # Python time here.
         dtype = _DTYPE_NAMES.get(t.dtype)
@@ -408,14 +415,16 @@ class _Saver:
                     self.writes.append(job)
             like, sparse, fsync = self.mode == "like", self.sparse, self.fsync
 
-            def write(job: tuple[str, Tensor, dict, str, dict]) -> tuple[int, int]:
+            def write(
+                job: tuple[str, Tensor, dict[Any, Any], str, dict[Any, Any]],
+            ) -> tuple[int, int]:
                 path, t = job[0], job[1]
                 nbytes = t.numel() * t.element_size()
                 if like:
                     return _reserve(staged(path), nbytes, sparse, fsync, job[3], path)
                 return write_file(staged(path), t, nbytes, fsync=fsync, sync_dir=False)
 
-            def write_meta(meta: tuple[str, dict, bool]) -> None:
+            def write_meta(meta: tuple[str, dict[Any, Any], bool]) -> None:
                 fmt.write_meta(staged(meta[0]), meta[1], fsync=fsync, std_json=meta[2])
 
             if self.checksum:
@@ -526,7 +535,9 @@ def _reserve(
     return (st.st_dev, st.st_ino)
 
 
-def _json_entry(v: Any, kpath: tuple[str, ...], batch_size: torch.Size) -> tuple[dict, bool]:
+def _json_entry(
+    v: Any, kpath: tuple[str, ...], batch_size: torch.Size
+) -> tuple[dict[Any, Any], bool]:
     where = f"key {format_key(kpath)}"
     if not isinstance(v, NonTensorData):  # not produced by TensorDict; kept for safety
         v = NonTensorData(v)
@@ -586,7 +597,9 @@ class _Loader:
         for key, e in node.entries.items():
             if type(e) is tensor_entry:
                 try:  # the common case inline: a tree of many small leaves spends its time here
-                    leaf = map_file(e.path, e.dtype, e.shape, mode, e.nbytes, e.ident, e.gen)
+                    leaf: Tensor = map_file(
+                        e.path, e.dtype, e.shape, mode, e.nbytes, e.ident, e.gen
+                    )
                 except PermissionError:
                     leaf = self.leaf(e)
                 store[key] = (
@@ -598,7 +611,7 @@ class _Loader:
                 sub = fmt.read_child(node, e, self.root, depth + 1)
                 store[key] = self.node(sub, None, depth + 1)
             else:
-                store[key] = NonTensorData(e.value, stacked=e.stacked)
+                store[key] = NonTensorData(e.value, stacked=e.stacked)  # type: ignore[union-attr]
         # Mapped leaves live on the CPU; a copy lives on ``device``.
         want = device if device is not None else (None if node.device is None else _CPU)
         return self.rebuild(node, store, want, cls)
@@ -617,7 +630,7 @@ class _Loader:
     ) -> Any:
         """The container ``node`` was saved from: the caller's class, a registered one, or a
         TensorDict that remembers the saved type name."""
-        target = cls
+        target: Any = cls
         if target is None or (issubclass(target, TensorDict) and node.type != "TensorDict"):
             target = self.registry.get(node.type, target)
         if target is None or not is_tensor_collection(target):
@@ -635,7 +648,7 @@ class _Loader:
             if target is cls:  # asked for by the caller: say why it does not fit
                 raise fmt.FormatError(
                     f"{os.path.join(node.path, fmt.META)}: the saved {node.type!r} does not fit "
-                    f"{target.__qualname__}: {err}"
+                    f"{target.__qualname__}: {err}"  # type: ignore[union-attr]  # not None here
                 ) from None
             _remember_type(td, node.type)  # found in the registry: the data still loads
             return td

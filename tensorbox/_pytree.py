@@ -14,7 +14,7 @@ size, device and non-tensor values travel in the context, which is plain data
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.utils._pytree as pytree
@@ -23,6 +23,9 @@ from torch.utils.data._utils import collate as _collate
 from ._nontensor import NonTensorData
 from ._pickling import safe_globals
 from ._tensordict import TensorDict
+
+if TYPE_CHECKING:
+    from ._container import TensorCollection
 
 __all__ = ["register_collection"]
 
@@ -38,7 +41,7 @@ def _flatten(td: Any) -> tuple[list[Any], Any]:
     return children, (tuple(keys), tuple(td._batch_size), td._device, tuple(fixed))
 
 
-def _unflatten(children: Any, context: Any, cls: type = TensorDict) -> Any:
+def _unflatten(children: Any, context: Any, cls: type[TensorCollection] = TensorDict) -> Any:
     keys, bs, device, fixed = context
     store = dict(zip(keys, children))
     store.update(fixed)

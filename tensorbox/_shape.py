@@ -31,7 +31,7 @@ def as_batch_size(batch_size: Any) -> torch.Size:
     """Parse ``batch_size`` given as None, an int, a sequence of ints or a ``torch.Size``."""
     t = type(batch_size)
     if t is _Size:
-        return batch_size
+        return batch_size  # type: ignore[no-any-return]  # a torch.Size (t is _Size)
     if batch_size is None:
         return _Size(())
     if t is list or t is tuple:  # the common case, checked without the general machinery
@@ -110,7 +110,7 @@ def normalize_index(index: Any, batch_dims: int) -> Any:
         )
     if ellipsis:
         fill = (slice(None),) * (batch_dims - used)
-        out = []
+        out: list[Any] = []
         for it in items:
             if it is Ellipsis:
                 out.extend(fill)

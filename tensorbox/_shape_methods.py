@@ -28,6 +28,8 @@ from typing import Any, Self, TypeVar
 import torch
 from torch import Tensor
 
+from ._mixin_base import MixinBase
+
 _T = TypeVar("_T")
 
 __all__ = ["FIELD_MAY_HIDE", "TORCH_FUNCTIONS", "ShapeMethods", "index_along"]
@@ -70,7 +72,7 @@ def index_along(obj: Any, dim: int, index: Any) -> Any:
     return obj[(slice(None),) * dim + (index,)]
 
 
-class ShapeMethods:
+class ShapeMethods(MixinBase):
     """Mixin of ``TensorDict`` and ``TensorClass``: batch-shape methods, tensordict's names."""
 
     __slots__ = ()
@@ -84,7 +86,7 @@ class ShapeMethods:
         >>> TensorDict(a=torch.zeros(2, 3, 4), batch_size=[2, 3]).ndimension()
         2
         """
-        return len(self.batch_size)  # type: ignore[attr-defined]
+        return len(self.batch_size)
 
     @property
     def names(self) -> None:
@@ -116,7 +118,7 @@ class ShapeMethods:
         >>> td.swapaxes(0, -1)["a"].shape
         torch.Size([4, 3, 2, 5])
         """
-        nd = len(self.batch_size)  # type: ignore[attr-defined]
+        nd = len(self.batch_size)
         a, b = _dim(axis0, nd, "swapaxes"), _dim(axis1, nd, "swapaxes")
         return self.transpose(a, b)  # type: ignore[attr-defined, no-any-return]
 
@@ -131,7 +133,7 @@ class ShapeMethods:
         >>> td.movedim(0, -1).batch_size, td.movedim((0, 1), (2, 0)).batch_size
         (torch.Size([3, 4, 2]), torch.Size([3, 4, 2]))
         """
-        nd = len(self.batch_size)  # type: ignore[attr-defined]
+        nd = len(self.batch_size)
         src = _dims(source, nd, "movedim", "source")
         dst = _dims(destination, nd, "movedim", "destination")
         if len(src) != len(dst):
@@ -159,10 +161,10 @@ class ShapeMethods:
         >>> td.rot90()["a"].tolist(), td.rot90(-1)["a"].tolist()
         ([[1, 3], [0, 2]], [[2, 0], [3, 1]])
         """
-        nd = len(self.batch_size)  # type: ignore[attr-defined]
+        nd = len(self.batch_size)
         if nd < 2:
             raise RuntimeError(
-                f"rot90 requires at least 2 batch dims, got batch_size {tuple(self.batch_size)}"  # type: ignore[attr-defined]
+                f"rot90 requires at least 2 batch dims, got batch_size {tuple(self.batch_size)}"
             )
         if len(dims) != 2:
             raise RuntimeError(f"rot90: dims must name exactly 2 batch dims, got {dims!r}")
@@ -182,9 +184,9 @@ class ShapeMethods:
         >>> TensorDict(a=torch.arange(4).reshape(2, 2), batch_size=[2, 2]).fliplr()["a"].tolist()
         [[1, 0], [3, 2]]
         """
-        if len(self.batch_size) < 2:  # type: ignore[attr-defined]
+        if len(self.batch_size) < 2:
             raise RuntimeError(
-                f"fliplr requires at least 2 batch dims, got batch_size {tuple(self.batch_size)}"  # type: ignore[attr-defined]
+                f"fliplr requires at least 2 batch dims, got batch_size {tuple(self.batch_size)}"
             )
         return self.flip(1)  # type: ignore[attr-defined, no-any-return]
 
@@ -195,7 +197,7 @@ class ShapeMethods:
         >>> TensorDict(a=torch.arange(4).reshape(2, 2), batch_size=[2, 2]).flipud()["a"].tolist()
         [[2, 3], [0, 1]]
         """
-        if not self.batch_size:  # type: ignore[attr-defined]
+        if not self.batch_size:
             raise RuntimeError("flipud requires at least 1 batch dim, got batch_size ()")
         return self.flip(0)  # type: ignore[attr-defined, no-any-return]
 
@@ -214,7 +216,7 @@ class ShapeMethods:
         """
         reps = _ints(dims, "tile", "dims")
         out: Any = self
-        for _ in range(len(reps) - len(self.batch_size)):  # type: ignore[attr-defined]
+        for _ in range(len(reps) - len(self.batch_size)):
             out = out.unsqueeze(0)
         bs = tuple(out.batch_size)
         reps = (1,) * (len(bs) - len(reps)) + reps
@@ -246,9 +248,7 @@ class ShapeMethods:
         """
         if isinstance(other, Tensor):
             return self.expand(*other.shape)  # type: ignore[attr-defined, no-any-return]
-        return self.apply(  # type: ignore[attr-defined, no-any-return]
-            lambda t, o: t.expand_as(o), other, batch_size=other.batch_size
-        )
+        return self.apply(lambda t, o: t.expand_as(o), other, batch_size=other.batch_size)
 
     def atleast_1d(self) -> Self:
         """``self`` if it has a batch dim, else a view with batch size ``[1]``.
@@ -302,7 +302,7 @@ class ShapeMethods:
         if dim is None:
             src, d = self.reshape(-1), 0  # type: ignore[attr-defined]
         else:
-            d = _dim(dim, len(self.batch_size), "repeat_interleave")  # type: ignore[attr-defined]
+            d = _dim(dim, len(self.batch_size), "repeat_interleave")
         n = src.batch_size[d]
         if isinstance(repeats, Tensor):
             if repeats.dtype.is_floating_point or repeats.dtype.is_complex:
@@ -336,7 +336,7 @@ class ShapeMethods:
         >>> [p["a"].tolist() for p in td.tensor_split([1, 3])]
         [[0], [1, 2], [3, 4]]
         """
-        nd = len(self.batch_size)  # type: ignore[attr-defined]
+        nd = len(self.batch_size)
         if nd == 0:
             raise ValueError("tensor_split needs at least 1 batch dim, got batch_size ()")
         d = _dim(dim, nd, "tensor_split")
@@ -348,14 +348,16 @@ class ShapeMethods:
                     f"tensor, got dtype {arg.dtype} and shape {tuple(arg.shape)}"
                 )
             arg = arg.tolist()
-        n = self.batch_size[d]  # type: ignore[attr-defined]
+        n = self.batch_size[d]
         if isinstance(arg, int) and not isinstance(arg, bool):
             if arg <= 0:
                 raise ValueError(f"tensor_split: number of sections must be > 0, got {arg}")
             small, extra = divmod(n, arg)
             sizes = [small + 1 if i < extra else small for i in range(arg)]
             starts = [sum(sizes[:i]) for i in range(arg)]
-            bounds = [(s, s + z) for s, z in zip(starts, sizes, strict=True)]
+            bounds: list[tuple[builtins.int | None, builtins.int | None]] = [
+                (s, s + z) for s, z in zip(starts, sizes, strict=True)
+            ]
         elif isinstance(arg, Sequence) and all(
             isinstance(i, int) and not isinstance(i, bool) for i in arg
         ):

@@ -35,6 +35,7 @@ from .errors import BatchDimError, BatchSizeError, TensorDictKeyError
 
 if TYPE_CHECKING:
     from ._container import TensorCollection
+    from ._mixin_base import C
 
 __all__ = [
     "cat",
@@ -62,7 +63,7 @@ def _stand_in(bs: torch.Size) -> Tensor:
     return torch.empty(()).expand(bs)
 
 
-def _map(td: TensorCollection, fn: Callable[[Any], Any], new_bs: torch.Size) -> TensorCollection:
+def _map(td: C, fn: Callable[[Any], Any], new_bs: torch.Size) -> C:
     out = {k: (v.map_batch(fn) if type(v) is _NTD else fn(v)) for k, v in td._tensordict.items()}
     res = td._new_unsafe(out, new_bs, td._device)
     if td._locked:  # a view of a locked container is locked too, as in tensordict
@@ -74,7 +75,7 @@ def _feat(x: Any, bd: int) -> tuple[int, ...]:
     return tuple(x.shape[bd:])
 
 
-def reshape(td: TensorCollection, args: tuple[Any, ...], how: str) -> TensorCollection:
+def reshape(td: C, args: tuple[Any, ...], how: str) -> C:
     """``reshape``, ``view`` or ``expand`` (named by ``how``) of the batch dims."""
     shape = shape_from_args(args)
     bd = len(td._batch_size)
@@ -87,13 +88,13 @@ def reshape(td: TensorCollection, args: tuple[Any, ...], how: str) -> TensorColl
     return _map(td, lambda x: getattr(x, how)(*new_bs, *_feat(x, bd)), new_bs)
 
 
-def unsqueeze(td: TensorCollection, dim: int) -> TensorCollection:
+def unsqueeze(td: C, dim: int) -> C:
     bs = td._batch_size
     d = check_dim(dim, len(bs) + 1)
     return _map(td, lambda x: x.unsqueeze(d), _Size((*bs[:d], 1, *bs[d:])))
 
 
-def squeeze(td: TensorCollection, dim: int | None) -> TensorCollection:
+def squeeze(td: C, dim: int | None) -> C:
     bs = td._batch_size
     dims = [i for i, s in enumerate(bs) if s == 1] if dim is None else [check_dim(dim, len(bs))]
     dims = [d for d in dims if bs[d] == 1]
@@ -109,7 +110,7 @@ def squeeze(td: TensorCollection, dim: int | None) -> TensorCollection:
     return _map(td, fn, new_bs)
 
 
-def permute(td: TensorCollection, args: tuple[Any, ...]) -> TensorCollection:
+def permute(td: C, args: tuple[Any, ...]) -> C:
     dims = shape_from_args(args)
     bd = len(td._batch_size)
     if len(dims) != bd:
@@ -121,7 +122,7 @@ def permute(td: TensorCollection, args: tuple[Any, ...]) -> TensorCollection:
     return _map(td, lambda x: x.permute(*dims, *range(bd, x.ndim)), _Size(bs[d] for d in dims))
 
 
-def transpose(td: TensorCollection, dim0: int, dim1: int) -> TensorCollection:
+def transpose(td: C, dim0: int, dim1: int) -> C:
     bd = len(td._batch_size)
     a, b = check_dim(dim0, bd), check_dim(dim1, bd)
     bs = list(td._batch_size)
@@ -129,7 +130,7 @@ def transpose(td: TensorCollection, dim0: int, dim1: int) -> TensorCollection:
     return _map(td, lambda x: x.transpose(a, b), _Size(bs))
 
 
-def flatten(td: TensorCollection, start: int, end: int) -> TensorCollection:
+def flatten(td: C, start: int, end: int) -> C:
     bd = len(td._batch_size)
     if bd == 0:  # as torch: flattening a 0-d tensor gives one dim of size 1
         check_dim(start, 1), check_dim(end, 1)
@@ -142,11 +143,11 @@ def flatten(td: TensorCollection, start: int, end: int) -> TensorCollection:
     return _map(td, lambda x: x.flatten(s, e), new_bs)
 
 
-def unflatten(td: TensorCollection, dim: int, sizes: Sequence[int]) -> TensorCollection:
+def unflatten(td: C, dim: int, sizes: Sequence[int]) -> C:
     bs = td._batch_size
     d = check_dim(dim, len(bs))
     try:
-        inner = _stand_in(_Size([bs[d]])).unflatten(0, tuple(sizes)).shape
+        inner = _stand_in(_Size([bs[d]])).unflatten(0, tuple(sizes)).shape  # type: ignore[no-untyped-call]
     except RuntimeError as err:
         raise BatchSizeError(
             f"cannot unflatten batch dim {d} of size {bs[d]} into {tuple(sizes)}: {err}"
@@ -155,16 +156,14 @@ def unflatten(td: TensorCollection, dim: int, sizes: Sequence[int]) -> TensorCol
     return _map(td, lambda x: x.unflatten(d, inner), new_bs)
 
 
-def narrow(td: TensorCollection, dim: int, start: int, length: int) -> TensorCollection:
+def narrow(td: C, dim: int, start: int, length: int) -> C:
     bs = td._batch_size
     d = check_dim(dim, len(bs))
     new_bs = _stand_in(bs).narrow(d, start, length).shape  # torch's checks and errors
     return _map(td, lambda x: x.narrow(d, start, length), new_bs)
 
 
-def _rows(
-    td: TensorCollection, parts: dict[str, Sequence[Any]], sizes: Sequence[torch.Size]
-) -> tuple:
+def _rows(td: C, parts: dict[str, Sequence[Any]], sizes: Sequence[torch.Size]) -> tuple[Any, ...]:
     """Containers ``i = 0..len(sizes)-1`` made of ``parts[k][i]``."""
     new = td._new_unsafe
     dev = td._device
@@ -175,7 +174,7 @@ def _rows(
     )
 
 
-def unbind(td: TensorCollection, dim: int) -> tuple[TensorCollection, ...]:
+def unbind(td: C, dim: int) -> tuple[C, ...]:
     bs = td._batch_size
     d = check_dim(dim, len(bs))
     n = bs[d]
@@ -188,21 +187,19 @@ def unbind(td: TensorCollection, dim: int) -> tuple[TensorCollection, ...]:
     return _rows(td, parts, [_Size((*bs[:d], *bs[d + 1 :]))] * n)
 
 
-def split(
-    td: TensorCollection, split_size: int | Sequence[int], dim: int
-) -> tuple[TensorCollection, ...]:
+def split(td: C, split_size: int | Sequence[int], dim: int) -> tuple[C, ...]:
     bs = td._batch_size
     d = check_dim(dim, len(bs))
     if not isinstance(split_size, int):
         split_size = list(split_size)
     try:
-        shapes = [p.shape for p in _stand_in(bs).split(split_size, d)]
+        shapes = [p.shape for p in _stand_in(bs).split(split_size, d)]  # type: ignore[no-untyped-call]
     except RuntimeError as err:
         raise BatchDimError(f"cannot split batch dim {d} of size {bs[d]}: {err}") from None
     return _split_at(td, d, [s[d] for s in shapes], shapes)
 
 
-def chunk(td: TensorCollection, chunks: int, dim: int) -> tuple[TensorCollection, ...]:
+def chunk(td: C, chunks: int, dim: int) -> tuple[C, ...]:
     bs = td._batch_size
     d = check_dim(dim, len(bs))
     if chunks <= 0:
@@ -211,15 +208,14 @@ def chunk(td: TensorCollection, chunks: int, dim: int) -> tuple[TensorCollection
     return _split_at(td, d, [s[d] for s in shapes], shapes)
 
 
-def _split_at(
-    td: TensorCollection, d: int, sizes: list[int], shapes: list[torch.Size]
-) -> tuple[TensorCollection, ...]:
+def _split_at(td: C, d: int, sizes: list[int], shapes: list[torch.Size]) -> tuple[C, ...]:
     parts: dict[str, Sequence[Any]] = {}
     for k, v in td._tensordict.items():
         if type(v) is _NTD:
             starts = [sum(sizes[:i]) for i in range(len(sizes))]
             parts[k] = [
-                v.map_batch(lambda t, s=s, n=n: t.narrow(d, s, n)) for s, n in zip(starts, sizes)
+                v.map_batch(lambda t, s=s, n=n: t.narrow(d, s, n))  # type: ignore[misc]
+                for s, n in zip(starts, sizes)
             ]
         else:
             parts[k] = v.split(sizes, d)

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import torch
 from torch import Tensor
 
 from ._keys import NestedKey, format_key, unravel_key
+from ._mixin_base import C, MixinBase
 from ._shape_methods import index_along
 
 _MISSING: Any = object()  # "absent", returned by get() as a marker (not "argument not given")
@@ -72,7 +73,7 @@ def _check_mask(obj: Any, mask: Tensor, what: str) -> Tensor:
     return mask
 
 
-def _binary(self: Any, other: Any, op: Callable[[Tensor, Any], Tensor]) -> Any:
+def _binary(self: C, other: Any, op: Callable[[Tensor, Any], Tensor]) -> C:
     if _is_coll(other):
         return self.apply(op, other)
     return self.apply(lambda t: op(t, other))
@@ -113,7 +114,7 @@ def _compare(op: Callable[[Tensor, Any], Tensor], sym: str) -> Callable[[Any, An
     return compare
 
 
-class TensorMethods:
+class TensorMethods(MixinBase):
     """Mixin of ``TensorDict`` and ``TensorClass``: tensor-like methods, leaf by leaf."""
 
     __slots__ = ()
@@ -225,7 +226,7 @@ class TensorMethods:
         ([], torch.Size([2]))
         """
         if recurse:
-            return self.apply(lambda t: None, filter_empty=False)  # type: ignore[attr-defined, no-any-return]
+            return self.apply(lambda t: None, filter_empty=False)
         return self.exclude(*self.keys())
 
     @classmethod
@@ -236,7 +237,7 @@ class TensorMethods:
         >>> TensorDict.fromkeys(["a", "b"], 1.0)["b"]
         tensor(1.)
         """
-        return cls.from_dict({k: torch.as_tensor(value) for k in keys})  # type: ignore[attr-defined]
+        return cls.from_dict({k: torch.as_tensor(value) for k in keys})
 
     @classmethod
     def maybe_dense_stack(cls, items: Sequence[Any], dim: builtins.int = 0) -> Any:
@@ -482,9 +483,9 @@ class TensorMethods:
         out: dict[str, Any] = {}
         for k, v in self.items():
             if isinstance(v, Tensor) or _is_coll(v):
-                out[k] = v.numpy()
+                out[cast(str, k)] = v.numpy()  # top-level keys: always str
             elif v is not None:
-                out[k] = v
+                out[cast(str, k)] = v
         return out
 
     def tolist(self, *, convert_tensors: builtins.bool = False) -> Any:
@@ -545,11 +546,8 @@ class TensorMethods:
         >>> [sorted(p.keys()) for p in parts]
         [['a'], ['c'], ['d']]
         """
-        sets = [
-            dict(ks) if isinstance(ks, Mapping) else {k: k for k in ks}  # type: ignore[misc]
-            for ks in key_sets
-        ]
-        have = set(self.keys(True))  # type: ignore[attr-defined]
+        sets = [dict(ks) if isinstance(ks, Mapping) else {k: k for k in ks} for ks in key_sets]
+        have = set(self.keys(True))
         taken: list[NestedKey] = []
         out = []
         for ks in sets:
@@ -571,10 +569,10 @@ class TensorMethods:
             taken.extend(present)
             out.append(part)
         if inplace:
-            self.exclude(*taken, inplace=True)  # type: ignore[attr-defined]
+            self.exclude(*taken, inplace=True)
             rest: Any = self
         else:
-            rest = self.exclude(*taken)  # type: ignore[attr-defined]
+            rest = self.exclude(*taken)
         _drop_emptied(rest, taken)
         return (*out, rest)
 

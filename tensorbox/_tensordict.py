@@ -89,7 +89,7 @@ class TensorDict(TensorCollection):
             if type(source) is dict:
                 pass
             elif getattr(type(source), "_is_tensor_collection", False):
-                source = source._tensordict
+                source = source._tensordict  # type: ignore[attr-defined]  # a container
             elif not isinstance(source, Mapping):
                 raise TypeError(
                     f"TensorDict source must be a mapping of keys to values, "

@@ -31,7 +31,7 @@ and for rebuilding it (persistence and distributed both use it).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 from torch import Tensor
@@ -42,6 +42,7 @@ from .errors import BatchSizeError, TensorDictKeyError
 
 if TYPE_CHECKING:
     from ._container import TensorCollection
+    from ._mixin_base import MixinBase
 
 __all__ = [
     "CLASS_REGISTRY",
@@ -81,7 +82,7 @@ PLAIN: list[Any] = []
 CLASS_REGISTRY: dict[str, type] = {}
 
 
-def is_coll(v: Any) -> bool:
+def is_coll(v: Any) -> TypeGuard[TensorCollection]:
     """True for a container (TensorDict or tensorclass instance)."""
     return getattr(type(v), "_is_tensor_collection", False)
 
@@ -158,7 +159,7 @@ def iter_shaped(
             yield from iter_shaped(v, (*prefix, k))
 
 
-def tensor_leaves(td: TensorCollection, out: list[Tensor] | None = None) -> list[Tensor]:
+def tensor_leaves(td: MixinBase, out: list[Tensor] | None = None) -> list[Tensor]:
     """Every tensor leaf at any depth, in key order (no key paths: the fast variant)."""
     if out is None:
         out = []
@@ -170,21 +171,21 @@ def tensor_leaves(td: TensorCollection, out: list[Tensor] | None = None) -> list
     return out
 
 
-def set_locked(td: TensorCollection, flag: bool) -> None:
+def set_locked(td: MixinBase, flag: bool) -> None:
     td._locked = flag
     for v in td._tensordict.values():
         if is_coll(v):
             set_locked(v, flag)
 
 
-def clear_device(td: TensorCollection) -> None:
+def clear_device(td: MixinBase) -> None:
     td._device = None
     for v in td._tensordict.values():
         if is_coll(v):
             clear_device(v)
 
 
-def set_batch_size_nested(td: TensorCollection, new: torch.Size) -> None:
+def set_batch_size_nested(td: MixinBase, new: torch.Size) -> None:
     """Set ``td``'s batch size; nested containers that no longer fit follow it."""
     for k, v in td._tensordict.items():
         if is_coll(v) and v._batch_size[: len(new)] != new:
@@ -200,7 +201,7 @@ def set_batch_size_nested(td: TensorCollection, new: torch.Size) -> None:
     td._batch_size = new
 
 
-def common_batch_size(td: TensorCollection, batch_dims: int | None) -> torch.Size:
+def common_batch_size(td: MixinBase, batch_dims: int | None) -> torch.Size:
     """Longest leading shape shared by every leaf (nested levels get theirs first).
 
     An empty nested container says nothing about the batch size: it takes its
@@ -236,9 +237,7 @@ def common_batch_size(td: TensorCollection, batch_dims: int | None) -> torch.Siz
 # ---------------------------------------------------------------- key errors
 
 
-def missing_key_error(
-    td: TensorCollection, path: tuple[str, ...], depth: int
-) -> TensorDictKeyError:
+def missing_key_error(td: MixinBase, path: tuple[str, ...], depth: int) -> TensorDictKeyError:
     """A KeyError naming the missing key and the deepest level that exists."""
     node: Any = td
     for part in path[:depth]:
@@ -255,7 +254,7 @@ def missing_key_error(
     )
 
 
-def find_missing(td: TensorCollection, path: tuple[str, ...]) -> TensorDictKeyError:
+def find_missing(td: MixinBase, path: tuple[str, ...]) -> TensorDictKeyError:
     """The error for a path known to be missing: locate the first level that lacks it."""
     node: Any = td
     for depth, part in enumerate(path):
@@ -293,7 +292,7 @@ def rebuild(
     difference; ``__post_init__`` does not run.
     """
     plain = PLAIN[0]
-    target = requested if requested is not None else CLASS_REGISTRY.get(name)
+    target: Any = requested if requested is not None else CLASS_REGISTRY.get(name)
     if target is None or issubclass(target, plain):
         return (target or plain)._new_unsafe(store, batch_size, device)
     return target.from_tensordict(plain._new_unsafe(store, batch_size, device), run_post_init=False)

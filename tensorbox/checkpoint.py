@@ -52,7 +52,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from tensorbox import TensorDict
+from tensorbox import TensorDict, stack
 
 __all__ = [
     "LAYOUT_KEY",
@@ -162,7 +162,8 @@ def state_from_tree(tree: Any) -> dict[str, Any]:
             f"state tree layout version {layout.get('version')!r} is not {_VERSION}: "
             "written by another tensorbox version"
         )
-    return _decode(layout["root"], (), tree)
+    out: dict[str, Any] = _decode(layout["root"], (), tree)
+    return out
 
 
 # ------------------------------------------------------------------ random states
@@ -188,7 +189,7 @@ def rng_state() -> TensorDict:
             "gauss": torch.tensor([gauss_next is not None, gauss_next or 0.0], dtype=torch.float64),
         },
     }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         state["cuda"] = torch.stack(torch.cuda.get_rng_state_all())
     return TensorDict(state, batch_size=[])
 
@@ -243,7 +244,7 @@ def save_checkpoint(
 
         rngs = tbd.all_gather(rng)
     else:
-        rngs = torch.stack([rng])
+        rngs = stack([rng])
     if rank == 0:
         parts: dict[str, Any] = {"rng": rngs}
         if model is not None:

@@ -195,13 +195,13 @@ class _Channel:
         return buf
 
 
-_channels: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # dies with its group
+_channels: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # dies with its group
 _channels_lock = threading.Lock()
 
 
 def _channel(pg: Any, *key: Any) -> _Channel:
     with _channels_lock:
-        per = _channels.setdefault(pg, {})
+        per: dict[Any, _Channel] = _channels.setdefault(pg, {})
         if key not in per:
             cap = COLLECTIVE_FRAME_BYTES if key[0] == "broadcast" else FRAME_BYTES
             per[key] = _Channel(_device(pg), cap)
@@ -213,7 +213,7 @@ class _Structure:
 
     __slots__ = ("desc", "digest", "dtypes", "leaves", "paths", "raw", "shapes")
 
-    def __init__(self, desc: Any, raw: bytes, paths: list, dtypes: list, shapes: list) -> None:
+    def __init__(self, desc: Any, raw: bytes, paths: Any, dtypes: Any, shapes: Any) -> None:
         self.desc, self.raw, self.paths, self.dtypes, self.shapes = desc, raw, paths, dtypes, shapes
         self.digest, self.leaves = _digest(raw), list[Tensor]()
 
@@ -223,7 +223,7 @@ class _Structure:
         return orjson.dumps([[list(p), dtype_name(d), list(s)] for p, d, s in rows])
 
 
-def _wire_order(paths: list, *columns: list) -> Any:
+def _wire_order(paths: list[Any], *columns: list[Any]) -> Any:
     """Leaves travel in sorted nested-key order; descriptions keep the container's order."""
     order = sorted(range(len(paths)), key=paths.__getitem__)
     return [[col[i] for i in order] for col in (paths, *columns)]
@@ -239,7 +239,7 @@ def _describe(obj: Any, what: str, values: bool = True) -> _Structure:
         raise TypeError(f"{what}: expected a TensorDict or a tensorclass instance, got {obj!r}")
     paths, leaves, std = [], [], False
 
-    def node(c: Any, path: tuple[str, ...]) -> dict:
+    def node(c: Any, path: tuple[str, ...]) -> dict[Any, Any]:
         nonlocal std
         td = c
         store, entries = td._tensordict, dict[str, Any]()
@@ -361,7 +361,7 @@ class _Plan:
 
     __slots__ = ("groups", "nbytes", "separate")
 
-    def __init__(self, dtypes: list, shapes: list, threshold: int) -> None:
+    def __init__(self, dtypes: list[Any], shapes: list[Any], threshold: int) -> None:
         by_dtype: dict[torch.dtype, list[int]] = {}
         self.separate: list[int] = []
         for i, (dt, shape) in enumerate(zip(dtypes, shapes)):
@@ -400,15 +400,15 @@ def _pack(plan: _Plan, leaves: list[Tensor], buf: Tensor) -> None:
     for region, idx, _ in plan.regions(buf):
         parts = [leaves[i] for i in idx]
         try:
-            region.copy_(_flatten_dense_tensors(parts))
+            region.copy_(_flatten_dense_tensors(parts))  # type: ignore[no-untyped-call]
         except RuntimeError:  # leaves on several devices
-            region.copy_(_flatten_dense_tensors([t.to(buf.device) for t in parts]))
+            region.copy_(_flatten_dense_tensors([t.to(buf.device) for t in parts]))  # type: ignore[no-untyped-call]
 
 
 @torch.no_grad()
 def _unpack(plan: _Plan, buf: Tensor, dsts: list[Tensor]) -> None:
     for region, idx, _ in plan.regions(buf):
-        views = _unflatten_dense_tensors(region, targets := [dsts[i] for i in idx])
+        views = _unflatten_dense_tensors(region, targets := [dsts[i] for i in idx])  # type: ignore[no-untyped-call]
         try:
             torch._foreach_copy_(targets, views)
         except RuntimeError:  # conjugate or negative views among the destinations
@@ -472,7 +472,7 @@ def _header(frame: Tensor, who: str) -> list[int]:
 
 
 def _receive(
-    ch: _Channel, recv: Callable, src: int, what: str, mine: Any, obj: Any, cls: Any
+    ch: _Channel, recv: Callable[..., Any], src: int, what: str, mine: Any, obj: Any, cls: Any
 ) -> Any:
     """One whole transfer from ``src``: into ``mine``'s leaves (in place), or a new container."""
     dev, who = ch.dev, f"rank {src}"
@@ -521,17 +521,17 @@ def _receive(
     return obj
 
 
-def _build(s: _Structure, plan: _Plan, payload: Tensor, rest: list, cls: Any, dev: Any) -> Any:
+def _build(s: _Structure, plan: _Plan, payload: Tensor, rest: list[Any], cls: Any, dev: Any) -> Any:
     """A new container from a description; leaves are views into ``payload``."""
     leaves = [_empty(sh, dt, dev, "a peer") for dt, sh in zip(s.dtypes, s.shapes)]
     for region, idx, numels in plan.regions(payload):
-        for i, p in zip(idx, region.split(numels)):
+        for i, p in zip(idx, region.split(numels)):  # type: ignore[no-untyped-call]
             leaves[i] = p.view(s.shapes[i])
     for i, t in rest:
         leaves[i] = t
     by_path = dict(zip(s.paths, leaves))
 
-    def node(n: dict, path: tuple[str, ...], want: Any) -> Any:
+    def node(n: dict[Any, Any], path: tuple[str, ...], want: Any) -> Any:
         store: dict[str, Any] = {}
         bs = torch.Size(n["batch_size"])
         for k, e in n["entries"].items():

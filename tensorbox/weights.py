@@ -52,7 +52,7 @@ Decisions (see docs/weights.md):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -61,6 +61,9 @@ from ._chunks import CHUNK_BYTES, copy_chunked
 from ._tensordict import TensorDict
 from ._tree import is_coll
 from .errors import WeightsMismatchError
+
+if TYPE_CHECKING:
+    from ._container import TensorCollection
 
 __all__ = [
     "CHUNK_BYTES",
@@ -214,7 +217,7 @@ def _leaves(td: Any) -> dict[_Path, Tensor]:
     return _collect(td, (), {})
 
 
-def _collect(td: TensorDict, prefix: _Path, out: dict[_Path, Tensor]) -> dict[_Path, Tensor]:
+def _collect(td: TensorCollection, prefix: _Path, out: dict[_Path, Tensor]) -> dict[_Path, Tensor]:
     for k, v in td._tensordict.items():
         if isinstance(v, Tensor):
             out[(*prefix, k)] = v
@@ -244,6 +247,8 @@ class SwappedWeights(TensorDict):
     """
 
     __slots__ = ("_inplace", "_module")
+    _inplace: bool
+    _module: nn.Module
 
     @classmethod
     def _new_unsafe(
@@ -258,7 +263,7 @@ class SwappedWeights(TensorDict):
         to_module(self, self._module, inplace=self._inplace, return_swap=False, strict=False)
 
 
-def _mirror(td: TensorDict, prefix: _Path, values: dict[_Path, Tensor]) -> dict[str, Any]:
+def _mirror(td: TensorCollection, prefix: _Path, values: dict[_Path, Tensor]) -> dict[str, Any]:
     """``td``'s structure with the leaves found in ``values`` (others, and empty nodes, left out)."""
     out: dict[str, Any] = {}
     for k, v in td._tensordict.items():
@@ -365,7 +370,8 @@ def to_module(
             for p in paths:
                 s = slots[p]
                 old[p] = s.tensor
-                (s.owner._parameters if s.is_param else s.owner._buffers)[s.name] = new
+                slot: dict[str, Any] = s.owner._parameters if s.is_param else s.owner._buffers
+                slot[s.name] = new
     if not return_swap:
         return None
     swap = object.__new__(SwappedWeights)

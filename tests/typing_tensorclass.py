@@ -14,11 +14,13 @@ for a type checker.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, assert_type
+import tempfile
+from typing import TYPE_CHECKING, Any, assert_type
 
 import torch
 
-from tensorbox import TensorDict
+import tensorbox
+from tensorbox import BatchLoader, TensorDict
 from tensorbox._tensorclass import TensorClass, field, tensorclass
 
 
@@ -70,6 +72,37 @@ def check() -> None:
     assert_type(o.__getitems__([0, 1]), Obs)
     for row in o:
         assert_type(row, Obs)
+
+    # stack/cat typed by their items (torch.stack's own signature says Tensor)
+    assert_type(tensorbox.stack([o, o]), Obs)
+    assert_type(tensorbox.stack((o, o), dim=1), Obs)
+    assert_type(tensorbox.cat([o, o]), Obs)
+    assert_type(tensorbox.stack([torch.zeros(2), torch.ones(2)]), torch.Tensor)
+    assert_type(tensorbox.cat([torch.zeros(2), torch.ones(2)]), torch.Tensor)
+    assert tensorbox.stack([o, o]).batch_size == (2, 4)
+    assert tensorbox.cat([o, o]).batch_size == (8,)
+
+    # a key gives Any, a batch index the container's own type
+    td = TensorDict(a=torch.zeros(4, 3), n={"b": torch.zeros(4)}, batch_size=[4])
+    assert_type(td[0], TensorDict)
+    assert_type(td[:2], TensorDict)
+    assert_type(td[..., 0], TensorDict)
+    assert_type(td["a"], Any)
+    assert_type(td["n", "b"], Any)
+    assert_type(o["pixels"], Any)
+    assert_type(tensorbox.stack([td, td]), TensorDict)
+
+    # the loader's batches are of the dataset's type
+    for b in BatchLoader(o, batch_size=2, shuffle=False, num_threads=1):
+        assert_type(b, Obs)
+        assert type(b) is Obs
+    for bt in BatchLoader(td, batch_size=2, num_threads=1):
+        assert_type(bt, TensorDict)
+
+    with tempfile.TemporaryDirectory() as d:
+        o.memmap(d)
+        assert_type(Obs.load_memmap(d), Obs)
+        assert_type(TensorDict.load_memmap(d), TensorDict)
 
     s = Step(o, torch.zeros(4), batch_size=[4])
     assert_type(s.obs, Obs)

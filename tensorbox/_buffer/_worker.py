@@ -170,11 +170,14 @@ def _take(tasks: int, ctrl: Any, parent: Any, folder: str) -> int | None:
             continue
         if not data:  # every writer closed the pipe: the parent is gone
             return None
-        return TASK.unpack(data)[0]
+        task: int = TASK.unpack(data)[0]
+        return task
     return None
 
 
-def _loop(cfg: WorkerConfig, producer: Producer, ctrl: Any, tasks: int, conn: Any, parent: Any):
+def _loop(
+    cfg: WorkerConfig, producer: Producer, ctrl: Any, tasks: int, conn: Any, parent: Any
+) -> None:
     while True:
         t0 = time.perf_counter()
         g = _take(tasks, ctrl, parent, cfg.folder)

@@ -109,14 +109,14 @@ class TensorClass(TensorCollection, metaclass=_Meta):
 
     __slots__ = ()
     __tc_names__: ClassVar[frozenset[str]] = frozenset()
-    __tc_fields__: ClassVar[tuple[Field, ...]] = ()
+    __tc_fields__: ClassVar[tuple[Field[Any], ...]] = ()
     __tc_frozen__: ClassVar[bool] = False
     __tc_simple__: ClassVar[dict[str, Any]] = {}
 
     if TYPE_CHECKING:
         # Seen by type checkers as keyword-only fields, so the synthesized
         # __init__ reads (fields..., *, batch_size=None, device=None).
-        batch_size: _BatchSizeField = field(default=None, kw_only=True)  # type: ignore[assignment]
+        batch_size: _BatchSizeField = field(default=None, kw_only=True)  # type: ignore[assignment, override]
         device: _DeviceField = field(default=None, kw_only=True)  # type: ignore[assignment]
 
     def __init_subclass__(
@@ -143,7 +143,7 @@ class TensorClass(TensorCollection, metaclass=_Meta):
         if not isinstance(names, tuple) or not all(isinstance(n, str) for n in names):
             parent = super()
             if hasattr(parent, "__class_getitem__"):  # a Generic tensorclass: Box[str]
-                return parent.__class_getitem__(options)  # type: ignore[misc]
+                return parent.__class_getitem__(options)
             raise TypeError(f"{cls.__name__}[...] takes option names (str), got {options!r}")
         unknown = [n for n in names if n not in _OPTIONS]
         if unknown:
@@ -210,7 +210,7 @@ class TensorClass(TensorCollection, metaclass=_Meta):
             if f.default is not MISSING:
                 value = f.default
             elif f.default_factory is not MISSING:
-                value = f.default_factory()
+                value = f.default_factory()  # type: ignore[operator]  # narrowed by the test above
             else:
                 raise TensorDictKeyError(
                     f"{cls.__name__}.from_tensordict: required field {f.name!r} is missing "

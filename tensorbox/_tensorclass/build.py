@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -132,7 +132,7 @@ def _no_names(names: Any) -> None:
     raise TypeError(f"names={names!r}: tensorbox has no named batch dims; drop the argument")
 
 
-def _make_init(cls: type, flds: tuple[Field, ...]) -> Callable[..., Any]:
+def _make_init(cls: type, flds: tuple[Field[Any], ...]) -> Callable[..., Any]:
     """Source of ``__init__``: fields (positional, then keyword-only), batch_size, device."""
     g: dict[str, Any] = {
         "__tc_MISSING": MISSING,
@@ -252,14 +252,15 @@ def build_class(cls: type, base: type, options: dict[str, Any]) -> None:
     register(cls)
 
 
-def _dataclass_fields(flds: tuple[Field, ...]) -> dict[str, Field]:
+def _dataclass_fields(flds: tuple[Field[Any], ...]) -> dict[str, Field[Any]]:
     """``__dataclass_fields__``: the user's fields, then ``batch_size`` and ``device`` as
     init-only pseudo-fields with a default. ``dataclasses.fields``/``asdict`` skip those
     (they list ``_FIELD`` entries only), while ``dataclasses.replace`` passes each one's
     current value on, so a replaced copy keeps its batch size and device."""
     out = {f.name: f for f in flds}
     for name in ("batch_size", "device"):
-        pseudo = dataclasses.field(default=None, kw_only=True)
+        # field() is typed as its default's type, not as the Field it returns
+        pseudo = cast("dataclasses.Field[Any]", dataclasses.field(default=None, kw_only=True))
         pseudo.name = name
         pseudo.type = Any
         pseudo._field_type = dataclasses._FIELD_INITVAR  # type: ignore[attr-defined]

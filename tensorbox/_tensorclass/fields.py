@@ -99,7 +99,7 @@ def field(
     )
 
 
-def fields(class_or_instance: Any) -> tuple[Field, ...]:
+def fields(class_or_instance: Any) -> tuple[Field[Any], ...]:
     """The fields of a tensorclass (or of an instance), in ``__init__`` order: the same
     as ``dataclasses.fields`` (``batch_size`` and ``device`` are not fields).
 
@@ -112,17 +112,17 @@ def fields(class_or_instance: Any) -> tuple[Field, ...]:
     """
     cls = class_or_instance if isinstance(class_or_instance, type) else type(class_or_instance)
     try:
-        out: tuple[Field, ...] = cls.__dict__["__tc_fields__"]
+        out: tuple[Field[Any], ...] = cls.__dict__["__tc_fields__"]
         return out
     except KeyError:
         raise TypeError(f"{cls.__name__!r} is not a tensorclass") from None
 
 
-def has_default(f: Field) -> bool:
+def has_default(f: Field[Any]) -> bool:
     return f.default is not MISSING or f.default_factory is not MISSING
 
 
-def _copy_field(f: Field, **changes: Any) -> Field:
+def _copy_field(f: Field[Any], **changes: Any) -> Field[Any]:
     out = copy.copy(f)
     for k, v in changes.items():
         setattr(out, k, v)
@@ -159,9 +159,9 @@ def _is_initvar(ann: Any) -> bool:
     return ann is dataclasses.InitVar or isinstance(ann, dataclasses.InitVar)
 
 
-def _own_fields(cls: type, reserved: Mapping[str, str]) -> list[Field]:
+def _own_fields(cls: type, reserved: Mapping[str, str]) -> list[Field[Any]]:
     """Fields declared in ``cls``'s own body, checked; class attributes hold the defaults."""
-    out: list[Field] = []
+    out: list[Field[Any]] = []
     kw_only_from_here = False
     name = cls.__qualname__
     for fname, ann in _own_annotations(cls).items():
@@ -202,7 +202,7 @@ def _own_fields(cls: type, reserved: Mapping[str, str]) -> list[Field]:
             spec = dataclasses.field(default=value)
         _check_default(name, fname, spec.default)
         if spec.kw_only is MISSING:
-            spec.kw_only = kw_only_from_here or None  # None: the class option decides
+            spec.kw_only = kw_only_from_here or None  # type: ignore[assignment]  # None: the class option decides
         spec.name = fname
         spec.type = ann
         spec._field_type = dataclasses._FIELD  # type: ignore[attr-defined]
@@ -223,9 +223,9 @@ def _check_default(cls_name: str, fname: str, default: Any) -> None:
         )
 
 
-def collect_fields(cls: type, kw_only: bool, reserved: Mapping[str, str]) -> tuple[Field, ...]:
+def collect_fields(cls: type, kw_only: bool, reserved: Mapping[str, str]) -> tuple[Field[Any], ...]:
     """All fields of ``cls``: the bases' (in MRO order), then its own."""
-    merged: dict[str, Field] = {}
+    merged: dict[str, Field[Any]] = {}
     for base in reversed(cls.__mro__[1:]):
         for f in base.__dict__.get("__tc_fields__", ()):
             merged[f.name] = f

@@ -15,6 +15,8 @@ Being a tensorclass, it is a map-style dataset as it stands (``len``, ``__getite
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from tensorbox import TensorClass
@@ -34,4 +36,4 @@ class ImageFolderData(TensorClass):
 
     images: torch.Tensor
     targets: torch.Tensor
-    classes: list
+    classes: list[Any]

@@ -78,7 +78,7 @@ def pil_geometry(img: Image.Image, spec: ResizeSpec) -> Image.Image:
     return img
 
 
-def _open_rgb(path: str | os.PathLike, spec: ResizeSpec) -> Image.Image:
+def _open_rgb(path: str | os.PathLike[str], spec: ResizeSpec) -> Image.Image:
     with Image.open(path) as img:
         if spec.draft and img.format == "JPEG":
             new_w, new_h = _resized_size(img.width, img.height, spec)
@@ -90,14 +90,14 @@ def _open_rgb(path: str | os.PathLike, spec: ResizeSpec) -> Image.Image:
         return img if img.mode == "RGB" else img.convert("RGB")
 
 
-def decode_image(path: str | os.PathLike, spec: ResizeSpec) -> np.ndarray:
+def decode_image(path: str | os.PathLike[str], spec: ResizeSpec) -> np.ndarray:
     """Decode ``path`` to a new ``[3, H, W]`` uint8 array."""
     out = np.empty((3, *spec.size), np.uint8)
     decode_into(path, spec, out)
     return out
 
 
-def decode_into(path: str | os.PathLike, spec: ResizeSpec, out: np.ndarray) -> None:
+def decode_into(path: str | os.PathLike[str], spec: ResizeSpec, out: np.ndarray) -> None:
     """Decode ``path`` into ``out`` (a ``[3, H, W]`` uint8 view, e.g. a memmap row).
 
     Raises whatever Pillow raises for an unreadable file (``OSError``,

@@ -51,7 +51,7 @@ class FolderIndex:
 
 
 def scan_image_folder(
-    root: str | os.PathLike, extensions: Iterable[str] = IMG_EXTENSIONS
+    root: str | os.PathLike[str], extensions: Iterable[str] = IMG_EXTENSIONS
 ) -> FolderIndex:
     """Return the classes and images under ``root`` (see the module docstring).
 

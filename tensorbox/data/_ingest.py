@@ -163,7 +163,7 @@ def _read_progress(dest: Path) -> tuple[set[int], list[tuple[int, str, str]]]:
 
 
 def _prepare_dest(
-    dest: Path, manifest: dict, n: int, shape: tuple[int, ...], overwrite: bool
+    dest: Path, manifest: dict[Any, Any], n: int, shape: tuple[int, ...], overwrite: bool
 ) -> bool:
     """Create or validate ``dest``; return True when resuming an earlier run."""
     if (dest / _META).exists():
@@ -233,8 +233,8 @@ def _chunks(
 
 
 def ingest_image_folder(
-    root: str | os.PathLike,
-    dest: str | os.PathLike,
+    root: str | os.PathLike[str],
+    dest: str | os.PathLike[str],
     size: int | tuple[int, int] = 256,
     *,
     shorter_side: int | None = None,
@@ -289,7 +289,7 @@ def ingest_image_folder(
         with open(dest / PROGRESS, "a", encoding="utf-8") as log:
             if workers == 0 or len(done) == total_chunks:
                 _worker_init(*args)
-                results: Iterator = map(_decode_chunk, tasks)
+                results: Iterator[Any] = map(_decode_chunk, tasks)
                 _consume(results, log, bar, skipped, on_error, n)
             else:
                 method = mp_context or (
@@ -339,7 +339,7 @@ def ingest_image_folder(
 
 
 def _consume(
-    results: Iterator,
+    results: Iterator[Any],
     log: Any,
     bar: Any,
     skipped: list[tuple[int, str, str]],

@@ -50,7 +50,7 @@ import os
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch
@@ -61,6 +61,9 @@ from .sharding import resolve_replicas, share_length, share_positions
 from .transforms import IMAGENET_MEAN, IMAGENET_STD, Normalize
 
 __all__ = ["BatchLoader"]
+
+#: The dataset's type: every batch is one of it (a TensorDict, or the tensorclass).
+T = TypeVar("T")
 
 # Ends the seed material of a sharded batch: SeedSequence treats trailing zeros as
 # absent, so without it (seed, epoch, b, rank=0, ...) could collide with (seed, epoch, b).
@@ -115,7 +118,7 @@ class _State:
         self.threads.clear()
 
 
-class BatchLoader:
+class BatchLoader(Generic[T]):
     """Iterate over ``data`` (a TensorDict or tensorclass) in batches of its own type.
 
     Args:
@@ -151,7 +154,7 @@ class BatchLoader:
 
     def __init__(
         self,
-        data: Any,
+        data: T,
         batch_size: int,
         *,
         shuffle: bool = True,
@@ -332,7 +335,7 @@ class BatchLoader:
         rows = order[batch * self.batch_size : (batch + 1) * self.batch_size]
         return rows.sort().values if self.shuffle else rows
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[T]:
         self._close_active()
         it = _Epoch(self, self._epoch, self._start, self._offset)
         self._active = weakref.ref(it)
@@ -367,7 +370,7 @@ class BatchLoader:
 class _Epoch:
     """One pass over the loader's batches; an iterator that owns the reader threads."""
 
-    def __init__(self, loader: BatchLoader, epoch: int, start: int, offset: int) -> None:
+    def __init__(self, loader: BatchLoader[Any], epoch: int, start: int, offset: int) -> None:
         self.loader = loader
         self.plan = loader.plan
         self.epoch = epoch
@@ -416,12 +419,14 @@ class _Epoch:
         self._yielded = b + 1
         return self._deliver(idx, values, gen, slot)
 
-    def _deliver(self, idx: Tensor, values: dict, gen: torch.Generator, slot: Slot) -> Any:
+    def _deliver(
+        self, idx: Tensor, values: dict[Any, Any], gen: torch.Generator, slot: Slot
+    ) -> Any:
         plan, dev = self.plan, self.plan.opts.device
         if dev.type != "cpu":
             values = {k: v.to(dev, non_blocking=True) for k, v in values.items()}
             if dev.type == "cuda":  # the pinned slot is free once these copies have run
-                event = torch.cuda.Event()
+                event = torch.cuda.Event()  # type: ignore[no-untyped-call]  # torch leaves it untyped
                 event.record()
                 slot.event = event
             key = plan.opts.image_key
@@ -444,7 +449,7 @@ class _Epoch:
 
 
 def _reader(
-    state: _State, loader: BatchLoader, epoch: int, order: Tensor, count: int, offset: int
+    state: _State, loader: BatchLoader[Any], epoch: int, order: Tensor, count: int, offset: int
 ) -> None:
     """Reader thread: take the next batch number in the window, fill a slot, hand it over."""
     plan, pool = loader.plan, loader._pool

@@ -156,7 +156,8 @@ class Slot:
         from this slot is still held anywhere (a view, a numpy array, an autograd graph)."""
         if _UNSHARED is None:
             return False  # cannot tell: never reuse (correct, only slower)
-        return all(_owners(b) <= _UNSHARED for b in self.buffers.values())
+        # _owners gives an int whenever _UNSHARED is one
+        return all(_owners(b) <= _UNSHARED for b in self.buffers.values())  # type: ignore[operator]
 
 
 # ``torch._C._storage_Use_Count`` is private but present since torch 2.0; without it,
@@ -324,6 +325,7 @@ class ReadPlan:
         flips = (torch.rand(n, generator=gen) < opts.flip).tolist() if opts.flip else [False] * n
         shape = (*src.shape[1:-2], ch, cw)
         rows = idx.tolist()
+        view: Any  # a tensor or an ndarray, by branch
         src_np = as_numpy(src)
         if self.fuse_normalize:
             norm = opts.normalize
@@ -337,6 +339,7 @@ class ReadPlan:
                     out[k].copy_(view.flip(-1) if f else view).mul_(scale).add_(norm._bias)
                 return out
             scale_np, bias_np = as_numpy(scale), as_numpy(norm._bias)
+            assert scale_np is not None and bias_np is not None  # out's dtype and device
             for k, (i, t, le, f) in enumerate(zip(rows, tops, lefts, flips)):
                 view = src_np[i, ..., t : t + ch, le : le + cw]
                 o = out_np[k]

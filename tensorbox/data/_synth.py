@@ -28,6 +28,7 @@ import multiprocessing
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -87,7 +88,9 @@ def synth_image(seed: int, index: int, label: int, width: int, height: int) -> I
     return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), mode="RGB")
 
 
-def _plan(seed: int, num_images: int, num_classes: int, min_size: int, max_size: int):
+def _plan(
+    seed: int, num_images: int, num_classes: int, min_size: int, max_size: int
+) -> list[tuple[int, int, int, int, str, bool]]:
     """Per image: (index, label, width, height, format, grayscale); cheap and deterministic."""
     rng = np.random.default_rng([seed, 1 << 20])
     sizes = rng.integers(min_size, max_size + 1, size=(num_images, 2))
@@ -99,7 +102,7 @@ def _plan(seed: int, num_images: int, num_classes: int, min_size: int, max_size:
     ]
 
 
-def _write_one(args: tuple) -> None:
+def _write_one(args: tuple[Any, ...]) -> None:
     root, seed, quality, (index, label, width, height, fmt, gray) = args
     img = synth_image(seed, index, label, width, height)
     path = Path(root) / f"class_{label:02d}" / f"{index:05d}.{fmt}"
@@ -112,7 +115,7 @@ def _write_one(args: tuple) -> None:
 
 
 def make_image_folder(
-    root: str | os.PathLike,
+    root: str | os.PathLike[str],
     *,
     num_images: int = 1200,
     num_classes: int = 10,

@@ -152,6 +152,11 @@ class Normalize(BatchTransform):
     [[[[-1.0, 1.0]]]]
     """
 
+    # registered buffers (nn.Module's __getattr__ is typed Tensor | Module)
+    _scale_u8: torch.Tensor
+    _scale: torch.Tensor
+    _bias: torch.Tensor
+
     def __init__(
         self, mean: Sequence[float], std: Sequence[float], *, dtype: torch.dtype = torch.float32
     ) -> None:
@@ -179,7 +184,7 @@ class Normalize(BatchTransform):
         """The ImageNet statistics used by torchvision's pretrained models."""
         return cls(IMAGENET_MEAN, IMAGENET_STD, dtype=dtype)
 
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         x: torch.Tensor,
         generator: torch.Generator | None = None,
@@ -217,6 +222,7 @@ class Normalize(BatchTransform):
             # Image by image, so each stays in cache between the conversion and the affine
             # step; numpy, so no OpenMP team is started from loader threads (see _read.py).
             scale_np, bias_np = _numpy(scale), _numpy(bias)
+            assert scale_np is not None and bias_np is not None  # out's dtype and device
             for i in range(b.shape[0]):
                 o = out_np[i]
                 np.copyto(o, src_np[i], casting="unsafe")
