@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from . import _apply, _index, _keyops, _repr, _tree
+from ._container_io import TREES as _TREES
 from ._container_io import DistributedMethods, IOMethods
 from ._container_ops import ShapeMethods
 from ._entries import copy_leaf, prepare_entry
@@ -109,9 +110,11 @@ class TensorCollection(
         """The one gate through which a key is added or replaced at this level."""
         if self._locked:
             raise LockedError(
-                f"cannot set {format_key(path)}: the {type(self).__name__} is locked "
-                "(unlock_() first, or write in place with set_ / td[idx] = ...)"
+                f"cannot set {format_key(path)}: the {type(self).__name__} is locked{_UNLOCK}, "
+                "or write in place with set_ / td[idx] = ..."
             )
+        if _TREES and id(self) in _TREES:  # a node of a saved tree: committed at once
+            return self._through(_put, self, key, value, path)
         self._tensordict[key] = prepare_entry(self, key, value, path)
 
     # ------------------------------------------------------------- conversions
@@ -281,6 +284,8 @@ class TensorCollection(
             self._set_str(index, value, (index,))
         elif _is_key(index):
             self.set(index, value)
+        elif _TREES and id(self) in _TREES:  # non-tensor values reach the tree's meta.json
+            self._through(_index.setitem_batch, self, index, value)
         else:
             _index.setitem_batch(self, index, value)
 
@@ -377,10 +382,8 @@ class TensorCollection(
                 copy_leaf(current, value)
             except RuntimeError as err:
                 raise BatchSizeError(f"cannot copy into {format_key(path)}: {err}") from None
-        elif type(current) is _NTD:
-            node._tensordict[path[-1]] = prepare_entry(node, path[-1], value, path)
-        else:
-            current.update_(value)
+        else:  # a non-tensor value or a node: on a saved tree, committed at once
+            node._write(_copy_other, node, path, value, current)
         return self
 
     def _node_for(self, path: tuple[str, ...]) -> TensorCollection:
@@ -400,7 +403,7 @@ class TensorCollection(
             if nxt is None:
                 if node._locked:
                     raise LockedError(
-                        f"cannot create {format_key(path[: i + 1])}: the container is locked"
+                        f"cannot create {format_key(path[: i + 1])}: the container is locked{_UNLOCK}"
                     )
                 nxt = _tree.new_plain({}, node._batch_size, node._device)
                 node._set_str(part, nxt, path[: i + 1])
@@ -423,8 +426,8 @@ class TensorCollection(
         if path[-1] not in store:
             raise find_missing(self, path)
         if node._locked:
-            raise LockedError(f"cannot delete {format_key(path)}: the container is locked")
-        del store[path[-1]]
+            raise LockedError(f"cannot delete {format_key(path)}: the container is locked{_UNLOCK}")
+        node._write(store.__delitem__, path[-1])  # on a saved tree, committed at once
         return self
 
     def pop(self, key: NestedKey, default: Any = _NO_DEFAULT) -> Any:
@@ -441,10 +444,10 @@ class TensorCollection(
     def rename_key_(self, old: NestedKey, new: NestedKey, safe: bool = False) -> Self:
         """Move the entry ``old`` to ``new``; ``safe=True`` refuses to replace an entry."""
         if self._locked:
-            raise LockedError(f"cannot rename {old!r}: the container is locked")
+            raise LockedError(f"cannot rename {old!r}: the container is locked{_UNLOCK}")
         if safe and new in self:
             raise KeyError(f"rename_key_: {new!r} exists already (safe=True refuses to replace it)")
-        self.set(new, self.pop(old))
+        self._write(lambda: self.set(new, self.pop(old)))  # one commit on a saved tree
         return self
 
     def keys(
@@ -708,7 +711,7 @@ class TensorCollection(
                 if is_coll(other)
                 else _tree.new_plain({}, self._batch_size, None).update(other).clone()
             )
-        _keyops.update(self, other, inplace, keys_to_update)
+        self._write(_keyops.update, self, other, inplace, keys_to_update)
         return self
 
     def update_(
@@ -723,7 +726,7 @@ class TensorCollection(
         in place; every key must exist here (works on locked containers)."""
         if other is None or kwargs:
             other = {**(dict(other.items()) if is_coll(other) else other or {}), **kwargs}
-        _keyops.update(self, other, True, keys_to_update, strict=True)
+        self._write(_keyops.update, self, other, True, keys_to_update, True)
         return self
 
     def copy_(self, other: Mapping[str, Any] | TensorCollection) -> Self:
@@ -751,8 +754,8 @@ class TensorCollection(
     def _replace_entries(self, new: TensorCollection) -> Self:
         """Take ``new``'s entries in place (an ``inplace=True`` key-structure op)."""
         if self._locked:
-            raise LockedError("cannot restructure a locked container in place: unlock_() first")
-        self._tensordict = new._tensordict
+            raise LockedError(f"cannot restructure a locked container in place{_UNLOCK}")
+        self._write(setattr, self, "_tensordict", new._tensordict)
         return self
 
     def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
@@ -772,6 +775,20 @@ class TensorCollection(
         from . import _pickling
 
         return _pickling.reduce(self)
+
+
+_UNLOCK = ": unlock_() first (on a saved tree, each change is then saved to it at once)"
+
+
+def _put(node: TensorCollection, key: str, value: Any, path: tuple[str, ...]) -> None:
+    node._tensordict[key] = prepare_entry(node, key, value, path)
+
+
+def _copy_other(node: TensorCollection, path: tuple[str, ...], value: Any, current: Any) -> None:
+    if type(current) is _NTD:
+        node._tensordict[path[-1]] = prepare_entry(node, path[-1], value, path)
+    else:
+        current.update_(value)
 
 
 def _no_names(names: Any) -> None:

@@ -17,7 +17,11 @@ from typing import Any, Self
 import torch
 from torch import Tensor
 
-__all__ = ["DistributedMethods", "IOMethods"]
+__all__ = ["TREES", "DistributedMethods", "IOMethods"]
+
+#: The nodes of tree-backed containers, by ``id`` (filled by :mod:`._persist_writes`).
+#: The container's write gates test it first: while it is empty they cost one lookup.
+TREES: dict[int, Any] = {}
 
 
 class IOMethods:
@@ -26,6 +30,19 @@ class IOMethods:
     __slots__ = ()
 
     # ------------------------------------------------------------ persistence
+
+    def _through(self, fn: Any, *args: Any) -> Any:
+        """Run the write ``fn(*args)`` on this node of a saved tree and commit the tree
+        (see :mod:`tensorbox._persist_writes`)."""
+        from . import _persist_writes
+
+        return _persist_writes.through(self, fn, *args)
+
+    def _write(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)``, committed at once when this is a node of a saved tree."""
+        if TREES and id(self) in TREES:
+            return self._through(fn, *args)
+        return fn(*args)
 
     def memmap_(
         self,

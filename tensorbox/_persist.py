@@ -88,7 +88,21 @@ def memmap_(
     fsync: bool = False,
     checksum: bool = False,
 ) -> Any:
-    """Convert ``obj`` in place: every tensor leaf becomes a MemoryMappedTensor; lock it."""
+    """Convert ``obj`` in place: every tensor leaf becomes a MemoryMappedTensor; lock it.
+
+    With no ``prefix``, a tree-backed ``obj`` (or a node of one) is saved into its own
+    tree, pending changes included (:mod:`tensorbox._persist_writes`); any other ``obj``
+    moves to anonymous shared memory.
+    """
+    if prefix is None:
+        from . import _persist_writes
+
+        found = _persist_writes.tree_of(obj)
+        if found is not None:
+            _persist_writes.commit(
+                found[0], found[1], num_threads=num_threads, fsync=fsync, checksum=checksum
+            )
+            return obj
     _Saver(prefix, "inplace", copy_existing, fsync, checksum=checksum).run(obj, num_threads)
     return obj
 
@@ -164,6 +178,10 @@ def load_memmap(
     finally:
         _commit.read_unlock(lock)
     obj.lock_()
+    if mode == "r+" and dev is None:  # writes reach this tree (mode="r" is copy-on-write)
+        from . import _persist_writes
+
+        _persist_writes.register(obj, root)
     return obj
 
 
@@ -275,6 +293,10 @@ class _Saver:
                     t.untyped_storage()._tbx_gen = entry["id"]
         result = self._build()
         result.lock_()
+        if self.root is not None:
+            from . import _persist_writes
+
+            _persist_writes.register(result, self.root)
         return result
 
     # ------------------------------------------------------------ the walk

@@ -1,0 +1,181 @@
+"""Write-through for tree-backed containers: every public write reaches the tree or raises.
+
+A container returned by ``memmap(path)``, ``memmap_(path)``, ``memmap_like(path)`` or
+``load_memmap(path)`` (``mode="r+"``, no ``device``) is *tree-backed*: each of its
+nodes is registered here with the tree it belongs to. Tensor values written in place
+reach the files through the mapping. Everything else a write can change (a key set,
+replaced or deleted after ``unlock_()``; a non-tensor value replaced by ``set_``,
+``update_`` or a row write ``td[idx] = ...``) lives in ``meta.json``: such a write is
+made in memory, then the whole tree is committed at once (the save of
+:mod:`tensorbox._persist`, which keeps every unchanged file by a hard link). When the
+commit fails, the in-memory change is undone and the error propagates, so memory and
+disk both keep the previous state.
+
+>>> import tempfile, torch
+>>> from tensorbox import TensorDict
+>>> path = tempfile.mkdtemp() + "/tree"
+>>> td = TensorDict({"x": torch.zeros(2), "name": "a"}, [2]).memmap(path)
+>>> td[1] = {"x": torch.tensor(1.0), "name": "b"}       # text per row: committed
+>>> with td.unlock_():
+...     td["y"] = torch.ones(2)                          # a new key: committed
+>>> back = TensorDict.load_memmap(path)
+>>> back["name"], sorted(back.keys())
+(['a', 'b'], ['name', 'x', 'y'])
+
+The registry is keyed by ``id`` with a weak reference to each node (containers are
+unhashable: ``==`` is elementwise) and lives in :mod:`tensorbox._container_io`, so
+the container's write gates test it without importing this module.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from torch import Tensor
+
+from ._container_io import TREES
+from ._tree import is_coll
+
+__all__ = ["register", "through", "tree_of"]
+
+# Roots being written by ``through`` now: inner writes join the outer commit.
+_active: set[int] = set()
+
+
+class _Record:
+    __slots__ = ("dir", "node", "root", "root_path")
+
+    def __init__(self, node: Any, directory: str, root: Any, root_path: str) -> None:
+        key = id(node)
+
+        def gone(ref: Any, key: int = key) -> None:
+            if TREES.get(key) is self:
+                del TREES[key]
+
+        self.node = weakref.ref(node, gone)
+        self.dir = directory
+        self.root = weakref.ref(root)
+        self.root_path = root_path
+
+
+def _nodes(root: Any, directory: str) -> list[tuple[Any, str]]:
+    """Every node of the container ``root`` with its directory (the format's names)."""
+    from . import _format as fmt
+
+    out, todo = [], [(root, directory)]
+    while todo:
+        node, d = todo.pop()
+        out.append((node, d))
+        for k, v in node._tensordict.items():
+            if is_coll(v):
+                todo.append((v, f"{d}/{fmt.encode_key(k, node=True)}"))
+    return out
+
+
+def register(root: Any, path: str) -> None:
+    """Mark every node of ``root`` as part of the tree saved at ``path``."""
+    for node, d in _nodes(root, path):
+        TREES[id(node)] = _Record(node, d, root, path)
+
+
+def unregister(obj: Any) -> None:
+    for node, _ in _nodes(obj, ""):
+        rec = TREES.get(id(node))
+        if rec is not None and rec.node() is node:
+            del TREES[id(node)]
+
+
+def tree_of(node: Any) -> tuple[Any, str] | None:
+    """(root container, its path) of the tree ``node`` belongs to, or None."""
+    rec = TREES.get(id(node))
+    if rec is None or rec.node() is not node:
+        return None
+    root = rec.root()
+    if root is None:  # the root container is gone: this node's folder is a tree of its own
+        return node, rec.dir
+    return root, rec.root_path
+
+
+def through(node: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run the write ``fn(*args)`` on a node of a tree, then commit the tree if anything
+    that ``meta.json`` records changed; undo the change in memory when that fails."""
+    found = tree_of(node)
+    if found is None or id(found[0]) in _active:
+        return fn(*args)
+    root, path = found
+    before = _snapshot(root)
+    _active.add(id(root))
+    try:
+        out = fn(*args)
+        if _changed(before, root):
+            commit(root, path, before)
+    except BaseException:
+        _restore(before)
+        raise
+    finally:
+        _active.discard(id(root))
+    return out
+
+
+def commit(root: Any, path: str, before: list | None = None, **kw: Any) -> None:
+    """Save ``root`` into its own tree at ``path``, keeping each node's lock state."""
+    from . import _persist
+
+    if before is None:
+        before = _snapshot(root)
+    locks = {id(node): node._locked for node, _, _ in before}
+    kw.setdefault("copy_existing", True)  # a leaf mapped elsewhere is copied into the tree
+    _persist.memmap_(root, path, **kw)  # registers the tree again, locks it
+    _relock(root, locks, locks[id(root)])
+    now = {id(n) for n, _ in _nodes(root, "")}
+    for node, _, _ in before:  # a node deleted from the tree is an in-memory container now
+        if id(node) not in now:
+            unregister(node)
+
+
+def _relock(node: Any, locks: dict[int, bool], inherited: bool) -> None:
+    flag = locks.get(id(node), inherited)
+    node._locked = flag
+    for v in node._tensordict.values():
+        if is_coll(v):
+            _relock(v, locks, flag)
+
+
+def _snapshot(root: Any) -> list[tuple[Any, dict, dict]]:
+    """Each node with its entries dict and a shallow copy of it."""
+    return [(n, n._tensordict, dict(n._tensordict)) for n, _ in _nodes(root, "")]
+
+
+def _changed(before: list[tuple[Any, dict, dict]], root: Any) -> bool:
+    after = _nodes(root, "")
+    if len(after) != len(before):
+        return True
+    for (node, store, copy), (now, _) in zip(before, after, strict=True):
+        cur = now._tensordict
+        if now is not node or cur is not store or cur.keys() != copy.keys():
+            return True
+        if any(a is not b for a, b in zip(cur.values(), copy.values(), strict=True)):
+            return True
+    return False
+
+
+def _restore(before: list[tuple[Any, dict, dict]]) -> None:
+    for node, store, copy in before:
+        store.clear()
+        store.update(copy)
+        node._tensordict = store
+
+
+def pending(root: Any) -> bool:
+    """True when a tensor leaf is not mapped from a file (a change not yet on disk)."""
+    from ._memmap_tensor import MemoryMappedTensor
+
+    for node, _ in _nodes(root, ""):
+        for v in node._tensordict.values():
+            if isinstance(v, Tensor) and not (
+                isinstance(v, MemoryMappedTensor) and v.filename is not None
+            ):
+                return True
+    return False
