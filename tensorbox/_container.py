@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from . import _apply, _index, _keyops, _repr, _tree
+from ._container_io import OPEN as _OPEN
 from ._container_io import TREES as _TREES
 from ._container_io import DistributedMethods, IOMethods
 from ._container_ops import ShapeMethods
@@ -113,7 +114,7 @@ class TensorCollection(
                 f"cannot set {format_key(path)}: the {type(self).__name__} is locked{_UNLOCK}, "
                 "or write in place with set_ / td[idx] = ..."
             )
-        if _TREES and id(self) in _TREES:  # a node of a saved tree: committed at once
+        if _OPEN and id(self) in _OPEN:  # an unlocked node of a saved tree: committed at once
             return self._through(_put, self, key, value, path)
         self._tensordict[key] = prepare_entry(self, key, value, path)
 
@@ -219,7 +220,7 @@ class TensorCollection(
 
     @is_locked.setter
     def is_locked(self, value: bool) -> None:
-        _tree.set_locked(self, bool(value))
+        self._set_lock(bool(value))
 
     def lock_(self) -> Self:
         """Forbid adding, removing or replacing entries (in-place writes stay allowed).
@@ -235,14 +236,14 @@ class TensorCollection(
         False
         """
         self._prev_lock = self._locked
-        _tree.set_locked(self, True)
+        self._set_lock(True)
         return self
 
     def unlock_(self) -> Self:
         """Allow adding, removing and replacing entries again (a context manager too:
         ``with td.unlock_(): td["new"] = x`` locks again on exit)."""
         self._prev_lock = self._locked
-        _tree.set_locked(self, False)
+        self._set_lock(False)
         return self
 
     def __enter__(self) -> Self:
@@ -255,7 +256,7 @@ class TensorCollection(
     def __exit__(self, *exc: object) -> None:
         stack = getattr(self, "_lock_stack", None)
         if stack:
-            _tree.set_locked(self, stack.pop())
+            self._set_lock(stack.pop())
         link = getattr(self, "_writeback", None)
         if link is not None and not exc[0]:  # a view used as a context: write it back
             source, op, args = link
@@ -285,7 +286,7 @@ class TensorCollection(
         elif _is_key(index):
             self.set(index, value)
         elif _TREES and id(self) in _TREES:  # non-tensor values reach the tree's meta.json
-            self._through(_index.setitem_batch, self, index, value)
+            self._write_rows(index, value)
         else:
             _index.setitem_batch(self, index, value)
 

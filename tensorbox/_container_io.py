@@ -17,11 +17,26 @@ from typing import Any, Self
 import torch
 from torch import Tensor
 
-__all__ = ["TREES", "DistributedMethods", "IOMethods"]
+from ._tree import is_coll, set_locked
+
+__all__ = ["OPEN", "TREES", "DistributedMethods", "IOMethods", "sync_open"]
 
 #: The nodes of tree-backed containers, by ``id`` (filled by :mod:`._persist_writes`).
 #: The container's write gates test it first: while it is empty they cost one lookup.
 TREES: dict[int, Any] = {}
+#: The ids of those nodes that are unlocked now: ``td[key] = v`` on an unlocked container
+#: looks here, so an in-memory container pays one empty-set test while no tree is unlocked.
+OPEN: set[int] = set()
+
+
+def sync_open(td: Any) -> None:
+    """Record which nodes of saved trees under ``td`` are unlocked (after a lock change)."""
+    todo = [td]
+    while todo:
+        node = todo.pop()
+        if id(node) in TREES:
+            (OPEN.discard if node._locked else OPEN.add)(id(node))
+        todo.extend(v for v in node._tensordict.values() if is_coll(v))
 
 
 class IOMethods:
@@ -31,12 +46,23 @@ class IOMethods:
 
     # ------------------------------------------------------------ persistence
 
+    def _set_lock(self, flag: bool) -> None:
+        set_locked(self, flag)  # type: ignore[arg-type]
+        if TREES:
+            sync_open(self)
+
     def _through(self, fn: Any, *args: Any) -> Any:
         """Run the write ``fn(*args)`` on this node of a saved tree and commit the tree
         (see :mod:`tensorbox._persist_writes`)."""
         from . import _persist_writes
 
         return _persist_writes.through(self, fn, *args)
+
+    def _write_rows(self, index: Any, value: Any) -> None:
+        """``self[index] = value`` on a node of a saved tree (see ``_persist_writes``)."""
+        from . import _persist_writes
+
+        _persist_writes.write_rows(self, index, value)
 
     def _write(self, fn: Any, *args: Any) -> Any:
         """``fn(*args)``, committed at once when this is a node of a saved tree."""

@@ -30,12 +30,10 @@ the container's write gates test it without importing this module.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from torch import Tensor
-
-from ._container_io import TREES
+from ._container_io import OPEN, TREES, sync_open
 from ._tree import is_coll
 
 __all__ = ["register", "through", "tree_of"]
@@ -53,6 +51,7 @@ class _Record:
         def gone(ref: Any, key: int = key) -> None:
             if TREES.get(key) is self:
                 del TREES[key]
+                OPEN.discard(key)
 
         self.node = weakref.ref(node, gone)
         self.dir = directory
@@ -78,13 +77,15 @@ def register(root: Any, path: str) -> None:
     """Mark every node of ``root`` as part of the tree saved at ``path``."""
     for node, d in _nodes(root, path):
         TREES[id(node)] = _Record(node, d, root, path)
+    sync_open(root)
 
 
 def unregister(obj: Any) -> None:
-    for node, _ in _nodes(obj, ""):
+    for node in _all_nodes(obj):
         rec = TREES.get(id(node))
         if rec is not None and rec.node() is node:
             del TREES[id(node)]
+            OPEN.discard(id(node))
 
 
 def tree_of(node: Any) -> tuple[Any, str] | None:
@@ -129,10 +130,37 @@ def commit(root: Any, path: str, before: list | None = None, **kw: Any) -> None:
     kw.setdefault("copy_existing", True)  # a leaf mapped elsewhere is copied into the tree
     _persist.memmap_(root, path, **kw)  # registers the tree again, locks it
     _relock(root, locks, locks[id(root)])
-    now = {id(n) for n, _ in _nodes(root, "")}
+    sync_open(root)
+    now = {id(n) for n in _all_nodes(root)}
     for node, _, _ in before:  # a node deleted from the tree is an in-memory container now
         if id(node) not in now:
             unregister(node)
+
+
+def write_rows(td: Any, index: Any, value: Any) -> None:
+    """``td[index] = value`` on a node of a saved tree: every non-tensor value bound for a
+    non-tensor entry is checked first, so a value the tree cannot hold raises before any
+    row is written; a changed one is then committed with the rows."""
+    from ._index import setitem_batch
+
+    _check_values(td, value, ())
+    through(td, setitem_batch, td, index, value)
+
+
+def _check_values(td: Any, value: Any, path: tuple[str, ...]) -> None:
+    from ._format_json import check_json_value
+    from ._keys import format_key
+    from ._nontensor import NonTensorData
+
+    store = value._tensordict if is_coll(value) else value if isinstance(value, Mapping) else {}
+    for k, v in store.items():
+        cur = td._tensordict.get(k)
+        if type(cur) is NonTensorData:
+            data = v if type(v) is not NonTensorData else v.data
+            data = data.tolist() if hasattr(data, "tolist") else data
+            check_json_value(data, f"key {format_key((*path, k))}")
+        elif is_coll(cur):
+            _check_values(cur, v, (*path, k))
 
 
 def _relock(node: Any, locks: dict[int, bool], inherited: bool) -> None:
@@ -143,16 +171,25 @@ def _relock(node: Any, locks: dict[int, bool], inherited: bool) -> None:
             _relock(v, locks, flag)
 
 
+def _all_nodes(root: Any) -> list[Any]:
+    out, todo = [], [root]
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        todo.extend(v for v in node._tensordict.values() if is_coll(v))
+    return out
+
+
 def _snapshot(root: Any) -> list[tuple[Any, dict, dict]]:
     """Each node with its entries dict and a shallow copy of it."""
-    return [(n, n._tensordict, dict(n._tensordict)) for n, _ in _nodes(root, "")]
+    return [(n, n._tensordict, dict(n._tensordict)) for n in _all_nodes(root)]
 
 
 def _changed(before: list[tuple[Any, dict, dict]], root: Any) -> bool:
-    after = _nodes(root, "")
+    after = _all_nodes(root)
     if len(after) != len(before):
         return True
-    for (node, store, copy), (now, _) in zip(before, after, strict=True):
+    for (node, store, copy), now in zip(before, after, strict=True):
         cur = now._tensordict
         if now is not node or cur is not store or cur.keys() != copy.keys():
             return True
@@ -166,16 +203,3 @@ def _restore(before: list[tuple[Any, dict, dict]]) -> None:
         store.clear()
         store.update(copy)
         node._tensordict = store
-
-
-def pending(root: Any) -> bool:
-    """True when a tensor leaf is not mapped from a file (a change not yet on disk)."""
-    from ._memmap_tensor import MemoryMappedTensor
-
-    for node, _ in _nodes(root, ""):
-        for v in node._tensordict.values():
-            if isinstance(v, Tensor) and not (
-                isinstance(v, MemoryMappedTensor) and v.filename is not None
-            ):
-                return True
-    return False
