@@ -102,7 +102,7 @@ def memmap_(
             _persist_writes.commit(
                 found[0], found[1], num_threads=num_threads, fsync=fsync, checksum=checksum
             )
-            return obj
+            return obj.lock_()
     _Saver(prefix, "inplace", copy_existing, fsync, checksum=checksum).run(obj, num_threads)
     return obj
 
