@@ -39,7 +39,8 @@ from torch import Tensor
 from . import _apply, _index, _keyops, _repr, _tree
 from ._container_io import OPEN as _OPEN
 from ._container_io import TREES as _TREES
-from ._container_io import DistributedMethods, IOMethods
+from ._container_io import UNLOCK as _UNLOCK
+from ._container_io import DistributedMethods, IOMethods, copy_other, put
 from ._container_ops import ShapeMethods
 from ._entries import copy_leaf, prepare_entry
 from ._entry_methods import EntryMethods
@@ -115,7 +116,7 @@ class TensorCollection(
                 "or write in place with set_ / td[idx] = ..."
             )
         if _OPEN and id(self) in _OPEN:  # an unlocked node of a saved tree: committed at once
-            return self._through(_put, self, key, value, path)
+            return self._through(put, self, key, value, path)
         self._tensordict[key] = prepare_entry(self, key, value, path)
 
     # ------------------------------------------------------------- conversions
@@ -172,7 +173,7 @@ class TensorCollection(
         new = as_batch_size(value)
         for path, leaf in _tree.iter_shaped(self):
             check_leaf_shape(format_key(path), leaf.shape, new)
-        _tree.set_batch_size_nested(self, new)
+        self._write(_tree.set_batch_size_nested, self, new)  # saved at once on a saved tree
 
     @property
     def shape(self) -> torch.Size:
@@ -384,7 +385,7 @@ class TensorCollection(
             except RuntimeError as err:
                 raise BatchSizeError(f"cannot copy into {format_key(path)}: {err}") from None
         else:  # a non-tensor value or a node: on a saved tree, committed at once
-            node._write(_copy_other, node, path, value, current)
+            node._write(copy_other, node, path, value, current)
         return self
 
     def _node_for(self, path: tuple[str, ...]) -> TensorCollection:
@@ -736,12 +737,18 @@ class TensorCollection(
 
     def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> Self:
         """Only the given (possibly nested) keys; missing keys raise unless ``strict=False``."""
+        if inplace:  # on a saved tree, saved at once
+            return self._write(_keyops.select, self, keys, inplace, strict)  # type: ignore[no-any-return]
         out: Self = _keyops.select(self, keys, inplace, strict)
         return out
 
     def exclude(self, *keys: NestedKey, inplace: bool = False) -> Self:
         """Everything but the given (possibly nested) keys."""
-        out: Self = _keyops.exclude(self, keys, inplace)
+        out: Self = (
+            self._write(_keyops.exclude, self, keys, inplace)
+            if inplace
+            else _keyops.exclude(self, keys, inplace)
+        )
         return out
 
     def flatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
@@ -776,20 +783,6 @@ class TensorCollection(
         from . import _pickling
 
         return _pickling.reduce(self)
-
-
-_UNLOCK = ": unlock_() first (on a saved tree, each change is then saved to it at once)"
-
-
-def _put(node: TensorCollection, key: str, value: Any, path: tuple[str, ...]) -> None:
-    node._tensordict[key] = prepare_entry(node, key, value, path)
-
-
-def _copy_other(node: TensorCollection, path: tuple[str, ...], value: Any, current: Any) -> None:
-    if type(current) is _NTD:
-        node._tensordict[path[-1]] = prepare_entry(node, path[-1], value, path)
-    else:
-        current.update_(value)
 
 
 def _no_names(names: Any) -> None:

@@ -17,9 +17,20 @@ from typing import Any, Self
 import torch
 from torch import Tensor
 
+from ._entries import prepare_entry
+from ._nontensor import NonTensorData
 from ._tree import is_coll, set_locked
 
-__all__ = ["OPEN", "TREES", "DistributedMethods", "IOMethods", "sync_open"]
+__all__ = [
+    "OPEN",
+    "TREES",
+    "UNLOCK",
+    "DistributedMethods",
+    "IOMethods",
+    "copy_other",
+    "put",
+    "sync_open",
+]
 
 #: The nodes of tree-backed containers, by ``id`` (filled by :mod:`._persist_writes`).
 #: The container's write gates test it first: while it is empty they cost one lookup.
@@ -27,6 +38,23 @@ TREES: dict[int, Any] = {}
 #: The ids of those nodes that are unlocked now: ``td[key] = v`` on an unlocked container
 #: looks here, so an in-memory container pays one empty-set test while no tree is unlocked.
 OPEN: set[int] = set()
+
+
+#: How a locked error ends: the way on, and what it does to a saved tree.
+UNLOCK = ": unlock_() first (on a saved tree, each change is then saved to it at once)"
+
+
+def put(node: Any, key: str, value: Any, path: tuple[str, ...]) -> None:
+    """Add or replace the entry ``key`` (the container's ``_set_str`` past its gates)."""
+    node._tensordict[key] = prepare_entry(node, key, value, path)
+
+
+def copy_other(node: Any, path: tuple[str, ...], value: Any, current: Any) -> None:
+    """``set_`` of a non-tensor entry or a nested container ``current``."""
+    if type(current) is NonTensorData:
+        node._tensordict[path[-1]] = prepare_entry(node, path[-1], value, path)
+    else:
+        current.update_(value)
 
 
 def sync_open(td: Any) -> None:

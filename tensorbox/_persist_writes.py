@@ -126,13 +126,13 @@ def commit(root: Any, path: str, before: list | None = None, **kw: Any) -> None:
 
     if before is None:
         before = _snapshot(root)
-    locks = {id(node): node._locked for node, _, _ in before}
+    locks = {id(node[0]): node[0]._locked for node in before}
     kw.setdefault("copy_existing", True)  # a leaf mapped elsewhere is copied into the tree
     _persist.memmap_(root, path, **kw)  # registers the tree again, locks it
     _relock(root, locks, locks[id(root)])
     sync_open(root)
     now = {id(n) for n in _all_nodes(root)}
-    for node, _, _ in before:  # a node deleted from the tree is an in-memory container now
+    for node, *_ in before:  # a node deleted from the tree is an in-memory container now
         if id(node) not in now:
             unregister(node)
 
@@ -180,26 +180,30 @@ def _all_nodes(root: Any) -> list[Any]:
     return out
 
 
-def _snapshot(root: Any) -> list[tuple[Any, dict, dict]]:
-    """Each node with its entries dict and a shallow copy of it."""
-    return [(n, n._tensordict, dict(n._tensordict)) for n in _all_nodes(root)]
+def _snapshot(root: Any) -> list[tuple[Any, dict, dict, Any, Any]]:
+    """Each node with its entries dict, a shallow copy of it, its batch size and device."""
+    return [
+        (n, n._tensordict, dict(n._tensordict), n._batch_size, n._device) for n in _all_nodes(root)
+    ]
 
 
-def _changed(before: list[tuple[Any, dict, dict]], root: Any) -> bool:
+def _changed(before: list[tuple[Any, dict, dict, Any, Any]], root: Any) -> bool:
     after = _all_nodes(root)
     if len(after) != len(before):
         return True
-    for (node, store, copy), now in zip(before, after, strict=True):
+    for (node, store, copy, bs, device), now in zip(before, after, strict=True):
         cur = now._tensordict
         if now is not node or cur is not store or cur.keys() != copy.keys():
+            return True
+        if now._batch_size != bs or now._device != device:
             return True
         if any(a is not b for a, b in zip(cur.values(), copy.values(), strict=True)):
             return True
     return False
 
 
-def _restore(before: list[tuple[Any, dict, dict]]) -> None:
-    for node, store, copy in before:
+def _restore(before: list[tuple[Any, dict, dict, Any, Any]]) -> None:
+    for node, store, copy, bs, device in before:
         store.clear()
         store.update(copy)
-        node._tensordict = store
+        node._tensordict, node._batch_size, node._device = store, bs, device

@@ -264,3 +264,40 @@ def test_registry_forgets_dead_trees(tmp_path) -> None:
     del td
     gc.collect()
     assert not ids & set(TREES) and not ids & OPEN
+
+
+def test_restructuring_writes_reach_the_tree(tmp_path) -> None:
+    path = str(tmp_path / "r")
+    td = TensorDict({"x": torch.zeros(3, 2), "y": torch.zeros(3, 2), "z": torch.zeros(3)}, [3])
+    td = td.memmap(path)
+    with td.unlock_():
+        td.exclude("z", inplace=True)
+        assert set(_disk(path).keys()) == {"x", "y"}
+        td.batch_size = [3, 2]  # recorded in meta.json: saved
+        assert _disk(path).batch_size == (3, 2)
+        td.select("x", inplace=True)
+        assert set(_disk(path).keys()) == {"x"}
+    with pytest.raises(LockedError, match=r"select\(inplace=True\) on a locked .* unlock_\(\)"):
+        td.select("x", inplace=True)
+
+
+def test_a_write_that_fails_to_commit_is_undone_in_memory(tmp_path, monkeypatch) -> None:
+    from tensorbox import _commit
+
+    td, path = _saved(tmp_path)
+
+    def full(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_commit, "commit", full)
+    with pytest.raises(OSError, match="No space left"):
+        td.set_("name", "b")
+    with td.unlock_(), pytest.raises(OSError, match="No space left"):
+        td["new"] = torch.ones(3)
+    with pytest.raises(OSError, match="No space left"):
+        td[0] = {"name": "c"}
+    monkeypatch.undo()
+    assert td["name"] == "a" and "new" not in td
+    back = _disk(path)
+    assert back["name"] == "a" and "new" not in back
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".t.tbx")]  # no leftovers
