@@ -20,7 +20,10 @@ The format is specified in :mod:`tensorbox._format`. This module walks a
 
 Semantics of repeated calls:
 
-- ``memmap_()`` on data that is already mapped keeps its files (or shared memory).
+- ``memmap_()`` on data that is already mapped keeps its files (or shared memory);
+  on a tree-backed container (one returned by a save or a load) it saves every
+  pending change into its own tree. Other writes to a tree-backed container are
+  saved as they happen (:mod:`tensorbox._persist_writes`).
 - ``memmap_(prefix)`` on data mapped elsewhere raises, unless ``copy_existing=True``.
 - Saving again at the same ``prefix`` first removes the old ``meta.json`` files
   (a crash from then on leaves a tree that is refused as incomplete), writes
