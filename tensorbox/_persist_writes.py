@@ -29,12 +29,22 @@ the container's write gates test it without importing this module.
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from torch import Tensor
+
+from . import _format as fmt
 from ._container_io import OPEN, TREES, sync_open
+from ._format_json import check_json_value
+from ._keys import format_key
+from ._memmap_tensor import MemoryMappedTensor
+from ._nontensor import NonTensorData
 from ._tree import is_coll
+
+_LEAVES = frozenset((Tensor, MemoryMappedTensor, NonTensorData))
 
 __all__ = ["register", "through", "tree_of"]
 
@@ -61,8 +71,6 @@ class _Record:
 
 def _nodes(root: Any, directory: str) -> list[tuple[Any, str]]:
     """Every node of the container ``root`` with its directory (the format's names)."""
-    from . import _format as fmt
-
     out, todo = [], [(root, directory)]
     while todo:
         node, d = todo.pop()
@@ -143,15 +151,12 @@ def write_rows(td: Any, index: Any, value: Any) -> None:
     row is written; a changed one is then committed with the rows."""
     from ._index import setitem_batch
 
-    _check_values(td, value, ())
+    if is_coll(value) or isinstance(value, Mapping):
+        _check_values(td, value, ())
     through(td, setitem_batch, td, index, value)
 
 
 def _check_values(td: Any, value: Any, path: tuple[str, ...]) -> None:
-    from ._format_json import check_json_value
-    from ._keys import format_key
-    from ._nontensor import NonTensorData
-
     store = value._tensordict if is_coll(value) else value if isinstance(value, Mapping) else {}
     for k, v in store.items():
         cur = td._tensordict.get(k)
@@ -176,7 +181,7 @@ def _all_nodes(root: Any) -> list[Any]:
     while todo:
         node = todo.pop()
         out.append(node)
-        todo.extend(v for v in node._tensordict.values() if is_coll(v))
+        todo.extend(v for v in node._tensordict.values() if type(v) not in _LEAVES and is_coll(v))
     return out
 
 
@@ -197,7 +202,7 @@ def _changed(before: list[tuple[Any, dict, dict, Any, Any]], root: Any) -> bool:
             return True
         if now._batch_size != bs or now._device != device:
             return True
-        if any(a is not b for a, b in zip(cur.values(), copy.values(), strict=True)):
+        if not all(map(operator.is_, cur.values(), copy.values())):
             return True
     return False
 
