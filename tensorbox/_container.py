@@ -543,9 +543,8 @@ class TensorCollection(
         [1.0, 1.0]
         """
         _no_names(names)
-        res: Self = _apply.apply(
-            self, fn, others, batch_size, device, inplace, False, False, (), default, filter_empty
-        )
+        a = (fn, others, batch_size, device, inplace, False, False, (), default, filter_empty)
+        res: Self = self._write(_apply.apply, self, *a) if inplace else _apply.apply(self, *a)
         if out is not None:
             out.update(res, inplace=True)
             return out  # type: ignore[return-value]
@@ -601,7 +600,7 @@ class TensorCollection(
 
     def clear_device_(self) -> Self:
         """Forget the fixed device (leaves stay where they are)."""
-        _tree.clear_device(self)
+        self._write(_tree.clear_device, self)
         return self
 
     def pin_memory(self, num_threads: int | None = None) -> Self:

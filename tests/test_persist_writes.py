@@ -301,3 +301,15 @@ def test_a_write_that_fails_to_commit_is_undone_in_memory(tmp_path, monkeypatch)
     back = _disk(path)
     assert back["name"] == "a" and "new" not in back
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".t.tbx")]  # no leftovers
+
+
+def test_apply_in_place_and_clear_device_reach_the_tree(tmp_path) -> None:
+    path = str(tmp_path / "a")
+    td = TensorDict({"x": torch.zeros(3)}, [3], device="cpu").memmap(path)
+    td.apply_(lambda t: t + 1)  # same dtype: written into the files
+    assert _disk(path)["x"].tolist() == [1.0] * 3
+    with td.unlock_():
+        td.apply_(lambda t: t.double())  # another dtype: a new leaf, saved at once
+    assert _disk(path)["x"].dtype == torch.float64
+    td.clear_device_()
+    assert _disk(path).device is None
