@@ -4,6 +4,10 @@ They are part of the container base (``TensorCollection`` mixes this class in) a
 the only place that imports ``_persist``, ``weights`` and ``distributed``: lazily,
 on first call, so ``import tensorbox`` loads none of them.
 
+Every write gate of the container asks here whether the container is a node of a
+saved tree (``TREES``, ``OPEN``); such writes are saved at once by
+:mod:`tensorbox._persist_writes`.
+
 >>> from tensorbox import TensorDict
 >>> callable(TensorDict.memmap) and callable(TensorDict.all_gather)
 True

@@ -30,6 +30,7 @@ the container's write gates test it without importing this module.
 from __future__ import annotations
 
 import operator
+import threading
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -48,8 +49,16 @@ _LEAVES = frozenset((Tensor, MemoryMappedTensor, NonTensorData))
 
 __all__ = ["register", "through", "tree_of"]
 
-# Roots being written by ``through`` now: inner writes join the outer commit.
-_active: set[int] = set()
+
+class _Active(threading.local):
+    """Roots being written by ``through`` in this thread: inner writes (a ``rename_key_``
+    is a pop and a set) join the outer commit."""
+
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+
+
+_active = _Active()
 
 
 class _Record:
@@ -111,11 +120,11 @@ def through(node: Any, fn: Callable[..., Any], *args: Any) -> Any:
     """Run the write ``fn(*args)`` on a node of a tree, then commit the tree if anything
     that ``meta.json`` records changed; undo the change in memory when that fails."""
     found = tree_of(node)
-    if found is None or id(found[0]) in _active:
+    if found is None or id(found[0]) in _active.ids:
         return fn(*args)
     root, path = found
     before = _snapshot(root)
-    _active.add(id(root))
+    _active.ids.add(id(root))
     try:
         out = fn(*args)
         if _changed(before, root):
@@ -124,7 +133,7 @@ def through(node: Any, fn: Callable[..., Any], *args: Any) -> Any:
         _restore(before)
         raise
     finally:
-        _active.discard(id(root))
+        _active.ids.discard(id(root))
     return out
 
 
