@@ -54,7 +54,7 @@ import orjson
 import torch
 from torch import Tensor
 
-from . import _checksum, _commit
+from . import _checksum, _commit, _persist_writes
 from . import _format as fmt
 from ._keys import format_key
 from ._memmap_tensor import (
@@ -90,6 +90,7 @@ def memmap_(
     copy_existing: bool = False,
     fsync: bool = False,
     checksum: bool = False,
+    _expect: str | None = None,
 ) -> Any:
     """Convert ``obj`` in place: every tensor leaf becomes a MemoryMappedTensor; lock it.
 
@@ -98,15 +99,13 @@ def memmap_(
     moves to anonymous shared memory.
     """
     if prefix is None:
-        from . import _persist_writes
-
         found = _persist_writes.tree_of(obj)
         if found is not None:
-            _persist_writes.commit(
-                found[0], found[1], num_threads=num_threads, fsync=fsync, checksum=checksum
-            )
+            _persist_writes.commit(*found, num_threads=num_threads, fsync=fsync, checksum=checksum)
             return obj.lock_()
-    _Saver(prefix, "inplace", copy_existing, fsync, checksum=checksum).run(obj, num_threads)
+    saver = _Saver(prefix, "inplace", copy_existing, fsync, checksum=checksum)
+    saver.expect = _expect
+    saver.run(obj, num_threads)
     return obj
 
 
@@ -178,13 +177,13 @@ def load_memmap(
         if verify:
             verify_tree(root, top)
         obj = loader.node(top, cls, 0)
+        backed = mode == "r+" and dev is None  # writes reach this tree: mode="r" is a copy
+        gen = _persist_writes.generation(root) if backed else None  # this one, while locked
     finally:
         _commit.read_unlock(lock)
     obj.lock_()
-    if mode == "r+" and dev is None:  # writes reach this tree (mode="r" is copy-on-write)
-        from . import _persist_writes
-
-        _persist_writes.register(obj, root)
+    if backed:
+        _persist_writes.register(obj, root, gen)
     return obj
 
 
@@ -267,6 +266,8 @@ class _Saver:
         self.fsync = fsync
         self.sparse = sparse
         self.checksum = checksum
+        self.expect: str | None = None  # the generation a write-through expects at root
+        self.gen: str | None = None
         # path, tensor, store, key, entry (its "id" set here, its "sha256" when asked)
         self.writes: list[tuple[str, Tensor, dict, str, dict]] = []
         self.keeps: list[tuple[str, Tensor, dict, str, dict]] = []  # already mapped there
@@ -285,8 +286,16 @@ class _Saver:
                 )
         else:
             with _commit.writing(self.root):  # one writer at a time at this path
+                if self.expect is not None and _persist_writes.generation(self.root) != self.expect:
+                    raise RuntimeError(
+                        f"the tree at {self.root!r} was saved again since this container was "
+                        "loaded or saved: its changes would drop that save's. Load it again "
+                        "and repeat the write, or call memmap_(path) to replace that tree "
+                        "with this container"
+                    )
                 self._walk(obj, self.root, (), None, None)  # every value checked: no I/O yet
                 idents = self._write_tree(num_threads)
+                self.gen = _persist_writes.generation(self.root)
                 # Mapped while the lock is held: no other save can have replaced the files.
                 for (path, t, store, key, entry), ident in zip(self.writes, idents, strict=True):
                     store[key] = map_file(
@@ -297,9 +306,7 @@ class _Saver:
         result = self._build()
         result.lock_()
         if self.root is not None:
-            from . import _persist_writes
-
-            _persist_writes.register(result, self.root)
+            _persist_writes.register(result, self.root, self.gen)
         return result
 
     # ------------------------------------------------------------ the walk

@@ -29,6 +29,7 @@ the container's write gates test it without importing this module.
 
 from __future__ import annotations
 
+import hashlib
 import operator
 import threading
 import weakref
@@ -61,10 +62,23 @@ class _Active(threading.local):
 _active = _Active()
 
 
-class _Record:
-    __slots__ = ("dir", "node", "root", "root_path")
+def generation(path: str) -> str | None:
+    """What identifies the tree now at ``path``: a hash of its root ``meta.json``, which
+    holds the random ids of its files, so no two saves give the same (None: no tree)."""
+    try:
+        return hashlib.blake2b(
+            fmt.read_meta_bytes(path, f"{path}/{fmt.META}"), digest_size=16
+        ).hexdigest()
+    except (OSError, ValueError):
+        return None
 
-    def __init__(self, node: Any, directory: str, root: Any, root_path: str) -> None:
+
+class _Record:
+    __slots__ = ("dir", "gen", "node", "root", "root_path")
+
+    def __init__(
+        self, node: Any, directory: str, root: Any, root_path: str, gen: list[str | None]
+    ) -> None:
         key = id(node)
 
         def gone(ref: Any, key: int = key) -> None:
@@ -76,6 +90,7 @@ class _Record:
         self.dir = directory
         self.root = weakref.ref(root)
         self.root_path = root_path
+        self.gen = gen  # one cell per tree, shared by its nodes: updated by each commit
 
 
 def _nodes(root: Any, directory: str) -> list[tuple[Any, str]]:
@@ -90,10 +105,12 @@ def _nodes(root: Any, directory: str) -> list[tuple[Any, str]]:
     return out
 
 
-def register(root: Any, path: str) -> None:
-    """Mark every node of ``root`` as part of the tree saved at ``path``."""
+def register(root: Any, path: str, gen: str | None) -> None:
+    """Mark every node of ``root`` as part of the tree saved at ``path``, whose
+    :func:`generation` is ``gen``."""
+    cell = [gen]
     for node, d in _nodes(root, path):
-        TREES[id(node)] = _Record(node, d, root, path)
+        TREES[id(node)] = _Record(node, d, root, path, cell)
     sync_open(root)
 
 
@@ -105,15 +122,16 @@ def unregister(obj: Any) -> None:
             OPEN.discard(id(node))
 
 
-def tree_of(node: Any) -> tuple[Any, str] | None:
-    """(root container, its path) of the tree ``node`` belongs to, or None."""
+def tree_of(node: Any) -> tuple[Any, str, str | None] | None:
+    """(root container, its path, the generation it last saw) of the tree ``node``
+    belongs to, or None."""
     rec = TREES.get(id(node))
     if rec is None or rec.node() is not node:
         return None
     root = rec.root()
     if root is None:  # the root container is gone: this node's folder is a tree of its own
-        return node, rec.dir
-    return root, rec.root_path
+        return node, rec.dir, None
+    return root, rec.root_path, rec.gen[0]
 
 
 def through(node: Any, fn: Callable[..., Any], *args: Any) -> Any:
@@ -122,13 +140,13 @@ def through(node: Any, fn: Callable[..., Any], *args: Any) -> Any:
     found = tree_of(node)
     if found is None or id(found[0]) in _active.ids:
         return fn(*args)
-    root, path = found
+    root, path, gen = found
     before = _snapshot(root)
     _active.ids.add(id(root))
     try:
         out = fn(*args)
         if _changed(before, root):
-            commit(root, path, before)
+            commit(root, path, gen, before)
     except BaseException:
         _restore(before)
         raise
@@ -137,15 +155,20 @@ def through(node: Any, fn: Callable[..., Any], *args: Any) -> Any:
     return out
 
 
-def commit(root: Any, path: str, before: list | None = None, **kw: Any) -> None:
-    """Save ``root`` into its own tree at ``path``, keeping each node's lock state."""
+def commit(root: Any, path: str, gen: str | None, before: list | None = None, **kw: Any) -> None:
+    """Save ``root`` into its own tree at ``path``, keeping each node's lock state.
+
+    ``gen`` is the generation of the tree this container last loaded or saved: when
+    another save has replaced the tree since, this one raises instead of dropping
+    what that save wrote.
+    """
     from . import _persist
 
     if before is None:
         before = _snapshot(root)
     locks = {id(node[0]): node[0]._locked for node in before}
     kw.setdefault("copy_existing", True)  # a leaf mapped elsewhere is copied into the tree
-    _persist.memmap_(root, path, **kw)  # registers the tree again, locks it
+    _persist.memmap_(root, path, _expect=gen, **kw)  # registers the tree again, locks it
     _relock(root, locks, locks[id(root)])
     sync_open(root)
     now = {id(n) for n in _all_nodes(root)}

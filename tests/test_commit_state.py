@@ -283,6 +283,20 @@ class LiveTree(RuleBasedStateMachine):
         del self.model[key]
 
     @precondition(lambda self: self.live is not None)
+    @rule()
+    def a_stale_handle_is_refused(self) -> None:
+        assert self.live is not None
+        other = TensorDict.load_memmap(self.path)
+        with other.unlock_():
+            other["zz"] = torch.zeros(ROWS)  # another handle saves first
+        self.model["zz"] = torch.zeros(ROWS)
+        stale = self.live
+        self.live = other
+        stale.batch_size = [ROWS]  # no change: nothing to save, no error
+        with pytest.raises(RuntimeError, match="was saved again since this container"):
+            stale.memmap_()
+
+    @precondition(lambda self: self.live is not None)
     @rule(lock=st.booleans())
     def lock_or_unlock(self, lock: bool) -> None:
         assert self.live is not None

@@ -313,3 +313,26 @@ def test_apply_in_place_and_clear_device_reach_the_tree(tmp_path) -> None:
     assert _disk(path)["x"].dtype == torch.float64
     td.clear_device_()
     assert _disk(path).device is None
+
+
+def test_a_stale_handle_raises_instead_of_dropping_another_save(tmp_path) -> None:
+    a, path = _saved(tmp_path)
+    b = _disk(path)
+    with a.unlock_():
+        a["from_a"] = torch.ones(3)
+    msg = "was saved again since this container was loaded or saved"
+    with pytest.raises(RuntimeError, match=msg):
+        b.set_("name", "from b")
+    with b.unlock_(), pytest.raises(RuntimeError, match=msg):
+        b["from_b"] = torch.ones(3)
+    with pytest.raises(RuntimeError, match=msg):
+        b.memmap_()
+    assert b["name"] == "a" and "from_b" not in b  # undone in memory
+    back = _disk(path)
+    assert "from_a" in back and back["name"] == "a"
+    b.memmap_(path)  # the way to replace the tree with this container, on purpose
+    assert "from_a" not in _disk(path)
+    # an overwrite by an unrelated save is detected the same way
+    TensorDict({"x": torch.zeros(3)}, [3]).memmap(path)
+    with pytest.raises(RuntimeError, match=msg):
+        a.set_("name", "late")
