@@ -44,6 +44,9 @@ TREES: dict[int, Any] = {}
 OPEN: set[int] = set()
 
 
+_LEAVES = frozenset((Tensor, NonTensorData))  # skipped by type, before the slower test
+
+
 #: How a locked error ends: the way on, and what it does to a saved tree.
 UNLOCK = ": unlock_() first (on a saved tree, each change is then saved to it at once)"
 
@@ -68,7 +71,9 @@ def sync_open(td: Any) -> None:
         node = todo.pop()
         if id(node) in TREES:
             (OPEN.discard if node._locked else OPEN.add)(id(node))
-        todo.extend(v for v in node._tensordict.values() if is_coll(v))
+        for v in node._tensordict.values():
+            if type(v) not in _LEAVES and not isinstance(v, Tensor) and is_coll(v):
+                todo.append(v)
 
 
 class IOMethods:

@@ -90,7 +90,7 @@ def memmap_(
     copy_existing: bool = False,
     fsync: bool = False,
     checksum: bool = False,
-    _expect: str | None = None,
+    _expect: tuple[int, int] | None = None,
 ) -> Any:
     """Convert ``obj`` in place: every tensor leaf becomes a MemoryMappedTensor; lock it.
 
@@ -266,8 +266,8 @@ class _Saver:
         self.fsync = fsync
         self.sparse = sparse
         self.checksum = checksum
-        self.expect: str | None = None  # the generation a write-through expects at root
-        self.gen: str | None = None
+        self.expect: tuple[int, int] | None = None  # the generation a write-through expects
+        self.gen: tuple[int, int] | None = None
         # path, tensor, store, key, entry (its "id" set here, its "sha256" when asked)
         self.writes: list[tuple[str, Tensor, dict, str, dict]] = []
         self.keeps: list[tuple[str, Tensor, dict, str, dict]] = []  # already mapped there

@@ -29,10 +29,10 @@ the container's write gates test it without importing this module.
 
 from __future__ import annotations
 
-import hashlib
 import operator
 import threading
 import weakref
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -62,22 +62,27 @@ class _Active(threading.local):
 _active = _Active()
 
 
-def generation(path: str) -> str | None:
-    """What identifies the tree now at ``path``: a hash of its root ``meta.json``, which
-    holds the random ids of its files, so no two saves give the same (None: no tree)."""
+def generation(path: str) -> tuple[int, int] | None:
+    """What identifies the tree now at ``path``: its root ``meta.json``'s size and CRC-32.
+    That file holds the random ids of the tree's files, so two saves differ there (None:
+    no tree). A checksum, not a file identity: inode numbers are reused."""
     try:
-        return hashlib.blake2b(
-            fmt.read_meta_bytes(path, f"{path}/{fmt.META}"), digest_size=16
-        ).hexdigest()
+        data = fmt.read_meta_bytes(path, f"{path}/{fmt.META}")
     except (OSError, ValueError):
         return None
+    return len(data), zlib.crc32(data)
 
 
 class _Record:
     __slots__ = ("dir", "gen", "node", "root", "root_path")
 
     def __init__(
-        self, node: Any, directory: str, root: Any, root_path: str, gen: list[str | None]
+        self,
+        node: Any,
+        directory: str,
+        root: Any,
+        root_path: str,
+        gen: list[tuple[int, int] | None],
     ) -> None:
         key = id(node)
 
@@ -100,18 +105,18 @@ def _nodes(root: Any, directory: str) -> list[tuple[Any, str]]:
         node, d = todo.pop()
         out.append((node, d))
         for k, v in node._tensordict.items():
-            if is_coll(v):
+            if type(v) not in _LEAVES and is_coll(v):
                 todo.append((v, f"{d}/{fmt.encode_key(k, node=True)}"))
     return out
 
 
-def register(root: Any, path: str, gen: str | None) -> None:
+def register(root: Any, path: str, gen: tuple[int, int] | None) -> None:
     """Mark every node of ``root`` as part of the tree saved at ``path``, whose
     :func:`generation` is ``gen``."""
     cell = [gen]
     for node, d in _nodes(root, path):
         TREES[id(node)] = _Record(node, d, root, path, cell)
-    sync_open(root)
+        (OPEN.discard if node._locked else OPEN.add)(id(node))
 
 
 def unregister(obj: Any) -> None:
@@ -122,7 +127,7 @@ def unregister(obj: Any) -> None:
             OPEN.discard(id(node))
 
 
-def tree_of(node: Any) -> tuple[Any, str, str | None] | None:
+def tree_of(node: Any) -> tuple[Any, str, tuple[int, int] | None] | None:
     """(root container, its path, the generation it last saw) of the tree ``node``
     belongs to, or None."""
     rec = TREES.get(id(node))
@@ -155,7 +160,9 @@ def through(node: Any, fn: Callable[..., Any], *args: Any) -> Any:
     return out
 
 
-def commit(root: Any, path: str, gen: str | None, before: list | None = None, **kw: Any) -> None:
+def commit(
+    root: Any, path: str, gen: tuple[int, int] | None, before: list | None = None, **kw: Any
+) -> None:
     """Save ``root`` into its own tree at ``path``, keeping each node's lock state.
 
     ``gen`` is the generation of the tree this container last loaded or saved: when
