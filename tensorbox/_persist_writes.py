@@ -11,6 +11,9 @@ made in memory, then the whole tree is committed at once (the save of
 commit fails, the in-memory change is undone and the error propagates, so memory and
 disk both keep the previous state.
 
+Each tree remembers the :func:`generation` it last loaded or saved; a commit made
+when another save has replaced the tree since raises instead of dropping that save.
+
 >>> import tempfile, torch
 >>> from tensorbox import TensorDict
 >>> path = tempfile.mkdtemp() + "/tree"
@@ -48,7 +51,7 @@ from ._tree import is_coll
 
 _LEAVES = frozenset((Tensor, MemoryMappedTensor, NonTensorData))
 
-__all__ = ["register", "through", "tree_of"]
+__all__ = ["commit", "generation", "register", "through", "tree_of", "unregister", "write_rows"]
 
 
 class _Active(threading.local):
