@@ -36,7 +36,10 @@ import torch
 from torch import Tensor
 
 from . import _index, _keyops, _repr, _tree
-from ._container_io import DistributedMethods, IOMethods
+from ._container_io import OPEN as _OPEN
+from ._container_io import TREES as _TREES
+from ._container_io import UNLOCK as _UNLOCK
+from ._container_io import DistributedMethods, IOMethods, copy_other, put
 from ._container_leaves import LeafMethods
 from ._container_ops import ShapeMethods
 from ._entries import copy_leaf, prepare_entry
@@ -118,9 +121,11 @@ class TensorCollection(
         """The one gate through which a key is added or replaced at this level."""
         if self._locked:
             raise LockedError(
-                f"cannot set {format_key(path)}: the {type(self).__name__} is locked "
-                "(unlock_() first, or write in place with set_ / td[idx] = ...)"
+                f"cannot set {format_key(path)}: the {type(self).__name__} is locked{_UNLOCK}, "
+                "or write in place with set_ / td[idx] = ..."
             )
+        if _OPEN and id(self) in _OPEN:  # an unlocked node of a saved tree: committed at once
+            return self._through(put, self, key, value, path)
         self._tensordict[key] = prepare_entry(self, key, value, path)
 
     # ------------------------------------------------------------- conversions
@@ -184,7 +189,7 @@ class TensorCollection(
         new = as_batch_size(value)
         for path, leaf in _tree.iter_shaped(self):
             check_leaf_shape(format_key(path), leaf.shape, new)
-        _tree.set_batch_size_nested(self, new)
+        self._write(_tree.set_batch_size_nested, self, new)  # saved at once on a saved tree
 
     @property
     def shape(self) -> torch.Size:
@@ -232,7 +237,7 @@ class TensorCollection(
 
     @is_locked.setter
     def is_locked(self, value: bool) -> None:
-        _tree.set_locked(self, bool(value))
+        self._set_lock(bool(value))
 
     def lock_(self) -> Self:
         """Forbid adding, removing or replacing entries (in-place writes stay allowed).
@@ -248,7 +253,7 @@ class TensorCollection(
         False
         """
         self._prev_lock = self._locked
-        _tree.set_locked(self, True)
+        self._set_lock(True)
         return self
 
     def unlock_(self) -> Self:
@@ -263,7 +268,7 @@ class TensorCollection(
         (True, ['x', 'y'])
         """
         self._prev_lock = self._locked
-        _tree.set_locked(self, False)
+        self._set_lock(False)
         return self
 
     def __enter__(self) -> Self:
@@ -276,7 +281,7 @@ class TensorCollection(
     def __exit__(self, *exc: object) -> None:
         stack = getattr(self, "_lock_stack", None)
         if stack:
-            _tree.set_locked(self, stack.pop())
+            self._set_lock(stack.pop())
         link = getattr(self, "_writeback", None)
         if link is not None and not exc[0]:  # a view used as a context: write it back
             source, op, args = link
@@ -305,6 +310,8 @@ class TensorCollection(
             self._set_str(index, value, (index,))
         elif _is_key(index):
             self.set(index, value)
+        elif _TREES and id(self) in _TREES:  # non-tensor values reach the tree's meta.json
+            self._write_rows(index, value)
         else:
             _index.setitem_batch(self, index, value)
 
@@ -413,10 +420,8 @@ class TensorCollection(
                 copy_leaf(current, value)
             except RuntimeError as err:
                 raise BatchSizeError(f"cannot copy into {format_key(path)}: {err}") from None
-        elif type(current) is _NTD:
-            node._tensordict[path[-1]] = prepare_entry(node, path[-1], value, path)
-        else:
-            current.update_(value)
+        else:  # a non-tensor value or a node: on a saved tree, committed at once
+            node._write(copy_other, node, path, value, current)
         return self
 
     def _node_for(self, path: tuple[str, ...]) -> TensorCollection:
@@ -436,7 +441,7 @@ class TensorCollection(
             if nxt is None:
                 if node._locked:
                     raise LockedError(
-                        f"cannot create {format_key(path[: i + 1])}: the container is locked"
+                        f"cannot create {format_key(path[: i + 1])}: the container is locked{_UNLOCK}"
                     )
                 nxt = _tree.new_plain({}, node._batch_size, node._device)
                 node._set_str(part, nxt, path[: i + 1])
@@ -459,8 +464,8 @@ class TensorCollection(
         if path[-1] not in store:
             raise find_missing(self, path)
         if node._locked:
-            raise LockedError(f"cannot delete {format_key(path)}: the container is locked")
-        del store[path[-1]]
+            raise LockedError(f"cannot delete {format_key(path)}: the container is locked{_UNLOCK}")
+        node._write(store.__delitem__, path[-1])  # on a saved tree, committed at once
         return self
 
     def pop(self, key: NestedKey, default: Any = KEEP) -> Any:
@@ -477,10 +482,10 @@ class TensorCollection(
     def rename_key_(self, old: NestedKey, new: NestedKey, safe: bool = False) -> Self:
         """Move the entry ``old`` to ``new``; ``safe=True`` refuses to replace an entry."""
         if self._locked:
-            raise LockedError(f"cannot rename {old!r}: the container is locked")
+            raise LockedError(f"cannot rename {old!r}: the container is locked{_UNLOCK}")
         if safe and new in self:
             raise KeyError(f"rename_key_: {new!r} exists already (safe=True refuses to replace it)")
-        self.set(new, self.pop(old))
+        self._write(lambda: self.set(new, self.pop(old)))  # one commit on a saved tree
         return self
 
     def keys(
@@ -582,7 +587,7 @@ class TensorCollection(
                 if is_coll(other)
                 else _tree.new_plain({}, self._batch_size, None).update(other).clone()
             )
-        _keyops.update(self, other, inplace, keys_to_update)
+        self._write(_keyops.update, self, other, inplace, keys_to_update)
         return self
 
     def update_(
@@ -597,7 +602,7 @@ class TensorCollection(
         in place; every key must exist here (works on locked containers)."""
         if other is None or kwargs:
             other = {**(dict(other.items()) if is_coll(other) else other or {}), **kwargs}
-        _keyops.update(self, other, True, keys_to_update, strict=True)
+        self._write(_keyops.update, self, other, True, keys_to_update, True)
         return self
 
     def copy_(self, other: Mapping[str, Any] | TensorCollection) -> Self:
@@ -612,6 +617,8 @@ class TensorCollection(
         >>> td.select("a", ("n", "b")).keys(include_nested=True, leaves_only=True)
         ['a', ('n', 'b')]
         """
+        if inplace:  # on a saved tree, saved at once
+            return self._write(_keyops.select, self, keys, inplace, strict)  # type: ignore[no-any-return]
         out: Self = _keyops.select(self, keys, inplace, strict)
         return out
 
@@ -623,7 +630,11 @@ class TensorCollection(
         >>> td.exclude(("n", "b")).keys(include_nested=True, leaves_only=True)
         ['a', ('n', 'c')]
         """
-        out: Self = _keyops.exclude(self, keys, inplace)
+        out: Self = (
+            self._write(_keyops.exclude, self, keys, inplace)
+            if inplace
+            else _keyops.exclude(self, keys, inplace)
+        )
         return out
 
     def flatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
@@ -643,8 +654,8 @@ class TensorCollection(
     def _replace_entries(self, new: TensorCollection) -> Self:
         """Take ``new``'s entries in place (an ``inplace=True`` key-structure op)."""
         if self._locked:
-            raise LockedError("cannot restructure a locked container in place: unlock_() first")
-        self._tensordict = new._tensordict
+            raise LockedError(f"cannot restructure a locked container in place{_UNLOCK}")
+        self._write(setattr, self, "_tensordict", new._tensordict)
         return self
 
     def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:

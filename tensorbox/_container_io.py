@@ -4,6 +4,10 @@ They are part of the container base (``TensorCollection`` mixes this class in) a
 the only place that imports ``_persist``, ``weights`` and ``distributed``: lazily,
 on first call, so ``import tensorbox`` loads none of them.
 
+Every write gate of the container asks here whether the container is a node of a
+saved tree (``TREES``, ``OPEN``); such writes are saved at once by
+:mod:`tensorbox._persist_writes`.
+
 >>> from tensorbox import TensorDict
 >>> callable(TensorDict.memmap) and callable(TensorDict.all_gather)
 True
@@ -17,9 +21,60 @@ from typing import Any, Self
 import torch
 from torch import Tensor
 
+from ._entries import prepare_entry
 from ._mixin_base import MixinBase
+from ._nontensor import NonTensorData
+from ._tree import is_coll, set_locked
 
-__all__ = ["DistributedMethods", "IOMethods"]
+__all__ = [
+    "OPEN",
+    "TREES",
+    "UNLOCK",
+    "DistributedMethods",
+    "IOMethods",
+    "copy_other",
+    "put",
+    "sync_open",
+]
+
+#: The nodes of tree-backed containers, by ``id`` (filled by :mod:`._persist_writes`).
+#: The container's write gates test it first: while it is empty they cost one lookup.
+TREES: dict[int, Any] = {}
+#: The ids of those nodes that are unlocked now: ``td[key] = v`` on an unlocked container
+#: looks here, so an in-memory container pays one empty-set test while no tree is unlocked.
+OPEN: set[int] = set()
+
+
+_LEAVES = frozenset((Tensor, NonTensorData))  # skipped by type, before the slower test
+
+
+#: How a locked error ends: the way on, and what it does to a saved tree.
+UNLOCK = ": unlock_() first (on a saved tree, each change is then saved to it at once)"
+
+
+def put(node: Any, key: str, value: Any, path: tuple[str, ...]) -> None:
+    """Add or replace the entry ``key`` (the container's ``_set_str`` past its gates)."""
+    node._tensordict[key] = prepare_entry(node, key, value, path)
+
+
+def copy_other(node: Any, path: tuple[str, ...], value: Any, current: Any) -> None:
+    """``set_`` of a non-tensor entry or a nested container ``current``."""
+    if type(current) is NonTensorData:
+        node._tensordict[path[-1]] = prepare_entry(node, path[-1], value, path)
+    else:
+        current.update_(value)
+
+
+def sync_open(td: Any) -> None:
+    """Record which nodes of saved trees under ``td`` are unlocked (after a lock change)."""
+    todo = [td]
+    while todo:
+        node = todo.pop()
+        if id(node) in TREES:
+            (OPEN.discard if node._locked else OPEN.add)(id(node))
+        for v in node._tensordict.values():
+            if type(v) not in _LEAVES and not isinstance(v, Tensor) and is_coll(v):
+                todo.append(v)
 
 
 class IOMethods(MixinBase):
@@ -28,6 +83,30 @@ class IOMethods(MixinBase):
     __slots__ = ()
 
     # ------------------------------------------------------------ persistence
+
+    def _set_lock(self, flag: bool) -> None:
+        set_locked(self, flag)  # type: ignore[arg-type]
+        if TREES:
+            sync_open(self)
+
+    def _through(self, fn: Any, *args: Any) -> Any:
+        """Run the write ``fn(*args)`` on this node of a saved tree and commit the tree
+        (see :mod:`tensorbox._persist_writes`)."""
+        from . import _persist_writes
+
+        return _persist_writes.through(self, fn, *args)
+
+    def _write_rows(self, index: Any, value: Any) -> None:
+        """``self[index] = value`` on a node of a saved tree (see ``_persist_writes``)."""
+        from . import _persist_writes
+
+        _persist_writes.write_rows(self, index, value)
+
+    def _write(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)``, committed at once when this is a node of a saved tree."""
+        if TREES and id(self) in TREES:
+            return self._through(fn, *args)
+        return fn(*args)
 
     def memmap_(
         self,

@@ -67,9 +67,9 @@ class LeafMethods(MixinBase):
         [1.0, 1.0]
         """
         _no_names(names)
-        res: Self = _apply.apply(
-            self, fn, others, batch_size, device, inplace, False, False, (), default, filter_empty
-        )
+        a = (fn, others, batch_size, device, inplace, False, False, (), default, filter_empty)
+        # in place on a saved tree: saved at once (a whole-tree commit, see _persist_writes)
+        res: Self = self._write(_apply.apply, self, *a) if inplace else _apply.apply(self, *a)
         if out is not None:
             out.update(cast(Any, res), inplace=True)  # res is a container (a mixin's Self)
             return out  # type: ignore[return-value]
@@ -132,7 +132,7 @@ class LeafMethods(MixinBase):
 
     def clear_device_(self) -> Self:
         """Forget the fixed device (leaves stay where they are)."""
-        _tree.clear_device(self)
+        self._write(_tree.clear_device, self)
         return self
 
     def pin_memory(self, num_threads: int | None = None) -> Self:

@@ -20,7 +20,10 @@ The format is specified in :mod:`tensorbox._format`. This module walks a
 
 Semantics of repeated calls:
 
-- ``memmap_()`` on data that is already mapped keeps its files (or shared memory).
+- ``memmap_()`` on data that is already mapped keeps its files (or shared memory);
+  on a tree-backed container (one returned by a save or a load) it saves every
+  pending change into its own tree. Other writes to a tree-backed container are
+  saved as they happen (:mod:`tensorbox._persist_writes`).
 - ``memmap_(prefix)`` on data mapped elsewhere raises, unless ``copy_existing=True``.
 - Saving again at the same ``prefix`` first removes the old ``meta.json`` files
   (a crash from then on leaves a tree that is refused as incomplete), writes
@@ -51,7 +54,7 @@ import orjson
 import torch
 from torch import Tensor
 
-from . import _checksum, _commit
+from . import _checksum, _commit, _persist_writes
 from . import _format as fmt
 from ._keys import format_key
 from ._memmap_tensor import (
@@ -87,10 +90,23 @@ def memmap_(
     copy_existing: bool = False,
     fsync: bool = False,
     checksum: bool = False,
+    _expect: tuple[int, int] | None = None,
 ) -> Any:
-    """Convert ``obj`` in place: every tensor leaf becomes a MemoryMappedTensor; lock it."""
+    """Convert ``obj`` in place: every tensor leaf becomes a MemoryMappedTensor; lock it.
+
+    With no ``prefix``, a tree-backed ``obj`` (or a node of one) is saved into its own
+    tree, pending changes included (:mod:`tensorbox._persist_writes`); any other ``obj``
+    moves to anonymous shared memory.
+    """
+    if prefix is None:
+        found = _persist_writes.tree_of(obj)
+        if found is not None:
+            _persist_writes.commit(*found, num_threads=num_threads, fsync=fsync, checksum=checksum)
+            return obj.lock_()
     _refuse_archive(prefix)
-    _Saver(prefix, "inplace", copy_existing, fsync, checksum=checksum).run(obj, num_threads)
+    saver = _Saver(prefix, "inplace", copy_existing, fsync, checksum=checksum)
+    saver.expect = _expect
+    saver.run(obj, num_threads)
     return obj
 
 
@@ -181,9 +197,13 @@ def load_memmap(
         if verify:
             verify_tree(root, top)
         obj = loader.node(top, cls, 0)
+        backed = mode == "r+" and dev is None  # writes reach this tree: mode="r" is a copy
+        gen = _persist_writes.generation(root) if backed else None  # this one, while locked
     finally:
         _commit.read_unlock(lock)
     obj.lock_()
+    if backed:
+        _persist_writes.register(obj, root, gen)
     return obj
 
 
@@ -273,6 +293,8 @@ class _Saver:
         self.fsync = fsync
         self.sparse = sparse
         self.checksum = checksum
+        self.expect: tuple[int, int] | None = None  # the generation a write-through expects
+        self.gen: tuple[int, int] | None = None
         # path, tensor, store, key, entry (its "id" set here, its "sha256" when asked)
         self.writes: list[tuple[str, Tensor, dict[Any, Any], str, dict[Any, Any]]] = []
         self.keeps: list[
@@ -293,8 +315,16 @@ class _Saver:
                 )
         else:
             with _commit.writing(self.root):  # one writer at a time at this path
+                if self.expect is not None and _persist_writes.generation(self.root) != self.expect:
+                    raise RuntimeError(
+                        f"the tree at {self.root!r} was saved again since this container was "
+                        "loaded or saved: its changes would drop that save's. Load it again "
+                        "and repeat the write, or call memmap_(path) to replace that tree "
+                        "with this container"
+                    )
                 self._walk(obj, self.root, (), None, None)  # every value checked: no I/O yet
                 idents = self._write_tree(num_threads)
+                self.gen = _persist_writes.generation(self.root)
                 # Mapped while the lock is held: no other save can have replaced the files.
                 for (path, t, store, key, entry), ident in zip(self.writes, idents, strict=True):
                     store[key] = map_file(
@@ -304,6 +334,8 @@ class _Saver:
                     t.untyped_storage()._tbx_gen = entry["id"]  # type: ignore[attr-defined]
         result = self._build()
         result.lock_()
+        if self.root is not None:
+            _persist_writes.register(result, self.root, self.gen)
         return result
 
     # ------------------------------------------------------------ the walk

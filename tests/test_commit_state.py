@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from tensorbox import NonTensorData, TensorDict
-from tensorbox.errors import FormatError
+from tensorbox.errors import FormatError, LockedError
 
 KEYS = ("a", "b", "Cap", "n/x")
 ROWS = 3
@@ -135,3 +135,214 @@ SavedTree.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_saved_tree = SavedTree.TestCase
+
+
+# ---------------------------------------------------------------- everyday writes
+
+TENSOR_KEYS = ("a", "b", "n/x")
+TEXT_KEYS = ("t", "s")
+TEXT = st.text(max_size=4)
+
+
+def _path(key: str) -> tuple[str, ...]:
+    return tuple(key.split("/"))
+
+
+class LiveTree(RuleBasedStateMachine):
+    """Writes through a tree-backed container (set rows with tensors and text, add and
+    delete keys, set_, memmap_ with and without prefix, reload, deepcopy, lock/unlock):
+    after every step the tree on disk, and the container, hold the model's state; a step
+    that raises leaves both as they were."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = tempfile.mkdtemp()
+        self.paths = (f"{self.dir}/one", f"{self.dir}/two")
+        self.path = self.paths[0]
+        self.live: TensorDict | None = None
+        self.model: dict[str, object] = {}  # key -> tensor, or text (str or list per row)
+
+    def teardown(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @staticmethod
+    def _state(td: TensorDict) -> dict[str, object]:
+        out: dict[str, object] = {}
+        for k, v in td.items(include_nested=True, leaves_only=True):
+            key = "/".join(k) if isinstance(k, tuple) else k
+            out[key] = v.clone() if isinstance(v, torch.Tensor) else td[k]
+        return out
+
+    def _check(self, td: TensorDict) -> None:
+        got = self._state(td)
+        assert got.keys() == self.model.keys()
+        for k, v in self.model.items():
+            if isinstance(v, torch.Tensor):
+                assert torch.equal(got[k], v), k  # type: ignore[arg-type]
+            else:
+                assert got[k] == v, k
+
+    @rule(
+        values=st.dictionaries(st.sampled_from(TENSOR_KEYS), st.integers(-9, 9), min_size=1),
+        texts=st.dictionaries(st.sampled_from(TEXT_KEYS), TEXT),
+        in_place=st.booleans(),
+        other=st.booleans(),
+    )
+    def save(self, values: dict, texts: dict, in_place: bool, other: bool) -> None:
+        td = TensorDict({}, [ROWS])
+        for k, v in values.items():
+            td[_path(k)] = torch.full((ROWS,), float(v))
+        for k, v in texts.items():
+            td[k] = NonTensorData(v)
+        self.path = self.paths[other]
+        self.model = self._state(td)
+        if in_place:
+            td.memmap_(self.path)
+            self.live = td
+        else:
+            self.live = td.memmap(self.path)
+
+    @precondition(lambda self: self.live is not None)
+    @rule()
+    def reload(self) -> None:
+        self.live = TensorDict.load_memmap(self.path)
+
+    @precondition(lambda self: self.live is not None)
+    @rule(data=st.data())
+    def set_a_row(self, data: st.DataObject) -> None:
+        assert self.live is not None
+        keys = sorted(self.model)
+        if not keys:
+            return
+        key = data.draw(st.sampled_from(keys))
+        row = data.draw(st.integers(0, ROWS - 1))
+        cur = self.model[key]
+        if isinstance(cur, torch.Tensor):
+            value: object = float(data.draw(st.integers(-9, 9)))
+            value_t = torch.tensor(value)
+            nested: dict = {}
+            node = nested
+            for part in _path(key)[:-1]:
+                node = node.setdefault(part, {})
+            node[_path(key)[-1]] = value_t
+            self.live[row] = nested
+            cur[row] = value
+            return
+        if data.draw(st.booleans()):  # a value the tree cannot hold: refused, nothing written
+            with pytest.raises(TypeError, match=f"key '{key}': value"):
+                self.live[row] = {key: object()}
+            return
+        text = data.draw(TEXT)
+        self.live[row] = {key: text}
+        if isinstance(cur, str) and cur == text:
+            return
+        rows = [cur] * ROWS if isinstance(cur, str) else list(cur)  # type: ignore[arg-type]
+        rows[row] = text
+        self.model[key] = rows
+
+    @precondition(lambda self: self.live is not None)
+    @rule(key=st.sampled_from(TEXT_KEYS), text=TEXT)
+    def set_a_text(self, key: str, text: str) -> None:
+        assert self.live is not None
+        if key not in self.model:
+            return
+        self.live.set_(key, text)
+        self.model[key] = text
+
+    @precondition(lambda self: self.live is not None)
+    @rule(key=st.sampled_from(TENSOR_KEYS + TEXT_KEYS), value=st.integers(-9, 9))
+    def add_or_replace_a_key(self, key: str, value: int) -> None:
+        assert self.live is not None
+        new: object = str(value) if key in TEXT_KEYS else torch.full((ROWS,), float(value))
+        if self.live.is_locked:
+            with pytest.raises(LockedError, match="unlock_"):
+                self.live[_path(key)] = new
+            return
+        self.live[_path(key)] = new
+        self.model[key] = new
+
+    @precondition(lambda self: self.live is not None and not self.live.is_locked)
+    @rule(key=st.sampled_from(TENSOR_KEYS + TEXT_KEYS))
+    def a_failing_key_set_changes_nothing(self, key: str) -> None:
+        assert self.live is not None
+        with pytest.raises(TypeError, match="value <object object at"):
+            self.live[_path(key)] = object()
+
+    @precondition(lambda self: self.live is not None)
+    @rule(data=st.data())
+    def delete_a_key(self, data: st.DataObject) -> None:
+        assert self.live is not None
+        if not self.model:
+            return
+        key = data.draw(st.sampled_from(sorted(self.model)))
+        if self.live.is_locked:
+            with pytest.raises(LockedError, match=r"cannot delete .* unlock_\(\) first"):
+                del self.live[_path(key)]
+            return
+        del self.live[_path(key)]
+        del self.model[key]
+
+    @precondition(lambda self: self.live is not None)
+    @rule()
+    def a_stale_handle_is_refused(self) -> None:
+        assert self.live is not None
+        other = TensorDict.load_memmap(self.path)
+        with other.unlock_():
+            other["zz"] = torch.zeros(ROWS)  # another handle saves first
+        self.model["zz"] = torch.zeros(ROWS)
+        stale = self.live
+        self.live = other
+        stale.batch_size = [ROWS]  # no change: nothing to save, no error
+        with pytest.raises(RuntimeError, match="was saved again since this container"):
+            stale.memmap_()
+
+    @precondition(lambda self: self.live is not None)
+    @rule(lock=st.booleans())
+    def lock_or_unlock(self, lock: bool) -> None:
+        assert self.live is not None
+        if lock:
+            self.live.lock_()
+        else:
+            self.live.unlock_()
+
+    @precondition(lambda self: self.live is not None)
+    @rule()
+    def memmap_without_prefix(self) -> None:
+        assert self.live is not None
+        self.live.memmap_()
+        assert self.live.is_locked
+
+    @precondition(lambda self: self.live is not None)
+    @rule()
+    def memmap_to_the_other_path(self) -> None:
+        assert self.live is not None
+        self.path = self.paths[self.path == self.paths[0]]
+        self.live.memmap_(self.path, copy_existing=True)
+
+    @precondition(lambda self: self.live is not None)
+    @rule()
+    def a_deep_copy_is_in_memory(self) -> None:
+        assert self.live is not None
+        twin = copy.deepcopy(self.live)
+        self._check(twin)
+        twin.unlock_()
+        twin["zz"] = torch.zeros(ROWS)
+        if any(k in self.model for k in TEXT_KEYS):
+            key = next(k for k in TEXT_KEYS if k in self.model)
+            twin[0] = {key: "copy"}
+
+    @invariant()
+    def disk_and_memory_match_the_model(self) -> None:
+        if self.live is None:
+            return
+        self._check(self.live)
+        self._check(TensorDict.load_memmap(self.path))
+
+
+LiveTree.TestCase.settings = settings(
+    max_examples=20,
+    stateful_step_count=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_live_tree = LiveTree.TestCase
