@@ -28,7 +28,7 @@ import os
 import reprlib
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from . import _archive, _archive_convert, _checksum, _commit
 from . import _format as fmt
@@ -105,7 +105,7 @@ def _header(path: str, node: fmt.Node, out: list[str], form: str) -> None:
 
 def _show_node(node: fmt.Node, child: Any, indent: str, out: list[str], depth: int) -> int:
     total = 0
-    items = list(node.entries.items())
+    items = list(cast("dict[str, _archive.Entry]", node.entries).items())
     for i, (key, e) in enumerate(items):
         last = i == len(items) - 1
         branch, cont = ("└── ", "    ") if last else ("├── ", "│   ")
@@ -142,7 +142,7 @@ def verify(path: str, out: list[str], read: bool = False) -> int:
         ar = _archive.Archive(found[0])
         for _, node in _archive.iter_nodes(ar, found[1]):
             nodes += 1
-            for e in node.entries.values():
+            for e in cast("dict[str, _archive.Entry]", node.entries).values():
                 if type(e) is _archive.ArchiveTensor:
                     tensors += 1
                     total += e.nbytes

@@ -41,13 +41,14 @@ import stat
 import sys
 import zipfile
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import torch
 
 from . import _checksum, _commit, _zip
 from . import _format as fmt
 from ._chunks import as_bytes, byte_chunks
+from ._format_json import _short_repr
 from ._format_names import is_plain_name, legacy_name
 from ._memmap_tensor import MemoryMappedTensor, _blank
 from ._nontensor import NonTensorData
@@ -72,6 +73,10 @@ class ArchiveTensor(NamedTuple):
     name: str  # the zip entry
     gen: str | None = None
     sha256: str | None = None
+
+
+# What the entries of a node read from an archive hold (``fmt.Node`` types them for folders).
+Entry = ArchiveTensor | fmt.TensorEntry | fmt.NodeEntry | fmt.JsonEntry
 
 
 # ---------------------------------------------------------------- finding archives
@@ -109,7 +114,7 @@ class Archive:
         self.path = path
         self.storage, self.ident = _map(path)
         flat = _blank(torch.uint8).new().set_(self.storage)
-        self.buf = memoryview(flat.numpy())
+        self.buf = memoryview(flat.numpy())  # type: ignore[arg-type]  # numpy's stubs: no Buffer before 3.12
         self.index = _zip.read_index(self.buf, path)
         self.entries = self.index.entries
 
@@ -122,7 +127,8 @@ class Archive:
         data = self.index.data_offset(ze)
         size = e.dtype.itemsize
         if ze.method == _zip.STORED and data % size == 0:
-            t = _blank(e.dtype).new().set_(self.storage, data // size, e.shape)
+            # torch's stubs lack set_(storage, offset, size); strides are computed (contiguous)
+            t: torch.Tensor = _blank(e.dtype).new().set_(self.storage, data // size, e.shape)  # type: ignore[call-overload]
             t.__class__ = MemoryMappedTensor
             return t
         raw = self.index.read(ze) if ze.method != _zip.STORED else self.buf[data : data + e.nbytes]
@@ -169,7 +175,8 @@ def _map(path: str) -> tuple[torch.UntypedStorage, tuple[int, int]]:
                 f"{path}: {st.st_size} bytes, too short for a zip archive (truncated?)"
             )
         source = f"/proc/self/fd/{fd}" if _PROC_FD else path
-        storage = torch.UntypedStorage.from_file(source, False, st.st_size)
+        # Any: the storage carries the _tbx_* attributes set below
+        storage: Any = torch.UntypedStorage.from_file(source, False, st.st_size)
         ident = (st.st_dev, st.st_ino)
         if not _PROC_FD:  # pragma: no cover - mapped by name: check it is the file opened
             now = os.stat(path)
@@ -230,9 +237,7 @@ def read_node(ar: Archive, d: str) -> fmt.Node:
     device = fmt.check_device(doc["device"], where)
     entries_doc = doc["entries"]
     if type(entries_doc) is not dict:
-        raise FormatError(
-            f"{where}: 'entries' is {fmt._short_repr(entries_doc)}, expected an object"
-        )
+        raise FormatError(f"{where}: 'entries' is {_short_repr(entries_doc)}, expected an object")
     entries: dict[str, Any] = {}
     for key, e in entries_doc.items():
         kwhere = f"{where}: entry {key!r}"
@@ -246,12 +251,10 @@ def read_node(ar: Archive, d: str) -> fmt.Node:
                 )
             gen, sha = e.get("id"), e.get("sha256")
             if gen is not None and (type(gen) is not str or fmt._HEX32(gen) is None):
-                raise FormatError(
-                    f"{kwhere}: 'id' is {fmt._short_repr(gen)}, expected 32 hex digits"
-                )
+                raise FormatError(f"{kwhere}: 'id' is {_short_repr(gen)}, expected 32 hex digits")
             if sha is not None and (type(sha) is not str or fmt._HEX64(sha) is None):
                 raise FormatError(
-                    f"{kwhere}: 'sha256' is {fmt._short_repr(sha)}, expected 64 hex digits"
+                    f"{kwhere}: 'sha256' is {_short_repr(sha)}, expected 64 hex digits"
                 )
             leaf = _tensor(ar, d, e["file"], e["dtype"], e["shape"], batch, kwhere)
             entries[key] = leaf._replace(gen=gen, sha256=sha)
@@ -267,12 +270,10 @@ def read_node(ar: Archive, d: str) -> fmt.Node:
 
 
 def _tensor(
-    ar: Archive, d: str, file: Any, dtype: Any, shape: Any, batch: tuple, where: str
+    ar: Archive, d: str, file: Any, dtype: Any, shape: Any, batch: tuple[int, ...], where: str
 ) -> ArchiveTensor:
     if type(dtype) is not str or dtype not in fmt.DTYPES:
-        raise FormatError(
-            f"{where}: dtype {fmt._short_repr(dtype)} is not one of {sorted(fmt.DTYPES)}"
-        )
+        raise FormatError(f"{where}: dtype {_short_repr(dtype)} is not one of {sorted(fmt.DTYPES)}")
     torch_dtype = fmt.DTYPES[dtype]
     shp = fmt.check_shape(shape, where, "'shape'")
     if shp[: len(batch)] != batch:
@@ -283,7 +284,7 @@ def _tensor(
     if need >= 1 << 63:
         raise FormatError(f"{where}: shape {list(shp)} is too large for a tensor")
     if not is_plain_name(file):
-        raise FormatError(f"{where}: file {fmt._short_repr(file)} is not a plain file name")
+        raise FormatError(f"{where}: file {_short_repr(file)} is not a plain file name")
     name = f"{d}/{file}" if d else file
     ze = ar.entries.get(name)
     if ze is None:
@@ -298,7 +299,7 @@ def _tensor(
 
 def _node_entry(ar: Archive, d: str, name: Any, where: str) -> fmt.NodeEntry:
     if not is_plain_name(name):
-        raise FormatError(f"{where}: dir {fmt._short_repr(name)} is not a plain directory name")
+        raise FormatError(f"{where}: dir {_short_repr(name)} is not a plain directory name")
     sub = f"{d}/{name}" if d else name
     if f"{sub}/{fmt.META}" not in ar.entries:
         raise FormatError(f"{ar.where(sub + '/' + fmt.META)} is missing ({where})")
@@ -319,7 +320,7 @@ def read_child(ar: Archive, parent: fmt.Node, e: fmt.NodeEntry, depth: int) -> f
 
 def iter_nodes(ar: Archive, d: str = "") -> Iterator[tuple[tuple[str, ...], fmt.Node]]:
     """Every node below ``d``, parents first, checked (``verify``, ``unpack``)."""
-    todo = [((), read_node(ar, d))]
+    todo: list[tuple[tuple[str, ...], fmt.Node]] = [((), read_node(ar, d))]
     while todo:
         keys, node = todo.pop()
         yield keys, node
@@ -332,7 +333,7 @@ def iter_nodes(ar: Archive, d: str = "") -> Iterator[tuple[tuple[str, ...], fmt.
 _LEGACY_TD = ("<class 'tensordict._td.TensorDict'>", "tensordict:TensorDict")
 
 
-def _legacy_node(ar: Archive, d: str, where: str, doc: dict) -> fmt.Node:
+def _legacy_node(ar: Archive, d: str, where: str, doc: dict[str, Any]) -> fmt.Node:
     from ._format_legacy import _LEGACY_FIELDS
 
     version = doc.get("_format_version", 0)
@@ -347,7 +348,7 @@ def _legacy_node(ar: Archive, d: str, where: str, doc: dict) -> fmt.Node:
         cls = doc.get("_type")
     if cls not in _LEGACY_TD:
         raise FormatError(
-            f"{where}: a tensordict tree of class {fmt._short_repr(cls)}; tensorbox reads "
+            f"{where}: a tensordict tree of class {_short_repr(cls)}; tensorbox reads "
             "TensorDict trees only (save lazy stacks and tensorclasses as TensorDicts)"
         )
     shape = doc.get("shape")
@@ -361,7 +362,7 @@ def _legacy_node(ar: Archive, d: str, where: str, doc: dict) -> fmt.Node:
         if type(e) is not dict:
             if key in _LEGACY_FIELDS:
                 continue
-            raise FormatError(f"{kwhere} is {fmt._short_repr(e)}, expected an object")
+            raise FormatError(f"{kwhere} is {_short_repr(e)}, expected an object")
 
         def existing(suffix: str = "", key: str = key) -> str:
             name = legacy_name(key) + suffix
@@ -374,7 +375,7 @@ def _legacy_node(ar: Archive, d: str, where: str, doc: dict) -> fmt.Node:
         if "dtype" in e:
             dtype = e["dtype"]
             if type(dtype) is not str or not dtype.startswith("torch."):
-                raise FormatError(f"{kwhere}: dtype {fmt._short_repr(dtype)} is not a torch dtype")
+                raise FormatError(f"{kwhere}: dtype {_short_repr(dtype)} is not a torch dtype")
             if e.get("is_nested", False) is not False:
                 raise FormatError(f"{kwhere}: nested (jagged) tensors are not supported")
             file = existing(fmt.SUFFIX)
@@ -397,7 +398,7 @@ def _legacy_node(ar: Archive, d: str, where: str, doc: dict) -> fmt.Node:
                 entries[key] = fmt.JsonEntry(value["data"], False)
         else:
             raise FormatError(
-                f"{kwhere} has type {fmt._short_repr(kind)}; tensorbox reads TensorDict, "
+                f"{kwhere} has type {_short_repr(kind)}; tensorbox reads TensorDict, "
                 "NonTensorData, NonTensorStack and tensors from tensordict trees"
             )
     return fmt.Node(ar.where(d), version, "TensorDict", batch, device, entries, True)
@@ -441,7 +442,7 @@ def load(
 def _build(ar: Archive, loader: _Loader, node: fmt.Node, cls: type | None, depth: int) -> Any:
     store: dict[str, Any] = {}
     device = loader.device
-    for key, e in node.entries.items():
+    for key, e in cast("dict[str, Entry]", node.entries).items():
         if type(e) is ArchiveTensor:
             leaf = ar.leaf(e)
             store[key] = (
@@ -452,7 +453,8 @@ def _build(ar: Archive, loader: _Loader, node: fmt.Node, cls: type | None, depth
         elif type(e) is fmt.NodeEntry:
             store[key] = _build(ar, loader, read_child(ar, node, e, depth + 1), None, depth + 1)
         else:
-            store[key] = NonTensorData(e.value, stacked=e.stacked)
+            json = cast(fmt.JsonEntry, e)
+            store[key] = NonTensorData(json.value, stacked=json.stacked)
     want = device if device is not None else (None if node.device is None else _CPU)
     return loader.rebuild(node, store, want, cls)
 
@@ -462,7 +464,7 @@ def verify_archive(ar: Archive, top: fmt.Node | None = None, d: str = "") -> tup
     nodes = tensors = total = 0
     for _, node in iter_nodes(ar, d) if top is None else _from(ar, top):
         nodes += 1
-        for e in node.entries.values():
+        for e in cast("dict[str, Entry]", node.entries).values():
             if type(e) is ArchiveTensor:
                 tensors += 1
                 total += e.nbytes
@@ -471,7 +473,7 @@ def verify_archive(ar: Archive, top: fmt.Node | None = None, d: str = "") -> tup
 
 
 def _from(ar: Archive, top: fmt.Node) -> Iterator[tuple[tuple[str, ...], fmt.Node]]:
-    todo = [((), top)]
+    todo: list[tuple[tuple[str, ...], fmt.Node]] = [((), top)]
     while todo:
         keys, node = todo.pop()
         yield keys, node
@@ -499,7 +501,8 @@ def save(
         # Mapped while the lock is held: the file is the one just written.
         storage, _ = _map(root)
     for i, t, store, key in leaves:  # the copy: views of the new file, as a load gives
-        view = _blank(t.dtype).new().set_(storage, starts[i] // t.dtype.itemsize, t.shape)
+        # torch's stubs lack set_(storage, offset, size); strides are computed (contiguous)
+        view = _blank(t.dtype).new().set_(storage, starts[i] // t.dtype.itemsize, t.shape)  # type: ignore[call-overload]
         view.__class__ = MemoryMappedTensor
         store[key] = view
     result = saver._build()
@@ -532,19 +535,26 @@ def _is_zip(path: str) -> bool:
         return False
 
 
-def _plan(saver: _Saver, root: str, checksum: bool) -> tuple[list, list, list]:
+# A zip item (name, payload, align) for _zip.write_zip; a leaf (path, tensor, store, key)
+_Item = tuple[str, Any, bool]
+_Leaf = tuple[str, torch.Tensor, dict[Any, Any], str]
+
+
+def _plan(
+    saver: _Saver, root: str, checksum: bool
+) -> tuple[list[_Item], list[int | None], list[tuple[int, torch.Tensor, dict[Any, Any], str]]]:
     """(name, payload, align) items, each node's meta.json first, then its leaves; their
     sizes; and (item, tensor, store, key) of each leaf, for the copy to return."""
     cut = len(root) + 1
-    leaves: dict[str, list] = {}
+    leaves: dict[str, list[_Leaf]] = {}
     for path, t, store, key, entry in saver.writes:
         if checksum:
             entry["sha256"] = _checksum.tensor_sha256(t)
         leaves.setdefault(os.path.dirname(path), []).append((path, t, store, key))
     metas = {m[0]: m for _, _, _, _, m in saver.nodes}
-    items: list = []
-    sizes: list = []
-    placed: list = []
+    items: list[_Item] = []
+    sizes: list[int | None] = []
+    placed: list[tuple[int, torch.Tensor, dict[Any, Any], str]] = []
     for d in saver.dirs:
         rel = d[cut:].replace(os.sep, "/")
         _, meta, std_json = metas[d]
@@ -562,7 +572,7 @@ def _plan(saver: _Saver, root: str, checksum: bool) -> tuple[list, list, list]:
     return items, sizes, placed
 
 
-def _meta_bytes(meta: dict, std_json: bool) -> bytes:
+def _meta_bytes(meta: dict[str, Any], std_json: bool) -> bytes:
     """``meta.json`` exactly as :func:`tensorbox._format.write_meta` writes it."""
     if std_json:
         import json
@@ -576,7 +586,9 @@ def _meta_bytes(meta: dict, std_json: bool) -> bytes:
     return b"".join((head, b', "entries": {\n', lines, b"\n}}\n"))
 
 
-def write_file(root: str, items: list, sizes: list, num_threads: int, fsync: bool) -> list[int]:
+def write_file(
+    root: str, items: list[_Item], sizes: list[int | None], num_threads: int, fsync: bool
+) -> list[int]:
     """Write the zip to a hidden file beside ``root`` and rename it in (caller holds the lock)."""
     parent, name = os.path.split(root)
     stale = f".{name}.tbx-new-"

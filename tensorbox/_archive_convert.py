@@ -21,6 +21,7 @@ True
 from __future__ import annotations
 
 import os
+from typing import Any, cast
 
 import orjson
 import torch
@@ -56,7 +57,7 @@ def pack(
                 n += 1
                 t += sum(type(e) is fmt.TensorEntry for e in node.entries.values())
             return n, t
-        items: list = []
+        items: list[tuple[str, Any, bool]] = []  # (name, payload, align)
         leaves = 0
         for _, node in fmt.iter_tree(src, top):
             rel = os.path.relpath(node.path, src).replace(os.sep, "/")
@@ -68,7 +69,13 @@ def pack(
                 if type(e) is fmt.TensorEntry:
                     size = os.stat(e.path).st_size
                     data = map_file(e.path, torch.uint8, (size,), "r") if size else b""
-                    items.append((rel + files[key], as_bytes(data) if size else b"", True))
+                    items.append(
+                        (
+                            rel + files[key],
+                            as_bytes(cast(torch.Tensor, data)) if size else b"",
+                            True,
+                        )
+                    )
                     leaves += 1
         nodes = sum(name.endswith(fmt.META) for name, _, _ in items)
     finally:
@@ -124,7 +131,7 @@ def unpack(file: str, directory: str, *, fsync: bool = False) -> tuple[int, int]
 def _extract(ar: _archive.Archive, e: _zip.ZipEntry, target: str, fsync: bool) -> None:
     if e.method == _zip.STORED:
         at = ar.index.data_offset(e)
-        data = ar.buf[at : at + e.csize]
+        data: memoryview | bytes = ar.buf[at : at + e.csize]
         crc = 0
         for i in range(0, e.csize, 1 << 24):
             crc = _zip.crc32(data[i : i + (1 << 24)], crc)

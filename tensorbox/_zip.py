@@ -375,7 +375,8 @@ class _Writer:
     """Buffers in file order, written from offset 0 in ``pwritev`` calls of about _WRITE bytes."""
 
     def __init__(self, fd: int) -> None:
-        self.fd, self.at, self.bufs, self.size = fd, 0, [], 0
+        self.bufs: list[memoryview] = []
+        self.fd, self.at, self.size = fd, 0, 0
 
     def add(self, buf: Any) -> None:
         view = memoryview(buf).cast("B")
@@ -431,7 +432,7 @@ class ZipIndex:
         start = h + _LOCAL.size
         if bytes(buf[start : start + nlen]) != e.raw_name or method != e.method:
             raise self.fail(e.name, "its local header does not match the central directory")
-        data = start + nlen + xlen
+        data: int = start + nlen + xlen
         if data + e.csize > e.bound:
             raise self.fail(
                 e.name,
@@ -555,7 +556,7 @@ def read_index(buf: Any, path: str) -> ZipIndex:
     known = _INDEXES.get(key)
     if known is not None:  # the same central directory, checked already
         return ZipIndex(path, buf, *known)
-    rows: dict[str, tuple] = {}
+    rows: dict[str, tuple[int, int, int, int, int, int, bytes]] = {}
     dirs: set[str] = set()
     pos, unpack, fast = 0, _CENTRAL.unpack_from, _PLAIN
     for _ in range(count):  # the per-entry cost of opening an archive: kept lean

@@ -47,7 +47,7 @@ _SIMPLE: dict[Any, tuple[type, ...]] = {
 }
 
 
-def simple_spec(f: Field) -> tuple[tuple[type, ...], bool] | None:
+def simple_spec(f: Field[Any]) -> tuple[tuple[type, ...], bool] | None:
     """``(accepted types, None allowed)`` for a simply annotated field, else None."""
     ann = f.type
     optional = f.default is None
