@@ -459,7 +459,10 @@ class TensorMethods(MixinBase):
         from . import _tree
 
         td = self
-        _tree.set_batch_size_nested(td, _tree.common_batch_size(td, batch_dims))
+        # On an unlocked saved tree the new batch size is saved at once.
+        self._write(
+            lambda: _tree.set_batch_size_nested(td, _tree.common_batch_size(td, batch_dims))
+        )
         return self
 
     def filter_non_tensor_data(self) -> Self:

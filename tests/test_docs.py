@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import tensorbox
+from tests.checkout import checkout_env
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
@@ -38,6 +39,7 @@ def test_doc_page_runs(page: Path, tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(script)],
         cwd=tmp_path,
+        env=checkout_env(),  # this checkout's package, even in a second worktree
         capture_output=True,
         text=True,
         timeout=240,

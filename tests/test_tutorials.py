@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.checkout import checkout_env
+
 ROOT = Path(__file__).resolve().parents[1]
 DISTRIBUTED = {"ddp.py"}  # run under torch.distributed.run, below
 TUTORIALS = sorted(p for p in (ROOT / "tutorials").glob("*.py") if p.name not in DISTRIBUTED)
@@ -20,7 +22,7 @@ TUTORIALS = sorted(p for p in (ROOT / "tutorials").glob("*.py") if p.name not in
 
 @pytest.mark.parametrize("script", TUTORIALS, ids=lambda p: p.name)
 def test_tutorial_small_mode(script: Path, tmp_path: Path) -> None:
-    env = dict(os.environ, TENSORBOX_CACHE=str(tmp_path / "cache"))
+    env = dict(checkout_env(), TENSORBOX_CACHE=str(tmp_path / "cache"))
     proc = subprocess.run(
         [sys.executable, str(script), "--small"],
         cwd=tmp_path,

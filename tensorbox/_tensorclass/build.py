@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from .._container import TensorCollection
+from .._container_io import OPEN as _OPEN
 from .._nontensor import NonTensorData
 from .._shape import as_batch_size
 from .._tree import CLASS_REGISTRY
@@ -64,7 +65,7 @@ def put(cls: type, obj: Any, name: str, value: Any) -> None:
     if value is None:  # no entry: keys()/items() skip it, the property reads None
         if obj._locked and name in obj._tensordict:
             raise LockedError(f"cannot set {cls.__name__}.{name} to None: it is locked")
-        obj._tensordict.pop(name, None)
+        obj._write(obj._tensordict.pop, name, None)  # on a saved tree, committed at once
         return
     bs = obj._batch_size
     spec = cls.__tc_simple__.get(name)  # type: ignore[attr-defined]
@@ -119,7 +120,7 @@ def _make_property(cls_name: str, name: str) -> property:
 
 def set_field(self: Any, name: str, value: Any) -> None:
     """Validated write of one field; a tensor that fits is stored with two checks."""
-    if type(value) is Tensor and not self._locked:
+    if type(value) is Tensor and not self._locked and not _OPEN:  # _OPEN: saved trees unlocked
         bs = self._batch_size
         dev = self._device
         if value.shape[: len(bs)] == bs and (dev is None or value.device == dev):
