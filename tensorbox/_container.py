@@ -125,7 +125,8 @@ class TensorCollection(
                 "or write in place with set_ / td[idx] = ..."
             )
         if _OPEN and id(self) in _OPEN:  # an unlocked node of a saved tree: committed at once
-            return self._through(put, self, key, value, path)
+            self._through(put, self, key, value, path)
+            return
         self._tensordict[key] = prepare_entry(self, key, value, path)
 
     # ------------------------------------------------------------- conversions

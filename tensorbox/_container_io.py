@@ -85,7 +85,7 @@ class IOMethods(MixinBase):
     # ------------------------------------------------------------ persistence
 
     def _set_lock(self, flag: bool) -> None:
-        set_locked(self, flag)  # type: ignore[arg-type]
+        set_locked(self, flag)
         if TREES:
             sync_open(self)
 

@@ -49,6 +49,9 @@ from ._memmap_tensor import MemoryMappedTensor
 from ._nontensor import NonTensorData
 from ._tree import is_coll
 
+#: One node of a saved tree before a write: node, its dict, a copy, batch size, device.
+_Snap = tuple[Any, dict[str, Any], dict[str, Any], Any, Any]
+
 _LEAVES = frozenset((Tensor, MemoryMappedTensor, NonTensorData))
 
 __all__ = ["commit", "generation", "register", "through", "tree_of", "unregister", "write_rows"]
@@ -164,7 +167,7 @@ def through(node: Any, fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def commit(
-    root: Any, path: str, gen: tuple[int, int] | None, before: list | None = None, **kw: Any
+    root: Any, path: str, gen: tuple[int, int] | None, before: list[_Snap] | None = None, **kw: Any
 ) -> None:
     """Save ``root`` into its own tree at ``path``, keeping each node's lock state.
 
@@ -227,14 +230,14 @@ def _all_nodes(root: Any) -> list[Any]:
     return out
 
 
-def _snapshot(root: Any) -> list[tuple[Any, dict, dict, Any, Any]]:
+def _snapshot(root: Any) -> list[_Snap]:
     """Each node with its entries dict, a shallow copy of it, its batch size and device."""
     return [
         (n, n._tensordict, dict(n._tensordict), n._batch_size, n._device) for n in _all_nodes(root)
     ]
 
 
-def _changed(before: list[tuple[Any, dict, dict, Any, Any]], root: Any) -> bool:
+def _changed(before: list[_Snap], root: Any) -> bool:
     after = _all_nodes(root)
     if len(after) != len(before):
         return True
@@ -249,7 +252,7 @@ def _changed(before: list[tuple[Any, dict, dict, Any, Any]], root: Any) -> bool:
     return False
 
 
-def _restore(before: list[tuple[Any, dict, dict, Any, Any]]) -> None:
+def _restore(before: list[_Snap]) -> None:
     for node, store, copy, bs, device in before:
         store.clear()
         store.update(copy)
