@@ -588,7 +588,10 @@ class TensorCollection(
                 if is_coll(other)
                 else _tree.new_plain({}, self._batch_size, None).update(other).clone()
             )
-        self._write(_keyops.update, self, other, inplace, keys_to_update)
+        if _TREES and id(self) in _TREES:  # a node of a saved tree: one commit
+            self._through(_keyops.update, self, other, inplace, keys_to_update)
+        else:  # the common case, without the gate's extra call
+            _keyops.update(self, other, inplace, keys_to_update)
         return self
 
     def update_(
