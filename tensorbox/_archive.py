@@ -213,31 +213,7 @@ def read_node(ar: Archive, d: str) -> fmt.Node:
         raise FormatError(f"{where}: expected a JSON object, got {type(doc).__name__}")
     if "format" not in doc and ("_type" in doc or "shape" in doc):
         return _legacy_node(ar, d, where, doc)
-    if doc.get("format") != fmt.FORMAT:
-        raise FormatError(
-            f"{where}: 'format' is {doc.get('format')!r}, expected {fmt.FORMAT!r}: "
-            "not a tree saved by tensorbox or tensordict"
-        )
-    version = doc.get("version")
-    if type(version) is not int or version not in fmt.VERSIONS:
-        raise FormatError(
-            f"{where}: format version {version!r}; this tensorbox reads versions "
-            f"{', '.join(map(str, fmt.VERSIONS))}"
-            + (" (the tree is newer: upgrade tensorbox)" if type(version) is int else "")
-        )
-    extra, missing = doc.keys() - fmt._NODE_FIELDS, fmt._NODE_FIELDS - doc.keys()
-    if extra or missing:
-        raise FormatError(
-            f"{where}: unexpected fields {sorted(extra)!r}, missing fields {sorted(missing)!r}"
-        )
-    type_name = doc["type"]
-    if type(type_name) is not str or not type_name:
-        raise FormatError(f"{where}: 'type' is {type_name!r}, expected a non-empty str")
-    batch = fmt.check_shape(doc["batch_size"], where, "'batch_size'")
-    device = fmt.check_device(doc["device"], where)
-    entries_doc = doc["entries"]
-    if type(entries_doc) is not dict:
-        raise FormatError(f"{where}: 'entries' is {_short_repr(entries_doc)}, expected an object")
+    version, type_name, batch, device, entries_doc = fmt.check_header(doc, where)
     entries: dict[str, Any] = {}
     for key, e in entries_doc.items():
         kwhere = f"{where}: entry {key!r}"
@@ -329,24 +305,11 @@ def iter_nodes(ar: Archive, d: str = "") -> Iterator[tuple[tuple[str, ...], fmt.
                 todo.append(((*keys, k), read_child(ar, node, e, len(keys) + 1)))
 
 
-# tensordict's node layout (its format versions 0 and 1), as in _format_legacy
-_LEGACY_TD = ("<class 'tensordict._td.TensorDict'>", "tensordict:TensorDict")
-
-
 def _legacy_node(ar: Archive, d: str, where: str, doc: dict[str, Any]) -> fmt.Node:
-    from ._format_legacy import _LEGACY_FIELDS
+    from ._format_legacy import _LEGACY_FIELDS, _LEGACY_TD_TYPES, legacy_version_class
 
-    version = doc.get("_format_version", 0)
-    if type(version) is dict:
-        version = 0
-    if type(version) is not int or version not in (0, 1):
-        raise FormatError(
-            f"{where}: tensordict format version {version!r}; tensorbox reads 0 and 1"
-        )
-    cls = doc.get("_class") if version else doc.get("_type")
-    if type(cls) is dict:
-        cls = doc.get("_type")
-    if cls not in _LEGACY_TD:
+    version, cls = legacy_version_class(doc, where)
+    if cls not in _LEGACY_TD_TYPES:
         raise FormatError(
             f"{where}: a tensordict tree of class {_short_repr(cls)}; tensorbox reads "
             "TensorDict trees only (save lazy stacks and tensorclasses as TensorDicts)"

@@ -346,6 +346,42 @@ _ENTRY_FIELDS = {
 }
 
 
+def check_header(
+    doc: dict[str, Any], where: str
+) -> tuple[int, str, tuple[int, ...], str | None, dict[str, Any]]:
+    """The node fields of a tensorbox ``meta.json`` (a folder's or an archive's), checked:
+    ``(version, type name, batch size, device, entries)``."""
+    if doc.get("format") != FORMAT:
+        raise FormatError(
+            f"{where}: 'format' is {doc.get('format')!r}, expected {FORMAT!r}: "
+            "not a tree saved by tensorbox or tensordict"
+        )
+    version = doc.get("version")
+    if type(version) is not int:
+        raise FormatError(f"{where}: 'version' is {version!r}, expected an int")
+    if version not in VERSIONS:
+        raise FormatError(
+            f"{where}: format version {version!r}; this tensorbox reads versions "
+            f"{', '.join(map(str, VERSIONS))}"
+            + (" (the tree is newer: upgrade tensorbox)" if version > VERSION else "")
+        )
+    extra = doc.keys() - _NODE_FIELDS
+    missing = _NODE_FIELDS - doc.keys()
+    if extra or missing:
+        raise FormatError(
+            f"{where}: unexpected fields {sorted(extra)!r}, missing fields {sorted(missing)!r}"
+        )
+    type_name = doc["type"]
+    if type(type_name) is not str or not type_name:
+        raise FormatError(f"{where}: 'type' is {type_name!r}, expected a non-empty str")
+    batch_size = check_shape(doc["batch_size"], where, "'batch_size'")
+    device = check_device(doc["device"], where)
+    entries_doc = doc["entries"]
+    if type(entries_doc) is not dict:
+        raise FormatError(f"{where}: 'entries' is {_short_repr(entries_doc)}, expected an object")
+    return version, type_name, batch_size, device, entries_doc
+
+
 def read_node(directory: str, root_real: str | None = None, dir_fd: int | None = None) -> Node:
     """Parse and check ``directory/meta.json``; every problem is a FormatError naming the file.
 
@@ -366,36 +402,7 @@ def read_node(directory: str, root_real: str | None = None, dir_fd: int | None =
         from ._format_legacy import read_legacy_node  # a rare path: imported when needed
 
         return read_legacy_node(directory, meta_path, doc, root_real)
-    if doc.get("format") != FORMAT:
-        raise FormatError(
-            f"{meta_path}: 'format' is {doc.get('format')!r}, expected {FORMAT!r}: "
-            "not a tree saved by tensorbox or tensordict"
-        )
-    version = doc.get("version")
-    if type(version) is not int:
-        raise FormatError(f"{meta_path}: 'version' is {version!r}, expected an int")
-    if version not in VERSIONS:
-        raise FormatError(
-            f"{meta_path}: format version {version!r}; this tensorbox reads versions "
-            f"{', '.join(map(str, VERSIONS))}"
-            + (" (the tree is newer: upgrade tensorbox)" if version > VERSION else "")
-        )
-    extra = doc.keys() - _NODE_FIELDS
-    missing = _NODE_FIELDS - doc.keys()
-    if extra or missing:
-        raise FormatError(
-            f"{meta_path}: unexpected fields {sorted(extra)!r}, missing fields {sorted(missing)!r}"
-        )
-    type_name = doc["type"]
-    if type(type_name) is not str or not type_name:
-        raise FormatError(f"{meta_path}: 'type' is {type_name!r}, expected a non-empty str")
-    batch_size = check_shape(doc["batch_size"], meta_path, "'batch_size'")
-    device = check_device(doc["device"], meta_path)
-    entries_doc = doc["entries"]
-    if type(entries_doc) is not dict:
-        raise FormatError(
-            f"{meta_path}: 'entries' is {_short_repr(entries_doc)}, expected an object"
-        )
+    version, type_name, batch_size, device, entries_doc = check_header(doc, meta_path)
     entries: dict[str, Any] = {}
     tensor_fields = _TENSOR_FIELDS[version]
     own_fd = dir_fd is None or not _STAT_DIR_FD

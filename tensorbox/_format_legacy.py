@@ -37,18 +37,24 @@ _LEGACY_FIELDS = frozenset(
 _LEGACY_TD_TYPES = ("<class 'tensordict._td.TensorDict'>", "tensordict:TensorDict")
 
 
-def read_legacy_node(directory: str, meta_path: str, doc: dict[Any, Any], root_real: str) -> Node:
-    """A node written by tensordict 0.14/0.15 (its format versions 0 and 1)."""
+def legacy_version_class(doc: dict[str, Any], where: str) -> tuple[int, Any]:
+    """tensordict's format version (0 or 1) and the class it records for a node."""
     version = doc.get("_format_version", 0)
     if type(version) is dict:  # a leaf named "_format_version" in a version-0 tree
         version = 0
     if type(version) is not int or version not in (0, 1):
         raise FormatError(
-            f"{meta_path}: tensordict format version {version!r}; tensorbox reads 0 and 1"
+            f"{where}: tensordict format version {version!r}; tensorbox reads 0 and 1"
         )
     cls = doc.get("_class") if version else doc.get("_type")
     if type(cls) is dict:
         cls = doc.get("_type")
+    return version, cls
+
+
+def read_legacy_node(directory: str, meta_path: str, doc: dict[Any, Any], root_real: str) -> Node:
+    """A node written by tensordict 0.14/0.15 (its format versions 0 and 1)."""
+    version, cls = legacy_version_class(doc, meta_path)
     if _is_tensorclass_tree(cls, directory):
         return _read_tensorclass(directory, meta_path, doc, root_real, cls)
     if cls not in _LEGACY_TD_TYPES:
