@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _pytree  # noqa: F401  (registers TensorDict with torch's pytree and collate)
 from ._functional import cat, stack
-from ._keys import NestedKey
+from ._keys import NestedKey, unravel_key
 from ._memmap_tensor import MemoryMappedTensor
 from ._nontensor import NonTensorData
 from ._tensorclass import TensorClass, field, fields, is_tensorclass, tensorclass
@@ -53,6 +53,7 @@ __all__ = [
     "is_tensorclass",
     "stack",
     "tensorclass",
+    "unravel_key",
 ]
 
 # The data loaders and the augmentation buffer (and, through them, Pillow and tqdm) load

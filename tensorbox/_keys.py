@@ -24,7 +24,12 @@ __all__ = ["NestedKey", "check_str_key", "format_key", "unravel_key"]
 
 
 def unravel_key(key: object) -> tuple[str, ...]:
-    """Return ``key`` as a flat tuple of strings, or raise ``TensorDictKeyError``."""
+    """``key`` (a str, or a tuple of str and such tuples) as a flat tuple of str, as
+    tensordict's ``unravel_key``; anything else raises ``TensorDictKeyError``.
+
+    >>> unravel_key("images"), unravel_key(("obs", ("pixels",)))
+    (('images',), ('obs', 'pixels'))
+    """
     if type(key) is str:
         return (key,)
     if type(key) is tuple and key:  # the common case: already flat, all str
@@ -42,17 +47,20 @@ def unravel_key(key: object) -> tuple[str, ...]:
                 out.extend(unravel_key(part))
             else:
                 raise TensorDictKeyError(
-                    f"key {key!r} contains {part!r} of type {type(part).__name__}; "
-                    "keys are str or tuples of str (to index the batch dims of an entry, "
-                    "look it up first: td[key][index])"
+                    f"key {key!r} is not a key: expected a str or a non-empty tuple of str; "
+                    f"it contains {part!r} of type {type(part).__name__} (to index the batch "
+                    "dims of an entry, look it up first: td[key][index])"
                 )
         if not out:
-            raise TensorDictKeyError("the empty tuple () is not a key; use a str or a tuple of str")
+            raise TensorDictKeyError(
+                "key () is not a key: expected a str or a non-empty tuple of str"
+            )
         return tuple(out)
     if isinstance(key, str):  # str subclass
         return (str(key),)
     raise TensorDictKeyError(
-        f"key {key!r} of type {type(key).__name__} is not a key; keys are str or tuples of str"
+        f"key {key!r} is not a key: expected a str or a non-empty tuple of str, "
+        f"got a {type(key).__name__}"
     )
 
 

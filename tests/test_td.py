@@ -186,7 +186,10 @@ def test_missing_keys_name_the_nearest_path(td: TensorDict) -> None:
         td.set(("obs", "x"), torch.zeros(4))
     with pytest.raises(KeyError):  # a TensorDictKeyError is a KeyError
         del td["next", "zz"]
-    with pytest.raises(TensorDictKeyError, match="key 0 of type int is not a key"):
+    with pytest.raises(
+        TensorDictKeyError,
+        match="key 0 is not a key: expected a str or a non-empty tuple of str, got a int",
+    ):
         td.get(0)  # type: ignore[arg-type]
     with pytest.raises(TensorDictKeyError, match="look it up first"):
         td["obs", 0]

@@ -33,9 +33,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tensorbox import TensorDict, is_tensor_collection
+from tensorbox import TensorDict, is_tensor_collection, unravel_key
 from tensorbox.data.sharding import share_length, share_positions
-from tensorbox.errors import TensorDictKeyError
 
 __all__ = [
     "KeyTransforms",
@@ -164,18 +163,6 @@ class Plan:
 def format_key(path: tuple[str, ...]) -> str:
     """A key path the way a user types it: ``'a'`` or ``('a', 'b')``."""
     return repr(path[0]) if len(path) == 1 else repr(path)
-
-
-def key_path(key: Any) -> tuple[str, ...]:
-    """``key`` (a str, or a tuple of str and such tuples) as a flat tuple of str."""
-    if isinstance(key, str):
-        return (str(key),)
-    if isinstance(key, tuple) and key and all(isinstance(p, str | tuple) for p in key):
-        return tuple(part for p in key for part in key_path(p))
-    raise TensorDictKeyError(
-        f"key {key!r} is not a key: expected a str or a non-empty tuple of str "
-        "(e.g. 'image' or ('obs', 'pixels'))"
-    )
 
 
 def flatten(
@@ -352,7 +339,7 @@ class KeyTransforms:
     """
 
     def __init__(self, mapping: Mapping[Any, Callable[..., Any]]) -> None:
-        self.items = [(key_path(k), fn) for k, fn in mapping.items()]
+        self.items = [(unravel_key(k), fn) for k, fn in mapping.items()]
         for k, fn in self.items:
             if not callable(fn):
                 raise TypeError(f"transform for key {format_key(k)} is not callable: {fn!r}")

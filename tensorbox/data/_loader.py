@@ -56,7 +56,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._read import ReadOptions, ReadPlan, Slot, SlotPool, key_path
+from tensorbox import unravel_key
+
+from ._read import ReadOptions, ReadPlan, Slot, SlotPool
 from .sharding import resolve_replicas, share_length, share_positions
 from .transforms import IMAGENET_MEAN, IMAGENET_STD, Normalize
 
@@ -192,7 +194,7 @@ class BatchLoader(Generic[T]):
             raise ValueError(f"num_threads must be >= 1, got {num_threads!r}")
         pin = dev.type == "cuda" if pin_memory is None else pin_memory
         self.options = ReadOptions(
-            image_key=key_path(image_key),
+            image_key=unravel_key(image_key),
             crop=None if crop is None else (int(crop[0]), int(crop[1])),
             crop_mode=crop_mode,
             flip=p,

@@ -45,28 +45,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tensorbox import is_tensor_collection
-from tensorbox.errors import TensorDictKeyError
+from tensorbox import is_tensor_collection, unravel_key
 
 from .transforms import BatchTransform, Compose, Normalize
 
-__all__ = ["ReadOptions", "ReadPlan", "Slot", "SlotPool", "as_numpy", "gather_rows", "key_path"]
-
-
-def key_path(key: Any) -> tuple[str, ...]:
-    """``key`` (a str, or a tuple of str and such tuples) as a flat tuple of str.
-
-    >>> key_path("images"), key_path(("obs", ("pixels",)))
-    (('images',), ('obs', 'pixels'))
-    """
-    if isinstance(key, str):
-        return (str(key),)
-    if isinstance(key, tuple) and key and all(isinstance(p, str | tuple) for p in key):
-        return tuple(part for p in key for part in key_path(p))
-    raise TensorDictKeyError(
-        f"key {key!r} is not a key: expected a str or a non-empty tuple of str "
-        "(e.g. 'images' or ('obs', 'pixels'))"
-    )
+__all__ = ["ReadOptions", "ReadPlan", "Slot", "SlotPool", "as_numpy", "gather_rows"]
 
 
 @dataclass
@@ -251,7 +234,7 @@ class ReadPlan:
         dims = {p: (data.get(p[:-1]) if len(p) > 1 else data).batch_dims for p in paths}
 
         def hollow(key: Any, t: Tensor) -> Tensor:
-            return torch.empty((*t.shape[: dims[key_path(key)]], 0), dtype=t.dtype)
+            return torch.empty((*t.shape[: dims[unravel_key(key)]], 0), dtype=t.dtype)
 
         self.skeleton = data.named_apply(hollow, nested_keys=True)
         if data.device is not None or options.device.type != "cpu":
