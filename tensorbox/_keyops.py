@@ -51,26 +51,15 @@ def update(
         for key in keys:
             path = unravel_key(key)
             found, node, _ = _lookup_mapping(other, path)
-            if not found:
-                continue  # as tensordict: keys_to_update filters, it does not require
-            if inplace and path in td:
-                td.set_(path, raw(node))
-            elif strict:
-                raise find_missing(td, path)
-            else:
-                td.set(path, raw(node))
+            if found:  # as tensordict: keys_to_update filters, it does not require
+                _set_path(td, path, raw(node), inplace, strict)
         return
     store = td._tensordict
     for k, v in (other if type(other) is dict else store_of(other)).items():
         if type(k) is tuple:  # {("a", "b"): x}: a nested entry, as in tensordict
             path = unravel_key(k)
             if len(path) > 1:
-                if inplace and path in td:
-                    td.set_(path, raw(v))
-                elif strict:
-                    raise find_missing(td, path)
-                else:
-                    td.set(path, raw(v))
+                _set_path(td, path, raw(v), inplace, strict)
                 continue
             k = path[0]
         cur = store.get(k)
@@ -89,6 +78,16 @@ def update(
             store[k] = prepare_entry(td, k, v, (k,))
         else:
             td._set_str(k, v, (k,))
+
+
+def _set_path(td: Any, path: tuple[str, ...], value: Any, inplace: bool, strict: bool) -> None:
+    """One nested entry of an update: copied in place, refused (``strict``) or set."""
+    if inplace and path in td:
+        td.set_(path, value)
+    elif strict:
+        raise find_missing(td, path)
+    else:
+        td.set(path, value)
 
 
 def _lookup_mapping(obj: Any, path: tuple[str, ...]) -> tuple[bool, Any, None]:
