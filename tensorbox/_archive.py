@@ -52,7 +52,7 @@ from ._format_json import _short_repr
 from ._format_names import is_plain_name, legacy_name
 from ._memmap_tensor import MemoryMappedTensor, _blank
 from ._nontensor import NonTensorData
-from ._persist import _CPU, _Loader, _Saver
+from ._persist import _CPU, _fit, _Loader, _Saver
 from ._tree import CLASS_REGISTRY
 from .errors import FormatError, IncompleteTreeError
 
@@ -379,6 +379,7 @@ def load(
     non_blocking: bool = False,
     mode: str | None = None,
     verify: bool = False,
+    strict: bool = True,
 ) -> Any:
     """Open the archive ``file`` (its sub-directory ``inner``) as ``cls``, locked."""
     if mode not in (None, "r"):
@@ -396,7 +397,7 @@ def load(
     if verify:
         verify_archive(ar, top, inner)
     dev = None if device is None else torch.device(device)
-    loader = _Loader(file, CLASS_REGISTRY, dev, non_blocking, "r")
+    loader = _Loader(file, CLASS_REGISTRY, dev, non_blocking, "r", _fit(cls, strict))
     obj = _build(ar, loader, top, cls, 0)
     obj.lock_()
     return obj

@@ -226,6 +226,7 @@ class IOMethods(MixinBase):
         non_blocking: bool = False,
         mode: str | None = None,
         verify: bool = False,
+        strict: bool = True,
     ) -> Self:
         """Open a saved tree lazily: nothing is read until a leaf is used.
 
@@ -233,6 +234,9 @@ class IOMethods(MixinBase):
         (the default is ``"r+"`` for folders; an archive, ``FILE`` or ``FILE::DIR``, is
         always read-only).
         ``verify=True`` checks the checksums recorded by a save with ``checksum=True``.
+        A tensorclass that gained a field with a default loads older trees with the
+        default filled in; one that lost a field refuses a tree that holds it, unless
+        ``strict=False``, which leaves it out.
 
         >>> import torch; from tensorbox import TensorDict
         >>> import tempfile
@@ -244,7 +248,13 @@ class IOMethods(MixinBase):
         from . import _persist
 
         out: Self = _persist.load_memmap(
-            cls, prefix, device=device, non_blocking=non_blocking, mode=mode, verify=verify
+            cls,
+            prefix,
+            device=device,
+            non_blocking=non_blocking,
+            mode=mode,
+            verify=verify,
+            strict=strict,
         )
         problem = cls._load_mismatch(out)
         if problem is not None:
@@ -263,10 +273,16 @@ class IOMethods(MixinBase):
         non_blocking: bool = False,
         mode: str | None = None,
         verify: bool = False,
+        strict: bool = True,
     ) -> Self:
         """Same as ``load_memmap``."""
         return cls.load_memmap(
-            prefix, device=device, non_blocking=non_blocking, mode=mode, verify=verify
+            prefix,
+            device=device,
+            non_blocking=non_blocking,
+            mode=mode,
+            verify=verify,
+            strict=strict,
         )
 
     @classmethod

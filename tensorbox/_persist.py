@@ -163,6 +163,7 @@ def load_memmap(
     non_blocking: bool = False,
     mode: str | None = None,
     verify: bool = False,
+    strict: bool = True,
 ) -> Any:
     """Open the tree at ``prefix`` lazily, as ``cls`` (see the module doc), locked.
 
@@ -176,6 +177,10 @@ def load_memmap(
     ``verify=True`` first reads every byte and checks the checksums the save recorded
     (FormatError naming the file when one differs).
 
+    A tensorclass that gained a field with a default since the save loads the tree
+    with the default filled in. One that lost a field refuses a tree holding it
+    (FormatError naming the field) unless ``strict=False``, which leaves it out.
+
     The tree opened is one generation: a save running at the same path is waited
     for only while it swaps the trees (see :mod:`tensorbox._commit`).
     """
@@ -184,13 +189,19 @@ def load_memmap(
     found = _archive.split(prefix)
     if found is not None:
         return _archive.load(
-            cls, *found, device=device, non_blocking=non_blocking, mode=mode, verify=verify
+            cls,
+            *found,
+            device=device,
+            non_blocking=non_blocking,
+            mode=mode,
+            verify=verify,
+            strict=strict,
         )
     mode = "r+" if mode is None else mode
     _check_mode(mode)
     root = os.path.realpath(os.fspath(prefix))
     dev = None if device is None else torch.device(device)
-    loader = _Loader(root, CLASS_REGISTRY, dev, non_blocking, mode)
+    loader = _Loader(root, CLASS_REGISTRY, dev, non_blocking, mode, _fit(cls, strict))
     lock = _commit.read_lock(root)
     try:
         top = fmt.read_node(root, root, lock)
@@ -608,6 +619,16 @@ def _old_node_dirs(root: str) -> list[str]:
 # ---------------------------------------------------------------- loading
 
 
+def _fit(cls: type | None, strict: bool) -> str:
+    """What a load does with a saved tensorclass node that no longer fits its class:
+    ``"drop"`` its removed fields (strict=False), ``"raise"`` (a tensorclass was asked
+    for: its nested classes must fit too), or ``"fallback"`` to a TensorDict that
+    remembers the saved type (a TensorDict was asked for: the data still loads)."""
+    if not strict:
+        return "drop"
+    return "fallback" if cls is None or issubclass(cls, TensorDict) else "raise"
+
+
 class _Loader:
     """One load: the tree's settings, shared by every node."""
 
@@ -618,9 +639,10 @@ class _Loader:
         device: torch.device | None,
         non_blocking: bool,
         mode: str,
+        fit: str = "fallback",
     ) -> None:
         self.root, self.registry, self.device = root, registry, device
-        self.non_blocking, self.mode = non_blocking, mode
+        self.non_blocking, self.mode, self.fit = non_blocking, mode, fit
 
     def node(self, node: fmt.Node, cls: type | None, depth: int) -> Any:
         store: dict[str, Any] = {}
@@ -673,14 +695,27 @@ class _Loader:
             if node.type != "TensorDict" and node.type != _type_name(out):
                 _remember_type(out, node.type)
             return out
+        # The class may have changed since the save: a field added with a default is
+        # filled in by from_tensordict; a removed one is refused, or left out.
+        where = os.path.join(node.path, fmt.META)
+        removed = sorted(set(store) - target.__tc_names__)
+        if removed and self.fit != "fallback" and node.type == type_name(target):
+            if self.fit == "raise":
+                one = len(removed) == 1
+                raise fmt.FormatError(
+                    f"{where}: the saved {node.type!r} holds {removed!r}, which "
+                    f"{'is not a field' if one else 'are not fields'} of "
+                    f"{target.__qualname__} any more: pass strict=False to load the tree "
+                    f"without {'it' if one else 'them'}"
+                )
+            store = {k: v for k, v in store.items() if k not in removed}
         td = TensorDict._new_unsafe(store, bs, device)
-        try:  # checks the keys against the fields (a class may have changed since the save)
+        try:  # checks the keys against the fields
             return target.from_tensordict(td, run_post_init=False)
         except (KeyError, TypeError, ValueError) as err:
-            if target is cls:  # asked for by the caller: say why it does not fit
+            if target is cls or self.fit != "fallback":  # asked for: say why it does not fit
                 raise fmt.FormatError(
-                    f"{os.path.join(node.path, fmt.META)}: the saved {node.type!r} does not fit "
-                    f"{target.__qualname__}: {err}"  # type: ignore[union-attr]  # not None here
+                    f"{where}: the saved {node.type!r} does not fit {target.__qualname__}: {err}"
                 ) from None
             _remember_type(td, node.type)  # found in the registry: the data still loads
             return td
