@@ -294,6 +294,8 @@ class _Saver:
         self.sparse = sparse
         self.checksum = checksum
         self.expect: tuple[int, int] | None = None  # the generation a write-through expects
+        self.held = False  # the caller holds the tree's writer lock (extend_)
+        self.types: dict[int, str] = {}  # type names to write, by id(node), over the classes'
         self.gen: tuple[int, int] | None = None
         # path, tensor, store, key, entry (its "id" set here, its "sha256" when asked)
         self.writes: list[tuple[str, Tensor, dict[Any, Any], str, dict[Any, Any]]] = []
@@ -314,7 +316,8 @@ class _Saver:
                     else MemoryMappedTensor.from_tensor(t)
                 )
         else:
-            with _commit.writing(self.root):  # one writer at a time at this path
+            held = contextlib.nullcontext() if self.held else _commit.writing(self.root)
+            with held:  # one writer at a time at this path
                 if self.expect is not None and _persist_writes.generation(self.root) != self.expect:
                     raise RuntimeError(
                         f"the tree at {self.root!r} was saved again since this container was "
@@ -376,7 +379,8 @@ class _Saver:
                 entries[k] = entry
         meta: Any = None
         if directory is not None:
-            meta = fmt.node_meta(_type_name(obj), td.batch_size, td.device, entries, 2)
+            name = self.types.get(id(obj)) or _type_name(obj)
+            meta = fmt.node_meta(name, td.batch_size, td.device, entries, 2)
             meta = (directory, meta, std_json)
         self.nodes.append((obj, store, parent, key, meta))
 
