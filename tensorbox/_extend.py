@@ -258,19 +258,19 @@ def extend_(td: Any, rows: Any, *, fsync: bool = False) -> Any:
         return td
     _refuse_read_only(td)
     check_rows(_spec_of(td), rows)
-    _adopt(td, torch.cat([td, rows], 0))
+    _adopt(td, torch.cat([td, rows], 0))  # type: ignore[list-item]  # containers route torch.cat
     return td
 
 
 def _refuse_read_only(td: Any) -> None:
     """A container mapping a tree read-only (``mode="r"``, archives) cannot grow it."""
     for t in _leaves(td):
-        ro = getattr(t.untyped_storage(), "_tbx_ro", None) if type(t) is MemoryMappedTensor else None
+        ro = (
+            getattr(t.untyped_storage(), "_tbx_ro", None) if type(t) is MemoryMappedTensor else None
+        )
         if ro is None:
             continue
-        if ro.endswith(fmt.SUFFIX) and os.path.isfile(
-            os.path.join(os.path.dirname(ro), fmt.META)
-        ):
+        if ro.endswith(fmt.SUFFIX) and os.path.isfile(os.path.join(os.path.dirname(ro), fmt.META)):
             raise RuntimeError(
                 f"extend_: this container maps its tree read-only (load_memmap(..., mode='r'): "
                 f"{ro!r} never changes); open the tree with mode='r+' to append rows"
@@ -325,7 +325,7 @@ def _check_same_tree(td: Any, disk: Spec, root: str, path: tuple[str, ...] = ())
     """``td`` maps the tree on disk (the same keys, the same files): else the tree was
     saved again since ``td`` was loaded, and its rows would be lost."""
     store = td._tensordict
-    for k in store.keys() | disk.entries.keys():
+    for k in [*store, *(k for k in disk.entries if k not in store)]:
         v, have = store.get(k), disk.entries.get(k, False)
         problem = None
         if have is False:
@@ -373,6 +373,7 @@ class _Plan:
                 store[key] = self.node(td._tensordict[key], have, v, kpath)
             elif have is None:
                 e = node.entries[key]
+                assert type(e) is fmt.JsonEntry
                 old = NonTensorData(e.value, stacked=e.stacked)
                 new = NonTensorData.cat([old, v], 0, [disk.batch, rows._batch_size])
                 fmt.check_json_value(
