@@ -79,7 +79,7 @@ SIGNATURES: dict[Any, Callable[[Any], Sig]] = {
 }
 
 #: The smallest step a file grows by (sparse: it costs no disk until written).
-GROW_FLOOR = 1 << 16
+GROW_FLOOR = 1 << 12
 
 
 def grow_capacity(size: int, need: int) -> int:
@@ -222,7 +222,7 @@ def _check_leaf(have: Sig, got: Sig, where: str) -> None:
     if got.dtype != have.dtype:
         raise TypeError(
             f"extend_: {where} has dtype {got.dtype} in rows, {have.dtype} in the container: "
-            f"cast the rows first (rows.to({have.dtype}) casts floating-point leaves)"
+            f"cast that leaf of the rows to {have.dtype} first"
         )
     if got.features != have.features:
         raise BatchSizeError(

@@ -188,7 +188,7 @@ def test_growth_is_amortised(tmp_path: Path) -> None:
     for i in range(300):
         td.extend_(TensorDict({"x": torch.full((1, 4096), i % 256, dtype=torch.uint8)}, [1]))
         sizes.add(os.path.getsize(tmp_path / "t" / "x.memmap"))
-    assert len(sizes) <= 8  # 300 appends, a handful of file growths
+    assert len(sizes) <= 16  # 300 appends, about log1.5(300) file growths
     assert (td["x"][:, 0] == torch.arange(300) % 256).all()
 
 
