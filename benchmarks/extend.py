@@ -160,7 +160,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     plan = {1: 200, 64: 100, 4096: 8} if args.small else {1: 2000, 64: 500, 4096: 40}
-    sizes = [0, 4096, 16384] if args.small else [0, 16384, 65536, 262144]
+    sizes = [0, 4096, 16384] if args.small else [0, 16384, 65536]
     row_bytes = sum(
         torch.empty(shape, dtype=dt).numel() * dt.itemsize for shape, dt in LEAVES.values()
     )

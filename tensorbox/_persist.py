@@ -505,15 +505,14 @@ def _new_id() -> str:
 
 
 def _same_file(t: MemoryMappedTensor, target: str) -> bool:
-    """True when ``t`` maps the whole of the file now at ``target``, shared.
+    """True when ``t`` maps the file now at ``target`` from its start, shared (the file
+    may be longer: a file grown by ``extend_`` is mapped whole, its tail ignored).
 
     Compared by (device, inode), never by name: the mapping keeps its file alive, so
     its inode number cannot have been given to another file.
     """
     storage = t.untyped_storage()
     if storage.filename is None or t.storage_offset() or not t.is_contiguous():
-        return False
-    if storage.nbytes() != t.numel() * t.element_size():
         return False
     ident = getattr(storage, "_tbx_id", None)
     try:

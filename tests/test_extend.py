@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -166,6 +167,22 @@ def test_views_and_earlier_readers_keep_their_rows(tmp_path: Path) -> None:
     assert os.stat(tmp_path / "t" / "a.memmap").st_ino == ident  # the same file, grown
     td["a"][0] = 100  # the rebound leaf still writes through to the file
     assert view[0] == 100 and TensorDict.load_memmap(tmp_path / "t")["a"][0] == 100
+
+
+def test_appends_reuse_the_mapping_and_saves_keep_the_grown_file(tmp_path: Path) -> None:
+    td = _rows(0, 2).memmap(tmp_path / "t")
+    td.extend_(_rows(2, 1))  # maps the whole grown file
+    storage = td["n", "b"].untyped_storage()
+    assert storage.nbytes() == os.path.getsize(tmp_path / "t" / "n" / "b.memmap") > 3 * 3 * 4
+    td.extend_(_rows(3, 2))  # fits in the file: the same mapping, a longer view
+    assert td["n", "b"].untyped_storage().data_ptr() == storage.data_ptr()
+    _same(pickle.loads(pickle.dumps(td)), _rows(0, 5))  # references to the grown files
+    ids = json.loads((tmp_path / "t" / "meta.json").read_text())["entries"]["a"]["id"]
+    inode = os.stat(tmp_path / "t" / "a.memmap").st_ino
+    td.memmap_()  # an in-place save links the grown files: same inode, same id
+    assert os.stat(tmp_path / "t" / "a.memmap").st_ino == inode
+    assert json.loads((tmp_path / "t" / "meta.json").read_text())["entries"]["a"]["id"] == ids
+    _same(TensorDict.load_memmap(tmp_path / "t"), _rows(0, 5))
 
 
 def test_a_stale_container_appends_after_the_rows_on_disk(tmp_path: Path) -> None:
