@@ -18,8 +18,10 @@ nodes keep their identity). On a tree-backed container (saved with ``memmap``/
 4. the container is rebound to the new generation: its leaves map the longer files.
    Views taken before, and readers that loaded before, keep the rows they had.
 
-Each leaf kind (dense now) has its signature, what must match between the tree and
-``rows``, and its append step, in :data:`SIGNATURES` and :data:`APPENDS`.
+Each leaf kind (dense now) plugs in through two tables: :data:`LAYOUTS` gives an
+in-memory leaf's signature (what must match between the container and ``rows``),
+:data:`DISK_KINDS` gives, per on-disk entry type, its signature, whether a leaf
+maps its file(s), and its append step.
 
 >>> import tempfile, torch
 >>> from tensorbox import TensorDict
@@ -50,7 +52,7 @@ from ._nontensor import NonTensorData
 from ._tree import is_coll, type_name
 from .errors import BatchSizeError, TensorDictKeyError
 
-__all__ = ["APPENDS", "SIGNATURES", "extend_", "grow_capacity"]
+__all__ = ["DISK_KINDS", "LAYOUTS", "DiskKind", "Sig", "extend_", "grow_capacity"]
 
 
 # ---------------------------------------------------------------- leaf kinds
@@ -72,11 +74,15 @@ def _dense_entry_sig(e: fmt.TensorEntry) -> Sig:
     return Sig(torch.strided, e.dtype, tuple(e.shape[1:]))
 
 
-#: Per in-memory layout (``t.layout``) and per on-disk entry type: the leaf's signature.
-SIGNATURES: dict[Any, Callable[[Any], Sig]] = {
-    torch.strided: _dense_sig,
-    fmt.TensorEntry: _dense_entry_sig,
-}
+def _dense_maps(e: fmt.TensorEntry, t: Tensor) -> bool | None:
+    """Whether ``t`` maps ``e``'s file (None: ``t`` maps no file at all)."""
+    if type(t) is not MemoryMappedTensor:
+        return None
+    return getattr(t.untyped_storage(), "_tbx_id", None) == e.ident
+
+
+#: Per in-memory layout (``t.layout``): the leaf's signature.
+LAYOUTS: dict[Any, Callable[[Tensor], Sig]] = {torch.strided: _dense_sig}
 
 #: The smallest step a file grows by (sparse: it costs no disk until written).
 GROW_FLOOR = 1 << 12
@@ -140,15 +146,23 @@ def _reusable(current: Tensor | None, e: fmt.TensorEntry, end: int) -> Any:
     return storage
 
 
-#: Per on-disk entry type: write the rows after the committed ones and return the
-#: longer leaf, mapped: ``(entry, rows leaf, fsync, "key ...", the leaf it replaces)``.
-APPENDS: dict[type, Callable[[Any, Tensor, bool, str, Tensor | None], Tensor]] = {
-    fmt.TensorEntry: _append_dense,
+class DiskKind(NamedTuple):
+    """How ``extend_`` handles one type of on-disk leaf entry."""
+
+    sig: Callable[[Any], Sig]  # the entry's signature
+    maps: Callable[[Any, Tensor], bool | None]  # does a leaf map its file(s) (None: no file)
+    #: write the rows after the committed ones, return the longer leaf, mapped:
+    #: ``(entry, rows leaf, fsync, "key ...", the leaf it replaces)``
+    append: Callable[[Any, Tensor, bool, str, Tensor | None], Tensor]
+
+
+DISK_KINDS: dict[type, DiskKind] = {
+    fmt.TensorEntry: DiskKind(_dense_entry_sig, _dense_maps, _append_dense),
 }
 
 
 def _sig(t: Tensor, where: str, whose: str) -> Sig:
-    fn = SIGNATURES.get(t.layout)
+    fn = LAYOUTS.get(t.layout)
     if fn is None or (t.layout is torch.strided and t.is_nested):
         raise TypeError(
             f"extend_: {where} is a {t.layout} tensor in {whose}; extend_ appends rows of "
@@ -337,15 +351,22 @@ def _adopt(td: Any, new: Any) -> None:
 # ---------------------------------------------------------------- saved trees
 
 
-def _disk_spec(node: fmt.Node, root: str, depth: int = 0) -> Spec:
+def _disk_spec(node: fmt.Node, root: str, path: tuple[str, ...] = ()) -> Spec:
     entries: dict[str, Any] = {}
     for k, e in node.entries.items():
         if type(e) is fmt.NodeEntry:
-            entries[k] = _disk_spec(fmt.read_child(node, e, root, depth + 1), root, depth + 1)
+            child = fmt.read_child(node, e, root, len(path) + 1)
+            entries[k] = _disk_spec(child, root, (*path, k))
         elif type(e) is fmt.JsonEntry:
             entries[k] = None
         else:
-            entries[k] = (SIGNATURES[type(e)](e), e)
+            kind = DISK_KINDS.get(type(e))
+            if kind is None:
+                raise TypeError(
+                    f"extend_: key {format_key((*path, k))} is a {type(e).__name__} on disk "
+                    f"({node.path}), which extend_ cannot grow"
+                )
+            entries[k] = (kind.sig(e), e)
     return Spec(None if node.legacy else node.type, node.batch_size, entries, node)
 
 
@@ -368,10 +389,17 @@ def _check_same_tree(td: Any, disk: Spec, root: str, path: tuple[str, ...] = ())
         elif have is None:
             if isinstance(v, Tensor) or is_coll(v):
                 problem = "it is a non-tensor value in the tree"
-        elif not isinstance(v, Tensor) or (
-            getattr(v.untyped_storage(), "_tbx_id", None) != have[1].ident
-        ):
-            problem = "the container does not map the tree's file"
+        elif not isinstance(v, Tensor):
+            problem = "it is a tensor in the tree"
+        else:
+            maps = DISK_KINDS[type(have[1])].maps(have[1], v)
+            if maps is None:
+                raise RuntimeError(
+                    f"extend_: key {format_key((*path, k))} holds a tensor that is not saved "
+                    f"in the tree at {root!r} yet: call memmap_() to save it, then extend_"
+                )
+            if not maps:
+                problem = "the container does not map the tree's file"
         if problem is not None:
             raise RuntimeError(
                 f"extend_: the tree at {root!r} was saved again since this container was "
@@ -422,7 +450,7 @@ class _Plan:
 
     def write(self) -> None:
         for e, v, store, key, where, current in self.appends:
-            store[key] = APPENDS[type(e)](e, v, self.fsync, where, current)
+            store[key] = DISK_KINDS[type(e)].append(e, v, self.fsync, where, current)
 
 
 def _extend_tree(td: Any, root: str, rows: Any, fsync: bool) -> None:

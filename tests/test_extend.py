@@ -112,27 +112,40 @@ def test_tree_extend_is_cat_and_reloads(
     assert _hidden(path.parent) == []
 
 
-def test_a_tensorclass_with_a_non_tensor_field(tmp_path: Path) -> None:
-    def rows(k: int, source: str) -> Sample:
-        return Sample(
-            image=torch.full((k, 3, 2, 2), k, dtype=torch.uint8),
-            label=torch.arange(k),
-            source=source,
-            batch_size=[k],
-        )
+def _samples(start: int, k: int, source: str) -> Sample:
+    return Sample(
+        image=torch.arange(start, start + k)
+        .to(torch.uint8)[:, None, None, None]
+        .repeat(1, 3, 2, 2),
+        label=torch.arange(start, start + k),
+        source=source,
+        batch_size=[k],
+    )
 
-    mem = rows(2, "train")
-    saved = rows(2, "train").memmap(tmp_path / "tc")
-    want = rows(2, "train")
-    for k, source in ((1, "train"), (3, "test"), (0, "x"), (2, "train")):
-        want = torch.cat([want, rows(k, source)], 0)
-        assert mem.extend_(rows(k, source)) is mem
-        saved.extend_(rows(k, source))
-        for got in (mem, saved, Sample.load_memmap(tmp_path / "tc")):
+
+@given(
+    n=st.integers(0, 3),
+    steps=st.lists(
+        st.tuples(st.integers(0, 3), st.sampled_from(["train", "test"])), min_size=1, max_size=4
+    ),
+)
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_a_tensorclass_with_a_non_tensor_field(
+    tmp_path: Path, n: int, steps: list[tuple[int, str]]
+) -> None:
+    path = tmp_path / os.urandom(4).hex()
+    mem, saved = _samples(0, n, "train"), _samples(0, n, "train").memmap(path)
+    want = _samples(0, n, "train")
+    for k, source in steps:
+        rows = _samples(len(want), k, source)
+        want = torch.cat([want, rows], 0)
+        assert mem.extend_(rows) is mem and saved.extend_(rows) is saved
+        for got in (mem, saved, Sample.load_memmap(path)):
             assert type(got) is Sample and got.batch_size == want.batch_size
             assert torch.equal(got.image, want.image) and torch.equal(got.label, want.label)
             assert got.source == want.source
-    assert want.source == ["train"] * 3 + ["test"] * 3 + ["train"] * 2
 
 
 def test_a_tree_loaded_without_its_class_keeps_its_type(tmp_path: Path) -> None:
@@ -403,6 +416,20 @@ def test_a_tree_saved_again_since_is_refused(tmp_path: Path) -> None:
         other.extend_(
             TensorDict({"n": {"b": torch.zeros(1, 3)}, "s": "x", "q": torch.ones(1)}, [1])
         )
+
+
+def test_a_tensor_not_saved_yet_is_named(tmp_path: Path) -> None:
+    saved = Sample(
+        image=torch.zeros(2, 3, 2, 2, dtype=torch.uint8), label=torch.arange(2), batch_size=[2]
+    ).memmap(tmp_path / "tc")
+    saved._tensordict["label"] = torch.tensor([5, 6])  # a change memmap_() has not saved yet
+    rows = Sample(image=torch.zeros(1, 3, 2, 2, dtype=torch.uint8), label=torch.arange(1),
+                  batch_size=[1])  # fmt: skip
+    with pytest.raises(RuntimeError, match=r"key 'label' holds a tensor that is not saved in"):
+        saved.extend_(rows)
+    saved.memmap_()
+    saved.extend_(rows)
+    assert Sample.load_memmap(tmp_path / "tc").label.tolist() == [5, 6, 0]
 
 
 def test_a_device_copy_extends_in_memory(tmp_path: Path) -> None:
