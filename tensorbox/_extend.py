@@ -465,6 +465,8 @@ def _extend_tree(td: Any, root: str, rows: Any, fsync: bool) -> None:
             )
         _check_same_tree(td, disk, root)
         check_rows(disk, rows)
+        if not rows._batch_size[0]:
+            return  # checked: nothing to write, nothing to commit
         plan = _Plan(fsync)
         grown = plan.node(td, disk, rows, ())  # every value checked: nothing written yet
         plan.write()

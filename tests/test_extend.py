@@ -432,6 +432,35 @@ def test_a_tensor_not_saved_yet_is_named(tmp_path: Path) -> None:
     assert Sample.load_memmap(tmp_path / "tc").label.tolist() == [5, 6, 0]
 
 
+def test_a_tree_without_a_batch_dim_on_disk_is_refused(tmp_path: Path) -> None:
+    td = _rows(0, 2).memmap(tmp_path / "t")
+    TensorDict({"a": torch.zeros(2)}, []).memmap(tmp_path / "t")  # saved over, no batch dim
+    with pytest.raises(BatchSizeError, match=r"has batch_size \(\) on disk: no batch dim 0"):
+        td.extend_(_rows(2, 1))
+
+
+def test_leaf_kinds_it_cannot_grow_and_files_replaced_midway(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    td = _rows(0, 2).memmap(tmp_path / "t")
+    with monkeypatch.context() as m:
+        m.setattr(_extend, "DISK_KINDS", {})
+        with pytest.raises(TypeError, match=r"key 'a' is a TensorEntry on disk \(.*\), which"):
+            td.extend_(_rows(2, 1))
+    check = _extend.check_rows
+
+    def replace_then_check(*args: Any) -> None:  # a file swapped under the lock: never by us
+        check(*args)
+        leaf = tmp_path / "t" / "a.memmap"
+        data = leaf.read_bytes()
+        leaf.unlink()
+        leaf.write_bytes(data)
+
+    monkeypatch.setattr(_extend, "check_rows", replace_then_check)
+    with pytest.raises(RuntimeError, match=r"a.memmap was replaced while key 'a' was being"):
+        td.extend_(_rows(2, 1))
+
+
 def test_a_device_copy_extends_in_memory(tmp_path: Path) -> None:
     _rows(0, 2).memmap(tmp_path / "t")
     copy = TensorDict.load_memmap(tmp_path / "t", device="cpu")
