@@ -527,6 +527,37 @@ good &= check(TensorDict.load_memmap(path))
 out["kill"] = {"sizes": sizes, "good": bool(good),
                "hidden": sorted(p for p in os.listdir(base) if p.startswith(".kill"))}
 
+# 1b. killed at each unlink/rmdir/rename of an append in turn (the commit and the disposal
+# of the old tree): the same, and the next append leaves nothing behind.
+path = f"{base}/steps"
+rows(0, 1).memmap(path)
+def killed_at(step):
+    calls = [0]
+    def hook(fn):
+        def run(*args, **kw):
+            calls[0] += 1
+            if calls[0] == step:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return fn(*args, **kw)
+        return run
+    td = TensorDict.load_memmap(path)
+    for name in ("unlink", "rmdir", "rename", "replace"):
+        setattr(os, name, hook(getattr(os, name)))
+    td.extend_(rows(td.batch_size[0], 2))
+steps_good, step = True, 0
+while step < 40:
+    step += 1
+    pid = child(lambda: killed_at(step))
+    if os.waitpid(pid, 0)[1] == 0:
+        break  # the append finished before the step-th call: every step was tried
+    td = TensorDict.load_memmap(path)
+    steps_good &= check(td)
+td = TensorDict.load_memmap(path)
+td.extend_(rows(td.batch_size[0], 1))
+steps_good &= check(TensorDict.load_memmap(path))
+out["steps"] = {"good": bool(steps_good), "steps": step,
+                "hidden": sorted(p for p in os.listdir(base) if p.startswith(".steps"))}
+
 # 2. one process extends while this one loads and reads: no torn reads.
 path = f"{base}/rw"
 rows(0, 1).memmap(path)
@@ -591,6 +622,8 @@ def _check_processes(out: dict[str, Any], scale: float) -> None:
     kill = out["kill"]
     assert kill["good"] and kill["hidden"] == [], kill
     assert kill["sizes"] == sorted(kill["sizes"]) and kill["sizes"][-1] > 1  # it made progress
+    steps = out["steps"]
+    assert steps["good"] and steps["hidden"] == [] and 5 < steps["steps"] < 40, steps
     rw = out["rw"]
     assert rw["torn"] == 0 and rw["backwards"] == 0 and rw["reads"] > 2 and rw["rows"] > 1, rw
     prod = out["prod"]
