@@ -18,6 +18,7 @@ and where a 1-row append's time goes (``--stages``).
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import sys
@@ -57,6 +58,9 @@ def _tree(path: Path, n: int = 0) -> TensorDict:
     td = rows(0).memmap(path)
     while td.batch_size[0] < n:  # big appends: a tree of n rows
         td.extend_(rows(min(4096, n - td.batch_size[0])))
+    # Written back before timing: with a few hundred MB dirty, ext4's journal makes the
+    # next renames and unlinks wait for the write-back (the build's cost, not the append's).
+    os.sync()
     return td
 
 
@@ -79,6 +83,7 @@ def bench_np_memmap(root: Path, k: int, appends: int) -> list[float]:
         for name, (shape, dt) in LEAVES.items()
     }  # fmt: skip
     batch = {name: t.numpy() for name, t in rows(k).items()}
+    os.sync()
     times = []
     for i in range(appends):
         t0 = time.perf_counter()
