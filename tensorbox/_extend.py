@@ -473,6 +473,7 @@ def _extend_tree(td: Any, root: str, rows: Any, fsync: bool) -> None:
         saver = _persist._Saver(root, "inplace", False, fsync, checksum=plan.checksum)
         saver.held, saver.types = True, plan.types
         saver.run(grown, 0)
-    _persist_writes.unregister(grown)
-    _adopt(td, grown)
-    _persist_writes.register(td, root, saver.gen)  # the new generation, lock states kept
+        # Rebound under the lock: another thread's append to ``td`` waits for it.
+        _persist_writes.unregister(grown)
+        _adopt(td, grown)
+        _persist_writes.register(td, root, saver.gen)  # the new generation, locks kept

@@ -242,6 +242,40 @@ def test_a_failed_commit_changes_nothing(tmp_path: Path, monkeypatch: pytest.Mon
     assert _hidden(tmp_path) == []
 
 
+@pytest.fixture
+def small_tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """An 8 MiB tmpfs, where this process may mount one (root in a container)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True
+    )
+    if proc.returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_full_disk_is_an_error_and_keeps_the_committed_rows(small_tmpfs: Path) -> None:
+    def rows(start: int) -> TensorDict:  # 4 rows of 256 KiB, row i holding i
+        return TensorDict({"x": torch.arange(start, start + 4.0)[:, None].repeat(1, 1 << 16)}, [4])
+
+    td = rows(0).memmap(small_tmpfs / "t")
+    with pytest.raises(OSError, match="No space left on device"):
+        for _ in range(40):
+            td.extend_(rows(td.batch_size[0]))
+    n = td.batch_size[0]
+    assert 8 <= n < 32
+    back = TensorDict.load_memmap(small_tmpfs / "t")
+    assert back.batch_size == (n,) and torch.equal(
+        back["x"][:, 0], torch.arange(n, dtype=torch.float32)
+    )
+    del back
+    assert sorted(os.listdir(small_tmpfs)) == ["t"]
+
+
 def test_checksums_are_kept_current(tmp_path: Path) -> None:
     td = _rows(0, 2).memmap(tmp_path / "t", checksum=True)
     td.extend_(_rows(2, 2))
