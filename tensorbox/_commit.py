@@ -258,6 +258,9 @@ def _owned(name: str, is_dir: bool) -> bool:
 def _dispose_dir(fd: int, old: str, new: str) -> None:
     with os.scandir(fd) as it:
         entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+    # meta.json last: a disposal killed midway leaves each node it has not finished
+    # with its meta.json, so the next writer's recovery knows it as a node and finishes.
+    entries.sort(key=lambda entry: entry[0] == "meta.json")
     for name, is_dir in entries:
         if _owned(name, is_dir):
             with contextlib.suppress(OSError):
@@ -301,8 +304,11 @@ def _carry(fd: int, old: str, name: str, new: str) -> None:
     except OSError:
         return
     with contextlib.suppress(OSError):
-        if stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+        mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+        if stat.S_ISLNK(mode):
             os.unlink(name, dir_fd=fd)  # a symlink whose name the new tree uses: only the link goes
+        elif stat.S_ISDIR(mode):  # an empty one: what a disposal killed midway left of a node
+            os.rmdir(name, dir_fd=fd)
 
 
 def recover(root: str) -> None:

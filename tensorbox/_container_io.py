@@ -217,6 +217,32 @@ class IOMethods(MixinBase):
         )
         return out
 
+    def extend_(self, rows: Any, *, fsync: bool = False) -> Self:
+        """Append ``rows`` along batch dim 0, in place; returns ``self``.
+
+        ``rows`` is a container of the same kind with the same keys (nested too), dtypes
+        and shapes after batch dim 0; anything else raises, naming the key, before
+        anything is written. In memory the result is ``torch.cat([self, rows], 0)``.
+        On a saved tree (``memmap``, ``memmap_``, ``load_memmap(mode="r+")``) the rows
+        are written after the committed ones and the new batch size is committed
+        atomically: a crash leaves the old size or the new one, whole, and readers
+        that load after the commit see every new row (see ``docs/growing.md``).
+        ``fsync=True`` makes the rows durable before the commit. Allowed on a locked
+        container (locking fixes keys, not rows); refused on a tree opened read-only.
+
+        >>> import tempfile, torch; from tensorbox import TensorDict
+        >>> path = tempfile.mkdtemp() + "/data"
+        >>> data = TensorDict({"x": torch.zeros(2, 3), "label": torch.tensor([0, 1])}, [2])
+        >>> data = data.memmap(path)
+        >>> _ = data.extend_(TensorDict({"x": torch.ones(1, 3), "label": torch.tensor([5])}, [1]))
+        >>> TensorDict.load_memmap(path)["label"].tolist()
+        [0, 1, 5]
+        """
+        from . import _extend
+
+        out: Self = _extend.extend_(self, rows, fsync=fsync)
+        return out
+
     @classmethod
     def load_memmap(
         cls,

@@ -94,11 +94,26 @@ the path: a reader finding no tree in between waits for the writer, and a save
 killed in between leaves the old tree there, which the next load or save puts
 back. A save needs write permission on the tree's parent directory.
 
-In place, without a new tree (a row written through a mapping, growth), a file
-is changed where it is: readers mapping it see the bytes as they are written.
+In place, without a new tree (a row written through a mapping, the tail of a
+growing file), a file is changed where it is: readers mapping it see the bytes as
+they are written.
 
 A tree whose root has no ``meta.json`` (version 1 writers removed it first when
 overwriting) is refused with :class:`~tensorbox.errors.IncompleteTreeError`.
+
+Growth
+------
+Rows are appended along batch dim 0 (``extend_``) with no change to the format.
+The committed size of a tree is written in its ``meta.json`` files: each node's
+``batch_size`` and each tensor entry's ``shape``, which change only through a
+whole-tree commit as above. A leaf file grows first, in place: it is lengthened
+by a factor (amortised, so a file is often longer than its tensor) and the new rows
+are written after the committed bytes, which are never touched; then a commit
+links the same files (the same ``id``) under new ``meta.json`` files with the new
+size. A reader maps only the rows its generation's ``meta.json`` commits, and so
+does a sub-folder opened alone: rows written but not yet committed, or left by a
+writer killed before its commit, are part of a file's ignored tail, and the next
+append writes over them.
 
 File names
 ----------

@@ -305,6 +305,8 @@ class _Saver:
         self.sparse = sparse
         self.checksum = checksum
         self.expect: tuple[int, int] | None = None  # the generation a write-through expects
+        self.held = False  # the caller holds the tree's writer lock (extend_)
+        self.types: dict[int, str] = {}  # type names to write, by id(node), over the classes'
         self.gen: tuple[int, int] | None = None
         # path, tensor, store, key, entry (its "id" set here, its "sha256" when asked)
         self.writes: list[tuple[str, Tensor, dict[Any, Any], str, dict[Any, Any]]] = []
@@ -325,7 +327,8 @@ class _Saver:
                     else MemoryMappedTensor.from_tensor(t)
                 )
         else:
-            with _commit.writing(self.root):  # one writer at a time at this path
+            held = contextlib.nullcontext() if self.held else _commit.writing(self.root)
+            with held:  # one writer at a time at this path
                 if self.expect is not None and _persist_writes.generation(self.root) != self.expect:
                     raise RuntimeError(
                         f"the tree at {self.root!r} was saved again since this container was "
@@ -387,7 +390,8 @@ class _Saver:
                 entries[k] = entry
         meta: Any = None
         if directory is not None:
-            meta = fmt.node_meta(_type_name(obj), td.batch_size, td.device, entries, 2)
+            name = self.types.get(id(obj)) or _type_name(obj)
+            meta = fmt.node_meta(name, td.batch_size, td.device, entries, 2)
             meta = (directory, meta, std_json)
         self.nodes.append((obj, store, parent, key, meta))
 
@@ -512,15 +516,14 @@ def _new_id() -> str:
 
 
 def _same_file(t: MemoryMappedTensor, target: str) -> bool:
-    """True when ``t`` maps the whole of the file now at ``target``, shared.
+    """True when ``t`` maps the file now at ``target`` from its start, shared (the file
+    may be longer: a file grown by ``extend_`` is mapped whole, its tail ignored).
 
     Compared by (device, inode), never by name: the mapping keeps its file alive, so
     its inode number cannot have been given to another file.
     """
     storage = t.untyped_storage()
     if storage.filename is None or t.storage_offset() or not t.is_contiguous():
-        return False
-    if storage.nbytes() != t.numel() * t.element_size():
         return False
     ident = getattr(storage, "_tbx_id", None)
     try:
