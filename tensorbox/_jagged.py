@@ -30,6 +30,19 @@ import torch
 from torch import Tensor
 from torch.nested._internal.nested_tensor import NestedTensor
 
+try:
+    # What torch.nested.nested_tensor_from_jagged calls after its fx-tracing check,
+    # which in torch 2.13 logs a deprecation warning on stderr (once per process).
+    from torch.nested._internal.nested_tensor import (
+        nested_view_from_values_offsets_lengths as _from_jagged,
+    )
+except ImportError:  # pragma: no cover - another torch: the public function
+
+    def _from_jagged(values: Any, offsets: Any, lengths: Any, **kw: Any) -> Any:
+        kw.pop("ragged_idx")
+        return torch.nested.nested_tensor_from_jagged(values, offsets, lengths, **kw)
+
+
 from ._keys import format_key
 from .errors import BatchDimError, BatchSizeError
 
@@ -92,7 +105,7 @@ def from_parts(values: Tensor, offsets: Tensor, seqlens: tuple[int, int] | None 
         lengths = offsets[1:] - offsets[:-1]
         seqlens = int(lengths.min()), int(lengths.max())
     lo, hi = seqlens if seqlens is not None else (None, None)
-    return torch.nested.nested_tensor_from_jagged(values, offsets, min_seqlen=lo, max_seqlen=hi)
+    return _from_jagged(values, offsets, None, ragged_idx=1, min_seqlen=lo, max_seqlen=hi)
 
 
 def check_leaf(value: Tensor, path: tuple[str, ...], bs: torch.Size) -> None:
