@@ -50,6 +50,7 @@ from . import _format as fmt
 from ._chunks import as_bytes, byte_chunks
 from ._format_json import _short_repr
 from ._format_names import is_plain_name, legacy_name
+from ._jagged_io import JaggedEntry
 from ._memmap_tensor import MemoryMappedTensor, _blank
 from ._nontensor import NonTensorData
 from ._persist import _CPU, _Loader, _Saver
@@ -76,7 +77,7 @@ class ArchiveTensor(NamedTuple):
 
 
 # What the entries of a node read from an archive hold (``fmt.Node`` types them for folders).
-Entry = ArchiveTensor | fmt.TensorEntry | fmt.NodeEntry | fmt.JsonEntry
+Entry = ArchiveTensor | fmt.TensorEntry | fmt.NodeEntry | fmt.JsonEntry | JaggedEntry
 
 
 # ---------------------------------------------------------------- finding archives

@@ -162,7 +162,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from itertools import count
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -171,6 +171,9 @@ import torch
 from ._format_json import _INT64_LIMIT, MAX_JSON_DEPTH, _short_repr, check_json_value
 from ._format_names import decode_key, encode_key, is_plain_name
 from .errors import FormatError, IncompleteTreeError
+
+if TYPE_CHECKING:
+    from ._jagged_io import JaggedEntry
 
 __all__ = [
     "DTYPES",
@@ -352,7 +355,7 @@ class Node(NamedTuple):
     type: str
     batch_size: tuple[int, ...]
     device: str | None
-    entries: dict[str, TensorEntry | NodeEntry | JsonEntry]
+    entries: dict[str, TensorEntry | NodeEntry | JsonEntry | JaggedEntry]
     legacy: bool
 
 
@@ -457,7 +460,7 @@ def _entry(
     e: Any,
     batch_size: tuple[Any, ...],
     version: int = VERSION,
-) -> TensorEntry | NodeEntry | JsonEntry:
+) -> TensorEntry | NodeEntry | JsonEntry | JaggedEntry:
     """One entry of ``meta.json``, checked; every problem is a FormatError naming the file."""
     where = f"{meta_path}: entry {key!r}"
     kind = e.get("kind") if type(e) is dict else None
@@ -488,7 +491,7 @@ def _entry(
             raise FormatError(f"{where} is a 'jagged' entry, which format version 3 added")
         from ._jagged_io import parse_entry  # imports this module: imported when needed
 
-        return parse_entry(directory, root_real, e, batch_size, where)  # type: ignore[return-value]
+        return parse_entry(directory, root_real, e, batch_size, where)
     if not e.keys() <= fields or (kind != "json" and e.keys() != fields):
         raise FormatError(
             f"{where} has fields {sorted(e)!r}; a {kind!r} entry has {sorted(fields)!r}"

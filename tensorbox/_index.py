@@ -41,6 +41,7 @@ __all__ = ["batch_after_index", "gather_rows", "getitem", "setitem_batch"]
 
 _Size = torch.Size
 _NTD = NonTensorData
+_NJT = _jagged.NJT
 _long = torch.int64
 _int = torch.int32
 _bool = torch.bool
@@ -56,7 +57,12 @@ def getitem(td: TensorCollection, index: Any) -> Any:
         n = bs[0]
         if not -n <= index < n:
             raise IndexError(f"index {index} is out of range for batch_size {tuple(bs)}")
-        return td._new_unsafe({k: v[index] for k, v in td._tensordict.items()}, bs[1:], td._device)
+        # torch's own row of a jagged leaf unbinds every row first: take it from values.
+        out = {
+            k: v[index] if type(v) is not _NJT else _jagged.select_rows(v, index)
+            for k, v in td._tensordict.items()
+        }
+        return td._new_unsafe(out, bs[1:], td._device)
     if t is slice:
         if not bs:
             raise _no_batch_dims(index)
@@ -99,13 +105,11 @@ def _take(td: TensorCollection, idx: Tensor) -> Any:
     select = torch.index_select
     try:
         for k, v in td._tensordict.items():
+            if type(v) is _NJT:  # a jagged leaf: rows gathered over its values and offsets
+                return _jagged.take(td, idx, out)
             out[k] = select(v, 0, idx) if isinstance(v, Tensor) else v[idx]
     except (IndexError, RuntimeError):
         return None
-    except NotImplementedError:  # a jagged leaf: its rows are gathered over values/offsets
-        if _jagged.find_jagged(td) is None:
-            raise
-        return _jagged.take(td, idx, out)
     bs = td._batch_size
     return td._new_unsafe(out, _Size((idx.shape[0], *bs[1:])), td._device)
 

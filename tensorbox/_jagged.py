@@ -23,28 +23,31 @@ a view, no copy at all); offsets keep their dtype (int32 stays int32).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor
+from torch.nested._internal import nested_tensor as _nt
 from torch.nested._internal.nested_tensor import NestedTensor
-
-try:
-    # What torch.nested.nested_tensor_from_jagged calls after its fx-tracing check,
-    # which in torch 2.13 logs a deprecation warning on stderr (once per process).
-    from torch.nested._internal.nested_tensor import (
-        nested_view_from_values_offsets_lengths as _from_jagged,
-    )
-except ImportError:  # pragma: no cover - another torch: the public function
-
-    def _from_jagged(values: Any, offsets: Any, lengths: Any, **kw: Any) -> Any:
-        kw.pop("ragged_idx")
-        return torch.nested.nested_tensor_from_jagged(values, offsets, lengths, **kw)
-
 
 from ._keys import format_key
 from .errors import BatchDimError, BatchSizeError
+
+
+def _public_from_jagged(values: Any, offsets: Any, lengths: Any, **kw: Any) -> Any:
+    kw.pop("ragged_idx")
+    return torch.nested.nested_tensor_from_jagged(values, offsets, lengths, **kw)
+
+
+# What torch.nested.nested_tensor_from_jagged calls after its fx-tracing check, which
+# in torch 2.13 logs a deprecation warning on stderr (once per process); the public
+# function where a torch lacks it.
+_from_jagged: Callable[..., Any] = getattr(
+    _nt, "nested_view_from_values_offsets_lengths", _public_from_jagged
+)
+_store_val_in_tensor: Callable[[int], Tensor] | None = getattr(_nt, "_store_val_in_tensor", None)
+
 
 if TYPE_CHECKING:
     from ._container import TensorCollection
@@ -86,7 +89,13 @@ def parts(t: Tensor) -> tuple[Tensor, Tensor]:
     An NJT may view a window of a larger values tensor (``offsets[0] > 0``, as
     ``nt.values()`` of a narrowed tensor); the window is cut out here, as a view.
     """
-    values, offsets = t.values(), t.offsets()
+    if getattr(t, "_lengths", None) is not None:
+        t = t.contiguous()  # a narrowed NJT with holes: its rows packed again
+    njt = cast(Any, t)
+    try:  # the attributes: values()/offsets() cost a dispatch each (tens of microseconds)
+        values, offsets = njt._values, njt._offsets
+    except AttributeError:  # pragma: no cover - another torch
+        values, offsets = njt.values(), njt.offsets()
     first = int(offsets[0]) if offsets.numel() else 0
     if first:
         end = int(offsets[-1])
@@ -102,10 +111,24 @@ def from_parts(values: Tensor, offsets: Tensor, seqlens: tuple[int, int] | None 
     the length of all the values together.
     """
     if seqlens is None and offsets.shape[0] > 1:
-        lengths = offsets[1:] - offsets[:-1]
-        seqlens = int(lengths.min()), int(lengths.max())
+        lo_t, hi_t = torch.aminmax(offsets[1:] - offsets[:-1])
+        seqlens = int(lo_t), int(hi_t)
     lo, hi = seqlens if seqlens is not None else (None, None)
-    return _from_jagged(values, offsets, None, ragged_idx=1, min_seqlen=lo, max_seqlen=hi)
+    if values.requires_grad or _store_val_in_tensor is None or torch.compiler.is_compiling():
+        out: Tensor = _from_jagged(
+            values, offsets, None, ragged_idx=1, min_seqlen=lo, max_seqlen=hi
+        )
+        return out
+    # No autograd view to record: the class itself, a third of the cost of the traced op.
+    cache = (
+        {}
+        if seqlens is None
+        else {
+            "min_seqlen": _store_val_in_tensor(seqlens[0]),
+            "max_seqlen": _store_val_in_tensor(seqlens[1]),
+        }
+    )
+    return NJT(values, offsets, _ragged_idx=1, _metadata_cache=cache)
 
 
 def check_leaf(value: Tensor, path: tuple[str, ...], bs: torch.Size) -> None:
@@ -194,7 +217,8 @@ def _row_index(index: Any, n: int) -> Tensor | slice | int:
             )
         idx = index.to(_long)
         if idx.numel():
-            lo, hi = int(idx.min()), int(idx.max())
+            lo_t, hi_t = torch.aminmax(idx)
+            lo, hi = int(lo_t), int(hi_t)
             if lo < -n or hi >= n:
                 bad = lo if lo < -n else hi
                 raise IndexError(f"index {bad} is out of range for {n} rows")
@@ -242,7 +266,10 @@ def _gather(values: Tensor, offsets: Tensor, idx: Tensor) -> Tensor:
     shift = torch.repeat_interleave(starts - new[:-1], lengths, output_size=total)
     pos = shift + torch.arange(total, device=dev)
     out_values = values.index_select(0, pos.to(values.device))
-    seqlens = (int(lengths.min()), int(lengths.max())) if lengths.numel() else None
+    seqlens = None
+    if lengths.numel():
+        lo, hi = torch.aminmax(lengths)
+        seqlens = int(lo), int(hi)
     return from_parts(out_values, new if odt is _long else new.to(odt), seqlens)
 
 
@@ -270,9 +297,11 @@ def getitem(td: TensorCollection, index: Any) -> Any:
     bs = td._batch_size
     rows = _row_index(index, bs[0])
     if type(rows) is int:
-        return td._new_unsafe(
-            {k: v[rows] for k, v in td._tensordict.items()}, torch.Size(()), td._device
-        )
+        out = {
+            k: select_rows(v, rows) if type(v) is NJT else v[rows]
+            for k, v in td._tensordict.items()
+        }
+        return td._new_unsafe(out, torch.Size(()), td._device)
     if type(rows) is slice:
         out = {
             k: select_rows(v, rows) if type(v) is NJT else v[rows]

@@ -231,7 +231,7 @@ def is_memmap(obj: Any) -> bool:
     found = False
     for _, t in iter_shaped(obj):
         if type(t) is NJT:  # mapped when its offsets are (values() is a plain view)
-            t = t.offsets()
+            t = parts(t)[1]
         if not isinstance(t, MemoryMappedTensor):
             return False
         found = True
