@@ -47,6 +47,7 @@ __all__ = [
     "build",
     "check_offsets",
     "entry_json",
+    "file_ids",
     "file_names",
     "map_jagged",
     "parse_entry",
@@ -69,6 +70,20 @@ class JaggedEntry(NamedTuple):
 
     values: fmt.TensorEntry
     offsets: fmt.TensorEntry
+
+
+def file_ids(entries: Any) -> dict[str, str]:
+    """``{file name: id}`` of every file an ``entries`` object of ``meta.json`` names:
+    tensor entries' files and both files of jagged entries (unchecked JSON: odd
+    entries are skipped)."""
+    ids: dict[str, str] = {}
+    for e in entries.values() if type(entries) is dict else ():
+        if type(e) is not dict:
+            continue
+        for f in (e, e.get("values"), e.get("offsets")) if e.get("kind") == "jagged" else (e,):
+            if type(f) is dict and type(f.get("file")) is str and type(f.get("id")) is str:
+                ids[f["file"]] = f["id"]
+    return ids
 
 
 def file_names(key: str) -> tuple[str, str]:

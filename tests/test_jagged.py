@@ -513,3 +513,35 @@ def test_append_building_blocks(tmp_path: Path) -> None:
     same_rows(leaf, rows)  # the leaf mapped before still shows the committed rows
     with pytest.raises(BatchSizeError, match=r"cat: key 'x': element 1 has rows of feature"):
         append_parts(leaf, njt(make_rows([1], (3,), 0)), "x")
+
+
+def test_pickles_by_reference_and_commits_and_tensorclass(tmp_path: Path) -> None:
+    import pickle
+
+    from tensorbox import tensorclass
+
+    rows = make_rows([3, 0, 2], (), 7)
+    container(rows, torch.int64).memmap(tmp_path / "t")
+    ds = TensorDict.load_memmap(tmp_path / "t")
+    again = pickle.loads(pickle.dumps(ds))  # mapped files travel as references
+    assert (again == ds).all()
+    ds[2] = {"x": torch.tensor([5.0, 6.0]), "n": 7}
+    ds.memmap_()  # a commit of the tree-backed container
+    back = TensorDict.load_memmap(tmp_path / "t")
+    assert back["n"].tolist() == [3, 0, 7] and back[2]["x"].tolist() == [5.0, 6.0]
+
+    @tensorclass
+    class Seq:
+        x: torch.Tensor
+        n: torch.Tensor
+
+    seq = Seq.load_memmap(tmp_path / "t")
+    assert type(seq) is Seq and seq[[2, 0]].x.shape[0] == 2
+
+
+def test_dataloader_workers(tmp_path: Path) -> None:
+    rows = make_rows([3, 0, 2, 5], (), 8)
+    container(rows, torch.int64).memmap(tmp_path / "t")
+    ds = TensorDict.load_memmap(tmp_path / "t")
+    batches = list(DataLoader(ds, batch_size=3, num_workers=1))
+    same_rows(torch.cat(batches)["x"], rows)
