@@ -6,8 +6,9 @@ round, so a busy neighbour process hurts them alike; page cache warm):
 1. The same token rows saved as a jagged leaf (values + offsets files) and saved padded
    to the longest row (a dense ``[rows, longest]`` leaf plus the lengths): bytes on disk,
    and batches per second for random batches read as a jagged tensor, and read then
-   padded to the batch's longest row (``torch.nested.to_padded_tensor``) against the
-   padded tree's rows cut to the batch's longest row.
+   padded to the batch's longest row (``torch.nested.to_padded_tensor``, and
+   ``tensorbox._jagged.pad``, one masked copy) against the padded tree's rows cut to
+   the batch's longest row.
 2. A ``DataLoader`` over the saved jagged tree (default collate: one ``__getitems__``
    per batch, then ``to_padded_tensor``) against a ``DataLoader`` over a Python list
    with one tensor per row (``pad_sequence`` as its collate), both shuffled, batch size
@@ -39,6 +40,7 @@ from torch.utils.data import DataLoader
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tensorbox import TensorDict
+from tensorbox._jagged import pad as pad_rows
 
 
 def token_rows(n: int, seed: int = 0) -> list[torch.Tensor]:
@@ -122,17 +124,21 @@ def main() -> None:
             torch.nested.to_padded_tensor(jag[index()]["tokens"], 0)
             return 1
 
+        def read_jagged_pad() -> int:
+            pad_rows(jag[index()]["tokens"], 0)
+            return 1
+
         def read_padded() -> int:
             b = pad[index()]
             b["tokens"][:, : int(b["length"].max())]
             return 1
 
-        def loader(dl: DataLoader[Any], pad_it: bool) -> Callable[[], int]:
+        def loader(dl: DataLoader[Any], pad_it: Callable[..., Any] | None) -> Callable[[], int]:
             def run() -> int:
                 k = 0
                 for b in dl:
-                    if pad_it:
-                        torch.nested.to_padded_tensor(b["tokens"], 0)
+                    if pad_it is not None:
+                        pad_it(b["tokens"], 0)
                     k += 1
                 return k
 
@@ -145,10 +151,14 @@ def main() -> None:
         dl_list = DataLoader(_Rows(rows_sub), batch_size=batch, shuffle=True, collate_fn=_pad)
         contenders: dict[str, Callable[[], int]] = {
             "jagged tree -> jagged batch": read_jagged,
-            "jagged tree -> padded batch": read_jagged_padded,
+            "jagged tree -> padded batch (to_padded_tensor)": read_jagged_padded,
+            "jagged tree -> padded batch (masked copy)": read_jagged_pad,
             "padded tree -> batch cut to its longest": read_padded,
-            "DataLoader(jagged tree) + to_padded_tensor": loader(dl_tbx, True),
-            "DataLoader(list of row tensors) + pad_sequence": loader(dl_list, False),
+            "DataLoader(jagged tree) + to_padded_tensor": loader(
+                dl_tbx, torch.nested.to_padded_tensor
+            ),
+            "DataLoader(jagged tree) + masked copy": loader(dl_tbx, pad_rows),
+            "DataLoader(list of row tensors) + pad_sequence": loader(dl_list, None),
         }
         rates: dict[str, list[float]] = {k: [] for k in contenders}
         for r in range(repeats):
@@ -164,9 +174,9 @@ def main() -> None:
             f"{torch.get_num_threads()} torch thread, page cache warm"
         )
         print(f"on disk: jagged {jb / 1e6:.1f} MB, padded {pb / 1e6:.1f} MB ({pb / jb:.1f}x)")
-        print(f"{'reader':<50} {'batches/s':>10}")
+        print(f"{'reader':<52} {'batches/s':>10}")
         for name, values in rates.items():
-            print(f"{name:<50} {statistics.median(values):>10,.0f}")
+            print(f"{name:<52} {statistics.median(values):>10,.0f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
