@@ -30,7 +30,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, cast
 
-from . import _archive, _archive_convert, _checksum, _commit
+from . import _archive, _archive_convert, _checksum, _commit, _jagged_io
 from . import _format as fmt
 from .errors import FormatError
 
@@ -117,6 +117,15 @@ def _show_node(node: fmt.Node, child: Any, indent: str, out: list[str], depth: i
                 f"{indent}{branch}{_clean(repr(key))}: {dtype} {list(e.shape)} {_size(n)}  "
                 f"[{_clean(_base(e.path))}]" + (" sha256" if e.sha256 else "")
             )
+        elif type(e) is _jagged_io.JaggedEntry:
+            n = e.values.nbytes + e.offsets.nbytes
+            total += n
+            dtype = str(e.values.dtype).removeprefix("torch.")
+            rows = ", ".join(map(str, (e.offsets.shape[0] - 1, "*", *e.values.shape[1:])))
+            out.append(
+                f"{indent}{branch}{_clean(repr(key))}: jagged {dtype} [{rows}] {_size(n)}  "
+                f"[{_clean(_base(e.values.path))}, {_clean(_base(e.offsets.path))}]"
+            )
         elif type(e) is fmt.NodeEntry:
             sub = child(node, e, depth + 1)
             out.append(
@@ -160,6 +169,11 @@ def verify(path: str, out: list[str], read: bool = False) -> int:
                     total += e.nbytes
                     if read:  # every byte, and the checksum when the save recorded one
                         _checksum.check_file(e.path, e.nbytes, e.sha256)
+                elif type(e) is _jagged_io.JaggedEntry:
+                    tensors += 1
+                    total += e.values.nbytes + e.offsets.nbytes
+                    if read:  # both files, and the offsets' contents
+                        _jagged_io.verify(e)
     finally:
         _commit.read_unlock(lock)
     _ok(out, nodes, tensors, total)

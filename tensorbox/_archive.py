@@ -50,6 +50,7 @@ from . import _format as fmt
 from ._chunks import as_bytes, byte_chunks
 from ._format_json import _short_repr
 from ._format_names import is_plain_name, legacy_name
+from ._jagged_io import JaggedEntry
 from ._memmap_tensor import MemoryMappedTensor, _blank
 from ._nontensor import NonTensorData
 from ._persist import _CPU, _fit, _Loader, _Saver
@@ -76,7 +77,7 @@ class ArchiveTensor(NamedTuple):
 
 
 # What the entries of a node read from an archive hold (``fmt.Node`` types them for folders).
-Entry = ArchiveTensor | fmt.TensorEntry | fmt.NodeEntry | fmt.JsonEntry
+Entry = ArchiveTensor | fmt.TensorEntry | fmt.NodeEntry | fmt.JsonEntry | JaggedEntry
 
 
 # ---------------------------------------------------------------- finding archives
@@ -234,6 +235,11 @@ def read_node(ar: Archive, d: str) -> fmt.Node:
                 )
             leaf = _tensor(ar, d, e["file"], e["dtype"], e["shape"], batch, kwhere)
             entries[key] = leaf._replace(gen=gen, sha256=sha)
+        elif kind == "jagged":
+            raise FormatError(
+                f"{kwhere} is a 'jagged' entry, which this reader does not open from a "
+                "one-file archive; unpack it to a folder (python -m tensorbox unpack)"
+            )
         elif kind == "node":
             if e.keys() != fmt._ENTRY_FIELDS["node"]:
                 raise FormatError(
@@ -460,6 +466,13 @@ def save(
     with _commit.writing(root, file=True):
         _check_target(root)
         saver._walk(obj, root, (), None, None)  # every value checked: no I/O yet
+        if saver.jagged:
+            key = saver.jagged[0][2]
+            raise TypeError(
+                f"key {key!r} is a jagged nested tensor, which one-file archives do not hold "
+                "yet; save a folder (memmap(path) without archive=True), or pad it first "
+                "with torch.nested.to_padded_tensor"
+            )
         items, sizes, leaves = _plan(saver, root, checksum)
         starts = write_file(root, items, sizes, num_threads, fsync)
         # Mapped while the lock is held: the file is the one just written.

@@ -189,7 +189,12 @@ class TensorCollection(
     def batch_size(self, value: Sequence[int] | int) -> None:
         new = as_batch_size(value)
         for path, leaf in _tree.iter_shaped(self):
-            check_leaf_shape(format_key(path), leaf.shape, new)
+            if leaf.is_nested:
+                from ._jagged import check_leaf
+
+                check_leaf(leaf, path, new)
+            else:
+                check_leaf_shape(format_key(path), leaf.shape, new)
         self._write(_tree.set_batch_size_nested, self, new)  # saved at once on a saved tree
 
     @property

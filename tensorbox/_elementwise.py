@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from . import _jagged
 from ._apply import apply
 from ._nontensor import NonTensorData
 from ._shape import check_dim
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["binary", "compare", "reduce_bool"]
 
 _NTD = NonTensorData
+_NJT = _jagged.NJT
 
 
 def compare(td: MixinBase, other: Any, op: Callable[..., Tensor]) -> Any:
@@ -55,7 +57,9 @@ def compare(td: MixinBase, other: Any, op: Callable[..., Tensor]) -> Any:
         out: dict[str, Any] = {}
         for k, v in store.items():
             o = ostore[k]
-            if isinstance(v, Tensor):
+            if type(v) is _NJT:  # row lengths, then values
+                out[k] = _jagged.compare(v, o, op)
+            elif isinstance(v, Tensor):
                 out[k] = op(v, o)
             elif type(v) is _NTD:
                 out[k] = _compare_nontensor(td, v, o, op)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from . import _chunks
+from . import _chunks, _jagged
 from ._keys import check_str_key, format_key
 from ._nontensor import NonTensorData
 from ._shape import check_leaf_shape, leads_with
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["copy_leaf", "fill_entries", "prepare_entry"]
 
 _NTD = NonTensorData
+_NJT = _jagged.NJT
 
 
 def fill_entries(td: TensorCollection, source: Mapping[Any, Any], prefix: tuple[str, ...]) -> None:
@@ -57,7 +58,9 @@ def fill_entries(td: TensorCollection, source: Mapping[Any, Any], prefix: tuple[
             key = check_str_key(key, prefix)
         if isinstance(value, Tensor):
             shape = value.shape
-            if nbd and ((shape[0] != b0) if (b0 is not None and shape) else (shape[:nbd] != bs)):
+            if type(value) is _NJT:
+                _jagged.check_leaf(value, (*prefix, key), bs)
+            elif nbd and ((shape[0] != b0) if (b0 is not None and shape) else (shape[:nbd] != bs)):
                 check_leaf_shape(format_key((*prefix, key)), shape, bs)
             if dev is not None and value.device != dev:
                 value = value.to(dev)
@@ -81,7 +84,9 @@ def prepare_entry(td: TensorCollection, key: str, value: Any, path: tuple[str, .
     dev = td._device
     if isinstance(value, Tensor):
         shape = value.shape
-        if not leads_with(shape, bs):
+        if type(value) is _NJT:
+            _jagged.check_leaf(value, path, bs)
+        elif not leads_with(shape, bs):
             check_leaf_shape(format_key(path), shape, bs)
         if dev is not None and value.device != dev:
             value = value.to(dev)

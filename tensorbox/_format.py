@@ -2,11 +2,15 @@
 
 This docstring is the specification (also rendered in ``docs/format.md``).
 
-Format ``tensorbox`` version 2
+Format ``tensorbox`` version 3
 ==============================
 
-Version 2 adds one field to tensor entries, ``id``, and an optional ``sha256``;
-readers accept version 1 (the same without them) as well.
+Version 3 adds one entry kind, ``jagged`` (below); a writer writes version 3 in
+the ``meta.json`` of a node that holds a jagged entry and version 2 elsewhere, so
+a reader of versions 1 and 2 still opens every node that uses nothing new, and
+refuses a jagged node by its version rather than by an unknown entry. Version 2
+added one field to tensor entries, ``id``, and an optional ``sha256``; readers
+accept versions 1 (the same without them), 2 and 3.
 
 A saved tree is a directory. Every *node* (the root, and each nested
 ``TensorDict`` or tensorclass instance) is a directory that holds:
@@ -49,6 +53,24 @@ can collide with a field::
   save time, checked by ``verify --read`` and ``load_memmap(verify=True)``.
 - ``node``: ``dir`` is a sub-directory name; its ``meta.json`` describes it, and
   its ``batch_size`` starts with this node's.
+- ``jagged`` (version 3): a jagged nested tensor, ``B`` rows of ``L_i`` elements
+  of shape ``feature`` each, as two files in the node's directory::
+
+      "tokens": {"kind": "jagged", "dtype": "int64", "shape": [3, null, 2],
+                 "length": 17,
+                 "values": {"file": "tokens.values.memmap", "id": "..."},
+                 "offsets": {"file": "tokens.offsets.memmap", "dtype": "int64",
+                             "id": "..."}}
+
+  ``shape`` is ``[B, null, *feature]`` (``null`` marks the ragged dim); the node's
+  ``batch_size`` is exactly ``[B]``. ``length`` is ``sum L_i``. The values file
+  holds ``[length, *feature]`` elements of ``dtype`` (as a tensor file: C order,
+  little-endian, may be longer); the offsets file holds ``B + 1`` integers of the
+  offsets ``dtype`` (``int64`` or ``int32``): row ``i`` is values
+  ``offsets[i]:offsets[i + 1]``. Offsets start at 0, never decrease and end at
+  ``length``; a reader checks this (and both files' sizes) when it maps them and
+  refuses anything else, naming the file. ``values`` and ``offsets`` each carry
+  their file's ``id`` and may carry its ``sha256``, as tensor entries do.
 - ``json``: a value shared by the whole batch, or with ``"stacked": true`` one
   value per batch element as nested lists of shape ``batch_size``. Values are
   JSON (``NaN`` and ``Infinity`` are written as Python's ``json`` writes them),
@@ -155,7 +177,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from itertools import count
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -164,6 +186,9 @@ import torch
 from ._format_json import _INT64_LIMIT, MAX_JSON_DEPTH, _short_repr, check_json_value
 from ._format_names import decode_key, encode_key, is_plain_name
 from .errors import FormatError, IncompleteTreeError
+
+if TYPE_CHECKING:
+    from ._jagged_io import JaggedEntry
 
 __all__ = [
     "DTYPES",
@@ -193,9 +218,9 @@ __all__ = [
 ]
 
 FORMAT = "tensorbox"
-VERSION = 2
-#: Versions this reader accepts (1: tensor entries without an ``id``).
-VERSIONS = (1, 2)
+VERSION = 3
+#: Versions this reader accepts (1: tensor entries without an ``id``; 3: jagged entries).
+VERSIONS = (1, 2, 3)
 META = "meta.json"
 SUFFIX = ".memmap"
 #: Bounds that keep a hostile file from asking for absurd work before the size check.
@@ -345,7 +370,7 @@ class Node(NamedTuple):
     type: str
     batch_size: tuple[int, ...]
     device: str | None
-    entries: dict[str, TensorEntry | NodeEntry | JsonEntry]
+    entries: dict[str, TensorEntry | NodeEntry | JsonEntry | JaggedEntry]
     legacy: bool
 
 
@@ -353,11 +378,13 @@ _NODE_FIELDS = frozenset(("format", "version", "type", "batch_size", "device", "
 _TENSOR_FIELDS = {
     1: frozenset(("kind", "dtype", "shape", "file")),
     2: frozenset(("kind", "dtype", "shape", "file", "id")),
+    3: frozenset(("kind", "dtype", "shape", "file", "id")),
 }
 _ENTRY_FIELDS = {
     "tensor": frozenset(("kind", "dtype", "shape", "file")),
     "node": frozenset(("kind", "dir")),
     "json": frozenset(("kind", "value", "stacked")),
+    "jagged": frozenset(("kind", "dtype", "shape", "length", "values", "offsets")),
 }
 
 
@@ -448,7 +475,7 @@ def _entry(
     e: Any,
     batch_size: tuple[Any, ...],
     version: int = VERSION,
-) -> TensorEntry | NodeEntry | JsonEntry:
+) -> TensorEntry | NodeEntry | JsonEntry | JaggedEntry:
     """One entry of ``meta.json``, checked; every problem is a FormatError naming the file."""
     where = f"{meta_path}: entry {key!r}"
     kind = e.get("kind") if type(e) is dict else None
@@ -474,6 +501,12 @@ def _entry(
             directory, root_real, e["file"], e["dtype"], e["shape"], batch_size, where
         )
         return leaf._replace(gen=gen, sha256=sha)
+    if kind == "jagged":
+        if version < 3:
+            raise FormatError(f"{where} is a 'jagged' entry, which format version 3 added")
+        from ._jagged_io import parse_entry  # imports this module: imported when needed
+
+        return parse_entry(directory, root_real, e, batch_size, where)
     if not e.keys() <= fields or (kind != "json" and e.keys() != fields):
         raise FormatError(
             f"{where} has fields {sorted(e)!r}; a {kind!r} entry has {sorted(fields)!r}"

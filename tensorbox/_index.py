@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from . import _jagged
 from ._nontensor import NonTensorData, cpu_index, per_row
 from ._shape import normalize_index
 from .errors import BatchSizeError, TensorDictKeyError
@@ -40,6 +41,7 @@ __all__ = ["batch_after_index", "gather_rows", "getitem", "setitem_batch"]
 
 _Size = torch.Size
 _NTD = NonTensorData
+_NJT = _jagged.NJT
 _long = torch.int64
 _int = torch.int32
 _bool = torch.bool
@@ -55,18 +57,25 @@ def getitem(td: TensorCollection, index: Any) -> Any:
         n = bs[0]
         if not -n <= index < n:
             raise IndexError(f"index {index} is out of range for batch_size {tuple(bs)}")
-        return td._new_unsafe({k: v[index] for k, v in td._tensordict.items()}, bs[1:], td._device)
+        # torch's own row of a jagged leaf unbinds every row first: take it from values.
+        out = {
+            k: v[index] if type(v) is not _NJT else _jagged.select_rows(v, index)
+            for k, v in td._tensordict.items()
+        }
+        return td._new_unsafe(out, bs[1:], td._device)
     if t is slice:
         if not bs:
             raise _no_batch_dims(index)
         if index.step is not None and index.step <= 0:
             raise ValueError(f"slice step must be positive (as in torch), got {index!r}")
         size = len(range(*index.indices(bs[0])))
-        return td._new_unsafe(
-            {k: v[index] for k, v in td._tensordict.items()},
-            _Size((size, *bs[1:])),
-            td._device,
-        )
+        try:
+            out = {k: v[index] for k, v in td._tensordict.items()}
+        except RuntimeError:  # torch does not slice a jagged leaf along dim 0
+            if _jagged.find_jagged(td) is None:
+                raise
+            return _jagged.getitem(td, index)
+        return td._new_unsafe(out, _Size((size, *bs[1:])), td._device)
     if isinstance(index, Tensor):
         if index.ndim == 1 and bs:
             dt = index.dtype
@@ -96,6 +105,8 @@ def _take(td: TensorCollection, idx: Tensor) -> Any:
     select = torch.index_select
     try:
         for k, v in td._tensordict.items():
+            if type(v) is _NJT:  # a jagged leaf: rows gathered over its values and offsets
+                return _jagged.take(td, idx, out)
             out[k] = select(v, 0, idx) if isinstance(v, Tensor) else v[idx]
     except (IndexError, RuntimeError):
         return None
@@ -104,6 +115,8 @@ def _take(td: TensorCollection, idx: Tensor) -> Any:
 
 
 def _generic(td: TensorCollection, index: Any) -> Any:
+    if len(td._batch_size) == 1 and _jagged.find_jagged(td) is not None:
+        return _jagged.getitem(td, index)
     index = normalize_index(index, len(td._batch_size))
     out = {k: v[index] for k, v in td._tensordict.items()}
     return td._new_unsafe(out, batch_after_index(td, out, index), td._device)
@@ -189,7 +202,9 @@ def setitem_batch(td: TensorCollection, index: Any, value: Any) -> None:
 
 
 def _write_rows(td: TensorCollection, key: str, cur: Any, index: Any, value: Any) -> None:
-    if isinstance(cur, Tensor):
+    if type(cur) is _jagged.NJT:
+        _jagged.write_rows(cur, index, value, key)
+    elif isinstance(cur, Tensor):
         if type(value) is _NTD or isinstance(value, str):
             shown = value.value if type(value) is _NTD else value
             raise TypeError(f"cannot write the non-tensor value {shown!r} into tensor {key!r}")

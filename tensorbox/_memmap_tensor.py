@@ -689,6 +689,7 @@ _GEN_CACHE: dict[str, tuple[bytes, dict[str, str]]] = {}
 def _file_gen(filename: str) -> str | None:
     """The ``id`` that the ``meta.json`` beside ``filename`` gives it (None: none)."""
     from ._format import META, read_meta_bytes
+    from ._jagged_io import file_ids
 
     directory, name = os.path.split(filename)
     try:
@@ -703,11 +704,7 @@ def _file_gen(filename: str) -> str | None:
         entries = doc.get("entries") if type(doc) is dict else None
     except orjson.JSONDecodeError:
         entries = None
-    ids = {
-        e["file"]: e["id"]
-        for e in (entries.values() if type(entries) is dict else ())
-        if type(e) is dict and type(e.get("file")) is str and type(e.get("id")) is str
-    }
+    ids = file_ids(entries)  # tensor entries' files and jagged entries' two files
     if len(_GEN_CACHE) > 64:
         _GEN_CACHE.clear()
     _GEN_CACHE[directory] = (raw, ids)

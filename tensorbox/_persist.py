@@ -54,8 +54,9 @@ import orjson
 import torch
 from torch import Tensor
 
-from . import _checksum, _commit, _persist_writes
+from . import _checksum, _commit, _jagged_io, _persist_writes
 from . import _format as fmt
+from ._jagged import NJT, from_parts, parts
 from ._keys import format_key
 from ._memmap_tensor import (
     MemoryMappedTensor,
@@ -229,6 +230,10 @@ def verify_tree(root: str, top: fmt.Node | None = None) -> tuple[int, int, int]:
                 tensors += 1
                 total += e.nbytes
                 _checksum.check_file(e.path, e.nbytes, e.sha256)
+            elif type(e) is _jagged_io.JaggedEntry:
+                tensors += 1
+                total += e.values.nbytes + e.offsets.nbytes
+                _jagged_io.verify(e)
     return nodes, tensors, total
 
 
@@ -236,6 +241,8 @@ def is_memmap(obj: Any) -> bool:
     """True when every tensor leaf is a MemoryMappedTensor (and there is one, or it is locked)."""
     found = False
     for _, t in iter_shaped(obj):
+        if type(t) is NJT:  # mapped when its offsets are (values() is a plain view)
+            t = parts(t)[1]
         if not isinstance(t, MemoryMappedTensor):
             return False
         found = True
@@ -314,16 +321,20 @@ class _Saver:
             tuple[str, Tensor, dict[Any, Any], str, dict[Any, Any]]
         ] = []  # already mapped there
         self.dirs: list[str] = []  # node directories, parents first
+        # jagged leaves: (holder of the two mapped files, store, key); offsets entries
+        # (by id) written with their data even by memmap_like (they are structure)
+        self.jagged: list[tuple[dict[str, Any], dict[Any, Any], str]] = []
+        self.structure: set[int] = set()
         # (container, its new store, parent store, key in parent, meta.json plan): post-order
         self.nodes: list[tuple[Any, dict[Any, Any], dict[Any, Any] | None, str | None, Any]] = []
 
     def run(self, obj: Any, num_threads: int) -> Any:
         if self.root is None:
             self._walk(obj, None, (), None, None)
-            for _, t, store, key, _ in self.writes:
+            for _, t, store, key, entry in self.writes:
                 store[key] = (
                     _shared_memory(tuple(t.shape), t.dtype)
-                    if self.mode == "like"
+                    if self.mode == "like" and id(entry) not in self.structure
                     else MemoryMappedTensor.from_tensor(t)
                 )
         else:
@@ -346,6 +357,8 @@ class _Saver:
                     )
                 for _, t, _, _, entry in self.keeps:
                     t.untyped_storage()._tbx_gen = entry["id"]  # type: ignore[attr-defined]
+        for holder, store, key in self.jagged:  # both files mapped: the leaf again
+            store[key] = from_parts(holder["values"], holder["offsets"])
         result = self._build()
         result.lock_()
         if self.root is not None:
@@ -373,11 +386,15 @@ class _Saver:
         store = td._tensordict if self.mode == "inplace" else {}
         entries: dict[str, Any] = {}
         std_json = False
+        version = 2  # 3 only where a node holds a jagged entry (see the format spec)
         for k, v in td._tensordict.items():
             kpath = (*path, k)
             if self.mode != "inplace":
                 store[k] = v  # a placeholder that keeps the key order; replaced below
-            if isinstance(v, Tensor):
+            if type(v) is NJT:
+                entries[k] = self._jagged_leaf(v, k, kpath, directory, store)
+                version = 3
+            elif isinstance(v, Tensor):
                 entries[k] = self._leaf(v, k, kpath, directory, store)
             elif is_coll(v):
                 name = fmt.encode_key(k, node=True)
@@ -391,7 +408,7 @@ class _Saver:
         meta: Any = None
         if directory is not None:
             name = self.types.get(id(obj)) or _type_name(obj)
-            meta = fmt.node_meta(name, td.batch_size, td.device, entries, 2)
+            meta = fmt.node_meta(name, td.batch_size, td.device, entries, version)
             meta = (directory, meta, std_json)
         self.nodes.append((obj, store, parent, key, meta))
 
@@ -440,6 +457,29 @@ class _Saver:
         self.writes.append((target, t, store, k, entry))
         return entry
 
+    def _jagged_leaf(
+        self,
+        t: Tensor,
+        k: str,
+        kpath: tuple[str, ...],
+        directory: str | None,
+        store: dict[Any, Any],
+    ) -> dict[Any, Any]:
+        """A jagged leaf: two writes (values, offsets) whose mappings make it again."""
+        if t.device.type == "meta" and self.mode != "like":
+            raise TypeError(f"key {format_key(kpath)} is on the meta device and has no data")
+        values, offsets = parts(t)
+        entry = _jagged_io.entry_json(k, t)
+        holder: dict[str, Any] = {}
+        self.jagged.append((holder, store, k))
+        self.structure.add(id(entry["offsets"]))
+        for name, part in (("values", values), ("offsets", offsets)):
+            target = "" if directory is None else f"{directory}{os.sep}{entry[name]['file']}"
+            if directory is not None:
+                entry[name]["id"] = _new_id()
+            self.writes.append((target, part.contiguous(), holder, name, entry[name]))
+        return entry
+
     # ------------------------------------------------------------ the I/O
 
     def _write_tree(self, num_threads: int) -> list[tuple[int, int]]:
@@ -461,13 +501,14 @@ class _Saver:
                     job[4]["id"] = _new_id()
                     self.writes.append(job)
             like, sparse, fsync = self.mode == "like", self.sparse, self.fsync
+            structure = self.structure
 
             def write(
                 job: tuple[str, Tensor, dict[Any, Any], str, dict[Any, Any]],
             ) -> tuple[int, int]:
                 path, t = job[0], job[1]
                 nbytes = t.numel() * t.element_size()
-                if like:
+                if like and id(job[4]) not in structure:
                     return _reserve(staged(path), nbytes, sparse, fsync, job[3], path)
                 return write_file(staged(path), t, nbytes, fsync=fsync, sync_dir=False)
 
@@ -476,7 +517,8 @@ class _Saver:
 
             if self.checksum:
                 for job in (*self.writes, *self.keeps):
-                    job[4]["sha256"] = _checksum.tensor_sha256(None if like else job[1], job[1])
+                    data = None if like and id(job[4]) not in structure else job[1]
+                    job[4]["sha256"] = _checksum.tensor_sha256(data, job[1])
             threads = ThreadPoolExecutor(num_threads) if num_threads > 0 else None
             with threads or contextlib.nullcontext():
                 run = threads.map if threads is not None else map
@@ -667,6 +709,13 @@ class _Loader:
             elif type(e) is fmt.NodeEntry:
                 sub = fmt.read_child(node, e, self.root, depth + 1)
                 store[key] = self.node(sub, None, depth + 1)
+            elif type(e) is _jagged_io.JaggedEntry:
+                leaf = _jagged_io.build(self.leaf(e.values), self.leaf(e.offsets), e)
+                store[key] = (
+                    leaf
+                    if device is None
+                    else leaf.to(device, non_blocking=self.non_blocking, copy=True)
+                )
             else:
                 store[key] = NonTensorData(e.value, stacked=e.stacked)  # type: ignore[union-attr]
         # Mapped leaves live on the CPU; a copy lives on ``device``.

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from . import _jagged
 from ._nontensor import NonTensorData
 from ._shape import check_dim, shape_from_args
 from ._shape_methods import TORCH_FUNCTIONS as SHAPE_METHOD_FUNCTIONS
@@ -56,6 +57,7 @@ __all__ = [
 
 _Size = torch.Size
 _NTD = NonTensorData
+_NJT = _jagged.NJT
 
 
 def _stand_in(bs: torch.Size) -> Tensor:
@@ -63,7 +65,9 @@ def _stand_in(bs: torch.Size) -> Tensor:
     return torch.empty(()).expand(bs)
 
 
-def _map(td: C, fn: Callable[[Any], Any], new_bs: torch.Size) -> C:
+def _map(td: C, fn: Callable[[Any], Any], new_bs: torch.Size, op: str = "") -> C:
+    if op and len(td._batch_size) == 1:
+        _jagged.refuse_shape_op(td, op)
     out = {k: (v.map_batch(fn) if type(v) is _NTD else fn(v)) for k, v in td._tensordict.items()}
     res = td._new_unsafe(out, new_bs, td._device)
     if td._locked:  # a view of a locked container is locked too, as in tensordict
@@ -85,13 +89,13 @@ def reshape(td: C, args: tuple[Any, ...], how: str) -> C:
         raise BatchSizeError(
             f"cannot {how} batch_size {tuple(td._batch_size)} to {shape}: {err}"
         ) from None
-    return _map(td, lambda x: getattr(x, how)(*new_bs, *_feat(x, bd)), new_bs)
+    return _map(td, lambda x: getattr(x, how)(*new_bs, *_feat(x, bd)), new_bs, how)
 
 
 def unsqueeze(td: C, dim: int) -> C:
     bs = td._batch_size
     d = check_dim(dim, len(bs) + 1)
-    return _map(td, lambda x: x.unsqueeze(d), _Size((*bs[:d], 1, *bs[d:])))
+    return _map(td, lambda x: x.unsqueeze(d), _Size((*bs[:d], 1, *bs[d:])), "unsqueeze")
 
 
 def squeeze(td: C, dim: int | None) -> C:
@@ -107,7 +111,7 @@ def squeeze(td: C, dim: int | None) -> C:
             x = x.squeeze(d)
         return x
 
-    return _map(td, fn, new_bs)
+    return _map(td, fn, new_bs, "squeeze")
 
 
 def permute(td: C, args: tuple[Any, ...]) -> C:
@@ -119,7 +123,9 @@ def permute(td: C, args: tuple[Any, ...]) -> C:
     if sorted(dims) != list(range(bd)):
         raise BatchDimError(f"permute dims {dims} are not a permutation of range({bd})")
     bs = td._batch_size
-    return _map(td, lambda x: x.permute(*dims, *range(bd, x.ndim)), _Size(bs[d] for d in dims))
+    return _map(
+        td, lambda x: x.permute(*dims, *range(bd, x.ndim)), _Size(bs[d] for d in dims), "permute"
+    )
 
 
 def transpose(td: C, dim0: int, dim1: int) -> C:
@@ -127,20 +133,20 @@ def transpose(td: C, dim0: int, dim1: int) -> C:
     a, b = check_dim(dim0, bd), check_dim(dim1, bd)
     bs = list(td._batch_size)
     bs[a], bs[b] = bs[b], bs[a]
-    return _map(td, lambda x: x.transpose(a, b), _Size(bs))
+    return _map(td, lambda x: x.transpose(a, b), _Size(bs), "transpose")
 
 
 def flatten(td: C, start: int, end: int) -> C:
     bd = len(td._batch_size)
     if bd == 0:  # as torch: flattening a 0-d tensor gives one dim of size 1
         check_dim(start, 1), check_dim(end, 1)
-        return _map(td, lambda x: x.unsqueeze(0), _Size((1,)))
+        return _map(td, lambda x: x.unsqueeze(0), _Size((1,)), "flatten")
     s, e = check_dim(start, bd), check_dim(end, bd)
     if s > e:
         raise IndexError(f"flatten: start_dim {start} comes after end_dim {end}")
     bs = td._batch_size
     new_bs = _Size((*bs[:s], math.prod(bs[s : e + 1]), *bs[e + 1 :]))
-    return _map(td, lambda x: x.flatten(s, e), new_bs)
+    return _map(td, lambda x: x.flatten(s, e), new_bs, "flatten")
 
 
 def unflatten(td: C, dim: int, sizes: Sequence[int]) -> C:
@@ -153,14 +159,21 @@ def unflatten(td: C, dim: int, sizes: Sequence[int]) -> C:
             f"cannot unflatten batch dim {d} of size {bs[d]} into {tuple(sizes)}: {err}"
         ) from None
     new_bs = _Size((*bs[:d], *inner, *bs[d + 1 :]))
-    return _map(td, lambda x: x.unflatten(d, inner), new_bs)
+    return _map(td, lambda x: x.unflatten(d, inner), new_bs, "unflatten")
 
 
 def narrow(td: C, dim: int, start: int, length: int) -> C:
     bs = td._batch_size
     d = check_dim(dim, len(bs))
     new_bs = _stand_in(bs).narrow(d, start, length).shape  # torch's checks and errors
-    return _map(td, lambda x: x.narrow(d, start, length), new_bs)
+    return _map(td, lambda x: _narrow(x, d, start, length), new_bs)
+
+
+def _narrow(x: Any, d: int, start: int, length: int) -> Any:
+    if type(x) is _NJT:  # rows start..start+length (checked by the caller): a view
+        s = start + x.shape[0] if start < 0 else start
+        return _jagged.select_rows(x, slice(s, s + length))
+    return x.narrow(d, start, length)
 
 
 def _rows(td: C, parts: dict[str, Sequence[Any]], sizes: Sequence[torch.Size]) -> tuple[Any, ...]:
@@ -217,6 +230,8 @@ def _split_at(td: C, d: int, sizes: list[int], shapes: list[torch.Size]) -> tupl
                 v.map_batch(lambda t, s=s, n=n: t.narrow(d, s, n))  # type: ignore[misc]
                 for s, n in zip(starts, sizes)
             ]
+        elif type(v) is _NJT:  # consecutive rows: views of the values
+            parts[k] = _jagged.split_rows(v, sizes)
         else:
             parts[k] = v.split(sizes, d)
     return _rows(td, parts, shapes)
@@ -272,6 +287,12 @@ def stack(items: Sequence[Any], dim: int = 0) -> Any:
             try:
                 out[k] = tstack(vals, d)
             except (RuntimeError, TypeError) as err:
+                if any(type(x) is _NJT for x in vals):
+                    raise BatchDimError(
+                        f"stack: key {k!r} is a jagged nested tensor: a container holding one "
+                        "has exactly one batch dim, so it cannot be stacked; join rows with "
+                        "torch.cat, or pad it first with torch.nested.to_padded_tensor"
+                    ) from None
                 raise BatchSizeError(f"stack: cannot stack key {k!r}: {err}") from None
         elif type(v) is _NTD:
             out[k] = NonTensorData.stack(
@@ -310,6 +331,9 @@ def cat(items: Sequence[Any], dim: int = 0) -> Any:
             try:
                 out[k] = torch.cat(vals, d)
             except (RuntimeError, TypeError) as err:
+                if any(type(x) is _NJT for x in vals):  # torch does not cat them on dim 0
+                    out[k] = _jagged.cat_rows(vals, k)
+                    continue
                 raise BatchSizeError(f"cat: cannot concatenate key {k!r}: {err}") from None
         elif type(v) is _NTD:
             vals = [x if type(x) is _NTD else NonTensorData(x) for x in vals]

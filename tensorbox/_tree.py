@@ -211,7 +211,8 @@ def common_batch_size(td: MixinBase, batch_dims: int | None) -> torch.Size:
     empty: list[TensorCollection] = []
     for v in td._tensordict.values():
         if isinstance(v, Tensor):
-            shapes.append(v.shape)
+            # A jagged leaf's second dim is its ragged one: only its rows are a batch dim.
+            shapes.append(v.shape[:1] if v.is_nested else v.shape)
         elif type(v) is _NTD:
             if v.stacked:
                 shapes.append(v.data.shape)

@@ -179,7 +179,7 @@ def test_missing_meta_is_incomplete(tmp_path: Path) -> None:
         ("", "is not valid JSON"),
         ("[1, 2]", "expected a JSON object, got list"),
         ('{"format": "other"}', "'format' is 'other', expected 'tensorbox'"),
-        ('{"format": "tensorbox", "version": 3}', "format version 3; .* newer: upgrade"),
+        ('{"format": "tensorbox", "version": 4}', "format version 4; .* newer: upgrade"),
         ('{"format": "tensorbox", "version": "1"}', "'version' is '1', expected an int"),
         ('{"format": "tensorbox", "version": true}', "'version' is True, expected an int"),
         ('{"format": "tensorbox", "version": 1}', r"missing fields \['batch_size'"),
@@ -219,7 +219,7 @@ def test_bad_node_fields(tmp_path: Path, fields: dict, match: str) -> None:
     ("entry", "match"),
     [
         ("x", r"entry 'k' is 'x'; expected an object with 'kind'"),
-        ({"kind": "blob"}, r"entry 'k' is .*'kind' one of \['json', 'node', 'tensor'\]"),
+        ({"kind": "blob"}, r"entry 'k' is .*'kind' one of \['jagged', 'json', 'node', 'tensor'\]"),
         ({**_tensor(), "extra": 1}, r"has fields .*a 'tensor' entry of format version 1 has"),
         ({"kind": "tensor", "dtype": "float32"}, r"has fields \['dtype', 'kind'\]"),
         (_tensor(dtype="float33"), "dtype 'float33' is not one of"),

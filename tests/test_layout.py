@@ -24,6 +24,7 @@ OP_MODULES = {
     "tensorbox._elementwise",
     "tensorbox._entries",
     "tensorbox._index",
+    "tensorbox._jagged",
     "tensorbox._keyops",
     "tensorbox._keys",
     "tensorbox._nontensor",
