@@ -18,7 +18,7 @@ nodes keep their identity). On a tree-backed container (saved with ``memmap``/
 4. the container is rebound to the new generation: its leaves map the longer files.
    Views taken before, and readers that loaded before, keep the rows they had.
 
-Each leaf kind (dense now) plugs in through two tables: :data:`LAYOUTS` gives an
+Each leaf kind (dense, jagged) plugs in through two tables: :data:`LAYOUTS` gives an
 in-memory leaf's signature (what must match between the container and ``rows``),
 :data:`DISK_KINDS` gives, per on-disk entry type, its signature, whether a leaf
 maps its file(s), and its append step.
@@ -42,10 +42,11 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from . import _commit, _persist_writes
+from . import _commit, _jagged, _persist_writes
 from . import _format as fmt
 from ._chunks import byte_chunks
 from ._container_io import TREES
+from ._jagged_io import JaggedEntry
 from ._keys import format_key
 from ._memmap_tensor import MemoryMappedTensor, _blank, map_file
 from ._nontensor import NonTensorData
@@ -156,8 +157,70 @@ class DiskKind(NamedTuple):
     append: Callable[[Any, Tensor, bool, str, Tensor | None], Tensor]
 
 
+# A jagged leaf is two dense files: values ``[length, *feature]`` and offsets
+# ``[rows + 1]``. Appending rows appends to each, so both reuse the dense append (and
+# its amortised growth and mapping reuse); the offsets of the new rows continue the
+# committed ones.
+
+
+def _jagged_sig(t: Tensor) -> Sig:
+    return Sig(torch.jagged, t.dtype, tuple(_jagged.parts(t)[0].shape[1:]))
+
+
+def _jagged_entry_sig(e: JaggedEntry) -> Sig:
+    return Sig(torch.jagged, e.values.dtype, tuple(e.values.shape[1:]))
+
+
+def _jagged_maps(e: JaggedEntry, t: Tensor) -> bool | None:
+    if not _jagged.is_jagged(t):
+        return None
+    values, offsets = _jagged.parts(t)
+    v, o = _dense_maps(e.values, values), _dense_maps(e.offsets, offsets)
+    return None if v is None or o is None else v and o
+
+
+def _append_jagged(
+    e: JaggedEntry, rows: Tensor, fsync: bool, where: str, current: Tensor | None
+) -> Tensor:
+    like = torch.empty((0, *e.values.shape[1:]), dtype=e.values.dtype)
+    add_values, add_offsets = _jagged._as_parts(rows, where, 1, like)  # checked: same sig
+    base, odt = e.values.shape[0], e.offsets.dtype
+    if odt is torch.int32 and base + add_values.shape[0] > 2**31 - 1:
+        raise BatchSizeError(
+            f"extend_: {where} has int32 offsets, which cannot pass {2**31 - 1} values; "
+            "save it again with int64 offsets to grow it further"
+        )
+    tail = _jagged.shifted_offsets(add_offsets, base, odt)
+    cur = _jagged.parts(current) if current is not None and _jagged.is_jagged(current) else None
+    values = _append_dense(e.values, add_values.contiguous(), fsync, where, cur and cur[0])
+    offsets = _append_dense(e.offsets, tail, fsync, where, cur and cur[1])
+    # The shortest and longest rows (to_padded_tensor pads to them): the new rows'
+    # combined with what the current leaf knows, else read from the offsets once.
+    seqlens = None
+    if add_offsets.shape[0] > 1:
+        lo, hi = (int(x) for x in torch.aminmax(add_offsets.diff()))
+        known = getattr(current, "_metadata_cache", None) or {}
+        if e.offsets.shape[0] == 1:
+            seqlens = (lo, hi)
+        elif "min_seqlen" in known and "max_seqlen" in known:
+            old_lo, old_hi = current._min_seqlen, current._max_seqlen  # type: ignore[union-attr]
+            seqlens = (min(lo, int(old_lo)), max(hi, int(old_hi)))
+    return _jagged.from_parts(values, offsets, seqlens)
+
+
+def _sha256s(e: Any) -> bool:
+    """Whether the save recorded checksums for the file(s) of entry ``e``."""
+    return any(
+        f.sha256 is not None for f in ((e.values, e.offsets) if type(e) is JaggedEntry else (e,))
+    )
+
+
+#: Per in-memory layout (``t.layout``): the leaf's signature.
+LAYOUTS[torch.jagged] = _jagged_sig
+
 DISK_KINDS: dict[type, DiskKind] = {
     fmt.TensorEntry: DiskKind(_dense_entry_sig, _dense_maps, _append_dense),
+    JaggedEntry: DiskKind(_jagged_entry_sig, _jagged_maps, _append_jagged),
 }
 
 
@@ -438,7 +501,7 @@ class _Plan:
                 store[key] = new
             else:
                 e = have[1]
-                self.checksum |= e.sha256 is not None
+                self.checksum |= _sha256s(e)
                 store[key] = None  # filled by the append
                 where = f"key {format_key(kpath)}"
                 self.appends.append((e, v, store, key, where, td._tensordict.get(key)))

@@ -475,6 +475,17 @@ class _Saver:
         self.structure.add(id(entry["offsets"]))
         for name, part in (("values", values), ("offsets", offsets)):
             target = "" if directory is None else f"{directory}{os.sep}{entry[name]['file']}"
+            if (
+                directory is not None
+                and self.mode == "inplace"
+                and isinstance(part, MemoryMappedTensor)
+                and _same_file(part, target)
+            ):  # kept, linked into the new tree (an append to a saved leaf, a re-save)
+                gen = getattr(part.untyped_storage(), "_tbx_gen", None)
+                entry[name]["id"] = gen or _new_id()
+                holder[name] = part
+                self.keeps.append((target, part, holder, name, entry[name]))
+                continue
             if directory is not None:
                 entry[name]["id"] = _new_id()
             self.writes.append((target, part.contiguous(), holder, name, entry[name]))

@@ -512,16 +512,25 @@ from tensorbox import TensorDict
 
 base, scale = sys.argv[1], float(sys.argv[2])
 random.seed(0)
+# Children are forked: torch 2.13's CPU repeat_interleave (jagged rows) hangs in a child
+# forked after the parent ran ops on several threads, as DataLoader workers avoid too.
+torch.set_num_threads(1)
 
 def rows(start, k, a=None):
     i = torch.arange(start, start + k) if a is None else a
-    return TensorDict({"a": i.clone(), "n": {"b": i.float()[:, None].repeat(1, 3)}, "s": "x"},
-                      [len(i)])
+    lengths = i % 4  # a jagged leaf too: row i holds i, (i % 4) times
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+    j = torch.nested.nested_tensor_from_jagged(i.repeat_interleave(lengths), offsets)
+    return TensorDict({"a": i.clone(), "n": {"b": i.float()[:, None].repeat(1, 3)}, "s": "x",
+                       "j": j}, [len(i)])
 
 def check(td):
     n = td.batch_size[0]
     a, b = td["a"], td["n", "b"]
     ok = a.shape == (n,) and b.shape == (n, 3) and td["n"].batch_size == (n,)
+    j = td["j"]
+    ok = ok and j.shape[0] == n and torch.equal(j.offsets().diff(), a % 4)
+    ok = ok and torch.equal(j.values(), a.repeat_interleave(a % 4))
     return ok and torch.equal(a, torch.arange(n)) and torch.equal(b, a.float()[:, None].expand(n, 3))
 
 def child(fn):
@@ -622,8 +631,7 @@ out["rw"] = {"reads": reads, "torn": torn, "backwards": backwards, "rows": last}
 
 # 3. two producers append many small batches to one tree.
 path = f"{base}/prod"
-TensorDict({"a": torch.zeros(0, dtype=torch.int64), "n": {"b": torch.zeros(0, 3)}, "s": "x"},
-           [0]).memmap(path)
+rows(0, 0).memmap(path)
 batches = int(60 * scale)
 def produce(p):
     td = TensorDict.load_memmap(path)
@@ -680,3 +688,111 @@ def test_kill_readers_and_two_producers(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_kill_readers_and_two_producers_longer(tmp_path: Path) -> None:
     _check_processes(_run_driver(tmp_path, 4.0), 4.0)
+
+
+# ---------------------------------------------------------------- jagged leaves
+
+
+def _jagged_rows(lengths: list[int], start: int, offsets_dtype: torch.dtype) -> TensorDict:
+    """Rows of ``lengths`` tokens (row r holds ``start + r`` in every token, then a
+    column of its position), with a dense ``n`` leaf beside: the list-of-rows oracle is
+    :func:`_token_rows`."""
+    rows = _token_rows(lengths, start)
+    offsets = torch.tensor([0, *torch.tensor(lengths, dtype=torch.int64).cumsum(0).tolist()])
+    values = torch.cat(rows) if rows else torch.zeros(0, 2, dtype=torch.int64)
+    tok = torch.nested.nested_tensor_from_jagged(values, offsets.to(offsets_dtype))
+    return TensorDict({"tok": tok, "n": torch.tensor(lengths, dtype=torch.int64)}, [len(lengths)])
+
+
+def _token_rows(lengths: list[int], start: int) -> list[torch.Tensor]:
+    return [
+        torch.stack([torch.full((n,), start + r), torch.arange(n)], 1)
+        for r, n in enumerate(lengths)
+    ]
+
+
+def _same_rows(td: TensorDict, want: list[torch.Tensor], offsets_dtype: torch.dtype) -> None:
+    assert td.batch_size == (len(want),)
+    tok = td["tok"]
+    assert tok.is_nested and tok.offsets().dtype == offsets_dtype
+    assert td["n"].tolist() == [len(r) for r in want]
+    for i, r in enumerate(want):
+        assert torch.equal(td[i]["tok"], r), i
+    if want:  # the whole leaf pads to its longest row
+        padded = torch.nested.to_padded_tensor(tok, -1)
+        assert padded.shape[1] == max(len(r) for r in want)
+
+
+_LENGTHS = st.lists(st.lists(st.integers(0, 5), max_size=4), min_size=1, max_size=5)
+
+
+@given(
+    first=st.lists(st.integers(0, 5), min_size=1, max_size=4),
+    steps=_LENGTHS,
+    int32=st.booleans(),
+    saved=st.booleans(),
+)
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_jagged_rows_extend_like_a_list(
+    tmp_path: Path, first: list[int], steps: list[list[int]], int32: bool, saved: bool
+) -> None:
+    odt = torch.int32 if int32 else torch.int64
+    path = tmp_path / os.urandom(4).hex()
+    td = _jagged_rows(first, 0, odt)
+    if saved:
+        td = td.memmap(path)
+    want = _token_rows(first, 0)
+    for lengths in steps:
+        rows = _jagged_rows(lengths, len(want), odt)
+        want += _token_rows(lengths, len(want))
+        assert td.extend_(rows) is td
+        _same_rows(td, want, odt)
+        if saved:
+            _same_rows(TensorDict.load_memmap(path), want, odt)
+    if saved:
+        assert td.is_memmap() and _hidden(path.parent) == []
+
+
+def test_jagged_rows_must_fit(tmp_path: Path) -> None:
+    td = _jagged_rows([1, 2], 0, torch.int64).memmap(tmp_path / "t")
+    wide = torch.nested.nested_tensor_from_jagged(
+        torch.zeros(3, 5, dtype=torch.int64), torch.tensor([0, 3])
+    )
+    with pytest.raises(BatchSizeError, match=r"key 'tok' has rows of shape \(5,\) in rows, \(2,\)"):
+        td.extend_(TensorDict({"tok": wide, "n": torch.tensor([3])}, [1]))
+    dense = TensorDict(
+        {"tok": torch.zeros(1, 3, 2, dtype=torch.int64), "n": torch.tensor([3])}, [1]
+    )
+    with pytest.raises(
+        TypeError,
+        match=r"key 'tok' is a torch.strided tensor in rows, a "
+        r"torch.jagged one",
+    ):
+        td.extend_(dense)
+    assert TensorDict.load_memmap(tmp_path / "t").batch_size == (2,)  # nothing committed
+
+
+def test_int32_offsets_that_would_overflow_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    td = _jagged_rows([3], 0, torch.int32).memmap(tmp_path / "t")
+    real = _extend.JaggedEntry
+
+    class Huge(real):  # type: ignore[misc,valid-type]
+        """The entry as read, claiming 2**31 - 2 values already (no such file needed)."""
+
+    def disk(node: Any, root: str, path: tuple[str, ...] = ()) -> Any:
+        spec = original(node, root, path)
+        e = spec.entries["tok"][1]
+        big = e.values._replace(shape=(2**31 - 2, 2))
+        spec.entries["tok"] = (spec.entries["tok"][0], real(big, e.offsets))
+        return spec
+
+    original = _extend._disk_spec
+    monkeypatch.setattr(_extend, "_disk_spec", disk)
+    with pytest.raises(BatchSizeError, match=r"key 'tok' has int32 offsets, which cannot pass"):
+        td.extend_(_jagged_rows([2], 1, torch.int32))
+    monkeypatch.undo()
+    assert TensorDict.load_memmap(tmp_path / "t").batch_size == (1,)
