@@ -66,8 +66,9 @@ _LOCATOR64 = struct.Struct("<IIQI")  # 20 bytes
 _SIG_LOCAL, _SIG_CENTRAL = 0x04034B50, 0x02014B50
 _SIG_END, _SIG_END64, _SIG_LOCATOR64 = 0x06054B50, 0x06064B50, 0x07064B50
 _U32 = 0xFFFFFFFF
-#: Bytes per write call, per CRC-32 job, and below which a CRC-32 is computed inline.
-_WRITE, _PIECE, _SMALL = 1 << 20, 4 << 20, 1 << 16
+#: Bytes per unit of work (checksummed, then written, by one thread: it fits in a core's
+#: cache), and below which an entry's CRC-32 is computed while laying the file out.
+_UNIT, _SMALL = 1 << 20, 1 << 16
 
 
 # ---------------------------------------------------------------- CRC-32 of pieces
@@ -97,12 +98,7 @@ def _x_pow_2n() -> list[int]:
 _X2N = _x_pow_2n()  # x^(2^k) modulo the polynomial
 
 
-def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
-    """The CRC-32 of ``a + b`` from ``crc32(a)``, ``crc32(b)`` and ``len(b)``.
-
-    >>> crc32_combine(zlib.crc32(b"ab"), zlib.crc32(b"cde"), 3) == zlib.crc32(b"abcde")
-    True
-    """
+def _crc32_combine(crc1: int, crc2: int, len2: int) -> int:
     p, k, n = 1 << 31, 3, len2  # x^(8 * len2): bytes are 8 bits, 2^3
     while n:
         if n & 1:
@@ -110,6 +106,39 @@ def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
         n >>= 1
         k += 1
     return _mult(p, crc1) ^ crc2
+
+
+def _load_combine() -> Any:
+    """zlib's ``crc32_combine64`` (the C library Python's zlib uses: about 1 us a call,
+    30x the Python version), else the Python version above."""
+    import ctypes
+    import ctypes.util
+
+    for name in ("libz.so.1", ctypes.util.find_library("z"), "zlib1.dll"):
+        try:
+            fn = ctypes.CDLL(name).crc32_combine64
+            break
+        except (OSError, AttributeError, TypeError):
+            continue
+    else:
+        return _crc32_combine
+    fn.argtypes = [ctypes.c_ulong, ctypes.c_ulong, ctypes.c_int64]
+    fn.restype = ctypes.c_ulong
+    return fn
+
+
+_COMBINE: list[Any] = []
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """The CRC-32 of ``a + b`` from ``crc32(a)``, ``crc32(b)`` and ``len(b)``.
+
+    >>> crc32_combine(zlib.crc32(b"ab"), zlib.crc32(b"cde"), 3) == zlib.crc32(b"abcde")
+    True
+    """
+    if not _COMBINE:
+        _COMBINE.append(_load_combine())
+    return int(_COMBINE[0](crc1, crc2, len2))
 
 
 def _load_crc32() -> Any:
@@ -281,119 +310,144 @@ def _pwrite_all(fd: int, bufs: list[Any], offset: int) -> None:
             views[0] = views[0][n:]
 
 
+class _Unit(NamedTuple):
+    """About :data:`_UNIT` bytes of the file: checksummed, then written, by one thread."""
+
+    offset: int
+    bufs: list[Any]  # in file order
+    crcs: list[tuple[int, int, Any]]  # (entry, piece number, view) to checksum first
+    stream: int  # an entry whose bytes come from a function (-1: none)
+
+
+def _units(
+    items: Sequence[tuple[str, Any, bool]], slots: list[_Slot], when: tuple[int, int]
+) -> tuple[list[_Unit], list[int], list[list[int]]]:
+    """Cut the file into units; also each entry's CRC-32 when known now (small entries),
+    and the lengths of the pieces of each large entry (their CRC-32s are combined later)."""
+    units: list[_Unit] = []
+    crcs: list[int] = [0] * len(items)
+    pieces: list[list[int]] = [[] for _ in items]
+    bufs: list[Any] = []
+    jobs: list[tuple[int, int, Any]] = []
+    start = filled = 0
+
+    def close(at: int) -> None:
+        nonlocal bufs, jobs, start, filled
+        if bufs:
+            units.append(_Unit(start, bufs, jobs, -1))
+        bufs, jobs, start, filled = [], [], at, 0
+
+    for i, (_, payload, _) in enumerate(items):
+        s = slots[i]
+        if callable(payload):  # its pieces come as they are copied: one unit of its own
+            close(s.header)
+            units.append(_Unit(s.header, [], [], i))
+            start = s.data + s.size
+            continue
+        view = memoryview(payload).cast("B")
+        if s.size <= _SMALL:
+            crcs[i] = zlib.crc32(view)
+        bufs.append(_local_header(s, crcs[i], when))
+        filled += s.data - s.header
+        if s.size <= _SMALL:
+            bufs.append(view)
+            filled += s.size
+        else:
+            at = 0
+            while at < s.size:
+                if filled >= _UNIT:
+                    close(s.data + at)
+                piece = view[at : at + _UNIT - filled]
+                jobs.append((i, len(pieces[i]), piece))
+                pieces[i].append(piece.nbytes)
+                bufs.append(piece)
+                filled += piece.nbytes
+                at += piece.nbytes
+        if filled >= _UNIT:
+            close(s.data + s.size)
+    close(0)
+    return units, crcs, pieces
+
+
 def write_zip(
     fd: int, items: Sequence[tuple[str, Any, bool]], num_threads: int = 0, sizes: Any = None
 ) -> list[int]:
     """Write a zip of ``(name, payload, align)`` items to ``fd`` (empty, open for writing).
 
     A payload is bytes-like, or a function returning an iterator of bytes-like pieces
-    (then ``sizes[i]`` gives its size, checked). The bytes go out in file order, in
-    writes of about :data:`_WRITE` bytes (one huge write is slower: the kernel
-    allocates its page cache in one go), while ``num_threads - 1`` helper threads
-    (0: up to 4 in all) compute the CRC-32s of large entries, joined by the writer once
-    its bytes are out; their local headers get them at the end.
-    Returns where each item's data starts in the file.
+    (then ``sizes[i]`` gives its size, checked). The file is cut into units of about
+    :data:`_UNIT` bytes, taken in file order by ``num_threads`` threads (0: 2), each of
+    which computes the CRC-32s of a unit's bytes and then writes them while they are
+    still in its CPU cache: one pass over memory, and a file system that writes one
+    file at a time (ext4 does) is kept busy by one thread while the other checksums.
+    The CRC-32s of large entries are combined and put in their local headers at the
+    end. Returns where each item's data starts in the file.
     """
-    n = len(items)
     size_of = [
         sizes[i] if sizes is not None and sizes[i] is not None else memoryview(p).nbytes
         for i, (_, p, _) in enumerate(items)
     ]
     slots, end = _layout([(name, size_of[i], al) for i, (name, _, al) in enumerate(items)])
     when = _dos_time()
-    crcs = [0] * n
-    tail_size = len(_central(slots, crcs, when, end))
-    os.ftruncate(fd, end + tail_size)  # the size once: later writes land inside the file
-    threads = num_threads if num_threads > 0 else min(4, os.cpu_count() or 1)
-    # CRC-32 jobs over the large entries, shared: helper threads start on them at once,
-    # and the writer joins them when its bytes are out (work it would otherwise wait on).
-    jobs: list[memoryview] = []
-    owners: list[tuple[int, int]] = []  # (entry, piece length) of each job
-    for i, (_, payload, _) in enumerate(items):
-        if not callable(payload) and size_of[i] > _SMALL:
-            view = memoryview(payload).cast("B")
-            for at in range(0, size_of[i], _PIECE):
-                jobs.append(view[at : at + _PIECE])
-                owners.append((i, min(_PIECE, size_of[i] - at)))
-    results: list[int] = [0] * len(jobs)
-    counter = itertools.count()  # next() on it is atomic under the GIL
-    stop: list[bool] = []
-
     crc32(b"")  # loads the fastest CRC-32 at hand
     checksum = _CRC32[0]
+    units, crcs, lengths_of = _units(items, slots, when)
+    os.ftruncate(fd, end)  # the size once: the units' writes land inside the file
+    parts: list[list[int]] = [[0] * len(k) for k in lengths_of]
+    streamed: dict[int, int] = {}
+    counter = itertools.count()  # next() on it is atomic under the GIL
+    failed: list[BaseException] = []
+
+    def stream(i: int) -> None:
+        s, payload = slots[i], items[i][1]
+        _pwrite_all(fd, [_local_header(s, 0, when)], s.header)
+        crc, at = 0, s.data
+        for chunk in payload():
+            view = memoryview(chunk).cast("B")
+            if at + view.nbytes > s.data + s.size:  # it would run into the next entry
+                at += view.nbytes
+                break
+            crc = crc32(view, crc)
+            _pwrite_all(fd, [view], at)
+            at += view.nbytes
+        if at - s.data != s.size:
+            raise RuntimeError(f"entry {items[i][0]!r} changed size while being written")
+        streamed[i] = crc
 
     def work() -> None:
-        while not stop and (k := next(counter)) < len(jobs):
-            results[k] = checksum(jobs[k])
+        try:
+            while not failed and (k := next(counter)) < len(units):
+                u = units[k]
+                if u.stream >= 0:
+                    stream(u.stream)
+                    continue
+                for i, p, view in u.crcs:
+                    parts[i][p] = checksum(view)
+                _pwrite_all(fd, u.bufs, u.offset)
+        except BaseException as err:  # re-raised by the caller's thread
+            failed.append(err)
 
+    threads = num_threads if num_threads > 0 else 2
     helpers = [threading.Thread(target=work, daemon=True) for _ in range(threads - 1)]
-    streamed: dict[int, int] = {}
-    out = _Writer(fd)
-    try:
-        for h in helpers if len(jobs) > 1 else ():
-            h.start()
-        for i, (_, payload, _) in enumerate(items):
-            s = slots[i]
-            if callable(payload):  # pieces copied one by one: checksummed here, as they come
-                out.add(_local_header(s, 0, when))
-                crc = done = 0
-                for chunk in payload():
-                    view = memoryview(chunk).cast("B")
-                    crc = crc32(view, crc)
-                    out.add(view)
-                    done += view.nbytes
-                if done != s.size:
-                    raise RuntimeError(f"entry {items[i][0]!r} changed size while being written")
-                streamed[i] = crc
-                continue
-            view = memoryview(payload).cast("B")
-            if s.size <= _SMALL:
-                crcs[i] = zlib.crc32(view)
-                out.add(_local_header(s, crcs[i], when))
-            else:
-                out.add(_local_header(s, 0, when))
-            out.add(view)
-        out.flush()
-        work()
-    finally:
-        stop.append(True)
-        for h in helpers:
-            if h.is_alive() or h.ident is not None:
-                h.join()
-    patch = dict(streamed)
-    for (i, length), crc in zip(owners, results, strict=True):
-        patch[i] = crc32_combine(patch.get(i, 0), crc, length)
-    for i, crc in patch.items():
+    for h in helpers[: len(units) - 1]:
+        h.start()
+    work()
+    for h in helpers:
+        if h.ident is not None:
+            h.join()
+    if failed:
+        raise failed[0]
+    for i, lengths in enumerate(lengths_of):
+        if lengths:
+            crc = streamed.get(i, 0)
+            for part, length in zip(parts[i], lengths, strict=True):
+                crc = crc32_combine(crc, part, length)
+            streamed[i] = crc
+    for i, crc in streamed.items():
         crcs[i] = crc
         os.pwrite(fd, struct.pack("<I", crc), slots[i].header + 14)
-    tail = _central(slots, crcs, when, end)
-    _pwrite_all(fd, [tail], end)
+    _pwrite_all(fd, [_central(slots, crcs, when, end)], end)
     return [s.data for s in slots]
-
-
-class _Writer:
-    """Buffers in file order, written from offset 0 in ``pwritev`` calls of about _WRITE bytes."""
-
-    def __init__(self, fd: int) -> None:
-        self.bufs: list[memoryview] = []
-        self.fd, self.at, self.size = fd, 0, 0
-
-    def add(self, buf: Any) -> None:
-        view = memoryview(buf).cast("B")
-        while view.nbytes:
-            room = _WRITE - self.size
-            piece = view[:room]
-            self.bufs.append(piece)
-            self.size += piece.nbytes
-            view = view[room:]
-            if self.size >= _WRITE or len(self.bufs) >= 1024:
-                self.flush()
-
-    def flush(self) -> None:
-        if self.bufs:
-            _pwrite_all(self.fd, self.bufs, self.at)
-            self.at += self.size
-            self.bufs, self.size = [], 0
 
 
 # ---------------------------------------------------------------- reading

@@ -238,8 +238,7 @@ def test_crc32_combine_matches_zlib() -> None:
 
 
 def test_large_leaves_are_cut_into_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_zip, "_PIECE", 4096)
-    monkeypatch.setattr(_zip, "_WRITE", 1000)
+    monkeypatch.setattr(_zip, "_UNIT", 1000)
     monkeypatch.setattr(_zip, "_SMALL", 100)
     td = TensorDict(
         {
