@@ -118,6 +118,7 @@ def memmap(
     fsync: bool = False,
     checksum: bool = False,
     archive: bool = False,
+    compression: Any = None,
 ) -> Any:
     """A memory-mapped copy of ``obj`` (locked); ``obj`` is unchanged.
 
@@ -129,7 +130,14 @@ def memmap(
     if archive:
         from . import _archive
 
-        return _archive.save(obj, prefix, num_threads=num_threads, fsync=fsync, checksum=checksum)
+        return _archive.save(
+            obj,
+            prefix,
+            num_threads=num_threads,
+            fsync=fsync,
+            checksum=checksum,
+            compression=compression,
+        )
     _refuse_archive(prefix)
     return _Saver(prefix, "copy", True, fsync, checksum=checksum).run(obj, num_threads)
 

@@ -46,7 +46,19 @@ from typing import Any, NamedTuple
 
 from .errors import FormatError
 
-__all__ = ["ALIGN", "PAD_ID", "ZipEntry", "ZipIndex", "crc32_combine", "read_index", "write_zip"]
+__all__ = [
+    "ALIGN",
+    "COMPRESSIONS",
+    "PAD_ID",
+    "Packed",
+    "ZipEntry",
+    "ZipIndex",
+    "compress",
+    "compression_method",
+    "crc32_combine",
+    "read_index",
+    "write_zip",
+]
 
 #: Alignment of data entries: torch.save's, and a multiple of every itemsize.
 ALIGN = 64
@@ -187,10 +199,66 @@ def crc32(data: Any, crc: int = 0) -> int:
 
 class _Slot(NamedTuple):
     name: bytes
-    size: int
+    size: int  # bytes in the file (compressed size)
     header: int  # offset of the local header
     data: int  # offset of the first data byte
     pad: int  # bytes of the padding block (0: none)
+    method: int = STORED
+    usize: int = -1  # uncompressed size (-1: ``size``, a stored entry)
+
+
+class Packed(NamedTuple):
+    """A compressed payload for :func:`write_zip` (made by :func:`compress`)."""
+
+    data: bytes
+    method: int
+    usize: int
+    crc: int
+
+
+#: Names of the compression methods :func:`compress` writes, as tensordict spells them.
+COMPRESSIONS = {None: STORED, "stored": STORED, "deflate": DEFLATED, "deflated": DEFLATED}
+COMPRESSIONS.update({"bzip2": BZIP2, "lzma": LZMA})
+
+
+def compression_method(compression: Any) -> int:
+    """The zip method of ``compression`` (a name, None, or a zip method number)."""
+    key = compression.lower() if isinstance(compression, str) else compression
+    if type(key) is int and key in METHODS:
+        return key
+    if isinstance(key, str | None) and key in COMPRESSIONS:
+        return COMPRESSIONS[key]
+    names = sorted(k for k in COMPRESSIONS if k is not None)
+    raise ValueError(
+        f"compression={compression!r} is not a compression tensorbox writes: expected one of "
+        f"{names}, None, or a zip method number {sorted(METHODS)}"
+    )
+
+
+def compress(pieces: Any, method: int, level: int | None = None) -> Packed:
+    """Compress bytes-like ``pieces`` (an iterable) as one entry of zip ``method``."""
+    if method == DEFLATED:
+        comp: Any = zlib.compressobj(-1 if level is None else level, zlib.DEFLATED, -15)
+        head = b""
+    elif method == BZIP2:
+        comp = bz2.BZ2Compressor(9 if level is None else level)
+        head = b""
+    elif method == LZMA:  # zip's LZMA: version 9.4, the 5 property bytes, a raw LZMA1 stream
+        lc, lp, pb, dict_size = 3, 0, 2, 1 << 23  # lzma's preset 6
+        filt = {"id": lzma.FILTER_LZMA1, "dict_size": dict_size, "lc": lc, "lp": lp, "pb": pb}
+        comp = lzma.LZMACompressor(lzma.FORMAT_RAW, filters=[filt])
+        props = struct.pack("<BI", (pb * 5 + lp) * 9 + lc, dict_size)
+        head = struct.pack("<BBH", 9, 4, len(props)) + props
+    else:
+        raise ValueError(f"zip method {method} is not one tensorbox compresses with")
+    out, crc, usize = [head], 0, 0
+    for piece in pieces:
+        view = memoryview(piece).cast("B")
+        crc = crc32(view, crc)
+        usize += view.nbytes
+        out.append(comp.compress(view))
+    out.append(comp.flush())
+    return Packed(b"".join(out), method, usize, crc)
 
 
 def _dos_time() -> tuple[int, int]:
@@ -201,15 +269,21 @@ def _dos_time() -> tuple[int, int]:
     )
 
 
-def _layout(items: Sequence[tuple[str, int, bool]]) -> tuple[list[_Slot], int]:
+def _layout(items: Sequence[tuple[str, int, bool, int, int]]) -> tuple[list[_Slot], int]:
+    """Slots of ``(name, size, align, method, usize)`` items, and where the data ends."""
     slots, off = [], 0
-    for name, size, align in items:
+    for name, size, align, method, usize in items:
         raw = name.encode("utf-8")
-        base = off + _LOCAL.size + len(raw) + (20 if size >= ZIP64_LIMIT else 0)
-        pad = 4 + (-(base + 4)) % ALIGN if align else 0
-        slots.append(_Slot(raw, size, off, base + pad, pad))
+        big = max(size, usize) >= ZIP64_LIMIT
+        base = off + _LOCAL.size + len(raw) + (20 if big else 0)
+        pad = 4 + (-(base + 4)) % ALIGN if align and method == STORED else 0
+        slots.append(_Slot(raw, size, off, base + pad, pad, method, usize))
         off = base + pad + size
     return slots, off
+
+
+def _usize(s: _Slot) -> int:
+    return s.size if s.usize < 0 else s.usize
 
 
 def _flags(name: bytes) -> int:
@@ -217,20 +291,20 @@ def _flags(name: bytes) -> int:
 
 
 def _local_header(s: _Slot, crc: int, when: tuple[int, int]) -> bytes:
-    big = s.size >= ZIP64_LIMIT
-    extra = struct.pack("<HHQQ", 1, 16, s.size, s.size) if big else b""
+    usize = _usize(s)
+    big = max(s.size, usize) >= ZIP64_LIMIT
+    extra = struct.pack("<HHQQ", 1, 16, usize, s.size) if big else b""
     if s.pad:
         extra += struct.pack("<HH", PAD_ID, s.pad - 4) + bytes(s.pad - 4)
-    size = _U32 if big else s.size
     head = _LOCAL.pack(
         _SIG_LOCAL,
         45 if big else 20,
         _flags(s.name),
-        STORED,
+        s.method,
         *when,
         crc,
-        size,
-        size,
+        _U32 if big else s.size,
+        _U32 if big else usize,
         len(s.name),
         len(extra),
     )
@@ -241,12 +315,10 @@ def _central(slots: list[_Slot], crcs: list[int], when: tuple[int, int], end: in
     parts = []
     for s, crc in zip(slots, crcs, strict=True):
         fields = []
-        size = offset = 0
-        if s.size >= ZIP64_LIMIT:
-            fields += [s.size, s.size]
-            size = _U32
-        else:
-            size = s.size
+        usize, size = _usize(s), s.size
+        if max(size, usize) >= ZIP64_LIMIT:  # both, in this order, as the local header
+            fields += [usize, size]
+            usize = size = _U32
         if s.header >= ZIP64_LIMIT:
             fields.append(s.header)
             offset = _U32
@@ -260,11 +332,11 @@ def _central(slots: list[_Slot], crcs: list[int], when: tuple[int, int], end: in
                 (3 << 8) | version,
                 version,
                 _flags(s.name),
-                STORED,
+                s.method,
                 *when,
                 crc,
                 size,
-                size,
+                usize,
                 len(s.name),
                 len(extra),
                 0,
@@ -344,12 +416,16 @@ def _units(
             units.append(_Unit(s.header, [], [], i))
             start = s.data + s.size
             continue
-        view = memoryview(payload).cast("B")
-        if s.size <= _SMALL:
-            crcs[i] = zlib.crc32(view)
+        if type(payload) is Packed:  # compressed already: its CRC-32 is known
+            crcs[i], view, small = payload.crc, memoryview(payload.data), True
+        else:
+            view = memoryview(payload).cast("B")
+            small = s.size <= _SMALL
+            if small:
+                crcs[i] = zlib.crc32(view)
         bufs.append(_local_header(s, crcs[i], when))
         filled += s.data - s.header
-        if s.size <= _SMALL:
+        if small:
             bufs.append(view)
             filled += s.size
         else:
@@ -383,11 +459,14 @@ def write_zip(
     The CRC-32s of large entries are combined and put in their local headers at the
     end. Returns where each item's data starts in the file.
     """
-    size_of = [
-        sizes[i] if sizes is not None and sizes[i] is not None else memoryview(p).nbytes
-        for i, (_, p, _) in enumerate(items)
-    ]
-    slots, end = _layout([(name, size_of[i], al) for i, (name, _, al) in enumerate(items)])
+    plan = []
+    for i, (name, p, align) in enumerate(items):
+        if type(p) is Packed:
+            plan.append((name, len(p.data), align, p.method, p.usize))
+        else:
+            size = sizes[i] if sizes is not None and sizes[i] is not None else None
+            plan.append((name, memoryview(p).nbytes if size is None else size, align, STORED, -1))
+    slots, end = _layout(plan)
     when = _dos_time()
     crc32(b"")  # loads the fastest CRC-32 at hand
     checksum = _CRC32[0]
