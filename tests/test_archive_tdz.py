@@ -11,7 +11,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tensorbox import TensorDict, tensorclass
+from tensorbox import FormatError, TensorDict, tensorclass
 from tensorbox._memmap_tensor import MemoryMappedTensor
 
 
@@ -130,3 +130,47 @@ def test_any_tensor_round_trips_compressed(
     path = tmp_path / "r.tdz"
     td.save(path, compression=compression)
     assert same(TensorDict.load_memmap(path), td)
+
+
+# ---------------------------------------------------------------- unpickled leaves
+
+
+def test_unpickled_leaves_of_one_archive_share_one_mapping(tmp_path: Path) -> None:
+    import gc
+    import os
+    import pickle
+
+    from tensorbox import _mapcache
+
+    path = tmp_path / "m.tbx"
+    td = sample().memmap(path, archive=True)
+    blob = pickle.dumps([td["x"], td["n", "m"], td["strided"]])
+    x, m, s = pickle.loads(blob)
+    assert [k[0] for k in list(_mapcache._SHARED)].count(os.path.realpath(path)) == 1
+    assert x.untyped_storage() is m.untyped_storage() is s.untyped_storage()
+    assert x.untyped_storage() is not td["x"].untyped_storage()  # its own process's copy
+    assert torch.equal(x, td["x"]) and torch.equal(s, td["strided"])
+    x2 = pickle.loads(pickle.dumps(td["x"]))  # a later unpickle: the same mapping, still used
+    assert x2.untyped_storage() is x.untyped_storage()
+    # while leaves are alive, a new archive renamed in is a new file: a new mapping, or
+    # a refusal when the reference names the old file
+    other = TensorDict({"x": torch.full((3, 200), 7.0)}, [3]).memmap(path, archive=True)
+    with pytest.raises(FormatError, match=r"was replaced after a tensor mapping it was pickled"):
+        pickle.loads(blob)
+    y = pickle.loads(pickle.dumps(other["x"]))
+    assert y.untyped_storage() is not x.untyped_storage() and torch.equal(y, other["x"])
+    assert torch.equal(x, sample()["x"])  # the old mapping still reads the old file
+    # nothing kept once no tensor uses a mapping
+    del x, m, s, x2, y, td, other
+    gc.collect()
+    assert not [k for k in list(_mapcache._SHARED) if k[0] == os.path.realpath(path)]
+
+
+def test_writable_references_are_not_shared(tmp_path: Path) -> None:
+    import pickle
+
+    td = sample().exclude("name").memmap(tmp_path / "folder")
+    a, b = (pickle.loads(pickle.dumps(td["x"])) for _ in range(2))
+    assert a.untyped_storage() is not b.untyped_storage()  # shared mappings of the file
+    a[0, 0] = 42.0
+    assert b[0, 0].item() == 42.0  # both reach the file
