@@ -571,7 +571,9 @@ def _plan(
     for d in saver.dirs:
         rel = d[cut:].replace(os.sep, "/")
         _, meta, std_json = metas[d]
-        items.append((f"{rel}/{fmt.META}" if rel else fmt.META, _meta_bytes(meta, std_json), False))
+        items.append(
+            (f"{rel}/{fmt.META}" if rel else fmt.META, fmt.meta_bytes(meta, std_json), False)
+        )
         sizes.append(None)
         for path, t, store, key in leaves.get(d, ()):
             placed.append((len(items), t, store, key))
@@ -585,20 +587,6 @@ def _plan(
                 items.append((name, lambda t=t: byte_chunks(t), True))
             sizes.append(nbytes)
     return items, sizes, placed
-
-
-def _meta_bytes(meta: dict[str, Any], std_json: bool) -> bytes:
-    """``meta.json`` exactly as :func:`tensorbox._format.write_meta` writes it."""
-    if std_json:
-        import json
-
-        def dumps(v: Any) -> bytes:
-            return json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogatepass")
-    else:
-        dumps = fmt._orjson_or_json
-    head = dumps({k: v for k, v in meta.items() if k != "entries"})[:-1]
-    lines = b",\n".join(dumps(k) + b": " + dumps(v) for k, v in meta["entries"].items())
-    return b"".join((head, b', "entries": {\n', lines, b"\n}}\n"))
 
 
 def write_file(

@@ -171,10 +171,12 @@ __all__ = [
     "encode_key",
     "is_plain_name",
     "iter_tree",
+    "meta_bytes",
     "node_meta",
     "read_child",
     "read_node",
     "write_meta",
+    "write_new_meta",
 ]
 
 FORMAT = "tensorbox"
@@ -245,13 +247,8 @@ def temp_name(directory: str) -> str:
     )
 
 
-def write_meta(
-    directory: str, meta: dict[Any, Any], *, fsync: bool = False, std_json: bool = False
-) -> None:
-    """Write ``directory/meta.json`` atomically: a temporary file, then ``os.replace``.
-
-    One entry per line, so the file reads well and diffs well.
-    """
+def meta_bytes(meta: dict[Any, Any], std_json: bool = False) -> bytes:
+    """The bytes of a ``meta.json``: one entry per line, so the file reads well and diffs well."""
     if std_json:  # NaN, infinities or huge ints, which orjson does not write
 
         def dumps(v: Any) -> bytes:
@@ -261,16 +258,19 @@ def write_meta(
     entries = meta["entries"]
     head = dumps({k: v for k, v in meta.items() if k != "entries"})[:-1]
     lines = b",\n".join(dumps(k) + b": " + dumps(v) for k, v in entries.items())
-    data = b"".join((head, b', "entries": {\n', lines, b"\n}}\n"))
+    return b"".join((head, b', "entries": {\n', lines, b"\n}}\n"))
+
+
+def write_meta(
+    directory: str, meta: dict[Any, Any], *, fsync: bool = False, std_json: bool = False
+) -> None:
+    """Write ``directory/meta.json`` atomically: a temporary file, then ``os.replace``."""
+    data = meta_bytes(meta, std_json)
     tmp = temp_name(directory)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if fsync:
-                os.fsync(fd)
+            _write_all(fd, data, fsync)
         finally:
             os.close(fd)
         os.replace(tmp, os.path.join(directory, META))
@@ -280,6 +280,31 @@ def write_meta(
         raise
     if fsync:
         fsync_dir(directory)
+
+
+def write_new_meta(
+    directory: str, meta: dict[Any, Any], *, fsync: bool = False, std_json: bool = False
+) -> None:
+    """Create ``directory/meta.json`` in a tree being built in its staging directory.
+
+    No temporary name: the commit publishes the whole tree at once, and a failed or
+    killed save leaves only its staging directory, which is removed. The caller syncs
+    the directory (once for all its files) when ``fsync``.
+    """
+    path = os.path.join(directory, META)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        _write_all(fd, meta_bytes(meta, std_json), fsync)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes, fsync: bool) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    if fsync:
+        os.fsync(fd)
 
 
 def _orjson_or_json(v: Any) -> bytes:

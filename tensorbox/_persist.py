@@ -465,7 +465,7 @@ class _Saver:
                 return write_file(staged(path), t, nbytes, fsync=fsync, sync_dir=False)
 
             def write_meta(meta: tuple[str, dict[Any, Any], bool]) -> None:
-                fmt.write_meta(staged(meta[0]), meta[1], fsync=fsync, std_json=meta[2])
+                fmt.write_new_meta(staged(meta[0]), meta[1], fsync=fsync, std_json=meta[2])
 
             if self.checksum:
                 for job in (*self.writes, *self.keeps):
