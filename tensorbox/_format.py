@@ -70,7 +70,8 @@ A save is atomic for the whole tree (:mod:`tensorbox._commit` implements it):
    ``<parent>/.<name>.tbx-lock``, removed when the save ends.
 2. The new tree is built complete in ``<parent>/.<name>.tbx-new-<hex>``: every
    ``.memmap`` file (a file kept by an in-place save is hard-linked, so it keeps
-   its ``id``), then every ``meta.json``, children first.
+   its ``id``), then every ``meta.json``, children first, each created in place
+   (step 3 publishes the whole tree: no file of it needs a temporary name).
 3. It replaces the tree at ``<parent>/<name>`` in one step: a ``rename`` when
    there was none, else ``renameat2(RENAME_EXCHANGE)`` of the two directories
    (Linux: ext4, xfs, btrfs, tmpfs), under an exclusive ``flock`` of each node
