@@ -445,19 +445,38 @@ def _units(
     return units, crcs, pieces
 
 
+def _stream(fd: int, s: _Slot, item: tuple[str, Any, bool], when: tuple[int, int]) -> int:
+    """Write an entry whose bytes come from a function, as they come; its CRC-32."""
+    _pwrite_all(fd, [_local_header(s, 0, when)], s.header)
+    crc, at = 0, s.data
+    for chunk in item[1]():
+        view = memoryview(chunk).cast("B")
+        if at + view.nbytes > s.data + s.size:  # it would run into the next entry
+            at += view.nbytes
+            break
+        crc = crc32(view, crc)
+        _pwrite_all(fd, [view], at)
+        at += view.nbytes
+    if at - s.data != s.size:
+        raise RuntimeError(f"entry {item[0]!r} changed size while being written")
+    return crc
+
+
 def write_zip(
     fd: int, items: Sequence[tuple[str, Any, bool]], num_threads: int = 0, sizes: Any = None
 ) -> list[int]:
     """Write a zip of ``(name, payload, align)`` items to ``fd`` (empty, open for writing).
 
     A payload is bytes-like, or a function returning an iterator of bytes-like pieces
-    (then ``sizes[i]`` gives its size, checked). The file is cut into units of about
-    :data:`_UNIT` bytes, taken in file order by ``num_threads`` threads (0: 2), each of
-    which computes the CRC-32s of a unit's bytes and then writes them while they are
-    still in its CPU cache: one pass over memory, and a file system that writes one
-    file at a time (ext4 does) is kept busy by one thread while the other checksums.
-    The CRC-32s of large entries are combined and put in their local headers at the
-    end. Returns where each item's data starts in the file.
+    (then ``sizes[i]`` gives its size, checked), or a :class:`Packed` (compressed).
+    The file is cut into units of about :data:`_UNIT` bytes. This thread writes
+    them in file order (``pwritev`` at offsets laid out before any write); up to
+    ``num_threads - 1`` helper threads (0: one) compute their CRC-32s ahead of it.
+    A unit no helper has reached is checksummed by the writer just before writing it,
+    while its bytes are in the CPU cache, so a busy machine (helpers not running)
+    costs one pass over memory, and the writer never waits for a helper. The CRC-32s
+    of large entries are combined and put in their local headers at the end.
+    Returns where each item's data starts in the file.
     """
     plan = []
     for i, (name, p, align) in enumerate(items):
@@ -474,48 +493,42 @@ def write_zip(
     os.ftruncate(fd, end)  # the size once: the units' writes land inside the file
     parts: list[list[int]] = [[0] * len(k) for k in lengths_of]
     streamed: dict[int, int] = {}
+    # Units whose CRC-32s someone computes (or computed). Claims race benignly: two
+    # threads may both checksum a unit, with the same result.
+    claimed = [u.stream >= 0 or not u.crcs for u in units]
+    done = [False] * len(units)
     counter = itertools.count()  # next() on it is atomic under the GIL
-    failed: list[BaseException] = []
+    stop: list[bool] = []
 
-    def stream(i: int) -> None:
-        s, payload = slots[i], items[i][1]
-        _pwrite_all(fd, [_local_header(s, 0, when)], s.header)
-        crc, at = 0, s.data
-        for chunk in payload():
-            view = memoryview(chunk).cast("B")
-            if at + view.nbytes > s.data + s.size:  # it would run into the next entry
-                at += view.nbytes
-                break
-            crc = crc32(view, crc)
-            _pwrite_all(fd, [view], at)
-            at += view.nbytes
-        if at - s.data != s.size:
-            raise RuntimeError(f"entry {items[i][0]!r} changed size while being written")
-        streamed[i] = crc
+    def checksums(k: int) -> None:
+        for i, p, view in units[k].crcs:
+            parts[i][p] = checksum(view)
+        done[k] = True
 
-    def work() -> None:
-        try:
-            while not failed and (k := next(counter)) < len(units):
-                u = units[k]
-                if u.stream >= 0:
-                    stream(u.stream)
-                    continue
-                for i, p, view in u.crcs:
-                    parts[i][p] = checksum(view)
-                _pwrite_all(fd, u.bufs, u.offset)
-        except BaseException as err:  # re-raised by the caller's thread
-            failed.append(err)
+    def helper() -> None:  # checksums units ahead of the writer, never writes
+        while not stop and (k := next(counter)) < len(units):
+            if not claimed[k]:
+                claimed[k] = True
+                checksums(k)
 
     threads = num_threads if num_threads > 0 else 2
-    helpers = [threading.Thread(target=work, daemon=True) for _ in range(threads - 1)]
-    for h in helpers[: len(units) - 1]:
-        h.start()
-    work()
-    for h in helpers:
-        if h.ident is not None:
-            h.join()
-    if failed:
-        raise failed[0]
+    helpers = [threading.Thread(target=helper, daemon=True) for _ in range(threads - 1)]
+    try:
+        for h in helpers[: max(0, sum(not c for c in claimed) - 1)]:
+            h.start()
+        for k, u in enumerate(units):  # the writer: every unit in file order
+            if u.stream >= 0:
+                streamed[u.stream] = _stream(fd, slots[u.stream], items[u.stream], when)
+                continue
+            if not claimed[k]:  # no helper got to it: checksum it now, while it is hot
+                claimed[k] = True
+                checksums(k)
+            _pwrite_all(fd, u.bufs, u.offset)
+    finally:
+        stop.append(True)
+    for k in range(len(units)):
+        if claimed[k] and not done[k] and units[k].crcs:
+            checksums(k)  # a helper still at it (descheduled?): do not wait for it
     for i, lengths in enumerate(lengths_of):
         if lengths:
             crc = streamed.get(i, 0)
