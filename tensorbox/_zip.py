@@ -3,9 +3,10 @@
 Only what a saved tree needs, written from the zip specification (APPNOTE 6.3):
 
 * The writer lays every entry out before writing a byte, writes the bytes in file
-  order while threads compute the CRC-32s (libdeflate's when the system has it, else
-  ``zlib.crc32``; both release the GIL), then
-  puts each CRC-32 in its local header and writes the central directory. Data entries start on a
+  order while a helper thread computes the CRC-32s ahead of it (libdeflate's when the
+  system has it, else ``zlib.crc32``; both release the GIL; the writer checksums what
+  the helper has not reached), then puts each CRC-32 in its local header and writes
+  the central directory. Entries may be compressed (:func:`compress`). Data entries start on a
   :data:`ALIGN`-byte boundary: the local header's extra field is padded (an extra
   block of id :data:`PAD_ID`, which every zip reader skips), as numpy and tensordict do.
   ZIP64 records are written when an entry, an offset or the central directory
@@ -78,9 +79,10 @@ _LOCATOR64 = struct.Struct("<IIQI")  # 20 bytes
 _SIG_LOCAL, _SIG_CENTRAL = 0x04034B50, 0x02014B50
 _SIG_END, _SIG_END64, _SIG_LOCATOR64 = 0x06054B50, 0x06064B50, 0x07064B50
 _U32 = 0xFFFFFFFF
-#: Bytes per unit of work (checksummed, then written, by one thread: it fits in a core's
-#: cache), and below which an entry's CRC-32 is computed while laying the file out.
-_UNIT, _SMALL = 1 << 20, 1 << 16
+#: Bytes per unit of work (written in one call, checksummed just before when no helper
+#: has: it fits in a core's cache), and below which an entry's CRC-32 is computed while
+#: laying the file out.
+_UNIT, _SMALL = 2 << 20, 1 << 16
 
 
 # ---------------------------------------------------------------- CRC-32 of pieces
