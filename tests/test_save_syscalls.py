@@ -5,6 +5,7 @@ an archive save creates one file and renames it in."""
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +73,28 @@ def test_archive_save_creates_one_file(tmp_path: Path, monkeypatch: pytest.Monke
     assert names == [".t.tbx.tbx-lock", ".t.tbx.tbx-new-"]  # the writer lock, the new file
     assert calls["rename"] == [str(tmp_path / "t.tbx")]
     assert [p for p in calls["mkdir"] if p != str(tmp_path)] == []
+
+
+def test_generation_ids_are_unique_and_not_shared_with_a_forked_child() -> None:
+    import multiprocessing
+
+    from tensorbox import _persist
+
+    ids = [_persist._new_id() for _ in range(200)]
+    assert len(set(ids)) == 200 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    assert _persist._IDS  # some left in the pool
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return
+    left = set(_persist._IDS)
+    r, w = os.pipe()
+    with warnings.catch_warnings():  # 3.12+: fork() of a process with threads warns
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: a fresh pool
+        os.write(w, _persist._new_id().encode())
+        os._exit(0)
+    os.close(w)
+    child = os.read(r, 64).decode()
+    os.waitpid(pid, 0)
+    os.close(r)
+    assert len(child) == 32 and child not in left and child not in ids
