@@ -473,7 +473,8 @@ def write_zip(
     (then ``sizes[i]`` gives its size, checked), or a :class:`Packed` (compressed).
     The file is cut into units of about :data:`_UNIT` bytes. This thread writes
     them in file order (``pwritev`` at offsets laid out before any write); up to
-    ``num_threads - 1`` helper threads (0: one) compute their CRC-32s ahead of it.
+    ``num_threads - 1`` helper threads (0: one, none on one core) compute their CRC-32s
+    ahead of it.
     A unit no helper has reached is checksummed by the writer just before writing it,
     while its bytes are in the CPU cache, so a busy machine (helpers not running)
     costs one pass over memory, and the writer never waits for a helper. The CRC-32s
@@ -513,7 +514,7 @@ def write_zip(
                 claimed[k] = True
                 checksums(k)
 
-    threads = num_threads if num_threads > 0 else 2
+    threads = num_threads if num_threads > 0 else min(2, os.cpu_count() or 1)
     helpers = [threading.Thread(target=helper, daemon=True) for _ in range(threads - 1)]
     try:
         for h in helpers[: max(0, sum(not c for c in claimed) - 1)]:
