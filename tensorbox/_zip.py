@@ -385,66 +385,75 @@ def _pwrite_all(fd: int, bufs: list[Any], offset: int) -> None:
 
 
 class _Unit(NamedTuple):
-    """About :data:`_UNIT` bytes of the file: checksummed, then written, by one thread."""
+    """About :data:`_UNIT` bytes of the file, written in one call."""
 
     offset: int
     bufs: list[Any]  # in file order
-    crcs: list[tuple[int, int, Any]]  # (entry, piece number, view) to checksum first
+    heads: list[tuple[int, bytearray]]  # (entry, its local header): CRC-32 filled in first
     stream: int  # an entry whose bytes come from a function (-1: none)
+
+
+class _Plan(NamedTuple):
+    units: list[_Unit]
+    crcs: list[int]  # each entry's CRC-32, when known from the layout (small entries)
+    jobs: list[Any]  # pieces of large entries, in file order, to checksum
+    owner: list[int]  # the entry of each piece
+    pieces: list[list[int]]  # each entry's pieces (indices into jobs)
 
 
 def _units(
     items: Sequence[tuple[str, Any, bool]], slots: list[_Slot], when: tuple[int, int]
-) -> tuple[list[_Unit], list[int], list[list[int]]]:
-    """Cut the file into units; also each entry's CRC-32 when known now (small entries),
-    and the lengths of the pieces of each large entry (their CRC-32s are combined later)."""
-    units: list[_Unit] = []
-    crcs: list[int] = [0] * len(items)
-    pieces: list[list[int]] = [[] for _ in items]
+) -> _Plan:
+    """Cut the file into units, and large entries into pieces (a piece never spans two
+    units), whose CRC-32s are computed apart and combined."""
+    plan = _Plan([], [0] * len(items), [], [], [[] for _ in items])
     bufs: list[Any] = []
-    jobs: list[tuple[int, int, Any]] = []
+    heads: list[tuple[int, bytearray]] = []
     start = filled = 0
 
     def close(at: int) -> None:
-        nonlocal bufs, jobs, start, filled
+        nonlocal bufs, heads, start, filled
         if bufs:
-            units.append(_Unit(start, bufs, jobs, -1))
-        bufs, jobs, start, filled = [], [], at, 0
+            plan.units.append(_Unit(start, bufs, heads, -1))
+        bufs, heads, start, filled = [], [], at, 0
 
     for i, (_, payload, _) in enumerate(items):
         s = slots[i]
         if callable(payload):  # its pieces come as they are copied: one unit of its own
             close(s.header)
-            units.append(_Unit(s.header, [], [], i))
+            plan.units.append(_Unit(s.header, [], [], i))
             start = s.data + s.size
             continue
         if type(payload) is Packed:  # compressed already: its CRC-32 is known
-            crcs[i], view, small = payload.crc, memoryview(payload.data), True
+            plan.crcs[i], view, small = payload.crc, memoryview(payload.data), True
         else:
             view = memoryview(payload).cast("B")
             small = s.size <= _SMALL
             if small:
-                crcs[i] = zlib.crc32(view)
-        bufs.append(_local_header(s, crcs[i], when))
+                plan.crcs[i] = zlib.crc32(view)
+        head = bytearray(_local_header(s, plan.crcs[i], when))
+        bufs.append(head)
         filled += s.data - s.header
         if small:
             bufs.append(view)
             filled += s.size
         else:
+            heads.append((i, head))
             at = 0
             while at < s.size:
                 if filled >= _UNIT:
                     close(s.data + at)
                 piece = view[at : at + _UNIT - filled]
-                jobs.append((i, len(pieces[i]), piece))
-                pieces[i].append(piece.nbytes)
+                plan.pieces[i].append(len(plan.jobs))
+                plan.jobs.append(piece)
+                plan.owner.append(i)
                 bufs.append(piece)
                 filled += piece.nbytes
                 at += piece.nbytes
         if filled >= _UNIT:
             close(s.data + s.size)
     close(0)
-    return units, crcs, pieces
+    return plan
 
 
 def _stream(fd: int, s: _Slot, item: tuple[str, Any, bool], when: tuple[int, int]) -> int:
@@ -473,12 +482,12 @@ def write_zip(
     (then ``sizes[i]`` gives its size, checked), or a :class:`Packed` (compressed).
     The file is cut into units of about :data:`_UNIT` bytes. This thread writes
     them in file order (``pwritev`` at offsets laid out before any write); up to
-    ``num_threads - 1`` helper threads (0: one, none on one core) compute their CRC-32s
-    ahead of it.
-    A unit no helper has reached is checksummed by the writer just before writing it,
-    while its bytes are in the CPU cache, so a busy machine (helpers not running)
-    costs one pass over memory, and the writer never waits for a helper. The CRC-32s
-    of large entries are combined and put in their local headers at the end.
+    ``num_threads - 1`` helper threads (0: one, none on one core) compute the CRC-32s
+    of the pieces of large entries ahead of it. Before a unit is written, the local
+    headers in it get their entries' CRC-32s (no small write into the file later, which
+    costs ~50 us each once the kernel writes those pages back): the writer computes the
+    pieces no helper has, so a busy machine (helpers not running) still costs one pass
+    over memory, and the writer never waits for a helper.
     Returns where each item's data starts in the file.
     """
     plan = []
@@ -492,55 +501,60 @@ def write_zip(
     when = _dos_time()
     crc32(b"")  # loads the fastest CRC-32 at hand
     checksum = _CRC32[0]
-    units, crcs, lengths_of = _units(items, slots, when)
+    plan = _units(items, slots, when)
+    units, crcs, jobs = plan.units, plan.crcs, plan.jobs
     os.ftruncate(fd, end)  # the size once: the units' writes land inside the file
-    parts: list[list[int]] = [[0] * len(k) for k in lengths_of]
-    streamed: dict[int, int] = {}
-    # Units whose CRC-32s someone computes (or computed). Claims race benignly: two
-    # threads may both checksum a unit, with the same result.
-    claimed = [u.stream >= 0 or not u.crcs for u in units]
-    done = [False] * len(units)
+    results = [0] * len(jobs)
+    # Pieces someone checksums (or did). Claims race benignly: two threads may both
+    # checksum a piece, with the same result.
+    claimed = [False] * len(jobs)
+    done = [False] * len(jobs)
     counter = itertools.count()  # next() on it is atomic under the GIL
     stop: list[bool] = []
 
-    def checksums(k: int) -> None:
-        for i, p, view in units[k].crcs:
-            parts[i][p] = checksum(view)
-        done[k] = True
+    def helper() -> None:  # checksums pieces ahead of the writer, in file order
+        while not stop and (j := next(counter)) < len(jobs):
+            if not claimed[j]:
+                claimed[j] = True
+                results[j] = checksum(jobs[j])
+                done[j] = True
 
-    def helper() -> None:  # checksums units ahead of the writer, never writes
-        while not stop and (k := next(counter)) < len(units):
-            if not claimed[k]:
-                claimed[k] = True
-                checksums(k)
+    def entry_crc(i: int) -> int:
+        """Entry ``i``'s CRC-32, computing what no helper has: the pieces none claimed,
+        from the last (a helper comes from the first), then any a helper has not
+        finished (again, rather than wait for a thread the machine may not run)."""
+        todo = plan.pieces[i]
+        for j in reversed(todo):
+            if not claimed[j]:
+                claimed[j] = True
+                results[j] = checksum(jobs[j])
+                done[j] = True
+        crc = 0
+        for j in todo:
+            if not done[j]:
+                results[j] = checksum(jobs[j])
+            crc = crc32_combine(crc, results[j], jobs[j].nbytes)
+        return crc
 
     threads = num_threads if num_threads > 0 else min(2, os.cpu_count() or 1)
     helpers = [threading.Thread(target=helper, daemon=True) for _ in range(threads - 1)]
+    streamed: list[int] = []
     try:
-        for h in helpers[: max(0, sum(not c for c in claimed) - 1)]:
+        for h in helpers[: max(0, len(jobs) - 1)]:
             h.start()
-        for k, u in enumerate(units):  # the writer: every unit in file order
+        for u in units:  # the writer: every unit in file order
             if u.stream >= 0:
-                streamed[u.stream] = _stream(fd, slots[u.stream], items[u.stream], when)
+                crcs[u.stream] = _stream(fd, slots[u.stream], items[u.stream], when)
+                streamed.append(u.stream)
                 continue
-            if not claimed[k]:  # no helper got to it: checksum it now, while it is hot
-                claimed[k] = True
-                checksums(k)
+            for i, head in u.heads:  # each local header whole before it is written
+                crcs[i] = entry_crc(i)
+                struct.pack_into("<I", head, 14, crcs[i])
             _pwrite_all(fd, u.bufs, u.offset)
     finally:
         stop.append(True)
-    for k in range(len(units)):
-        if claimed[k] and not done[k] and units[k].crcs:
-            checksums(k)  # a helper still at it (descheduled?): do not wait for it
-    for i, lengths in enumerate(lengths_of):
-        if lengths:
-            crc = streamed.get(i, 0)
-            for part, length in zip(parts[i], lengths, strict=True):
-                crc = crc32_combine(crc, part, length)
-            streamed[i] = crc
-    for i, crc in streamed.items():
-        crcs[i] = crc
-        os.pwrite(fd, struct.pack("<I", crc), slots[i].header + 14)
+    for i in streamed:  # (rare: non-contiguous leaves) known once their bytes are out
+        os.pwrite(fd, struct.pack("<I", crcs[i]), slots[i].header + 14)
     _pwrite_all(fd, [_central(slots, crcs, when, end)], end)
     return [s.data for s in slots]
 
