@@ -16,7 +16,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tensorbox import _zip
+from tensorbox import _crc32, _zip
 
 
 def _write(path: Path, items: list[tuple[str, Any, bool]], threads: int, sizes: Any = None) -> Any:
@@ -150,7 +150,7 @@ def test_python_crc32_combine_matches_zlib() -> None:
     @given(st.binary(max_size=300), st.binary(max_size=300))
     def check(a: bytes, b: bytes) -> None:
         want = zlib.crc32(a + b)
-        assert _zip._crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == want
+        assert _crc32._crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == want
         assert _zip.crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == want
 
     check()
@@ -163,4 +163,4 @@ def test_combine_without_the_zlib_library(monkeypatch: pytest.MonkeyPatch) -> No
         raise OSError(name)
 
     monkeypatch.setattr(ctypes, "CDLL", missing)
-    assert _zip._load_combine() is _zip._crc32_combine
+    assert _crc32._load_combine() is _crc32._crc32_combine
