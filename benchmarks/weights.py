@@ -369,6 +369,7 @@ def main() -> None:
     for name, (t, ratio) in saves.items():
         label = name.replace(" / torch.load", "")
         print(f"| {label} | {t * 1e3:.1f} | {ratio:.2f}x | {t / floor:.2f}x |")
+    print(f"(load average at the end: {os.getloadavg()[0]:.1f})")
     if args.saves_only:
         return
     print(

@@ -41,6 +41,7 @@ import stat
 import sys
 import zipfile
 from collections.abc import Iterator
+from pathlib import PurePath
 from typing import Any, NamedTuple, cast
 
 import torch
@@ -53,13 +54,26 @@ from ._format_names import is_plain_name, legacy_name
 from ._jagged_io import JaggedEntry
 from ._memmap_tensor import MemoryMappedTensor, _blank
 from ._nontensor import NonTensorData
-from ._persist import _CPU, _fit, _Loader, _Saver
+from ._persist import _Saver
+from ._persist_load import _CPU, _fit, _Loader
 from ._tree import CLASS_REGISTRY
 from .errors import FormatError, IncompleteTreeError
 
-__all__ = ["ArchiveTensor", "Archive", "iter_nodes", "load", "save", "split", "target"]
+__all__ = [
+    "SUFFIX",
+    "ArchiveTensor",
+    "Archive",
+    "iter_nodes",
+    "load",
+    "save",
+    "split",
+    "target",
+    "wanted",
+]
 
 SEP = "::"
+#: tensordict's archive suffix: a save to a path ending with it writes an archive.
+SUFFIX = ".tdz"
 _READ = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 _PROC_FD = sys.platform.startswith("linux") and os.path.isdir("/proc/self/fd")
 
@@ -106,6 +120,25 @@ def split(prefix: Any) -> tuple[str, str] | None:
 
 
 target = split
+
+
+def wanted(prefix: Any, archive: bool | None, compression: Any) -> bool:
+    """Whether a save at ``prefix`` writes an archive: ``archive``, or when it is None, a
+    path ending with ``.tdz`` (tensordict's rule: the last suffix of the path, exactly).
+    ``compression`` is checked here, before anything is written."""
+    if archive is None:
+        archive = False
+        if isinstance(prefix, str | bytes | os.PathLike):
+            archive = PurePath(os.fsdecode(prefix)).suffix == SUFFIX
+    if compression is not None:
+        if not archive:
+            raise ValueError(
+                f"compression={compression!r} applies to archives only, and {str(prefix)!r} is "
+                f"saved as a folder: pass archive=True (or a path ending with {SUFFIX}), or "
+                "drop compression"
+            )
+        _zip.compression_method(compression)
+    return bool(archive)
 
 
 class Archive:
@@ -456,11 +489,23 @@ def _from(ar: Archive, top: fmt.Node) -> Iterator[tuple[tuple[str, ...], fmt.Nod
 
 
 def save(
-    obj: Any, prefix: Any, *, num_threads: int = 0, fsync: bool = False, checksum: bool = False
+    obj: Any,
+    prefix: Any,
+    *,
+    num_threads: int = 0,
+    fsync: bool = False,
+    checksum: bool = False,
+    compression: Any = None,
 ) -> Any:
-    """Write ``obj`` as one archive at ``prefix``; returns it opened from the archive."""
+    """Write ``obj`` as one archive at ``prefix``; returns it opened from the archive.
+
+    ``compression`` (a name of :data:`tensorbox._zip.COMPRESSIONS`) compresses the
+    tensor entries (``meta.json`` files stay stored, as tensordict writes them); their
+    leaves are then copies, decompressed from the archive.
+    """
     if prefix is None:
         raise ValueError("archive=True needs a file path to write (prefix is None)")
+    method = _zip.compression_method(compression)
     root = os.path.realpath(os.fspath(prefix))
     saver = _Saver(root, "copy", True, fsync, checksum=checksum)
     with _commit.writing(root, file=True):
@@ -473,11 +518,17 @@ def save(
                 "yet; save a folder (memmap(path) without archive=True), or pad it first "
                 "with torch.nested.to_padded_tensor"
             )
-        items, sizes, leaves = _plan(saver, root, checksum)
+        items, sizes, leaves = _plan(saver, root, checksum, method)
         starts = write_file(root, items, sizes, num_threads, fsync)
         # Mapped while the lock is held: the file is the one just written.
-        storage, _ = _map(root)
+        ar = Archive(root) if method != _zip.STORED else None
+        storage = _map(root)[0] if ar is None else ar.storage
     for i, t, store, key in leaves:  # the copy: views of the new file, as a load gives
+        if ar is not None:  # compressed: read back, as a load reads it
+            name = items[i][0]
+            nbytes = t.numel() * t.element_size()
+            store[key] = ar.leaf(ArchiveTensor(t.dtype, tuple(t.shape), name, nbytes, name))
+            continue
         # torch's stubs lack set_(storage, offset, size); strides are computed (contiguous)
         view = _blank(t.dtype).new().set_(storage, starts[i] // t.dtype.itemsize, t.shape)  # type: ignore[call-overload]
         view.__class__ = MemoryMappedTensor
@@ -518,7 +569,7 @@ _Leaf = tuple[str, torch.Tensor, dict[Any, Any], str]
 
 
 def _plan(
-    saver: _Saver, root: str, checksum: bool
+    saver: _Saver, root: str, checksum: bool, method: int = _zip.STORED
 ) -> tuple[list[_Item], list[int | None], list[tuple[int, torch.Tensor, dict[Any, Any], str]]]:
     """(name, payload, align) items, each node's meta.json first, then its leaves; their
     sizes; and (item, tensor, store, key) of each leaf, for the copy to return."""
@@ -535,32 +586,22 @@ def _plan(
     for d in saver.dirs:
         rel = d[cut:].replace(os.sep, "/")
         _, meta, std_json = metas[d]
-        items.append((f"{rel}/{fmt.META}" if rel else fmt.META, _meta_bytes(meta, std_json), False))
+        items.append(
+            (f"{rel}/{fmt.META}" if rel else fmt.META, fmt.meta_bytes(meta, std_json), False)
+        )
         sizes.append(None)
         for path, t, store, key in leaves.get(d, ()):
             placed.append((len(items), t, store, key))
             name = path[cut:].replace(os.sep, "/")
             nbytes = t.numel() * t.element_size()
-            if t.device.type == "cpu" and t.is_contiguous() and not (t.is_conj() or t.is_neg()):
+            if method != _zip.STORED:
+                items.append((name, _zip.compress(byte_chunks(t), method), True))
+            elif t.device.type == "cpu" and t.is_contiguous() and not (t.is_conj() or t.is_neg()):
                 items.append((name, as_bytes(t.detach()), True))
             else:
                 items.append((name, lambda t=t: byte_chunks(t), True))
             sizes.append(nbytes)
     return items, sizes, placed
-
-
-def _meta_bytes(meta: dict[str, Any], std_json: bool) -> bytes:
-    """``meta.json`` exactly as :func:`tensorbox._format.write_meta` writes it."""
-    if std_json:
-        import json
-
-        def dumps(v: Any) -> bytes:
-            return json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogatepass")
-    else:
-        dumps = fmt._orjson_or_json
-    head = dumps({k: v for k, v in meta.items() if k != "entries"})[:-1]
-    lines = b",\n".join(dumps(k) + b": " + dumps(v) for k, v in meta["entries"].items())
-    return b"".join((head, b', "entries": {\n', lines, b"\n}}\n"))
 
 
 def write_file(

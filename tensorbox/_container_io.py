@@ -153,22 +153,34 @@ class IOMethods(MixinBase):
         existsok: bool = True,
         checksum: bool = False,
         return_early: bool = False,
-        archive: bool = False,
+        archive: bool | None = None,
+        compression: str | int | None = None,
     ) -> Self:
         """A memory-mapped copy written under ``prefix`` (this one is unchanged).
 
         Every leaf is written to a new file, so ``copy_existing`` (tensordict's switch for
         leaves already mapped elsewhere) changes nothing here. ``existsok=False`` refuses a
         ``prefix`` that already holds a tree. ``archive=True`` writes one zip file instead
-        of a folder, opened back read-only. ``return_early=True`` returns a finished
-        ``concurrent.futures.Future`` (tensordict's spelling; the save is synchronous).
+        of a folder, opened back read-only; ``archive=None`` (the default) does so when
+        ``prefix`` ends with ``.tdz``, as tensordict does. ``compression`` (archives only:
+        ``"deflate"``, ``"bzip2"``, ``"lzma"``, or ``"stored"``, the default) compresses the
+        tensor entries: a smaller file whose leaves load by copying. ``return_early=True``
+        returns a finished ``concurrent.futures.Future`` (tensordict's spelling; the save
+        is synchronous).
         """
-        from . import _persist
+        from . import _archive, _persist
 
         del copy_existing
+        archive = _archive.wanted(prefix, archive, compression)
         _refuse_existing(prefix, existsok)
         out: Self = _persist.memmap(
-            self, prefix, num_threads=num_threads, fsync=fsync, checksum=checksum, archive=archive
+            self,
+            prefix,
+            num_threads=num_threads,
+            fsync=fsync,
+            checksum=checksum,
+            archive=archive,
+            compression=compression,
         )
         if return_early:  # tensordict's future: here the save is done when this returns
             from concurrent.futures import Future
@@ -190,11 +202,15 @@ class IOMethods(MixinBase):
         copy_existing: bool = False,
         existsok: bool = True,
         sparse: bool = False,
+        archive: bool | None = None,
     ) -> Self:
         """Files of the same structure, allocated but not filled (no data copied).
 
         The files' blocks are reserved, so a full disk is an error here, not a crash
         later; ``sparse=True`` leaves them sparse.
+
+        Archives are read-only, so there is no ``memmap_like`` archive: ``archive=True``,
+        or a ``prefix`` ending with ``.tdz`` (tensordict's archive suffix), raises.
 
         ``existsok=False`` refuses a ``prefix`` that already holds a tree; ``copy_existing``
         is accepted for tensordict's signature (nothing is copied by ``memmap_like``).
@@ -208,9 +224,16 @@ class IOMethods(MixinBase):
         ...     TensorDict.load_memmap(d)["x"][7].tolist()
         [1.0, 1.0, 1.0]
         """
-        from . import _persist
+        from . import _archive, _persist
 
         del copy_existing
+        if _archive.wanted(prefix, archive, None):
+            raise ValueError(
+                f"memmap_like({str(prefix)!r}) would write an archive (archive=True or a .tdz "
+                "path), and archives are read-only: nothing could fill it. Pass archive=False "
+                "to allocate a folder at that path, or fill a container and save it with "
+                "memmap(..., archive=True)"
+            )
         _refuse_existing(prefix, existsok)
         out: Self = _persist.memmap_like(
             self, prefix, num_threads=num_threads, fsync=fsync, sparse=sparse

@@ -92,7 +92,8 @@ A save is atomic for the whole tree (:mod:`tensorbox._commit` implements it):
    ``<parent>/.<name>.tbx-lock``, removed when the save ends.
 2. The new tree is built complete in ``<parent>/.<name>.tbx-new-<hex>``: every
    ``.memmap`` file (a file kept by an in-place save is hard-linked, so it keeps
-   its ``id``), then every ``meta.json``, children first.
+   its ``id``), then every ``meta.json``, children first, each created in place
+   (step 3 publishes the whole tree: no file of it needs a temporary name).
 3. It replaces the tree at ``<parent>/<name>`` in one step: a ``rename`` when
    there was none, else ``renameat2(RENAME_EXCHANGE)`` of the two directories
    (Linux: ext4, xfs, btrfs, tmpfs), under an exclusive ``flock`` of each node
@@ -167,16 +168,12 @@ folder byte for byte (``memmap(path, archive=True)``): see ``docs/format.md``
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import re
 import stat
-import sys
-import threading
 from collections.abc import Iterator
-from itertools import count
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -185,6 +182,14 @@ import torch
 
 from ._format_json import _INT64_LIMIT, MAX_JSON_DEPTH, _short_repr, check_json_value
 from ._format_names import decode_key, encode_key, is_plain_name
+from ._format_write import (
+    META,
+    fsync_dir,
+    meta_bytes,
+    temp_name,
+    write_meta,
+    write_new_meta,
+)
 from .errors import FormatError, IncompleteTreeError
 
 if TYPE_CHECKING:
@@ -211,17 +216,20 @@ __all__ = [
     "encode_key",
     "is_plain_name",
     "iter_tree",
+    "fsync_dir",
+    "meta_bytes",
+    "temp_name",
     "node_meta",
     "read_child",
     "read_node",
     "write_meta",
+    "write_new_meta",
 ]
 
 FORMAT = "tensorbox"
 VERSION = 3
 #: Versions this reader accepts (1: tensor entries without an ``id``; 3: jagged entries).
 VERSIONS = (1, 2, 3)
-META = "meta.json"
 SUFFIX = ".memmap"
 #: Bounds that keep a hostile file from asking for absurd work before the size check.
 MAX_DIMS = 64
@@ -273,71 +281,6 @@ def node_meta(
         "device": None if device is None else str(device),
         "entries": entries,
     }
-
-
-_tmp_counter = count()
-
-
-def temp_name(directory: str) -> str:
-    """A fresh temporary path in ``directory``; no encoded name starts with '.'."""
-    return os.path.join(
-        directory, f".tbx-{os.getpid()}-{threading.get_ident()}-{next(_tmp_counter)}.tmp"
-    )
-
-
-def write_meta(
-    directory: str, meta: dict[Any, Any], *, fsync: bool = False, std_json: bool = False
-) -> None:
-    """Write ``directory/meta.json`` atomically: a temporary file, then ``os.replace``.
-
-    One entry per line, so the file reads well and diffs well.
-    """
-    if std_json:  # NaN, infinities or huge ints, which orjson does not write
-
-        def dumps(v: Any) -> bytes:
-            return json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogatepass")
-    else:
-        dumps = _orjson_or_json
-    entries = meta["entries"]
-    head = dumps({k: v for k, v in meta.items() if k != "entries"})[:-1]
-    lines = b",\n".join(dumps(k) + b": " + dumps(v) for k, v in entries.items())
-    data = b"".join((head, b', "entries": {\n', lines, b"\n}}\n"))
-    tmp = temp_name(directory)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, os.path.join(directory, META))
-    except BaseException:  # out of space, interrupted: leave no temporary file behind
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if fsync:
-        fsync_dir(directory)
-
-
-def _orjson_or_json(v: Any) -> bytes:
-    try:
-        return orjson.dumps(v)
-    except TypeError:  # nesting deeper than orjson writes (255)
-        return json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogatepass")
-
-
-def fsync_dir(directory: str) -> None:
-    """Make a rename or a file creation in ``directory`` durable (POSIX)."""
-    if sys.platform == "win32":  # pragma: no cover - directories cannot be opened there
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # ---------------------------------------------------------------- reading

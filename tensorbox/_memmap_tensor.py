@@ -640,6 +640,7 @@ class FileRef(NamedTuple):
         once its file is deleted); any other file by (device, inode).
         """
         from ._commit import read_lock, read_unlock
+        from ._mapcache import mapped
 
         lock = read_lock(os.path.dirname(self.filename)) if self.gen is not None else None
         try:
@@ -671,8 +672,7 @@ class FileRef(NamedTuple):
                     f"{self.filename} is {st.st_size} bytes, shorter than the {self.nbytes} "
                     "bytes it had when the tensor was pickled"
                 )
-            storage = _map_storage(self.filename, self.mode, self.nbytes, ident)
-            storage._tbx_gen = self.gen
+            storage = mapped(self.filename, self.mode, self.nbytes, st, self.gen)
         finally:
             read_unlock(lock)
         t = torch.empty(0, dtype=DTYPES[self.dtype]).set_(

@@ -46,7 +46,6 @@ import contextlib
 import errno
 import os
 import stat
-import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -66,7 +65,7 @@ from ._memmap_tensor import (
     write_file,
 )
 from ._nontensor import NonTensorData
-from ._tensordict import TensorDict, is_tensor_collection
+from ._persist_load import _CPU, _fit, _Loader, saved_type
 from ._tree import CLASS_REGISTRY, is_coll, iter_shaped, type_name
 
 __all__ = [
@@ -119,6 +118,7 @@ def memmap(
     fsync: bool = False,
     checksum: bool = False,
     archive: bool = False,
+    compression: Any = None,
 ) -> Any:
     """A memory-mapped copy of ``obj`` (locked); ``obj`` is unchanged.
 
@@ -130,7 +130,14 @@ def memmap(
     if archive:
         from . import _archive
 
-        return _archive.save(obj, prefix, num_threads=num_threads, fsync=fsync, checksum=checksum)
+        return _archive.save(
+            obj,
+            prefix,
+            num_threads=num_threads,
+            fsync=fsync,
+            checksum=checksum,
+            compression=compression,
+        )
     _refuse_archive(prefix)
     return _Saver(prefix, "copy", True, fsync, checksum=checksum).run(obj, num_threads)
 
@@ -249,12 +256,6 @@ def is_memmap(obj: Any) -> bool:
     return found or obj.is_locked
 
 
-def saved_type(obj: Any) -> str | None:
-    """The ``type`` a loaded node was saved with, when it could not be rebuilt as that class."""
-    entry = _saved_types.get(id(obj))
-    return entry[0] if entry is not None and entry[1]() is obj else None
-
-
 # ---------------------------------------------------------------- helpers
 
 
@@ -269,16 +270,6 @@ def _type_name(obj: Any) -> str:
     return type_name(type(obj))
 
 
-_saved_types: dict[int, tuple[str, Any]] = {}
-
-
-def _remember_type(obj: Any, name: str) -> None:
-    # TensorDict is unhashable (== is elementwise), so key by id with a weakref guard.
-    key = id(obj)
-    _saved_types[key] = (name, weakref.ref(obj, lambda _, key=key: _saved_types.pop(key, None)))  # type: ignore[misc]
-
-
-_CPU = torch.device("cpu")
 _DTYPE_NAMES = {dt: name for name, dt in fmt.DTYPES.items()}
 
 
@@ -524,7 +515,7 @@ class _Saver:
                 return write_file(staged(path), t, nbytes, fsync=fsync, sync_dir=False)
 
             def write_meta(meta: tuple[str, dict[Any, Any], bool]) -> None:
-                fmt.write_meta(staged(meta[0]), meta[1], fsync=fsync, std_json=meta[2])
+                fmt.write_new_meta(staged(meta[0]), meta[1], fsync=fsync, std_json=meta[2])
 
             if self.checksum:
                 for job in (*self.writes, *self.keeps):
@@ -564,8 +555,22 @@ class _Saver:
 
 
 def _new_id() -> str:
-    """A file generation id: 128 random bits, never reused (see the format spec)."""
-    return os.urandom(16).hex()
+    """A file generation id: 128 random bits, never reused (see the format spec).
+
+    Drawn 64 at a time (one system call per 64 leaves, not one per leaf); the pool is
+    emptied in a forked child, so two processes never hand out the same id.
+    """
+    try:
+        return _IDS.pop()  # atomic under the GIL
+    except IndexError:
+        raw = os.urandom(16 * 64).hex()
+        _IDS.extend(raw[i : i + 32] for i in range(32, len(raw), 32))
+        return raw[:32]
+
+
+_IDS: list[str] = []
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_IDS.clear)
 
 
 def _same_file(t: MemoryMappedTensor, target: str) -> bool:
@@ -670,115 +675,3 @@ def _old_node_dirs(root: str) -> list[str]:
                 dirs.append(p)
                 todo.append(p)
     return dirs
-
-
-# ---------------------------------------------------------------- loading
-
-
-def _fit(cls: type | None, strict: bool) -> str:
-    """What a load does with a saved tensorclass node that no longer fits its class:
-    ``"drop"`` its removed fields (strict=False), ``"raise"`` (a tensorclass was asked
-    for: its nested classes must fit too), or ``"fallback"`` to a TensorDict that
-    remembers the saved type (a TensorDict was asked for: the data still loads)."""
-    if not strict:
-        return "drop"
-    return "fallback" if cls is None or issubclass(cls, TensorDict) else "raise"
-
-
-class _Loader:
-    """One load: the tree's settings, shared by every node."""
-
-    def __init__(
-        self,
-        root: str,
-        registry: dict[str, type],
-        device: torch.device | None,
-        non_blocking: bool,
-        mode: str,
-        fit: str = "fallback",
-    ) -> None:
-        self.root, self.registry, self.device = root, registry, device
-        self.non_blocking, self.mode, self.fit = non_blocking, mode, fit
-
-    def node(self, node: fmt.Node, cls: type | None, depth: int) -> Any:
-        store: dict[str, Any] = {}
-        device = self.device
-        tensor_entry, mode = fmt.TensorEntry, self.mode
-        for key, e in node.entries.items():
-            if type(e) is tensor_entry:
-                try:  # the common case inline: a tree of many small leaves spends its time here
-                    leaf: Tensor = map_file(
-                        e.path, e.dtype, e.shape, mode, e.nbytes, e.ident, e.gen
-                    )
-                except PermissionError:
-                    leaf = self.leaf(e)
-                store[key] = (
-                    leaf
-                    if device is None
-                    else leaf.to(device, non_blocking=self.non_blocking, copy=True)
-                )
-            elif type(e) is fmt.NodeEntry:
-                sub = fmt.read_child(node, e, self.root, depth + 1)
-                store[key] = self.node(sub, None, depth + 1)
-            elif type(e) is _jagged_io.JaggedEntry:
-                leaf = _jagged_io.build(self.leaf(e.values), self.leaf(e.offsets), e)
-                store[key] = (
-                    leaf
-                    if device is None
-                    else leaf.to(device, non_blocking=self.non_blocking, copy=True)
-                )
-            else:
-                store[key] = NonTensorData(e.value, stacked=e.stacked)  # type: ignore[union-attr]
-        # Mapped leaves live on the CPU; a copy lives on ``device``.
-        want = device if device is not None else (None if node.device is None else _CPU)
-        return self.rebuild(node, store, want, cls)
-
-    def leaf(self, e: fmt.TensorEntry) -> Tensor:
-        """A leaf that could not be mapped with ``mode``: read-only files map copy-on-write."""
-        if self.mode == "r":
-            return map_file(e.path, e.dtype, e.shape, "r", e.nbytes, e.ident, e.gen)
-        try:
-            return map_file(e.path, e.dtype, e.shape, "r+", e.nbytes, e.ident, e.gen)
-        except PermissionError:  # a tree we may read but not write: copy-on-write mapping
-            return map_file(e.path, e.dtype, e.shape, "r", e.nbytes, e.ident, e.gen)
-
-    def rebuild(
-        self, node: fmt.Node, store: dict[str, Any], device: torch.device | None, cls: type | None
-    ) -> Any:
-        """The container ``node`` was saved from: the caller's class, a registered one, or a
-        TensorDict that remembers the saved type name."""
-        target: Any = cls
-        if target is None or (issubclass(target, TensorDict) and node.type != "TensorDict"):
-            target = self.registry.get(node.type, target)
-        if target is None or not is_tensor_collection(target):
-            target = TensorDict
-        bs = torch.Size(node.batch_size)
-        if issubclass(target, TensorDict):
-            out = target._new_unsafe(store, bs, device)
-            if node.type != "TensorDict" and node.type != _type_name(out):
-                _remember_type(out, node.type)
-            return out
-        # The class may have changed since the save: a field added with a default is
-        # filled in by from_tensordict; a removed one is refused, or left out.
-        where = os.path.join(node.path, fmt.META)
-        removed = sorted(set(store) - target.__tc_names__)
-        if removed and self.fit != "fallback" and node.type == type_name(target):
-            if self.fit == "raise":
-                one = len(removed) == 1
-                raise fmt.FormatError(
-                    f"{where}: the saved {node.type!r} holds {removed!r}, which "
-                    f"{'is not a field' if one else 'are not fields'} of "
-                    f"{target.__qualname__} any more: pass strict=False to load the tree "
-                    f"without {'it' if one else 'them'}"
-                )
-            store = {k: v for k, v in store.items() if k not in removed}
-        td = TensorDict._new_unsafe(store, bs, device)
-        try:  # checks the keys against the fields
-            return target.from_tensordict(td, run_post_init=False)
-        except (KeyError, TypeError, ValueError) as err:
-            if target is cls or self.fit != "fallback":  # asked for: say why it does not fit
-                raise fmt.FormatError(
-                    f"{where}: the saved {node.type!r} does not fit {target.__qualname__}: {err}"
-                ) from None
-            _remember_type(td, node.type)  # found in the registry: the data still loads
-            return td

@@ -3,9 +3,10 @@
 Only what a saved tree needs, written from the zip specification (APPNOTE 6.3):
 
 * The writer lays every entry out before writing a byte, writes the bytes in file
-  order while threads compute the CRC-32s (libdeflate's when the system has it, else
-  ``zlib.crc32``; both release the GIL), then
-  puts each CRC-32 in its local header and writes the central directory. Data entries start on a
+  order while a helper thread computes the CRC-32s ahead of it (libdeflate's when the
+  system has it, else ``zlib.crc32``; both release the GIL; the writer checksums what
+  the helper has not reached), then puts each CRC-32 in its local header and writes
+  the central directory. Entries may be compressed (:func:`compress`). Data entries start on a
   :data:`ALIGN`-byte boundary: the local header's extra field is padded (an extra
   block of id :data:`PAD_ID`, which every zip reader skips), as numpy and tensordict do.
   ZIP64 records are written when an entry, an offset or the central directory
@@ -44,9 +45,23 @@ import zlib
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from ._crc32 import _CRC32, crc32, crc32_combine
 from .errors import FormatError
 
-__all__ = ["ALIGN", "PAD_ID", "ZipEntry", "ZipIndex", "crc32_combine", "read_index", "write_zip"]
+__all__ = [
+    "ALIGN",
+    "COMPRESSIONS",
+    "PAD_ID",
+    "Packed",
+    "ZipEntry",
+    "ZipIndex",
+    "compress",
+    "compression_method",
+    "crc32",
+    "crc32_combine",
+    "read_index",
+    "write_zip",
+]
 
 #: Alignment of data entries: torch.save's, and a multiple of every itemsize.
 ALIGN = 64
@@ -66,91 +81,10 @@ _LOCATOR64 = struct.Struct("<IIQI")  # 20 bytes
 _SIG_LOCAL, _SIG_CENTRAL = 0x04034B50, 0x02014B50
 _SIG_END, _SIG_END64, _SIG_LOCATOR64 = 0x06054B50, 0x06064B50, 0x07064B50
 _U32 = 0xFFFFFFFF
-#: Bytes per write call, per CRC-32 job, and below which a CRC-32 is computed inline.
-_WRITE, _PIECE, _SMALL = 1 << 20, 4 << 20, 1 << 16
-
-
-# ---------------------------------------------------------------- CRC-32 of pieces
-
-_POLY = 0xEDB88320
-
-
-def _mult(a: int, b: int) -> int:
-    """a(x) * b(x) modulo the CRC-32 polynomial (bit-reflected, as zlib stores CRCs)."""
-    m, p = 1 << 31, 0
-    while m:
-        if a & m:
-            p ^= b
-        m >>= 1
-        b = (b >> 1) ^ _POLY if b & 1 else b >> 1
-    return p
-
-
-def _x_pow_2n() -> list[int]:
-    table, p = [], 1 << 30  # x^1
-    for _ in range(64):
-        table.append(p)
-        p = _mult(p, p)
-    return table
-
-
-_X2N = _x_pow_2n()  # x^(2^k) modulo the polynomial
-
-
-def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
-    """The CRC-32 of ``a + b`` from ``crc32(a)``, ``crc32(b)`` and ``len(b)``.
-
-    >>> crc32_combine(zlib.crc32(b"ab"), zlib.crc32(b"cde"), 3) == zlib.crc32(b"abcde")
-    True
-    """
-    p, k, n = 1 << 31, 3, len2  # x^(8 * len2): bytes are 8 bits, 2^3
-    while n:
-        if n & 1:
-            p = _mult(_X2N[k & 63], p)
-        n >>= 1
-        k += 1
-    return _mult(p, crc1) ^ crc2
-
-
-def _load_crc32() -> Any:
-    """libdeflate's CRC-32 when the system has it (PCLMUL: about 4x zlib's here),
-    else ``zlib.crc32``; both release the GIL. Loaded on first use."""
-    import ctypes
-
-    for name in ("libdeflate.so.0", "libdeflate.so", "libdeflate.dylib"):
-        try:
-            fn = ctypes.CDLL(name).libdeflate_crc32
-            break
-        except (OSError, AttributeError):
-            continue
-    else:
-        return zlib.crc32
-    fn.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t]
-    fn.restype = ctypes.c_uint32
-    from_buffer = ctypes.c_char.from_buffer
-    addressof = ctypes.addressof
-
-    def crc32(data: Any, crc: int = 0) -> int:
-        view = memoryview(data)
-        if view.nbytes < _SMALL or view.readonly or not view.c_contiguous:
-            return zlib.crc32(view, crc)
-        return int(fn(crc, addressof(from_buffer(view.cast("B"))), view.nbytes))
-
-    return crc32
-
-
-_CRC32: list[Any] = []
-
-
-def crc32(data: Any, crc: int = 0) -> int:
-    """CRC-32 of ``data`` (bytes-like), continuing ``crc``, as ``zlib.crc32`` computes it.
-
-    >>> crc32(b"hello") == zlib.crc32(b"hello")
-    True
-    """
-    if not _CRC32:
-        _CRC32.append(_load_crc32())
-    return int(_CRC32[0](data, crc))
+#: Bytes per unit of work (written in one call, checksummed just before when no helper
+#: has: it fits in a core's cache; 2 MiB writes ran 4-6x slower in a quarter of the saves
+#: measured here), and below which an entry's CRC-32 is computed while laying out.
+_UNIT, _SMALL = 1 << 20, 1 << 16
 
 
 # ---------------------------------------------------------------- writing
@@ -158,10 +92,66 @@ def crc32(data: Any, crc: int = 0) -> int:
 
 class _Slot(NamedTuple):
     name: bytes
-    size: int
+    size: int  # bytes in the file (compressed size)
     header: int  # offset of the local header
     data: int  # offset of the first data byte
     pad: int  # bytes of the padding block (0: none)
+    method: int = STORED
+    usize: int = -1  # uncompressed size (-1: ``size``, a stored entry)
+
+
+class Packed(NamedTuple):
+    """A compressed payload for :func:`write_zip` (made by :func:`compress`)."""
+
+    data: bytes
+    method: int
+    usize: int
+    crc: int
+
+
+#: Names of the compression methods :func:`compress` writes, as tensordict spells them.
+COMPRESSIONS = {None: STORED, "stored": STORED, "deflate": DEFLATED, "deflated": DEFLATED}
+COMPRESSIONS.update({"bzip2": BZIP2, "lzma": LZMA})
+
+
+def compression_method(compression: Any) -> int:
+    """The zip method of ``compression`` (a name, None, or a zip method number)."""
+    key = compression.lower() if isinstance(compression, str) else compression
+    if type(key) is int and key in METHODS:
+        return key
+    if isinstance(key, str | None) and key in COMPRESSIONS:
+        return COMPRESSIONS[key]
+    names = sorted(k for k in COMPRESSIONS if k is not None)
+    raise ValueError(
+        f"compression={compression!r} is not a compression tensorbox writes: expected one of "
+        f"{names}, None, or a zip method number {sorted(METHODS)}"
+    )
+
+
+def compress(pieces: Any, method: int, level: int | None = None) -> Packed:
+    """Compress bytes-like ``pieces`` (an iterable) as one entry of zip ``method``."""
+    if method == DEFLATED:
+        comp: Any = zlib.compressobj(-1 if level is None else level, zlib.DEFLATED, -15)
+        head = b""
+    elif method == BZIP2:
+        comp = bz2.BZ2Compressor(9 if level is None else level)
+        head = b""
+    elif method == LZMA:  # zip's LZMA: version 9.4, the 5 property bytes, a raw LZMA1 stream
+        lc, lp, pb, dict_size = 3, 0, 2, 1 << 23  # lzma's preset 6
+        filt = {"id": lzma.FILTER_LZMA1, "dict_size": dict_size, "lc": lc, "lp": lp, "pb": pb}
+        comp = lzma.LZMACompressor(lzma.FORMAT_RAW, filters=[filt])
+        props = struct.pack("<BI", (pb * 5 + lp) * 9 + lc, dict_size)
+        head = struct.pack("<BBH", 9, 4, len(props)) + props
+    else:
+        raise ValueError(f"zip method {method} is not one tensorbox compresses with")
+    out, crc, usize = [head], 0, 0
+    for piece in pieces:
+        view = memoryview(piece).cast("B")
+        crc = crc32(view, crc)
+        usize += view.nbytes
+        out.append(comp.compress(view))
+    out.append(comp.flush())
+    return Packed(b"".join(out), method, usize, crc)
 
 
 def _dos_time() -> tuple[int, int]:
@@ -172,15 +162,21 @@ def _dos_time() -> tuple[int, int]:
     )
 
 
-def _layout(items: Sequence[tuple[str, int, bool]]) -> tuple[list[_Slot], int]:
+def _layout(items: Sequence[tuple[str, int, bool, int, int]]) -> tuple[list[_Slot], int]:
+    """Slots of ``(name, size, align, method, usize)`` items, and where the data ends."""
     slots, off = [], 0
-    for name, size, align in items:
+    for name, size, align, method, usize in items:
         raw = name.encode("utf-8")
-        base = off + _LOCAL.size + len(raw) + (20 if size >= ZIP64_LIMIT else 0)
-        pad = 4 + (-(base + 4)) % ALIGN if align else 0
-        slots.append(_Slot(raw, size, off, base + pad, pad))
+        big = max(size, usize) >= ZIP64_LIMIT
+        base = off + _LOCAL.size + len(raw) + (20 if big else 0)
+        pad = 4 + (-(base + 4)) % ALIGN if align and method == STORED else 0
+        slots.append(_Slot(raw, size, off, base + pad, pad, method, usize))
         off = base + pad + size
     return slots, off
+
+
+def _usize(s: _Slot) -> int:
+    return s.size if s.usize < 0 else s.usize
 
 
 def _flags(name: bytes) -> int:
@@ -188,20 +184,20 @@ def _flags(name: bytes) -> int:
 
 
 def _local_header(s: _Slot, crc: int, when: tuple[int, int]) -> bytes:
-    big = s.size >= ZIP64_LIMIT
-    extra = struct.pack("<HHQQ", 1, 16, s.size, s.size) if big else b""
+    usize = _usize(s)
+    big = max(s.size, usize) >= ZIP64_LIMIT
+    extra = struct.pack("<HHQQ", 1, 16, usize, s.size) if big else b""
     if s.pad:
         extra += struct.pack("<HH", PAD_ID, s.pad - 4) + bytes(s.pad - 4)
-    size = _U32 if big else s.size
     head = _LOCAL.pack(
         _SIG_LOCAL,
         45 if big else 20,
         _flags(s.name),
-        STORED,
+        s.method,
         *when,
         crc,
-        size,
-        size,
+        _U32 if big else s.size,
+        _U32 if big else usize,
         len(s.name),
         len(extra),
     )
@@ -212,12 +208,10 @@ def _central(slots: list[_Slot], crcs: list[int], when: tuple[int, int], end: in
     parts = []
     for s, crc in zip(slots, crcs, strict=True):
         fields = []
-        size = offset = 0
-        if s.size >= ZIP64_LIMIT:
-            fields += [s.size, s.size]
-            size = _U32
-        else:
-            size = s.size
+        usize, size = _usize(s), s.size
+        if max(size, usize) >= ZIP64_LIMIT:  # both, in this order, as the local header
+            fields += [usize, size]
+            usize = size = _U32
         if s.header >= ZIP64_LIMIT:
             fields.append(s.header)
             offset = _U32
@@ -231,11 +225,11 @@ def _central(slots: list[_Slot], crcs: list[int], when: tuple[int, int], end: in
                 (3 << 8) | version,
                 version,
                 _flags(s.name),
-                STORED,
+                s.method,
                 *when,
                 crc,
                 size,
-                size,
+                usize,
                 len(s.name),
                 len(extra),
                 0,
@@ -281,119 +275,175 @@ def _pwrite_all(fd: int, bufs: list[Any], offset: int) -> None:
             views[0] = views[0][n:]
 
 
+class _Unit(NamedTuple):
+    """About :data:`_UNIT` bytes of the file, written in one call."""
+
+    offset: int
+    bufs: list[Any]  # in file order
+    heads: list[tuple[int, bytearray]]  # (entry, its local header): CRC-32 filled in first
+    stream: int  # an entry whose bytes come from a function (-1: none)
+
+
+class _Plan(NamedTuple):
+    units: list[_Unit]
+    crcs: list[int]  # each entry's CRC-32, when known from the layout (small entries)
+    jobs: list[Any]  # pieces of large entries, in file order, to checksum
+    owner: list[int]  # the entry of each piece
+    pieces: list[list[int]]  # each entry's pieces (indices into jobs)
+
+
+def _units(
+    items: Sequence[tuple[str, Any, bool]], slots: list[_Slot], when: tuple[int, int]
+) -> _Plan:
+    """Cut the file into units, and large entries into pieces (a piece never spans two
+    units), whose CRC-32s are computed apart and combined. Pieces end on multiples of
+    _UNIT in the file, so most writes are of whole aligned blocks of the page cache."""
+    plan = _Plan([], [0] * len(items), [], [], [[] for _ in items])
+    bufs: list[Any] = []
+    heads: list[tuple[int, bytearray]] = []
+    start = filled = 0
+
+    def close(at: int) -> None:
+        nonlocal bufs, heads, start, filled
+        if bufs:
+            plan.units.append(_Unit(start, bufs, heads, -1))
+        bufs, heads, start, filled = [], [], at, 0
+
+    for i, (_, payload, _) in enumerate(items):
+        s = slots[i]
+        if callable(payload):  # its pieces come as they are copied: one unit of its own
+            close(s.header)
+            plan.units.append(_Unit(s.header, [], [], i))
+            start = s.data + s.size
+            continue
+        if type(payload) is Packed:  # compressed already: its CRC-32 is known
+            plan.crcs[i], view, small = payload.crc, memoryview(payload.data), True
+        else:
+            view = memoryview(payload).cast("B")
+            small = s.size <= _SMALL
+            if small:
+                plan.crcs[i] = zlib.crc32(view)
+        head = bytearray(_local_header(s, plan.crcs[i], when))
+        bufs.append(head)
+        filled += s.data - s.header
+        if small:
+            bufs.append(view)
+            filled += s.size
+        else:
+            heads.append((i, head))
+            at = 0
+            while at < s.size:  # pieces end on multiples of _UNIT in the file
+                piece = view[at : at + _UNIT - (s.data + at) % _UNIT]
+                plan.pieces[i].append(len(plan.jobs))
+                plan.jobs.append(piece)
+                plan.owner.append(i)
+                bufs.append(piece)
+                filled += piece.nbytes
+                at += piece.nbytes
+                if (s.data + at) % _UNIT == 0:
+                    close(s.data + at)
+        if filled >= _UNIT:
+            close(s.data + s.size)
+    close(0)
+    return plan
+
+
+def _stream(fd: int, s: _Slot, item: tuple[str, Any, bool], when: tuple[int, int]) -> int:
+    """Write an entry whose bytes come from a function, as they come; its CRC-32."""
+    _pwrite_all(fd, [_local_header(s, 0, when)], s.header)
+    crc, at = 0, s.data
+    for chunk in item[1]():
+        view = memoryview(chunk).cast("B")
+        if at + view.nbytes > s.data + s.size:  # it would run into the next entry
+            at += view.nbytes
+            break
+        crc = crc32(view, crc)
+        _pwrite_all(fd, [view], at)
+        at += view.nbytes
+    if at - s.data != s.size:
+        raise RuntimeError(f"entry {item[0]!r} changed size while being written")
+    return crc
+
+
 def write_zip(
     fd: int, items: Sequence[tuple[str, Any, bool]], num_threads: int = 0, sizes: Any = None
 ) -> list[int]:
     """Write a zip of ``(name, payload, align)`` items to ``fd`` (empty, open for writing).
 
     A payload is bytes-like, or a function returning an iterator of bytes-like pieces
-    (then ``sizes[i]`` gives its size, checked). The bytes go out in file order, in
-    writes of about :data:`_WRITE` bytes (one huge write is slower: the kernel
-    allocates its page cache in one go), while ``num_threads - 1`` helper threads
-    (0: up to 4 in all) compute the CRC-32s of large entries, joined by the writer once
-    its bytes are out; their local headers get them at the end.
+    (then ``sizes[i]`` gives its size, checked), or a :class:`Packed` (compressed).
+    The file is cut into units of about :data:`_UNIT` bytes. This thread writes
+    them in file order (``pwritev`` at offsets laid out before any write); up to
+    ``num_threads - 1`` helper threads (0: one, none on one core) compute the CRC-32s
+    of the pieces of large entries ahead of it. Before a unit is written, the local
+    headers in it get their entries' CRC-32s (no small write into the file later, which
+    costs ~50 us each once the kernel writes those pages back): the writer computes the
+    pieces no helper has, so a busy machine (helpers not running) still costs one pass
+    over memory, and the writer never waits for a helper.
     Returns where each item's data starts in the file.
     """
-    n = len(items)
-    size_of = [
-        sizes[i] if sizes is not None and sizes[i] is not None else memoryview(p).nbytes
-        for i, (_, p, _) in enumerate(items)
-    ]
-    slots, end = _layout([(name, size_of[i], al) for i, (name, _, al) in enumerate(items)])
+    layout = []
+    for i, (name, p, align) in enumerate(items):
+        if type(p) is Packed:
+            layout.append((name, len(p.data), align, p.method, p.usize))
+        else:
+            size = sizes[i] if sizes is not None and sizes[i] is not None else None
+            layout.append((name, memoryview(p).nbytes if size is None else size, align, STORED, -1))
+    slots, end = _layout(layout)
     when = _dos_time()
-    crcs = [0] * n
-    tail_size = len(_central(slots, crcs, when, end))
-    os.ftruncate(fd, end + tail_size)  # the size once: later writes land inside the file
-    threads = num_threads if num_threads > 0 else min(4, os.cpu_count() or 1)
-    # CRC-32 jobs over the large entries, shared: helper threads start on them at once,
-    # and the writer joins them when its bytes are out (work it would otherwise wait on).
-    jobs: list[memoryview] = []
-    owners: list[tuple[int, int]] = []  # (entry, piece length) of each job
-    for i, (_, payload, _) in enumerate(items):
-        if not callable(payload) and size_of[i] > _SMALL:
-            view = memoryview(payload).cast("B")
-            for at in range(0, size_of[i], _PIECE):
-                jobs.append(view[at : at + _PIECE])
-                owners.append((i, min(_PIECE, size_of[i] - at)))
-    results: list[int] = [0] * len(jobs)
+    crc32(b"")  # loads the fastest CRC-32 at hand
+    checksum = _CRC32[0]
+    plan = _units(items, slots, when)
+    units, crcs, jobs = plan.units, plan.crcs, plan.jobs
+    os.ftruncate(fd, end)  # the size once: the units' writes land inside the file
+    results = [0] * len(jobs)
+    # Pieces someone checksums (or did). Claims race benignly: two threads may both
+    # checksum a piece, with the same result.
+    claimed = [False] * len(jobs)
+    done = [False] * len(jobs)
     counter = itertools.count()  # next() on it is atomic under the GIL
     stop: list[bool] = []
 
-    crc32(b"")  # loads the fastest CRC-32 at hand
-    checksum = _CRC32[0]
+    def helper() -> None:  # checksums pieces ahead of the writer, in file order
+        while not stop and (j := next(counter)) < len(jobs):
+            if not claimed[j]:
+                claimed[j] = True
+                results[j] = checksum(jobs[j])
+                done[j] = True
 
-    def work() -> None:
-        while not stop and (k := next(counter)) < len(jobs):
-            results[k] = checksum(jobs[k])
+    def entry_crc(i: int) -> int:
+        """Entry ``i``'s CRC-32, computing the pieces no helper has finished (rather than
+        wait for a thread the machine may not be running)."""
+        crc = 0
+        for j in plan.pieces[i]:
+            if not done[j]:
+                claimed[j] = True
+                results[j] = checksum(jobs[j])
+                done[j] = True
+            crc = crc32_combine(crc, results[j], jobs[j].nbytes)
+        return crc
 
-    helpers = [threading.Thread(target=work, daemon=True) for _ in range(threads - 1)]
-    streamed: dict[int, int] = {}
-    out = _Writer(fd)
+    threads = num_threads if num_threads > 0 else min(2, os.cpu_count() or 1)
+    helpers = [threading.Thread(target=helper, daemon=True) for _ in range(threads - 1)]
+    streamed: list[int] = []
     try:
-        for h in helpers if len(jobs) > 1 else ():
+        for h in helpers[: max(0, len(jobs) - 1)]:
             h.start()
-        for i, (_, payload, _) in enumerate(items):
-            s = slots[i]
-            if callable(payload):  # pieces copied one by one: checksummed here, as they come
-                out.add(_local_header(s, 0, when))
-                crc = done = 0
-                for chunk in payload():
-                    view = memoryview(chunk).cast("B")
-                    crc = crc32(view, crc)
-                    out.add(view)
-                    done += view.nbytes
-                if done != s.size:
-                    raise RuntimeError(f"entry {items[i][0]!r} changed size while being written")
-                streamed[i] = crc
+        for u in units:  # the writer: every unit in file order
+            if u.stream >= 0:
+                crcs[u.stream] = _stream(fd, slots[u.stream], items[u.stream], when)
+                streamed.append(u.stream)
                 continue
-            view = memoryview(payload).cast("B")
-            if s.size <= _SMALL:
-                crcs[i] = zlib.crc32(view)
-                out.add(_local_header(s, crcs[i], when))
-            else:
-                out.add(_local_header(s, 0, when))
-            out.add(view)
-        out.flush()
-        work()
+            for i, head in u.heads:  # each local header whole before it is written
+                crcs[i] = entry_crc(i)
+                struct.pack_into("<I", head, 14, crcs[i])
+            _pwrite_all(fd, u.bufs, u.offset)
     finally:
         stop.append(True)
-        for h in helpers:
-            if h.is_alive() or h.ident is not None:
-                h.join()
-    patch = dict(streamed)
-    for (i, length), crc in zip(owners, results, strict=True):
-        patch[i] = crc32_combine(patch.get(i, 0), crc, length)
-    for i, crc in patch.items():
-        crcs[i] = crc
-        os.pwrite(fd, struct.pack("<I", crc), slots[i].header + 14)
-    tail = _central(slots, crcs, when, end)
-    _pwrite_all(fd, [tail], end)
+    for i in streamed:  # (rare: non-contiguous leaves) known once their bytes are out
+        os.pwrite(fd, struct.pack("<I", crcs[i]), slots[i].header + 14)
+    _pwrite_all(fd, [_central(slots, crcs, when, end)], end)
     return [s.data for s in slots]
-
-
-class _Writer:
-    """Buffers in file order, written from offset 0 in ``pwritev`` calls of about _WRITE bytes."""
-
-    def __init__(self, fd: int) -> None:
-        self.bufs: list[memoryview] = []
-        self.fd, self.at, self.size = fd, 0, 0
-
-    def add(self, buf: Any) -> None:
-        view = memoryview(buf).cast("B")
-        while view.nbytes:
-            room = _WRITE - self.size
-            piece = view[:room]
-            self.bufs.append(piece)
-            self.size += piece.nbytes
-            view = view[room:]
-            if self.size >= _WRITE or len(self.bufs) >= 1024:
-                self.flush()
-
-    def flush(self) -> None:
-        if self.bufs:
-            _pwrite_all(self.fd, self.bufs, self.at)
-            self.at += self.size
-            self.bufs, self.size = [], 0
 
 
 # ---------------------------------------------------------------- reading

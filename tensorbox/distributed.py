@@ -43,7 +43,8 @@ import torch.distributed as dist
 from torch import Tensor
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from ._format import DTYPES, _orjson_or_json, check_json_value, dtype_name, stacked_array
+from ._format import DTYPES, check_json_value, dtype_name, stacked_array
+from ._format_write import _orjson_or_json
 from ._keys import format_key
 from ._nontensor import NonTensorData
 from ._shard import shard_indices

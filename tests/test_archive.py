@@ -16,7 +16,15 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tensorbox import FormatError, IncompleteTreeError, TensorDict, _archive, _zip, tensorclass
+from tensorbox import (
+    FormatError,
+    IncompleteTreeError,
+    TensorDict,
+    _archive,
+    _crc32,
+    _zip,
+    tensorclass,
+)
 from tensorbox.__main__ import main
 from tensorbox._memmap_tensor import MemoryMappedTensor
 
@@ -238,8 +246,7 @@ def test_crc32_combine_matches_zlib() -> None:
 
 
 def test_large_leaves_are_cut_into_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_zip, "_PIECE", 4096)
-    monkeypatch.setattr(_zip, "_WRITE", 1000)
+    monkeypatch.setattr(_zip, "_UNIT", 1000)
     monkeypatch.setattr(_zip, "_SMALL", 100)
     td = TensorDict(
         {
@@ -523,7 +530,7 @@ def test_cli_tensordict_forms(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_fast_crc32_matches_zlib(monkeypatch: pytest.MonkeyPatch) -> None:
-    fast = _zip._load_crc32()
+    fast = _crc32._load_crc32()
     data = torch.randint(0, 256, (300_000,), dtype=torch.uint8).numpy()
     for view in (memoryview(data), memoryview(data)[5:], memoryview(bytes(data[:70_000]))):
         assert fast(view) == zlib.crc32(view)
@@ -535,7 +542,7 @@ def test_fast_crc32_matches_zlib(monkeypatch: pytest.MonkeyPatch) -> None:
         raise OSError(name)
 
     monkeypatch.setattr(ctypes, "CDLL", missing)
-    assert _zip._load_crc32() is zlib.crc32
+    assert _crc32._load_crc32() is zlib.crc32
 
 
 def test_concurrent_opens_share_one_parsed_index(tmp_path: Path) -> None:
