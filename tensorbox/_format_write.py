@@ -7,7 +7,8 @@ apart so that the specification and the reader stay readable.
 >>> import os, tempfile
 >>> d = tempfile.mkdtemp()
 >>> write_meta(d, {"format": "tensorbox", "entries": {"a": 1, "b": 2}})
->>> print(open(os.path.join(d, META)).read(), end="")
+>>> with open(os.path.join(d, META)) as f:
+...     print(f.read(), end="")
 {"format":"tensorbox", "entries": {
 "a": 1,
 "b": 2
