@@ -2,11 +2,11 @@
 
 Only what a saved tree needs, written from the zip specification (APPNOTE 6.3):
 
-* The writer lays every entry out before writing a byte, writes the bytes in file
-  order while a helper thread computes the CRC-32s ahead of it (libdeflate's when the
-  system has it, else ``zlib.crc32``; both release the GIL; the writer checksums what
-  the helper has not reached), then puts each CRC-32 in its local header and writes
-  the central directory. Entries may be compressed (:func:`compress`). Data entries start on a
+* The writer lays every entry out before writing a byte, then two threads checksum
+  and write units of the file from its end backwards, each unit while it is in the
+  cache (CRC-32: libdeflate's when the system has it, else ``zlib.crc32``; both
+  release the GIL), every local header whole with its CRC-32, and the central
+  directory last. Entries may be compressed (:func:`compress`). Data entries start on a
   :data:`ALIGN`-byte boundary: the local header's extra field is padded (an extra
   block of id :data:`PAD_ID`, which every zip reader skips), as numpy and tensordict do.
   ZIP64 records are written when an entry, an offset or the central directory
@@ -282,6 +282,7 @@ class _Unit(NamedTuple):
     bufs: list[Any]  # in file order
     heads: list[tuple[int, bytearray]]  # (entry, its local header): CRC-32 filled in first
     stream: int  # an entry whose bytes come from a function (-1: none)
+    jobs: list[int]  # the pieces of large entries in it (indices into _Plan.jobs)
 
 
 class _Plan(NamedTuple):
@@ -301,19 +302,20 @@ def _units(
     plan = _Plan([], [0] * len(items), [], [], [[] for _ in items])
     bufs: list[Any] = []
     heads: list[tuple[int, bytearray]] = []
+    mine: list[int] = []
     start = filled = 0
 
     def close(at: int) -> None:
-        nonlocal bufs, heads, start, filled
+        nonlocal bufs, heads, mine, start, filled
         if bufs:
-            plan.units.append(_Unit(start, bufs, heads, -1))
-        bufs, heads, start, filled = [], [], at, 0
+            plan.units.append(_Unit(start, bufs, heads, -1, mine))
+        bufs, heads, mine, start, filled = [], [], [], at, 0
 
     for i, (_, payload, _) in enumerate(items):
         s = slots[i]
         if callable(payload):  # its pieces come as they are copied: one unit of its own
             close(s.header)
-            plan.units.append(_Unit(s.header, [], [], i))
+            plan.units.append(_Unit(s.header, [], [], i, []))
             start = s.data + s.size
             continue
         if type(payload) is Packed:  # compressed already: its CRC-32 is known
@@ -335,6 +337,7 @@ def _units(
             while at < s.size:  # pieces end on multiples of _UNIT in the file
                 piece = view[at : at + _UNIT - (s.data + at) % _UNIT]
                 plan.pieces[i].append(len(plan.jobs))
+                mine.append(len(plan.jobs))
                 plan.jobs.append(piece)
                 plan.owner.append(i)
                 bufs.append(piece)
@@ -372,14 +375,16 @@ def write_zip(
 
     A payload is bytes-like, or a function returning an iterator of bytes-like pieces
     (then ``sizes[i]`` gives its size, checked), or a :class:`Packed` (compressed).
-    The file is cut into units of about :data:`_UNIT` bytes. This thread writes
-    them in file order (``pwritev`` at offsets laid out before any write); up to
-    ``num_threads - 1`` helper threads (0: one, none on one core) compute the CRC-32s
-    of the pieces of large entries ahead of it. Before a unit is written, the local
-    headers in it get their entries' CRC-32s (no small write into the file later, which
-    costs ~50 us each once the kernel writes those pages back): the writer computes the
-    pieces no helper has, so a busy machine (helpers not running) still costs one pass
-    over memory, and the writer never waits for a helper.
+    The file is cut into units of about :data:`_UNIT` bytes, written by
+    ``num_threads`` threads (0: two, one on a one-core machine) that take them from
+    the end of the file backwards: each checksums the pieces of a unit then writes it
+    (``pwritev`` at offsets laid out before any write) while those bytes are still in
+    its cache, so memory is read once and the kernel's copy reads it from the cache.
+    Going backwards, the rest of an entry is checksummed by the time the unit holding
+    its local header is reached, so every header is written whole, CRC-32 included (no
+    small write into the file later, which costs ~50 us each once the kernel writes
+    those pages back). A piece another thread has not finished yet is checksummed
+    again rather than waited for: a busy machine may not be running that thread.
     Returns where each item's data starts in the file.
     """
     layout = []
@@ -394,53 +399,75 @@ def write_zip(
     crc32(b"")  # loads the fastest CRC-32 at hand
     checksum = _CRC32[0]
     plan = _units(items, slots, when)
-    units, crcs, jobs = plan.units, plan.crcs, plan.jobs
+    crcs, jobs = plan.crcs, plan.jobs
     os.ftruncate(fd, end)  # the size once: the units' writes land inside the file
     results = [0] * len(jobs)
-    # Pieces someone checksums (or did). Claims race benignly: two threads may both
-    # checksum a piece, with the same result.
-    claimed = [False] * len(jobs)
-    done = [False] * len(jobs)
+    done = [False] * len(jobs)  # a piece is checksummed at most twice, with one result
+    streamed = [u.stream for u in plan.units if u.stream >= 0]
+    for i in streamed:  # (rare: non-contiguous leaves) their bytes as they come
+        crcs[i] = _stream(fd, slots[i], items[i], when)
+    todo = [u for u in reversed(plan.units) if u.stream < 0]
     counter = itertools.count()  # next() on it is atomic under the GIL
-    stop: list[bool] = []
+    written = [False] * len(todo)
+    # One lock per unit, held only around its write: closing waits for writes under
+    # way (never for a checksum), and no thread writes to ``fd`` once it is closed. A
+    # lock shared by all writes cost a quarter of the save here.
+    locks = [threading.Lock() for _ in todo]
+    closed: list[bool] = []
+    failed: list[BaseException] = []
 
-    def helper() -> None:  # checksums pieces ahead of the writer, in file order
-        while not stop and (j := next(counter)) < len(jobs):
-            if not claimed[j]:
-                claimed[j] = True
-                results[j] = checksum(jobs[j])
-                done[j] = True
+    def piece(j: int) -> int:
+        if not done[j]:
+            results[j] = checksum(jobs[j])
+            done[j] = True
+        return results[j]
 
-    def entry_crc(i: int) -> int:
-        """Entry ``i``'s CRC-32, computing the pieces no helper has finished (rather than
-        wait for a thread the machine may not be running)."""
-        crc = 0
-        for j in plan.pieces[i]:
-            if not done[j]:
-                claimed[j] = True
-                results[j] = checksum(jobs[j])
-                done[j] = True
-            crc = crc32_combine(crc, results[j], jobs[j].nbytes)
-        return crc
+    def unit(k: int) -> None:
+        u = todo[k]
+        for j in u.jobs:
+            piece(j)
+        for i, head in u.heads:  # the entry's later units are behind us
+            crc = 0
+            for j in plan.pieces[i]:
+                crc = crc32_combine(crc, piece(j), jobs[j].nbytes)
+            crcs[i] = crc
+            struct.pack_into("<I", head, 14, crc)
+        with locks[k]:
+            if closed or failed or written[k]:
+                return
+            try:
+                _pwrite_all(fd, u.bufs, u.offset)
+            except BaseException as err:  # the others stop before their next write
+                failed.append(err)
+                raise
+            written[k] = True
+
+    def work() -> None:
+        try:
+            while not failed and not closed and (k := next(counter)) < len(todo):
+                unit(k)
+        except BaseException as err:  # stops the others; raised by the caller below
+            if err not in failed:
+                failed.append(err)
 
     threads = num_threads if num_threads > 0 else min(2, os.cpu_count() or 1)
-    helpers = [threading.Thread(target=helper, daemon=True) for _ in range(threads - 1)]
-    streamed: list[int] = []
+    for _ in range(min(threads, len(todo)) - 1):
+        threading.Thread(target=work, daemon=True).start()
     try:
-        for h in helpers[: max(0, len(jobs) - 1)]:
-            h.start()
-        for u in units:  # the writer: every unit in file order
-            if u.stream >= 0:
-                crcs[u.stream] = _stream(fd, slots[u.stream], items[u.stream], when)
-                streamed.append(u.stream)
-                continue
-            for i, head in u.heads:  # each local header whole before it is written
-                crcs[i] = entry_crc(i)
-                struct.pack_into("<I", head, 14, crcs[i])
-            _pwrite_all(fd, u.bufs, u.offset)
+        work()
+        # A unit another thread took but has not written (it may be descheduled):
+        # done here again rather than waited for; identical bytes, written once.
+        for k in range(len(todo)):
+            if not failed and not written[k]:
+                unit(k)
     finally:
-        stop.append(True)
-    for i in streamed:  # (rare: non-contiguous leaves) known once their bytes are out
+        closed.append(True)
+        for held in locks:  # writes under way end; from here on no thread writes to ``fd``
+            with held:
+                pass
+    if failed:
+        raise failed[0]
+    for i in streamed:  # known once their bytes are out
         os.pwrite(fd, struct.pack("<I", crcs[i]), slots[i].header + 14)
     _pwrite_all(fd, [_central(slots, crcs, when, end)], end)
     return [s.data for s in slots]

@@ -95,7 +95,7 @@ def test_a_write_error_stops_the_save(tmp_path: Path, monkeypatch: pytest.Monkey
     items: list[tuple[str, Any, bool]] = [(f"{i}.memmap", os.urandom(5000), True) for i in range(4)]
     with pytest.raises(OSError, match="No space left on device"):
         _write(tmp_path / "w.zip", items, 3)
-    assert len(calls) == 3  # nothing written after the error
+    assert len(calls) <= 3 + 2  # the save stops: at most one write under way per other thread
 
 
 def test_the_writer_never_waits_for_a_helper(
