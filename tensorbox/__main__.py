@@ -10,8 +10,9 @@ a save at the same path runs.
 
 Both take a one-file archive too (``FILE``, or ``FILE::DIR`` for a sub-tree); ``verify
 --read`` then checks every entry's CRC-32 as well. ``python -m tensorbox pack DIR FILE``
-writes a folder as an archive, byte for byte; ``unpack FILE DIR`` extracts one into a
-folder, replacing the tree there in one step.
+writes a folder as an archive, byte for byte (``--compression deflate``, ``bzip2`` or
+``lzma`` compresses its leaf entries); ``unpack FILE DIR`` extracts one into a folder,
+replacing the tree there in one step.
 
 >>> import tempfile, torch, tensorbox
 >>> path = tempfile.mkdtemp()
@@ -30,7 +31,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, cast
 
-from . import _archive, _archive_convert, _checksum, _commit, _jagged_io
+from . import _archive, _archive_convert, _checksum, _commit, _jagged_io, _zip
 from . import _format as fmt
 from .errors import FormatError
 
@@ -117,7 +118,7 @@ def _show_node(node: fmt.Node, child: Any, indent: str, out: list[str], depth: i
                 f"{indent}{branch}{_clean(repr(key))}: {dtype} {list(e.shape)} {_size(n)}  "
                 f"[{_clean(_base(e.path))}]" + (" sha256" if e.sha256 else "")
             )
-        elif type(e) is _jagged_io.JaggedEntry:
+        elif type(e) is _jagged_io.JaggedEntry or type(e) is _archive.ArchiveJagged:
             n = e.values.nbytes + e.offsets.nbytes
             total += n
             dtype = str(e.values.dtype).removeprefix("torch.")
@@ -152,11 +153,7 @@ def verify(path: str, out: list[str], read: bool = False) -> int:
         for _, node in _archive.iter_nodes(ar, found[1]):
             nodes += 1
             for e in cast("dict[str, _archive.Entry]", node.entries).values():
-                if type(e) is _archive.ArchiveTensor:
-                    tensors += 1
-                    total += e.nbytes
-                    if read:
-                        ar.check(e)
+                tensors, total = _archive.count(ar, e, tensors, total, read)
         _ok(out, nodes, tensors, total)
         return 0
     lock = _commit.read_lock(os.path.realpath(path))
@@ -187,6 +184,18 @@ def _ok(out: list[str], nodes: int, tensors: int, total: int) -> None:
     )
 
 
+def _compression(name: str) -> str:
+    """``--compression NAME``, checked before anything is read (a usage error, status 2)."""
+    try:
+        _zip.compression_method(name)
+    except ValueError:
+        names = ", ".join(sorted(k for k in _zip.COMPRESSIONS if k is not None))
+        raise argparse.ArgumentTypeError(
+            f"{name!r} is not a compression tensorbox writes; choose one of {names}"
+        ) from None
+    return name
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tensorbox", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -198,6 +207,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_pack = sub.add_parser("pack", help="write the tree at DIR as the one-file archive FILE")
     p_pack.add_argument("dir")
     p_pack.add_argument("file")
+    p_pack.add_argument(
+        "--compression",
+        type=_compression,
+        metavar="NAME",
+        help="compress the leaf entries: deflate, bzip2 or lzma (default: stored, mappable)",
+    )
     p_unpack = sub.add_parser("unpack", help="extract the archive FILE into the folder DIR")
     p_unpack.add_argument("file")
     p_unpack.add_argument("dir")
@@ -209,7 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "verify":
             code = verify(args.path, out, read=args.read)
         elif args.command == "pack":
-            nodes, tensors = _archive_convert.pack(args.dir, args.file)
+            nodes, tensors = _archive_convert.pack(
+                args.dir, args.file, compression=args.compression
+            )
             out.append(
                 f"packed {nodes} node{'s' * (nodes != 1)}, {tensors} tensor"
                 f"{'s' * (tensors != 1)} into {_clean(args.file)}"

@@ -46,11 +46,12 @@ from typing import Any, NamedTuple, cast
 
 import torch
 
-from . import _checksum, _commit, _zip
+from . import _checksum, _commit, _jagged_io, _zip
 from . import _format as fmt
 from ._chunks import as_bytes, byte_chunks
 from ._format_json import _short_repr
 from ._format_names import is_plain_name, legacy_name
+from ._jagged import from_parts
 from ._jagged_io import JaggedEntry
 from ._memmap_tensor import MemoryMappedTensor, _blank
 from ._nontensor import NonTensorData
@@ -61,6 +62,7 @@ from .errors import FormatError, IncompleteTreeError
 
 __all__ = [
     "SUFFIX",
+    "ArchiveJagged",
     "ArchiveTensor",
     "Archive",
     "iter_nodes",
@@ -90,8 +92,18 @@ class ArchiveTensor(NamedTuple):
     sha256: str | None = None
 
 
+class ArchiveJagged(NamedTuple):
+    """A ``jagged`` entry of an archive node: its two files' entries (shapes ``[length,
+    *feature]`` and ``[rows + 1]``), the archive's counterpart of ``JaggedEntry``."""
+
+    values: ArchiveTensor
+    offsets: ArchiveTensor
+
+
 # What the entries of a node read from an archive hold (``fmt.Node`` types them for folders).
-Entry = ArchiveTensor | fmt.TensorEntry | fmt.NodeEntry | fmt.JsonEntry | JaggedEntry
+Entry = (
+    ArchiveTensor | ArchiveJagged | fmt.TensorEntry | fmt.NodeEntry | fmt.JsonEntry | JaggedEntry
+)
 
 
 # ---------------------------------------------------------------- finding archives
@@ -170,6 +182,11 @@ class Archive:
         if e.nbytes:
             out.view(-1).view(torch.uint8).numpy()[:] = memoryview(raw)[: e.nbytes]
         return out
+
+    def jagged(self, e: ArchiveJagged) -> torch.Tensor:
+        """The jagged leaf of ``e``: two views of the mapping (copies when compressed),
+        its offsets checked as a folder's are."""
+        return _jagged_io.build(self.leaf(e.values), self.leaf(e.offsets), e)
 
     def check(self, e: ArchiveTensor) -> None:
         """Read every byte of a leaf: its CRC-32, and its SHA-256 when one was recorded."""
@@ -269,10 +286,16 @@ def read_node(ar: Archive, d: str) -> fmt.Node:
             leaf = _tensor(ar, d, e["file"], e["dtype"], e["shape"], batch, kwhere)
             entries[key] = leaf._replace(gen=gen, sha256=sha)
         elif kind == "jagged":
-            raise FormatError(
-                f"{kwhere} is a 'jagged' entry, which this reader does not open from a "
-                "one-file archive; unpack it to a folder (python -m tensorbox unpack)"
-            )
+            if version < 3:
+                raise FormatError(f"{kwhere} is a 'jagged' entry, which format version 3 added")
+
+            def part(
+                file: Any, dtype: Any, shape: list[Any], gen: str, sha: Any, kwhere: str = kwhere
+            ) -> ArchiveTensor:
+                leaf = _tensor(ar, d, file, dtype, shape, (), kwhere)
+                return leaf._replace(gen=gen, sha256=sha)
+
+            entries[key] = ArchiveJagged(*_jagged_io.parse_parts(e, batch, kwhere, part))
         elif kind == "node":
             if e.keys() != fmt._ENTRY_FIELDS["node"]:
                 raise FormatError(
@@ -453,6 +476,13 @@ def _build(ar: Archive, loader: _Loader, node: fmt.Node, cls: type | None, depth
                 if device is None
                 else leaf.to(device, non_blocking=loader.non_blocking, copy=True)
             )
+        elif type(e) is ArchiveJagged:
+            leaf = ar.jagged(e)
+            store[key] = (
+                leaf
+                if device is None
+                else leaf.to(device, non_blocking=loader.non_blocking, copy=True)
+            )
         elif type(e) is fmt.NodeEntry:
             store[key] = _build(ar, loader, read_child(ar, node, e, depth + 1), None, depth + 1)
         else:
@@ -468,11 +498,24 @@ def verify_archive(ar: Archive, top: fmt.Node | None = None, d: str = "") -> tup
     for _, node in iter_nodes(ar, d) if top is None else _from(ar, top):
         nodes += 1
         for e in cast("dict[str, Entry]", node.entries).values():
-            if type(e) is ArchiveTensor:
-                tensors += 1
-                total += e.nbytes
-                ar.check(e)
+            tensors, total = count(ar, e, tensors, total, read=True)
     return nodes, tensors, total
+
+
+def count(ar: Archive, e: Entry, tensors: int, total: int, read: bool) -> tuple[int, int]:
+    """``(tensors, bytes)`` with the leaf ``e`` counted (anything else: unchanged); with
+    ``read``, its bytes checked (:meth:`Archive.check`), and a jagged leaf's offsets."""
+    if type(e) is ArchiveTensor:
+        if read:
+            ar.check(e)
+        return tensors + 1, total + e.nbytes
+    if type(e) is ArchiveJagged:
+        if read:
+            ar.check(e.values)
+            ar.check(e.offsets)
+            ar.jagged(e)  # the offsets' contents, as a load checks them
+        return tensors + 1, total + e.values.nbytes + e.offsets.nbytes
+    return tensors, total
 
 
 def _from(ar: Archive, top: fmt.Node) -> Iterator[tuple[tuple[str, ...], fmt.Node]]:
@@ -511,13 +554,6 @@ def save(
     with _commit.writing(root, file=True):
         _check_target(root)
         saver._walk(obj, root, (), None, None)  # every value checked: no I/O yet
-        if saver.jagged:
-            key = saver.jagged[0][2]
-            raise TypeError(
-                f"key {key!r} is a jagged nested tensor, which one-file archives do not hold "
-                "yet; save a folder (memmap(path) without archive=True), or pad it first "
-                "with torch.nested.to_padded_tensor"
-            )
         items, sizes, leaves = _plan(saver, root, checksum, method)
         starts = write_file(root, items, sizes, num_threads, fsync)
         # Mapped while the lock is held: the file is the one just written.
@@ -533,6 +569,8 @@ def save(
         view = _blank(t.dtype).new().set_(storage, starts[i] // t.dtype.itemsize, t.shape)  # type: ignore[call-overload]
         view.__class__ = MemoryMappedTensor
         store[key] = view
+    for holder, store, key in saver.jagged:  # both parts are views now: the leaf again
+        store[key] = from_parts(holder["values"], holder["offsets"])
     result = saver._build()
     result.lock_()
     return result

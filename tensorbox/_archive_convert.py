@@ -1,7 +1,8 @@
 """Converting between the two forms of a saved tree: a folder and a one-file archive.
 
 :func:`pack` writes a folder's files into an archive byte for byte (each node's
-``meta.json`` and every leaf file, at the same relative paths), and :func:`unpack`
+``meta.json`` and every leaf file, at the same relative paths; of a leaf file, the
+bytes its ``meta.json`` commits, without the tail ``extend_`` keeps), and :func:`unpack`
 extracts an archive into a folder, atomically like a save (the folder appears whole or
 not at all). ``python -m tensorbox pack DIR FILE`` and ``unpack FILE DIR`` call them.
 
@@ -21,14 +22,14 @@ True
 from __future__ import annotations
 
 import os
-from typing import Any, cast
+from typing import Any
 
-import orjson
 import torch
 
 from . import _archive, _commit, _zip
 from . import _format as fmt
 from ._chunks import as_bytes
+from ._jagged_io import JaggedEntry
 from ._memmap_tensor import map_file
 from .errors import FormatError
 
@@ -36,12 +37,22 @@ __all__ = ["pack", "unpack"]
 
 
 def pack(
-    directory: str, file: str, *, num_threads: int = 0, fsync: bool = False
+    directory: str,
+    file: str,
+    *,
+    num_threads: int = 0,
+    fsync: bool = False,
+    compression: Any = None,
 ) -> tuple[int, int]:
     """Write the tree saved at ``directory`` as the archive ``file``; (nodes, tensors).
 
+    Each entry holds its file's committed bytes: the tensor's (``shape`` in
+    ``meta.json``; a jagged leaf's ``length`` values and ``rows + 1`` offsets), not the
+    unused tail that ``extend_`` leaves for growth. ``compression`` (``"deflate"``,
+    ``"bzip2"``, ``"lzma"``) compresses the leaf entries, as an archive save's does.
     A tree written by tensordict is converted (loaded, then saved as a tensorbox tree).
     """
+    method = _zip.compression_method(compression)  # checked before anything is read
     src = os.path.realpath(directory)
     root = os.path.realpath(file)
     lock = _commit.read_lock(src)
@@ -51,7 +62,9 @@ def pack(
             from ._tensordict import TensorDict
 
             td = TensorDict.load_memmap(src, mode="r")
-            td.memmap(root, archive=True, num_threads=num_threads, fsync=fsync)
+            td.memmap(
+                root, archive=True, num_threads=num_threads, fsync=fsync, compression=compression
+            )
             n = t = 0
             for _, node in fmt.iter_tree(src):
                 n += 1
@@ -62,20 +75,18 @@ def pack(
         for _, node in fmt.iter_tree(src, top):
             rel = os.path.relpath(node.path, src).replace(os.sep, "/")
             rel = "" if rel == "." else rel + "/"
-            raw = fmt.read_meta_bytes(node.path, os.path.join(node.path, fmt.META))
+            meta = os.path.join(node.path, fmt.META)
+            raw = fmt.read_meta_bytes(node.path, meta)
             items.append((rel + fmt.META, raw, False))
-            files = {k: e["file"] for k, e in orjson.loads(raw)["entries"].items() if "file" in e}
+            # Names as meta.json gives them (a leaf may be a symlink to another file name)
+            doc = fmt._parse_json(raw, meta)["entries"]  # NaN too, as read_node reads it
             for key, e in node.entries.items():
                 if type(e) is fmt.TensorEntry:
-                    size = os.stat(e.path).st_size
-                    data = map_file(e.path, torch.uint8, (size,), "r") if size else b""
-                    items.append(
-                        (
-                            rel + files[key],
-                            as_bytes(cast(torch.Tensor, data)) if size else b"",
-                            True,
-                        )
-                    )
+                    items.append(_leaf_item(rel + doc[key]["file"], e, method))
+                    leaves += 1
+                elif type(e) is JaggedEntry:
+                    for part, sub in zip(e, ("values", "offsets"), strict=True):
+                        items.append(_leaf_item(rel + doc[key][sub]["file"], part, method))
                     leaves += 1
         nodes = sum(name.endswith(fmt.META) for name, _, _ in items)
     finally:
@@ -84,6 +95,17 @@ def pack(
         _archive._check_target(root)
         _archive.write_file(root, items, [None] * len(items), num_threads, fsync)
     return nodes, leaves
+
+
+def _leaf_item(name: str, e: fmt.TensorEntry, method: int) -> tuple[str, Any, bool]:
+    """The zip item ``name`` of a leaf file: its first ``e.nbytes`` bytes (the committed
+    ones; a grown file is longer), mapped, compressed when ``method`` says so."""
+    data = (
+        as_bytes(map_file(e.path, torch.uint8, (e.nbytes,), "r", e.nbytes, e.ident))
+        if e.nbytes
+        else b""
+    )
+    return name, data if method == _zip.STORED else _zip.compress([data], method), True
 
 
 def unpack(file: str, directory: str, *, fsync: bool = False) -> tuple[int, int]:

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 from torch import Tensor
@@ -51,6 +52,7 @@ __all__ = [
     "file_names",
     "map_jagged",
     "parse_entry",
+    "parse_parts",
     "verify",
     "write_files",
 ]
@@ -60,6 +62,7 @@ OFFSET_DTYPES = {"int64": torch.int64, "int32": torch.int32}
 _FIELDS = frozenset(("kind", "dtype", "shape", "length", "values", "offsets"))
 _VALUES_FIELDS = frozenset(("file", "id"))
 _OFFSETS_FIELDS = frozenset(("file", "dtype", "id"))
+T = TypeVar("T")
 #: Offsets checked per step at load: bounded memory whatever the row count.
 _CHECK_ROWS = 1 << 20
 
@@ -126,6 +129,23 @@ def parse_entry(
 ) -> JaggedEntry:
     """A ``jagged`` entry of ``meta.json``, its fields and file sizes checked (contents
     are checked when mapped, by :func:`check_offsets`)."""
+
+    def tensor(file: Any, dtype: Any, shape: list[Any], gen: str, sha: Any) -> fmt.TensorEntry:
+        entry = fmt.tensor_entry(directory, root_real, file, dtype, shape, (), where)
+        return entry._replace(gen=gen, sha256=sha)
+
+    return JaggedEntry(*parse_parts(e, batch, where, tensor))
+
+
+def parse_parts(
+    e: dict[str, Any],
+    batch: tuple[int, ...],
+    where: str,
+    tensor: Callable[[Any, Any, list[Any], str, str | None], T],
+) -> tuple[T, T]:
+    """The values and offsets entries of the ``jagged`` entry ``e``, its fields checked;
+    ``tensor(file, dtype, shape, id, sha256)`` makes (and size-checks) the entry of each
+    file: a folder's file, or an archive's entry."""
     if e.keys() != _FIELDS:
         raise FormatError(
             f"{where} has fields {sorted(e)!r}; a 'jagged' entry has {sorted(_FIELDS)!r}"
@@ -155,13 +175,9 @@ def parse_entry(
         )
     if odt == "int32" and length > 2**31 - 1:
         raise FormatError(f"{where}: 'length' {length} does not fit int32 offsets")
-    values = fmt.tensor_entry(
-        directory, root_real, v["file"], e["dtype"], [length, *feature], (), where
-    )
-    offsets = fmt.tensor_entry(directory, root_real, o["file"], odt, [rows + 1], (), where)
-    return JaggedEntry(
-        values._replace(gen=v["id"], sha256=v.get("sha256")),
-        offsets._replace(gen=o["id"], sha256=o.get("sha256")),
+    return (
+        tensor(v["file"], e["dtype"], [length, *feature], v["id"], v.get("sha256")),
+        tensor(o["file"], odt, [rows + 1], o["id"], o.get("sha256")),
     )
 
 
@@ -199,8 +215,9 @@ def check_offsets(offsets: Tensor, length: int, path: str) -> tuple[int, int] | 
     return None if shortest is None else (shortest, longest)
 
 
-def build(values: Tensor, offsets: Tensor, e: JaggedEntry) -> Tensor:
-    """The jagged tensor of mapped ``values`` and ``offsets``, offsets checked first."""
+def build(values: Tensor, offsets: Tensor, e: Any) -> Tensor:
+    """The jagged tensor of mapped ``values`` and ``offsets``, offsets checked first
+    (``e``: the :class:`JaggedEntry`, or an archive's, naming the offsets' file)."""
     return from_parts(values, offsets, check_offsets(offsets, e.values.shape[0], e.offsets.path))
 
 

@@ -391,12 +391,6 @@ def test_jagged_entry_needs_version_3(tmp_path: Path) -> None:
         TensorDict.load_memmap(t)
 
 
-def test_archives_refuse_jagged_leaves(tmp_path: Path) -> None:
-    td = TensorDict(x=njt(make_rows([1, 2], (), 0)), batch_size=[2])
-    with pytest.raises(TypeError, match=r"key 'x' is a jagged nested tensor, which one-file"):
-        td.memmap(tmp_path / "a.zip", archive=True)
-
-
 def test_show_and_verify_list_jagged_leaves(tmp_path: Path) -> None:
     from tensorbox.__main__ import main
 
