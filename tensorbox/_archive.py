@@ -4,7 +4,8 @@ The archive holds the directory tree of :mod:`tensorbox._format` byte for byte: 
 STORED entry per file, at the file's relative path (``meta.json``,
 ``info/meta.json``, ``info/step.memmap``...), each node's ``meta.json`` first. Tensor
 data starts on a 64-byte boundary (see :mod:`tensorbox._zip`), so one private mapping
-of the whole file serves every leaf without a copy. ``unzip`` gives back the folder.
+of the whole file serves every leaf without a copy, both parts of a jagged leaf
+included (its offsets checked as a folder's are). ``unzip`` gives back the folder.
 
 >>> import os, tempfile, torch
 >>> from tensorbox import TensorDict

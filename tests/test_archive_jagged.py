@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import struct
 import tempfile
 import zipfile
 from pathlib import Path
@@ -132,6 +133,40 @@ def test_show_and_verify_an_archive_with_jagged_leaves(
     assert "├── 'x': jagged float32 [3, *] 52 B  [x.values.memmap, x.offsets.memmap]" in out
     assert main(["verify", "--read", str(tmp_path / "a.tbx")]) == 0
     assert capsys.readouterr().out == "ok: 2 nodes, 3 tensors, 128 B\n"
+
+
+def test_selected_rows_save_as_their_own_leaf(tmp_path: Path) -> None:
+    rows = make_rows([2, 0, 3, 1], (2,), 4)
+    td = TensorDict(x=njt(rows), batch_size=[4])
+    for i, idx in enumerate((slice(1, None), torch.tensor([3, 0]), slice(None, None, 2))):
+        want = [rows[j] for j in range(4)[idx]] if isinstance(idx, slice) else [rows[3], rows[0]]
+        saved = td[idx].memmap(tmp_path / f"{i}.tbx", archive=True)
+        same_rows(saved["x"], want)
+        same_rows(TensorDict.load_memmap(tmp_path / f"{i}.tbx")["x"], want)
+
+
+def _data_start(raw: bytes, info: zipfile.ZipInfo) -> int:
+    name_len, extra_len = struct.unpack(
+        "<HH", raw[info.header_offset + 26 : info.header_offset + 30]
+    )
+    return info.header_offset + 30 + name_len + extra_len
+
+
+def test_checksums_of_both_parts_are_recorded_and_checked(tmp_path: Path) -> None:
+    td = TensorDict(x=njt(make_rows([2, 0, 3], (), 0)), batch_size=[3])
+    td.memmap(tmp_path / "a.tbx", archive=True, checksum=True)
+    with zipfile.ZipFile(tmp_path / "a.tbx") as zf:
+        entry = json.loads(zf.read("meta.json"))["entries"]["x"]
+        info = zf.getinfo("x.values.memmap")
+    assert len(entry["values"]["sha256"]) == len(entry["offsets"]["sha256"]) == 64
+    TensorDict.load_memmap(tmp_path / "a.tbx", verify=True)
+    raw = bytearray((tmp_path / "a.tbx").read_bytes())
+    raw[_data_start(bytes(raw), info)] ^= 1
+    (tmp_path / "b.tbx").write_bytes(raw)
+    with pytest.raises(
+        FormatError, match=r"b\.tbx::x\.values\.memmap: CRC-32 [0-9a-f]{8} does not"
+    ):
+        TensorDict.load_memmap(tmp_path / "b.tbx", verify=True)
 
 
 # ---------------------------------------------------------------- damaged archives
