@@ -52,7 +52,7 @@ def to_padded_tensor(t: Tensor, padding: float = 0.0) -> Tensor:
             f"{_describe(t)}; build one with torch.nested.nested_tensor(rows, "
             "layout=torch.jagged)"
         )
-    ragged = t._ragged_idx  # type: ignore[attr-defined]
+    ragged = t._ragged_idx
     if ragged != 1:
         raise ValueError(
             f"to_padded_tensor pads a jagged tensor ragged along dim 1 (right after its "
@@ -67,7 +67,8 @@ def pad_tree(td: C, padding: float = 0.0, mask_key: NestedKey | None = None) -> 
     row; other leaves as they are (not copied). With ``mask_key``, the mask of real
     values of the first jagged leaf (``[rows, longest]`` bool) is set there."""
     mask: list[Tensor] | None = None if mask_key is None else []
-    return _with_mask(_pad(td, padding, mask), mask, mask_key)
+    out: C = _with_mask(_pad(td, padding, mask), mask, mask_key)
+    return out
 
 
 def _mask(padded: Tensor, lengths: Tensor) -> Tensor:
@@ -114,7 +115,8 @@ def pad_rows(td: C, index: Any, padding: float = 0.0, mask_key: NestedKey | None
     gathered straight into the padding (no jagged batch in between)."""
     bs = td._batch_size
     if len(bs) != 1:
-        return pad_tree(td[index], padding, mask_key)
+        picked: C = td[index]
+        return pad_tree(picked, padding, mask_key)
     rows = _row_index(index, bs[0])
     if type(rows) is int:
         raise IndexError(
@@ -125,7 +127,8 @@ def pad_rows(td: C, index: Any, padding: float = 0.0, mask_key: NestedKey | None
         rows = torch.arange(rows.start, rows.stop, rows.step)
     assert isinstance(rows, Tensor)
     mask: list[Tensor] | None = None if mask_key is None else []
-    return _with_mask(_pad_rows(td, rows, padding, mask), mask, mask_key)
+    out: C = _with_mask(_pad_rows(td, rows, padding, mask), mask, mask_key)
+    return out
 
 
 def _pad_rows(td: Any, rows: Tensor, padding: float, mask: list[Tensor] | None) -> Any:
