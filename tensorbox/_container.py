@@ -570,7 +570,9 @@ class TensorCollection(
         """Every jagged leaf padded to its longest row with ``padding`` (``[rows, longest,
         *feature]``, as ``torch.nested.to_padded_tensor``); other leaves kept as they are.
         With ``mask_key``, the ``[rows, longest]`` bool mask of the real values of the
-        first jagged leaf is set under that key.
+        first jagged leaf is set under that key (on a tensorclass, a field: declare
+        ``mask: torch.Tensor | None = None``). The result is a new, unlocked container
+        in memory, whatever ``self`` is.
 
         >>> import torch
         >>> from tensorbox import TensorDict

@@ -259,3 +259,21 @@ def test_a_forked_child_gathers_after_the_parent_used_threads() -> None:
         pytest.fail("the forked child did not finish its row gathers within 60 s")
     finally:
         torch.set_num_threads(threads)
+
+
+def test_tensorclass_rows_pad_into_a_mask_field(tmp_path: Path) -> None:
+    @tensorbox.tensorclass
+    class Tokens:
+        tokens: torch.Tensor
+        mask: torch.Tensor | None = None
+
+    nt = torch.nested.nested_tensor([torch.arange(2), torch.arange(3)], layout=torch.jagged)
+    Tokens(tokens=nt, batch_size=[2]).memmap(tmp_path / "t")
+    saved = Tokens.load_memmap(tmp_path / "t")
+    batch = saved.pad_rows([1, 0], -1, mask_key="mask")
+    assert type(batch) is Tokens and not batch.is_locked and not batch.is_memmap()
+    assert batch.tokens.tolist() == [[0, 1, 2], [0, 1, -1]]
+    assert batch.mask is not None and batch.mask.tolist() == [[True] * 3, [True, True, False]]
+    assert saved.mask is None  # the saved tree is untouched
+    with pytest.raises(tensorbox.TensorDictKeyError, match="has no field 'other'"):
+        saved.to_padded_tensor(mask_key="other")
