@@ -9,8 +9,9 @@ dim, so a container that holds one has exactly one batch dim, of size ``B``.
 Torch 2.13 neither slices, ``index_select``\\s, ``cat``\\s nor ``stack``\\s an NJT along
 dim 0; this module selects and joins rows over values and offsets, and builds the
 result with ``torch.nested.nested_tensor_from_jagged`` (no copy of what it is given).
-A selection gathers from the values with one ``index_select`` (a contiguous slice is
-a view, no copy at all); offsets keep their dtype (int32 stays int32).
+A selection gathers from the values once (``_jagged_gather``: numpy on the CPU,
+``index_select`` elsewhere; a contiguous slice is a view, no copy at all); offsets
+keep their dtype (int32 stays int32).
 
 >>> import torch
 >>> nt = torch.nested.nested_tensor(
