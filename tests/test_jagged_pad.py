@@ -188,6 +188,9 @@ def test_dataloader_collate_fn_pad_rows_over_a_saved_tree(tmp_path: Path) -> Non
             assert row[:n].tolist() == list(range(n)) and not row[n:].any()
         seen += lengths
     assert seen == [2, 0, 5, 1, 3]
+    # workers: the bound method pickles the tree by file reference
+    loader = DataLoader(range(5), batch_size=2, num_workers=1, collate_fn=ds.pad_rows)
+    assert [b["n"].tolist() for b in loader] == [[2, 0], [5, 1], [3]]
 
 
 def test_padding_leaves_dense_and_nested_containers() -> None:
