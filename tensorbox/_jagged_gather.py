@@ -105,7 +105,7 @@ def _np_rows(offsets: Any, idx: Tensor) -> tuple[Any, Any, Any]:
 def positions(starts: Tensor, lengths: Tensor) -> Tensor:
     """Every position ``starts[i] + j`` for ``j < lengths[i]``, rows in order (int64):
     the values rows ``i`` span, back to back."""
-    if starts.device.type == "cpu":
+    if starts.device.type == "cpu" and not (_dispatch_modes() or _function_modes()):
         s, n = _as_numpy(starts).astype(np.int64), _as_numpy(lengths)
         if not s.shape[0]:
             return torch.empty(0, dtype=_long)

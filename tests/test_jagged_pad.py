@@ -280,3 +280,16 @@ def test_tensorclass_rows_pad_into_a_mask_field(tmp_path: Path) -> None:
     assert saved.mask is None  # the saved tree is untouched
     with pytest.raises(tensorbox.TensorDictKeyError, match="has no field 'other'"):
         saved.to_padded_tensor(mask_key="other")
+
+
+@pytest.mark.parametrize("under_mode", [False, True])
+def test_row_writes_through_both_paths(under_mode: bool) -> None:
+    nt = torch.nested.nested_tensor(
+        [torch.zeros(2), torch.zeros(0), torch.zeros(3)], layout=torch.jagged
+    )
+    td = TensorDict(x=nt, batch_size=[3])
+    new = torch.nested.nested_tensor([torch.ones(3), torch.full((2,), 2.0)], layout=torch.jagged)
+    with _Mode() if under_mode else _nothing():
+        td[torch.tensor([2, 0])] = {"x": new}
+    assert [r.tolist() for r in td["x"].unbind()] == [[2.0, 2.0], [], [1.0, 1.0, 1.0]]
+    assert positions(torch.tensor([4, 9]), torch.tensor([0, 2])).tolist() == [9, 10]
