@@ -5,14 +5,16 @@ round, so a busy neighbour process hurts them alike; page cache warm):
 
 1. The same token rows saved as a jagged leaf (values + offsets files) and saved padded
    to the longest row (a dense ``[rows, longest]`` leaf plus the lengths): bytes on disk,
-   and batches per second for random batches read as a jagged tensor, and read then
-   padded to the batch's longest row (``torch.nested.to_padded_tensor``, and
-   ``tensorbox._jagged.pad``, one masked copy) against the padded tree's rows cut to
-   the batch's longest row.
+   and batches per second for random batches read as a jagged tensor (``td[idx]``), and
+   read padded to the batch's longest row: ``torch.nested.to_padded_tensor`` of the
+   jagged batch, ``td[idx].to_padded_tensor()`` (tensorbox's padding of it), and
+   ``td.pad_rows(idx)`` (the rows gathered straight into the padding), against the
+   padded tree's rows cut to the batch's longest row.
 2. A ``DataLoader`` over the saved jagged tree (default collate: one ``__getitems__``
-   per batch, then ``to_padded_tensor``) against a ``DataLoader`` over a Python list
-   with one tensor per row (``pad_sequence`` as its collate), both shuffled, batch size
-   ``--batch``, in the main process.
+   per batch, then ``torch.nested.to_padded_tensor`` or ``tensorbox.to_padded_tensor``),
+   a ``DataLoader`` over the row numbers with ``collate_fn=ds.pad_rows``, against a
+   ``DataLoader`` over a Python list with one tensor per row (``pad_sequence`` as its
+   collate), all shuffled, batch size ``--batch``, in the main process.
 
 Usage::
 
@@ -39,8 +41,8 @@ from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import tensorbox
 from tensorbox import TensorDict
-from tensorbox._jagged import pad as pad_rows
 
 
 def token_rows(n: int, seed: int = 0) -> list[torch.Tensor]:
@@ -125,7 +127,11 @@ def main() -> None:
             return 1
 
         def read_jagged_pad() -> int:
-            pad_rows(jag[index()]["tokens"], 0)
+            jag[index()].to_padded_tensor(0)
+            return 1
+
+        def read_pad_rows() -> int:
+            jag.pad_rows(index(), 0)
             return 1
 
         def read_padded() -> int:
@@ -148,16 +154,23 @@ def main() -> None:
         sub = min(n, 200 * batch)
         jag_sub, rows_sub = jag[:sub], rows[:sub]
         dl_tbx = DataLoader(jag_sub, batch_size=batch, shuffle=True)  # type: ignore[arg-type]
+        dl_rows = DataLoader(
+            range(sub), batch_size=batch, shuffle=True, collate_fn=jag_sub.pad_rows
+        )
         dl_list = DataLoader(_Rows(rows_sub), batch_size=batch, shuffle=True, collate_fn=_pad)
         contenders: dict[str, Callable[[], int]] = {
             "jagged tree -> jagged batch": read_jagged,
-            "jagged tree -> padded batch (to_padded_tensor)": read_jagged_padded,
-            "jagged tree -> padded batch (masked copy)": read_jagged_pad,
+            "jagged tree -> padded (torch.nested.to_padded_tensor)": read_jagged_padded,
+            "jagged tree -> padded (td[idx].to_padded_tensor())": read_jagged_pad,
+            "jagged tree -> padded (td.pad_rows(idx))": read_pad_rows,
             "padded tree -> batch cut to its longest": read_padded,
-            "DataLoader(jagged tree) + to_padded_tensor": loader(
+            "DataLoader(jagged tree) + torch.nested.to_padded_tensor": loader(
                 dl_tbx, torch.nested.to_padded_tensor
             ),
-            "DataLoader(jagged tree) + masked copy": loader(dl_tbx, pad_rows),
+            "DataLoader(jagged tree) + tensorbox.to_padded_tensor": loader(
+                dl_tbx, tensorbox.to_padded_tensor
+            ),
+            "DataLoader(row numbers, collate_fn=ds.pad_rows)": loader(dl_rows, None),
             "DataLoader(list of row tensors) + pad_sequence": loader(dl_list, None),
         }
         rates: dict[str, list[float]] = {k: [] for k in contenders}
@@ -174,9 +187,9 @@ def main() -> None:
             f"{torch.get_num_threads()} torch thread, page cache warm"
         )
         print(f"on disk: jagged {jb / 1e6:.1f} MB, padded {pb / 1e6:.1f} MB ({pb / jb:.1f}x)")
-        print(f"{'reader':<52} {'batches/s':>10}")
+        print(f"{'reader':<60} {'batches/s':>10}")
         for name, values in rates.items():
-            print(f"{name:<52} {statistics.median(values):>10,.0f}")
+            print(f"{name:<60} {statistics.median(values):>10,.0f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

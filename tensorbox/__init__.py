@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _pytree  # noqa: F401  (registers TensorDict with torch's pytree and collate)
 from ._functional import cat, stack
+from ._jagged_pad import to_padded_tensor
 from ._keys import NestedKey, unravel_key
 from ._memmap_tensor import MemoryMappedTensor
 from ._nontensor import NonTensorData
@@ -53,6 +54,7 @@ __all__ = [
     "is_tensorclass",
     "stack",
     "tensorclass",
+    "to_padded_tensor",
     "unravel_key",
 ]
 

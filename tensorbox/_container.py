@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Self, overload
 import torch
 from torch import Tensor
 
-from . import _index, _keyops, _repr, _tree
+from . import _index, _jagged_pad, _keyops, _repr, _tree
 from ._container_io import OPEN as _OPEN
 from ._container_io import TREES as _TREES
 from ._container_io import UNLOCK as _UNLOCK
@@ -565,6 +565,38 @@ class TensorCollection(
         """Batched fetch for ``torch.utils.data.DataLoader``: one gather per leaf."""
         out: Self = _index.gather_rows(self, indices)
         return out
+
+    def to_padded_tensor(self, padding: float = 0.0, mask_key: NestedKey | None = None) -> Self:
+        """Every jagged leaf padded to its longest row with ``padding`` (``[rows, longest,
+        *feature]``, as ``torch.nested.to_padded_tensor``); other leaves kept as they are.
+        With ``mask_key``, the ``[rows, longest]`` bool mask of the real values of the
+        first jagged leaf is set under that key (on a tensorclass, a field: declare
+        ``mask: torch.Tensor | None = None``). The result is a new, unlocked container
+        in memory, whatever ``self`` is.
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> nt = torch.nested.nested_tensor([torch.arange(2), torch.arange(1)], layout=torch.jagged)
+        >>> batch = TensorDict(tokens=nt, batch_size=[2]).to_padded_tensor(-1, mask_key="mask")
+        >>> batch["tokens"].tolist(), batch["mask"].tolist()
+        ([[0, 1], [0, -1]], [[True, True], [True, False]])
+        """
+        return _jagged_pad.pad_tree(self, padding, mask_key)
+
+    def pad_rows(self, index: Any, padding: float = 0.0, mask_key: NestedKey | None = None) -> Self:
+        """``self[index].to_padded_tensor(padding, mask_key)`` in one step: each jagged
+        leaf's selected rows are gathered straight into the padding, with no jagged
+        batch built in between. As a DataLoader's ``collate_fn`` over the row numbers,
+        it serves padded batches: ``DataLoader(range(len(ds)), batch_size=64,
+        shuffle=True, collate_fn=ds.pad_rows)``.
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> nt = torch.nested.nested_tensor([torch.arange(2), torch.arange(3)], layout=torch.jagged)
+        >>> TensorDict(tokens=nt, batch_size=[2]).pad_rows([1, 0], -1)["tokens"].tolist()
+        [[0, 1, 2], [0, 1, -1]]
+        """
+        return _jagged_pad.pad_rows(self, index, padding, mask_key)
 
     # ------------------------------------------------------------ key structure
 

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from . import _jagged
+from ._jagged_gather import as_rows
 from ._nontensor import NonTensorData, cpu_index, per_row
 from ._shape import normalize_index
 from .errors import BatchSizeError, TensorDictKeyError
@@ -170,7 +171,7 @@ def gather_rows(td: TensorCollection, indices: Sequence[int] | Tensor) -> Any:
     to ``__getitems__``; one ``index_select`` per leaf."""
     if not td._batch_size:
         raise _no_batch_dims(indices)
-    idx = indices if isinstance(indices, Tensor) else torch.as_tensor(indices, dtype=_long)
+    idx = indices if isinstance(indices, Tensor) else as_rows(indices)
     return getitem(td, idx)
 
 

@@ -9,8 +9,9 @@ dim, so a container that holds one has exactly one batch dim, of size ``B``.
 Torch 2.13 neither slices, ``index_select``\\s, ``cat``\\s nor ``stack``\\s an NJT along
 dim 0; this module selects and joins rows over values and offsets, and builds the
 result with ``torch.nested.nested_tensor_from_jagged`` (no copy of what it is given).
-A selection gathers from the values with one ``index_select`` (a contiguous slice is
-a view, no copy at all); offsets keep their dtype (int32 stays int32).
+A selection gathers from the values once (``_jagged_gather``: numpy on the CPU,
+``index_select`` elsewhere; a contiguous slice is a view, no copy at all); offsets
+keep their dtype (int32 stays int32).
 
 >>> import torch
 >>> nt = torch.nested.nested_tensor(
@@ -31,6 +32,7 @@ from torch import Tensor
 from torch.nested._internal import nested_tensor as _nt
 from torch.nested._internal.nested_tensor import NestedTensor
 
+from . import _jagged_gather as _jg
 from ._keys import format_key
 from .errors import BatchDimError, BatchSizeError
 
@@ -201,7 +203,7 @@ def _row_index(index: Any, n: int) -> Tensor | slice | int:
             raise ValueError(f"slice step must be positive (as in torch), got {index!r}")
         return slice(*index.indices(n))
     if type(index) is list or type(index) is range:
-        index = torch.as_tensor(index, dtype=_long) if len(index) else torch.empty(0, dtype=_long)
+        index = _jg.as_rows(index)
     if isinstance(index, Tensor):
         if index.dtype is _bool:
             if index.shape != (n,):
@@ -254,25 +256,9 @@ def select_rows(t: Tensor, index: Any) -> Tensor:
 
 
 def _gather(values: Tensor, offsets: Tensor, idx: Tensor) -> Tensor:
-    """The NJT of rows ``idx`` (in range, non-negative): one ``index_select`` of values."""
-    odt = offsets.dtype
-    dev = offsets.device
-    idx = idx.to(dev)
-    starts = offsets.index_select(0, idx).to(_long)
-    lengths = offsets.index_select(0, idx + 1).to(_long) - starts
-    new = torch.zeros(idx.shape[0] + 1, dtype=_long, device=dev)
-    torch.cumsum(lengths, 0, out=new[1:])
-    total = int(new[-1])
-    # Position of every value to read: each row's start, shifted by its place in the
-    # output (repeat_interleave), plus a running count.
-    shift = torch.repeat_interleave(starts - new[:-1], lengths, output_size=total)
-    pos = shift + torch.arange(total, device=dev)
-    out_values = values.index_select(0, pos.to(values.device))
-    seqlens = None
-    if lengths.numel():
-        lo, hi = torch.aminmax(lengths)
-        seqlens = int(lo), int(hi)
-    return from_parts(out_values, new if odt is _long else new.to(odt), seqlens)
+    """The NJT of rows ``idx`` (in range, non-negative): one gather from values."""
+    out_values, new, seqlens = _jg.gather(values, offsets, idx)
+    return from_parts(out_values, new, seqlens)
 
 
 def take(td: TensorCollection, idx: Tensor, done: dict[str, Any]) -> Any:
@@ -285,7 +271,7 @@ def take(td: TensorCollection, idx: Tensor, done: dict[str, Any]) -> Any:
         if k in out:
             continue
         if type(v) is NJT:
-            out[k] = select_rows(v, rows)
+            out[k] = _gather(*parts(v), rows)  # type: ignore[arg-type]
         elif isinstance(v, Tensor):
             out[k] = torch.index_select(v, 0, rows)  # type: ignore[arg-type]
         else:
@@ -401,14 +387,10 @@ def shifted_offsets(offsets: Tensor, base: int, dtype: torch.dtype | None = None
 
 
 def pad(t: Tensor, value: float = 0) -> Tensor:
-    """``torch.nested.to_padded_tensor(t, value)`` as one masked copy of the values (torch
-    2.13's CPU kernel for it is about twice as slow): ``[rows, longest, *feature]``."""
+    """``torch.nested.to_padded_tensor(t, value)``, written straight into the padding
+    (torch 2.13's CPU kernel for it is several times slower): ``[rows, longest, *feature]``."""
     values, offsets = parts(t)
-    lengths = offsets[1:] - offsets[:-1]
-    longest = int(lengths.max()) if lengths.numel() else 0
-    out = values.new_full((lengths.shape[0], longest, *values.shape[1:]), value)
-    out[torch.arange(longest, device=lengths.device) < lengths[:, None]] = values
-    return out
+    return _jg.pad_parts(values, offsets, value)[0]
 
 
 # ---------------------------------------------------------------- comparisons
@@ -457,13 +439,10 @@ def write_rows(t: Tensor, index: Any, value: Any, key: str) -> None:
     if type(idx) is slice:
         idx = torch.arange(idx.start, idx.stop, idx.step)
     assert isinstance(idx, Tensor)
+    idx = idx.to(offsets.device)
     starts = offsets.index_select(0, idx).to(_long)
     lengths = offsets.index_select(0, idx + 1).to(_long) - starts
-    new = torch.zeros(idx.shape[0] + 1, dtype=_long)
-    torch.cumsum(lengths, 0, out=new[1:])
-    total = int(new[-1])
-    pos = torch.repeat_interleave(starts - new[:-1], lengths, output_size=total)
-    pos += torch.arange(total)
+    pos = _jg.positions(starts, lengths).to(values.device)
     if type(value) is NJT:
         src, src_off = parts(value)
         got = src_off[1:].to(_long) - src_off[:-1].to(_long)

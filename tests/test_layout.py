@@ -25,6 +25,8 @@ OP_MODULES = {
     "tensorbox._entries",
     "tensorbox._index",
     "tensorbox._jagged",
+    "tensorbox._jagged_gather",
+    "tensorbox._jagged_pad",
     "tensorbox._keyops",
     "tensorbox._keys",
     "tensorbox._nontensor",
