@@ -52,9 +52,11 @@ __all__ = [
     "fields",
     "is_tensor_collection",
     "is_tensorclass",
+    "pack",
     "stack",
     "tensorclass",
     "to_padded_tensor",
+    "unpack",
     "unravel_key",
 ]
 
@@ -63,9 +65,16 @@ __all__ = [
 if TYPE_CHECKING:
     from . import buffer as buffer  # the modules too: `tensorbox.data.transforms`
     from . import data as data
+    from ._archive_convert import pack, unpack
     from .data import BatchLoader, ImageFolderData
 
-_LAZY = {"BatchLoader": "data", "ImageFolderData": "data"}
+# ``pack``/``unpack`` (folder <-> one-file archive) load the zip code on first use too.
+_LAZY = {
+    "BatchLoader": "data",
+    "ImageFolderData": "data",
+    "pack": "_archive_convert",
+    "unpack": "_archive_convert",
+}
 _LAZY_MODULES = ("buffer", "data")
 
 

@@ -51,6 +51,15 @@ def pack(
     unused tail that ``extend_`` leaves for growth. ``compression`` (``"deflate"``,
     ``"bzip2"``, ``"lzma"``) compresses the leaf entries, as an archive save's does.
     A tree written by tensordict is converted (loaded, then saved as a tensorbox tree).
+
+    >>> import tempfile, torch
+    >>> from tensorbox import TensorDict, pack
+    >>> d = tempfile.mkdtemp()
+    >>> _ = TensorDict(w=torch.ones(2, 3), batch_size=[2]).memmap(f"{d}/tree")
+    >>> pack(f"{d}/tree", f"{d}/tree.tdz")  # (nodes, tensors)
+    (1, 1)
+    >>> TensorDict.load_memmap(f"{d}/tree.tdz")["w"].sum().item()
+    6.0
     """
     method = _zip.compression_method(compression)  # checked before anything is read
     src = os.path.realpath(directory)
@@ -113,6 +122,15 @@ def unpack(file: str, directory: str, *, fsync: bool = False) -> tuple[int, int]
     ``directory``, replacing the tree there in one step; (nodes, files written).
 
     Every node is checked first, and every entry's CRC-32 while it is written.
+
+    >>> import tempfile, torch
+    >>> from tensorbox import TensorDict, unpack
+    >>> d = tempfile.mkdtemp()
+    >>> _ = TensorDict(w=torch.ones(2), batch_size=[2]).memmap(f"{d}/w.tdz")  # an archive
+    >>> unpack(f"{d}/w.tdz", f"{d}/folder")  # (nodes, files written)
+    (1, 2)
+    >>> TensorDict.load_memmap(f"{d}/folder")["w"].tolist()
+    [1.0, 1.0]
     """
     found = _archive.split(file)
     if found is None:
