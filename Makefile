@@ -42,6 +42,7 @@ bench: $(VENV)/.bench
 	$(BIN)/python benchmarks/ops.py
 	$(BIN)/python benchmarks/persist.py
 	$(BIN)/python benchmarks/extend.py
+	$(BIN)/python benchmarks/jagged.py
 	$(BIN)/python benchmarks/weights.py
 	$(BIN)/python benchmarks/dataload.py
 	$(BIN)/python benchmarks/buffer.py
