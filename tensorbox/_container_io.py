@@ -313,26 +313,7 @@ class IOMethods(MixinBase):
             )
         return out
 
-    @classmethod
-    def load(
-        cls,
-        prefix: Any,
-        *,
-        device: Any = None,
-        non_blocking: bool = False,
-        mode: str | None = None,
-        verify: bool = False,
-        strict: bool = True,
-    ) -> Self:
-        """Same as ``load_memmap``."""
-        return cls.load_memmap(
-            prefix,
-            device=device,
-            non_blocking=non_blocking,
-            mode=mode,
-            verify=verify,
-            strict=strict,
-        )
+    load = load_memmap  # tensordict's other name
 
     @classmethod
     def _load_mismatch(cls, out: Any) -> str | None:

@@ -56,7 +56,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NJT",
-    "append_parts",
     "cat_rows",
     "check_leaf",
     "compare",
@@ -357,26 +356,6 @@ def cat_rows(items: Sequence[Tensor], key: str = "") -> Tensor:
         new.append(shifted_offsets(o, base, odt))
         base += v.shape[0]
     return from_parts(torch.cat(vals, 0), torch.cat(new, 0))
-
-
-def append_parts(old: Tensor, new: Any, key: str = "") -> tuple[Tensor, Tensor]:
-    """What appending the rows of ``new`` to jagged ``old`` writes at the end of each file:
-    ``(values, offsets)``, the offsets continuing ``old``'s (in its offsets dtype).
-
-    ``new`` is a jagged tensor, or a dense ``[rows, length, *feature]`` one; its dtype and
-    feature shape must be ``old``'s (BatchSizeError naming ``key`` otherwise, before
-    anything is written). Offsets that would pass the int32 range raise too.
-    """
-    values, offsets = parts(old)
-    add_values, add_offsets = _as_parts(new, key, 1, values)
-    base = values.shape[0]
-    odt = offsets.dtype
-    if odt is _int and base + add_values.shape[0] > _INT32_MAX:
-        raise BatchSizeError(
-            f"cannot append to key {key!r}: its int32 offsets would pass {_INT32_MAX} values; "
-            "save it with int64 offsets first"
-        )
-    return add_values.contiguous(), shifted_offsets(add_offsets, base, odt)
 
 
 def shifted_offsets(offsets: Tensor, base: int, dtype: torch.dtype | None = None) -> Tensor:

@@ -3,10 +3,10 @@
 The entry is specified in :mod:`tensorbox._format` ("Jagged entries"). This module
 parses and checks it (:func:`parse_entry`), checks the offsets' contents
 (:func:`check_offsets`), plans the two files of a save (:func:`entry_json`), and maps
-them back as a jagged nested tensor (:func:`map_jagged`, :func:`build`). An append to a
-saved jagged leaf writes more values to the values file, ``shifted_offsets`` (from
-:mod:`tensorbox._jagged`) to the offsets file, then commits the new ``batch_size``
-and ``length`` in ``meta.json``; :func:`map_jagged` maps the result.
+them back as a jagged nested tensor (:func:`map_jagged`, :func:`build`). An append
+(:mod:`tensorbox._extend`) treats the two files as two dense leaves: values after the
+committed values, offsets continuing the committed ones, then a commit of the new
+``batch_size`` and ``length`` in ``meta.json``.
 
 >>> import os, tempfile, torch
 >>> from tensorbox._memmap_tensor import write_file
@@ -25,8 +25,6 @@ and ``length`` in ``meta.json``; :func:`map_jagged` maps the result.
 
 from __future__ import annotations
 
-import math
-import os
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
 
@@ -35,16 +33,14 @@ from torch import Tensor
 
 from . import _checksum
 from . import _format as fmt
-from ._chunks import as_bytes
 from ._format_json import _short_repr
 from ._jagged import from_parts, parts
-from ._memmap_tensor import map_file, write_file
+from ._memmap_tensor import map_file
 from .errors import FormatError
 
 __all__ = [
     "OFFSET_DTYPES",
     "JaggedEntry",
-    "append_files",
     "build",
     "check_offsets",
     "entry_json",
@@ -54,7 +50,6 @@ __all__ = [
     "parse_entry",
     "parse_parts",
     "verify",
-    "write_files",
 ]
 
 #: Offsets dtypes the format allows (as ``meta.json`` names them).
@@ -236,67 +231,6 @@ def map_jagged(
     values = map_file(values_path, dtype, (length, *feature), mode)
     offsets = map_file(offsets_path, offsets_dtype, (rows + 1,), mode)
     return from_parts(values, offsets, check_offsets(offsets, length, offsets_path))
-
-
-def write_files(
-    directory: str, key: str, t: Tensor, *, fsync: bool = False
-) -> tuple[dict[str, Any], Tensor]:
-    """Write jagged ``t`` as its two files in ``directory`` (new files; the old ones, if
-    any, are replaced, so mappings of them keep their data) and map them back.
-
-    Returns the ``meta.json`` entry (ids drawn here) and the mapped leaf. The caller
-    writes ``meta.json`` (a commit), as for any leaf.
-    """
-    values, offsets = parts(t)
-    entry = entry_json(key, t)
-    mapped = []
-    for name, part in (("values", values), ("offsets", offsets)):
-        path = os.path.join(directory, entry[name]["file"])
-        ident = write_file(path, part.contiguous(), fsync=fsync, sync_dir=False)
-        entry[name]["id"] = os.urandom(16).hex()
-        mapped.append(
-            map_file(path, part.dtype, tuple(part.shape), ident=ident, gen=entry[name]["id"])
-        )
-    if fsync:
-        fmt.fsync_dir(directory)
-    return entry, from_parts(mapped[0], mapped[1])
-
-
-def append_files(
-    values_path: str,
-    offsets_path: str,
-    add_values: Tensor,
-    add_offsets: Tensor,
-    length: int,
-    rows: int,
-    *,
-    fsync: bool = False,
-) -> tuple[int, int]:
-    """Write the rows of :func:`tensorbox._jagged.append_parts` after the first
-    ``length`` values and ``rows + 1`` offsets of a saved jagged leaf's files (in place:
-    the bytes beyond the committed ones are no reader's yet). Returns the new
-    ``(length, rows)`` for the caller's commit of ``meta.json``; nothing is committed
-    here, so a crash leaves the last committed leaf as it was (readers ignore a file's
-    tail)."""
-    for path, part, at in (
-        (values_path, add_values, length * _row_nbytes(add_values)),
-        (offsets_path, add_offsets, (rows + 1) * add_offsets.element_size()),
-    ):
-        fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
-        try:
-            data = as_bytes(part.contiguous()) if part.numel() else memoryview(b"")
-            while data:
-                n = os.pwrite(fd, data, at)
-                data, at = data[n:], at + n
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-    return length + add_values.shape[0], rows + add_offsets.shape[0]
-
-
-def _row_nbytes(values: Tensor) -> int:
-    return math.prod(values.shape[1:]) * values.element_size()
 
 
 def verify(e: JaggedEntry) -> None:

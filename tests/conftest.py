@@ -3,14 +3,18 @@
 * ``ci`` (the default): few examples, no deadline (a loaded 2-core machine must not
   turn slow examples into failures), derandomized so a run is reproducible.
 * ``dev``: more examples, random seeds; select with ``HYPOTHESIS_PROFILE=dev``.
+
+Fixtures: ``small_tmpfs``, a tiny file system to fill up (full-disk tests).
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # `python -m pytest` puts the repository root on sys.path, a bare `pytest` does not;
@@ -35,3 +39,19 @@ settings.register_profile(
     print_blob=True,
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """An 8 MiB tmpfs, where this process may mount one (root in a container)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True
+    )
+    if proc.returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)

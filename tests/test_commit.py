@@ -417,22 +417,6 @@ def test_a_full_disk_is_an_error_at_creation(
     assert like["a"].tolist() == [0.0] * 4
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """An 8 MiB tmpfs, where this process may mount one (root in a container)."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True
-    )
-    if proc.returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=True)
-
-
 def test_a_full_tmpfs_fails_at_creation_and_keeps_the_old_tree(small_tmpfs: Path) -> None:
     root = small_tmpfs / "t"
     _tree(1.0).memmap(root)

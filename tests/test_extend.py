@@ -242,22 +242,6 @@ def test_a_failed_commit_changes_nothing(tmp_path: Path, monkeypatch: pytest.Mon
     assert _hidden(tmp_path) == []
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """An 8 MiB tmpfs, where this process may mount one (root in a container)."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True
-    )
-    if proc.returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=True)
-
-
 def test_a_full_disk_is_an_error_and_keeps_the_committed_rows(small_tmpfs: Path) -> None:
     def rows(start: int) -> TensorDict:  # 4 rows of 256 KiB, row i holding i
         return TensorDict({"x": torch.arange(start, start + 4.0)[:, None].repeat(1, 1 << 16)}, [4])

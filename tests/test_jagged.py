@@ -485,30 +485,6 @@ def test_select_rows_directly() -> None:
     same_rows(select_rows(x, range(3)), rows)
 
 
-# ---------------------------------------------------------------- what an append uses
-
-
-def test_append_building_blocks(tmp_path: Path) -> None:
-    from tensorbox._jagged import append_parts
-    from tensorbox._jagged_io import append_files, write_files
-
-    rows = make_rows([2, 0, 3], (2,), 0)
-    more = make_rows([0, 4], (2,), 1)
-    entry, leaf = write_files(str(tmp_path), "x", njt(rows, torch.int32))
-    same_rows(leaf, rows)
-    add_values, add_offsets = append_parts(leaf, njt(more))
-    assert add_offsets.dtype is torch.int32 and add_offsets.tolist() == [5, 9]
-    vpath = str(tmp_path / entry["values"]["file"])
-    opath = str(tmp_path / entry["offsets"]["file"])
-    length, count = append_files(vpath, opath, add_values, add_offsets, 5, 3)
-    assert (length, count) == (9, 5)
-    grown = map_jagged(vpath, opath, torch.float32, (2,), count, length, torch.int32)
-    same_rows(grown, rows + more)
-    same_rows(leaf, rows)  # the leaf mapped before still shows the committed rows
-    with pytest.raises(BatchSizeError, match=r"cat: key 'x': element 1 has rows of feature"):
-        append_parts(leaf, njt(make_rows([1], (3,), 0)), "x")
-
-
 def test_pickles_by_reference_and_commits_and_tensorclass(tmp_path: Path) -> None:
     import pickle
 
