@@ -260,11 +260,23 @@ def _central(slots: list[_Slot], crcs: list[int], when: tuple[int, int], end: in
     return cd + tail
 
 
+#: The most buffers one ``pwritev`` takes (a unit of many tiny entries holds more).
+def _iov_max() -> int:
+    try:
+        n = os.sysconf("SC_IOV_MAX")
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+        return 16
+    return n if n > 0 else 16  # POSIX guarantees at least 16
+
+
+_IOV_MAX = _iov_max()
+
+
 def _pwrite_all(fd: int, bufs: list[Any], offset: int) -> None:
     """``pwritev`` until every byte is written (a regular file may take fewer at once)."""
     views = [v for v in (memoryview(b).cast("B") for b in bufs) if v.nbytes]
     while views:
-        n = os.pwritev(fd, views, offset)
+        n = os.pwritev(fd, views[:_IOV_MAX], offset)  # more buffers: EINVAL
         if n <= 0:  # pragma: no cover - a regular file never does this
             raise OSError("pwritev wrote nothing")
         offset += n

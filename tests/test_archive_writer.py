@@ -164,3 +164,25 @@ def test_combine_without_the_zlib_library(monkeypatch: pytest.MonkeyPatch) -> No
 
     monkeypatch.setattr(ctypes, "CDLL", missing)
     assert _crc32._load_combine() is _crc32._crc32_combine
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_unit_of_more_buffers_than_one_pwritev_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    """Many tiny entries put thousands of buffers in one unit; pwritev takes at most
+    IOV_MAX (1024 on Linux; EINVAL beyond): the writer hands them over in batches."""
+    monkeypatch.setattr(_zip, "_IOV_MAX", 7)  # the real limit, in small
+    items: list[tuple[str, Any, bool]] = [
+        (f"{i}.memmap", bytes([i % 256]) * 3, True) for i in range(40)
+    ]
+    _write(tmp_path / "w.zip", items, threads)
+    with zipfile.ZipFile(tmp_path / "w.zip") as zf:
+        assert zf.testzip() is None and [zf.read(n) for n, _, _ in items] == [
+            d for _, d, _ in items
+        ]
+    monkeypatch.undo()
+    many: list[tuple[str, Any, bool]] = [(f"{i}.memmap", b"ab", True) for i in range(1100)]
+    _write(tmp_path / "many.zip", many, threads)  # over the real limit: 2,200 buffers
+    with zipfile.ZipFile(tmp_path / "many.zip") as zf:
+        assert zf.testzip() is None and len(zf.infolist()) == 1100
