@@ -189,22 +189,26 @@ class Archive:
         its offsets checked as a folder's are."""
         return _jagged_io.build(self.leaf(e.values), self.leaf(e.offsets), e)
 
+    def checked(self, ze: _zip.ZipEntry, where: str) -> Any:
+        """The bytes of entry ``ze``: a view of the mapping for a stored entry, its CRC-32
+        checked (16 MiB at a time), else decompressed (which checks it)."""
+        if ze.method != _zip.STORED:
+            return self.index.read(ze)
+        data = self.index.data_offset(ze)
+        raw = self.buf[data : data + ze.csize]
+        crc = 0
+        for at in range(0, len(raw), 1 << 24):
+            crc = _zip.crc32(raw[at : at + (1 << 24)], crc)
+        if crc != ze.crc:
+            raise FormatError(
+                f"{where}: CRC-32 {crc:08x} does not match the recorded {ze.crc:08x}: "
+                "the archive is damaged"
+            )
+        return raw
+
     def check(self, e: ArchiveTensor) -> None:
         """Read every byte of a leaf: its CRC-32, and its SHA-256 when one was recorded."""
-        ze = self.entries[e.name]
-        data = self.index.data_offset(ze)
-        if ze.method == _zip.STORED:
-            raw: Any = self.buf[data : data + ze.csize]
-            crc = 0
-            for at in range(0, len(raw), 1 << 24):
-                crc = _zip.crc32(raw[at : at + (1 << 24)], crc)
-            if crc != ze.crc:
-                raise FormatError(
-                    f"{e.path}: CRC-32 {crc:08x} does not match the recorded {ze.crc:08x}: "
-                    "the archive is damaged"
-                )
-        else:
-            raw = self.index.read(ze)
+        raw = self.checked(self.entries[e.name], e.path)
         if e.sha256 is not None and hashlib.sha256(raw[: e.nbytes]).hexdigest() != e.sha256:
             raise FormatError(
                 f"{e.path}: the bytes do not match the SHA-256 recorded when the tree was "

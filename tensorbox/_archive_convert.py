@@ -31,7 +31,6 @@ from . import _format as fmt
 from ._chunks import as_bytes
 from ._jagged_io import JaggedEntry
 from ._memmap_tensor import map_file
-from .errors import FormatError
 
 __all__ = ["pack", "unpack"]
 
@@ -169,19 +168,7 @@ def unpack(file: str, directory: str, *, fsync: bool = False) -> tuple[int, int]
 
 
 def _extract(ar: _archive.Archive, e: _zip.ZipEntry, target: str, fsync: bool) -> None:
-    if e.method == _zip.STORED:
-        at = ar.index.data_offset(e)
-        data: memoryview | bytes = ar.buf[at : at + e.csize]
-        crc = 0
-        for i in range(0, e.csize, 1 << 24):
-            crc = _zip.crc32(data[i : i + (1 << 24)], crc)
-        if crc != e.crc:
-            raise FormatError(
-                f"{ar.where(e.name)}: CRC-32 {crc:08x} does not match the recorded {e.crc:08x}: "
-                "the archive is damaged"
-            )
-    else:
-        data = ar.index.read(e)
+    data = ar.checked(e, ar.where(e.name))
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
         _zip._pwrite_all(fd, [data], 0)
