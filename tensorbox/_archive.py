@@ -361,9 +361,12 @@ def read_child(ar: Archive, parent: fmt.Node, e: fmt.NodeEntry, depth: int) -> f
     return child
 
 
-def iter_nodes(ar: Archive, d: str = "") -> Iterator[tuple[tuple[str, ...], fmt.Node]]:
-    """Every node below ``d``, parents first, checked (``verify``, ``unpack``)."""
-    todo: list[tuple[tuple[str, ...], fmt.Node]] = [((), read_node(ar, d))]
+def iter_nodes(
+    ar: Archive, d: str = "", top: fmt.Node | None = None
+) -> Iterator[tuple[tuple[str, ...], fmt.Node]]:
+    """Every node below ``d`` (whose node is ``top`` when already read), parents
+    first, checked (``verify``, ``unpack``)."""
+    todo: list[tuple[tuple[str, ...], fmt.Node]] = [((), top or read_node(ar, d))]
     while todo:
         keys, node = todo.pop()
         yield keys, node
@@ -500,7 +503,7 @@ def _build(ar: Archive, loader: _Loader, node: fmt.Node, cls: type | None, depth
 def verify_archive(ar: Archive, top: fmt.Node | None = None, d: str = "") -> tuple[int, int, int]:
     """Check every node below ``d`` and every leaf's bytes; (nodes, tensors, bytes)."""
     nodes = tensors = total = 0
-    for _, node in iter_nodes(ar, d) if top is None else _from(ar, top):
+    for _, node in iter_nodes(ar, d, top):
         nodes += 1
         for e in cast("dict[str, Entry]", node.entries).values():
             tensors, total = count(ar, e, tensors, total, read=True)
@@ -521,16 +524,6 @@ def count(ar: Archive, e: Entry, tensors: int, total: int, read: bool) -> tuple[
             ar.jagged(e)  # the offsets' contents, as a load checks them
         return tensors + 1, total + e.values.nbytes + e.offsets.nbytes
     return tensors, total
-
-
-def _from(ar: Archive, top: fmt.Node) -> Iterator[tuple[tuple[str, ...], fmt.Node]]:
-    todo: list[tuple[tuple[str, ...], fmt.Node]] = [((), top)]
-    while todo:
-        keys, node = todo.pop()
-        yield keys, node
-        for k, e in reversed(node.entries.items()):
-            if type(e) is fmt.NodeEntry:
-                todo.append(((*keys, k), read_child(ar, node, e, len(keys) + 1)))
 
 
 # ---------------------------------------------------------------- saving
