@@ -63,7 +63,6 @@ __all__ = [
     "from_parts",
     "getitem",
     "is_jagged",
-    "pad",
     "parts",
     "refuse_shape_op",
     "select_rows",
@@ -363,13 +362,6 @@ def shifted_offsets(offsets: Tensor, base: int, dtype: torch.dtype | None = None
     (``offsets`` starts at 0; ``dtype`` defaults to its own)."""
     dtype = offsets.dtype if dtype is None else dtype
     return (offsets[1:].to(_long) + base).to(dtype)
-
-
-def pad(t: Tensor, value: float = 0) -> Tensor:
-    """``torch.nested.to_padded_tensor(t, value)``, written straight into the padding
-    (torch 2.13's CPU kernel for it is several times slower): ``[rows, longest, *feature]``."""
-    values, offsets = parts(t)
-    return _jg.pad_parts(values, offsets, value)[0]
 
 
 # ---------------------------------------------------------------- comparisons

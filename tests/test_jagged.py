@@ -519,10 +519,10 @@ def test_dataloader_workers(tmp_path: Path) -> None:
 
 @given(st.lists(st.integers(0, 4), max_size=6), st.sampled_from([(), (2,)]))
 def test_pad_matches_to_padded_tensor(lengths: list[int], feature: tuple[int, ...]) -> None:
-    from tensorbox._jagged import pad
+    from tensorbox import to_padded_tensor
 
     x = njt(make_rows(lengths, feature, 0), feature=feature)
-    got = pad(x, -1)
+    got = to_padded_tensor(x, -1)
     if lengths and max(lengths):
         assert torch.equal(got, torch.nested.to_padded_tensor(x, -1.0))
     assert got.shape[:2] == (len(lengths), max(lengths, default=0))
