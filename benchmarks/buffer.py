@@ -51,11 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tensorbox.buffer import AugmentBuffer, sample_seed
 from tensorbox.data import make_image_folder, scan_image_folder
-from tensorbox.data.transforms import (
-    Normalize,
-    RandomHorizontalFlip,
-    RandomResizedCrop,
-)
+from tensorbox.data.transforms import Normalize, RandomHorizontalFlip, RandomResizedCrop
 
 BATCH = 32
 SIZE = 224

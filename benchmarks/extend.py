@@ -113,8 +113,11 @@ def flatness(root: Path, sizes: list[int], appends: int) -> list[tuple[int, floa
 
 def stages(root: Path, appends: int) -> dict[str, float]:
     """Microseconds per 1-row append spent in each step (wrapped module functions)."""
-    from tensorbox import _commit, _extend, _persist, _persist_writes
-    from tensorbox import _format as fmt
+    from tensorbox._storage import commit as _commit
+    from tensorbox._storage import extend as _extend
+    from tensorbox._storage import persist as _persist
+    from tensorbox._storage import writethrough as _persist_writes
+    from tensorbox._storage.format import spec as fmt
 
     spent: dict[str, float] = {}
     wrapped: list[tuple[Any, str, Callable[..., Any]]] = []

@@ -12,15 +12,15 @@ torch.Size([2, 8])
 
 from typing import TYPE_CHECKING, Any
 
-from . import _pytree  # noqa: F401  (registers TensorDict with torch's pytree and collate)
-from ._functional import cat, stack
-from ._jagged_pad import to_padded_tensor
-from ._keys import NestedKey, unravel_key
-from ._memmap_tensor import MemoryMappedTensor
-from ._nontensor import NonTensorData
-from ._tensorclass import TensorClass, field, fields, is_tensorclass, tensorclass
-from ._tensordict import TensorDict, is_tensor_collection
-from .errors import (
+from tensorbox._core import pytree as _pytree  # noqa: F401  (registers TensorDict with torch's pytree and collate)
+from tensorbox._core.functional import cat, stack
+from tensorbox._core.jagged_pad import to_padded_tensor
+from tensorbox._core.keys import NestedKey, unravel_key
+from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.tensordict import TensorDict, is_tensor_collection
+from tensorbox._storage.memmap_tensor import MemoryMappedTensor
+from tensorbox._tensorclass import TensorClass, field, fields, is_tensorclass, tensorclass
+from tensorbox.errors import (
     BatchSizeError,
     FormatError,
     IncompleteTreeError,
@@ -63,17 +63,17 @@ __all__ = [
 # The data loaders and the augmentation buffer (and, through them, Pillow and tqdm) load
 # on first use: `import tensorbox` stays as light as the containers it offers.
 if TYPE_CHECKING:
-    from . import buffer as buffer  # the modules too: `tensorbox.data.transforms`
-    from . import data as data
-    from ._archive_convert import pack, unpack
-    from .data import BatchLoader, ImageFolderData
+    from tensorbox import buffer as buffer  # the modules too: `tensorbox.data.transforms`
+    from tensorbox import data as data
+    from tensorbox._storage.archive.convert import pack, unpack
+    from tensorbox.data import BatchLoader, ImageFolderData
 
 # ``pack``/``unpack`` (folder <-> one-file archive) load the zip code on first use too.
 _LAZY = {
     "BatchLoader": "data",
     "ImageFolderData": "data",
-    "pack": "_archive_convert",
-    "unpack": "_archive_convert",
+    "pack": "_storage.archive.convert",
+    "unpack": "_storage.archive.convert",
 }
 _LAZY_MODULES = ("buffer", "data")
 

@@ -57,13 +57,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from ._chunks import CHUNK_BYTES, copy_chunked
-from ._tensordict import TensorDict
-from ._tree import is_coll
-from .errors import WeightsMismatchError
+from tensorbox._core.chunks import CHUNK_BYTES, copy_chunked
+from tensorbox._core.tensordict import TensorDict
+from tensorbox._core.tree import is_coll
+from tensorbox.errors import WeightsMismatchError
 
 if TYPE_CHECKING:
-    from ._container import TensorCollection
+    from tensorbox._core.container import TensorCollection
 
 __all__ = [
     "CHUNK_BYTES",

@@ -16,17 +16,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tensorbox import (
-    FormatError,
-    IncompleteTreeError,
-    TensorDict,
-    _archive,
-    _crc32,
-    _zip,
-    tensorclass,
-)
-from tensorbox.__main__ import main
-from tensorbox._memmap_tensor import MemoryMappedTensor
+from tensorbox import FormatError, IncompleteTreeError, TensorDict, tensorclass
+from tensorbox._storage.archive import crc32 as _crc32
+from tensorbox._storage.archive import store as _archive
+from tensorbox._storage.archive import zip as _zip
+from tensorbox._storage.cli import main
+from tensorbox._storage.memmap_tensor import MemoryMappedTensor
 
 DATA = Path(__file__).parent / "data" / "tensordict_0_15_archive"
 

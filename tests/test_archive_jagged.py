@@ -20,9 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorbox import TensorDict
-from tensorbox.__main__ import main
-from tensorbox._archive_convert import pack, unpack
-from tensorbox._memmap_tensor import MemoryMappedTensor
+from tensorbox._storage.archive.convert import pack, unpack
+from tensorbox._storage.cli import main
+from tensorbox._storage.memmap_tensor import MemoryMappedTensor
 from tensorbox.errors import FormatError
 from tests.test_jagged import make_rows, njt, same_rows
 

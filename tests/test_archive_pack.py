@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from tensorbox import TensorDict
-from tensorbox.__main__ import main
-from tensorbox._archive_convert import pack
+from tensorbox._storage.archive.convert import pack
+from tensorbox._storage.cli import main
 from tests.test_jagged import make_rows, njt, same_rows
 
 

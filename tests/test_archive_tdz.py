@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tensorbox import FormatError, TensorDict, tensorclass
-from tensorbox._memmap_tensor import MemoryMappedTensor
+from tensorbox._storage.memmap_tensor import MemoryMappedTensor
 
 
 def sample() -> TensorDict:
@@ -140,7 +140,7 @@ def test_unpickled_leaves_of_one_archive_share_one_mapping(tmp_path: Path) -> No
     import os
     import pickle
 
-    from tensorbox import _mapcache
+    from tensorbox._storage import mapcache as _mapcache
 
     path = tmp_path / "m.tbx"
     td = sample().memmap(path, archive=True)

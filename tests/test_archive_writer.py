@@ -16,7 +16,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tensorbox import _crc32, _zip
+from tensorbox._storage.archive import crc32 as _crc32
+from tensorbox._storage.archive import zip as _zip
 
 
 def _write(path: Path, items: list[tuple[str, Any, bool]], threads: int, sizes: Any = None) -> Any:

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tensorbox import NonTensorData, TensorDict, _commit
-from tensorbox import _persist as persist
-from tensorbox.__main__ import main
-from tensorbox._memmap_tensor import FileRef, MemoryMappedTensor, restore, shareable
+from tensorbox import NonTensorData, TensorDict
+from tensorbox._storage import commit as _commit
+from tensorbox._storage import persist
+from tensorbox._storage.cli import main
+from tensorbox._storage.memmap_tensor import FileRef, MemoryMappedTensor, restore, shareable
 from tensorbox.errors import FormatError, IncompleteTreeError
 
 

@@ -2,7 +2,7 @@
 
 - ``import tensorbox`` loads neither ``tensorbox.data`` nor ``tensorbox.buffer``, nor
   Pillow or tqdm; ``tensorbox.BatchLoader`` and friends load on first use.
-- ``tensorbox/data``, ``tensorbox/_buffer`` and ``tensorbox/buffer.py`` use the public face
+- ``tensorbox/data`` and ``tensorbox/buffer`` use the public face
   (``tensorbox``, ``tensorbox.errors``), never the core's private modules.
 - Nothing in ``tensorbox/`` imports tensordict; the demo, benchmarks and tutorials
   import no private module of tensorbox.
@@ -44,7 +44,7 @@ _FRESH = textwrap.dedent(
 
     import tensorbox
 
-    lazy = ("tensorbox.data", "tensorbox.buffer", "tensorbox._buffer", "PIL", "tqdm")
+    lazy = ("tensorbox.data", "tensorbox.buffer", "PIL", "tqdm")
     loaded = sorted(m for m in sys.modules if m.startswith(lazy))
     assert not loaded and not attempts, (loaded, attempts)
 
@@ -101,19 +101,15 @@ def _private(dotted: str) -> bool:
 
 
 def test_data_and_buffer_use_the_public_face():
-    files = [
-        *sorted((PKG / "data").glob("*.py")),
-        *sorted((PKG / "_buffer").glob("*.py")),
-        PKG / "buffer.py",
-    ]
+    files = [*sorted((PKG / "data").glob("*.py")), *sorted((PKG / "buffer").glob("*.py"))]
     bad = []
     for path in files:
-        own = "tensorbox.data" if path.parent.name == "data" else "tensorbox._buffer"
+        own = f"tensorbox.{path.parent.name}"
         for level, name in _imports(path):
-            if level == 1 and path.name != "buffer.py":
+            if level == 1:
                 continue  # a sibling in its own package
-            full = name if level == 0 else f"tensorbox.{name}"  # buffer.py: `from ._buffer...`
-            inside = full.startswith((own + ".", "tensorbox._buffer."))
+            full = name if level == 0 else f"tensorbox.{name}"
+            inside = full.startswith(own + ".")
             if level > 1 or (full.startswith("tensorbox.") and _private(full) and not inside):
                 bad.append(f"{path.relative_to(ROOT)}: {'.' * level}{name}")
     assert not bad, bad

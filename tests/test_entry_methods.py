@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from torch import Tensor
 
 from tensorbox import TensorClass, TensorDict
-from tensorbox._shape import normalize_index
+from tensorbox._core.shape import normalize_index
 from tensorbox.errors import LockedError, TensorDictKeyError
 
 

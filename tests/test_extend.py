@@ -15,15 +15,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tensorbox import (
-    BatchSizeError,
-    NonTensorData,
-    TensorDict,
-    TensorDictKeyError,
-    _commit,
-    _extend,
-    tensorclass,
-)
+from tensorbox import BatchSizeError, NonTensorData, TensorDict, TensorDictKeyError, tensorclass
+from tensorbox._storage import commit as _commit
+from tensorbox._storage import extend as _extend
 from tests.checkout import checkout_env
 
 

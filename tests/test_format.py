@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorbox import TensorDict
-from tensorbox import _format as fmt
+from tensorbox._storage.format import spec as fmt
 from tensorbox.errors import FormatError, IncompleteTreeError
 
 DATA = Path(__file__).parent / "data"

@@ -21,8 +21,8 @@ from torch.utils.data import DataLoader
 
 import tensorbox
 from tensorbox import TensorDict
-from tensorbox._jagged import cat_rows, from_parts, select_rows, shifted_offsets
-from tensorbox._jagged_io import map_jagged
+from tensorbox._core.jagged import cat_rows, from_parts, select_rows, shifted_offsets
+from tensorbox._storage.jagged_io import map_jagged
 from tensorbox.errors import BatchDimError, BatchSizeError, FormatError
 
 
@@ -346,7 +346,7 @@ def test_damaged_trees_are_found_by_verify(tmp_path: Path) -> None:
     t = _saved(tmp_path)
     _write_offsets(t, [0, 3, 2, 5])
     with pytest.raises(FormatError, match=r"offsets decrease at row 1"):
-        tensorbox._persist.verify_tree(str(t))  # type: ignore[attr-defined]
+        tensorbox._storage.persist.verify_tree(str(t))  # type: ignore[attr-defined]
     os.truncate(t / "x.values.memmap", 8)
     with pytest.raises(FormatError, match=r"x\.values\.memmap is 8 bytes, but float32 of shape"):
         TensorDict.load_memmap(t)
@@ -392,7 +392,7 @@ def test_jagged_entry_needs_version_3(tmp_path: Path) -> None:
 
 
 def test_show_and_verify_list_jagged_leaves(tmp_path: Path) -> None:
-    from tensorbox.__main__ import main
+    from tensorbox._storage.cli import main
 
     t = _saved(tmp_path)
     out: list[str] = []

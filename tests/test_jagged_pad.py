@@ -22,8 +22,8 @@ from torch.utils.data import DataLoader
 
 import tensorbox
 from tensorbox import TensorDict
-from tensorbox._jagged import from_parts
-from tensorbox._jagged_gather import as_rows, gather, gather_padded, positions
+from tensorbox._core.jagged import from_parts
+from tensorbox._core.jagged_gather import as_rows, gather, gather_padded, positions
 
 DTYPES = [torch.float32, torch.int32, torch.bfloat16, torch.bool, torch.float64]
 

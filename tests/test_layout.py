@@ -19,27 +19,31 @@ PKG = Path(__file__).resolve().parents[1] / "tensorbox"
 
 #: Functions over the container contract (``_tree``): they must not know the classes.
 OP_MODULES = {
-    "tensorbox._apply",
-    "tensorbox._chunks",
-    "tensorbox._elementwise",
-    "tensorbox._entries",
-    "tensorbox._index",
-    "tensorbox._jagged",
-    "tensorbox._jagged_gather",
-    "tensorbox._jagged_pad",
-    "tensorbox._keyops",
-    "tensorbox._keys",
-    "tensorbox._nontensor",
-    "tensorbox._pickling",
-    "tensorbox._repr",
-    "tensorbox._shape",
-    "tensorbox._stackcat",
-    "tensorbox._tree",
+    "tensorbox._core.apply",
+    "tensorbox._core.chunks",
+    "tensorbox._core.elementwise",
+    "tensorbox._core.entries",
+    "tensorbox._core.index",
+    "tensorbox._core.jagged",
+    "tensorbox._core.jagged_gather",
+    "tensorbox._core.jagged_pad",
+    "tensorbox._core.keyops",
+    "tensorbox._core.keys",
+    "tensorbox._core.nontensor",
+    "tensorbox._core.pickling",
+    "tensorbox._core.repr",
+    "tensorbox._core.shape",
+    "tensorbox._core.shapeops",
+    "tensorbox._core.tree",
 }
-CLASS_MODULES = ("tensorbox._container", "tensorbox._tensordict", "tensorbox._tensorclass")
+CLASS_MODULES = (
+    "tensorbox._core.container",
+    "tensorbox._core.tensordict",
+    "tensorbox._tensorclass",
+)
 #: Reached only from the container base, and only inside a method.
-FAR_MODULES = ("tensorbox._persist", "tensorbox.weights", "tensorbox.distributed")
-CONTAINER_BASE = {"tensorbox._container", "tensorbox._container_io"}
+FAR_MODULES = ("tensorbox._storage.persist", "tensorbox.weights", "tensorbox.distributed")
+CONTAINER_BASE = {"tensorbox._core.container", "tensorbox._core.methods_io"}
 
 
 def _module_name(path: Path) -> str:
@@ -115,7 +119,10 @@ GRAPH = _package()
 
 
 def test_the_graph_was_read() -> None:
-    assert "tensorbox._container" in GRAPH and "tensorbox._tensordict" in GRAPH["tensorbox"][0]
+    assert (
+        "tensorbox._core.container" in GRAPH
+        and "tensorbox._core.tensordict" in GRAPH["tensorbox"][0]
+    )
 
 
 def test_no_load_time_import_cycle() -> None:
@@ -150,7 +157,7 @@ def test_op_modules_never_import_the_classes_at_load_time(module: str) -> None:
 
 
 def test_only_the_container_base_reaches_persistence_weights_and_distributed() -> None:
-    core = OP_MODULES | CONTAINER_BASE | {"tensorbox._tensordict", "tensorbox"}
+    core = OP_MODULES | CONTAINER_BASE | {"tensorbox._core.tensordict", "tensorbox"}
     core |= {m for m in GRAPH if m.startswith("tensorbox._tensorclass")}
     offenders = {
         m: sorted(d for d in load | lazy if d.startswith(FAR_MODULES))
@@ -166,14 +173,16 @@ def test_data_and_buffer_use_the_public_api() -> None:
     users = [
         m
         for m in GRAPH
-        if m.startswith(("tensorbox.data", "tensorbox.buffer", "tensorbox._buffer"))
+        if m.startswith(("tensorbox.data", "tensorbox.buffer"))
     ]
     assert users, "the data and buffer packages were not found"
     private = {
         m: sorted(
             d
             for d in load | lazy
-            if not d.startswith(("tensorbox.data", "tensorbox.buffer", "tensorbox._buffer"))
+            if not d.startswith(
+                ("tensorbox.data", "tensorbox.buffer")
+            )
             and any(part.startswith("_") for part in d.split(".")[1:])
         )
         for m, (load, lazy) in GRAPH.items()
@@ -185,7 +194,7 @@ def test_data_and_buffer_use_the_public_api() -> None:
 def test_the_chunked_copy_lives_in_the_core() -> None:
     users = [m for m, (load, lazy) in GRAPH.items() if "tensorbox.weights" in load | lazy]
     assert set(users) <= CONTAINER_BASE | {"tensorbox"}, users
-    assert "tensorbox._chunks" in GRAPH["tensorbox._entries"][0]
+    assert "tensorbox._core.chunks" in GRAPH["tensorbox._core.entries"][0]
 
 
 def test_no_module_over_800_lines() -> None:

@@ -15,7 +15,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tensorbox._memmap_tensor import (
+from tensorbox._storage.memmap_tensor import (
     MemmapDeviceError,
     MemmapFileExistsError,
     MemoryMappedTensor,

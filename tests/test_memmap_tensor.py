@@ -16,8 +16,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorbox import _chunks
-from tensorbox._memmap_tensor import FileRef, MemoryMappedTensor, restore, shareable
+from tensorbox._core import chunks as _chunks
+from tensorbox._storage.memmap_tensor import FileRef, MemoryMappedTensor, restore, shareable
 from tensorbox.errors import FormatError
 
 DTYPES = [torch.float32, torch.bfloat16, torch.bool, torch.complex64, torch.int16, torch.uint8]
@@ -152,7 +152,8 @@ def test_huge_expanded_tensor_is_written_in_bounded_memory(tmp_path: Path) -> No
     code = textwrap.dedent(
         f"""
         import resource, torch
-        from tensorbox import _chunks, _memmap_tensor as mmt
+        from tensorbox._core import chunks as _chunks
+        from tensorbox._storage import memmap_tensor as mmt
         _chunks.CHUNK_BYTES = 1 << 18
         src = torch.arange(256.0).expand(1 << 16, 256)
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

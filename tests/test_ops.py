@@ -338,7 +338,7 @@ def test_functional_call_with_tensordict_params() -> None:
 
 
 def test_large_in_place_writes_go_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tensorbox import _chunks
+    from tensorbox._core import chunks as _chunks
 
     calls: list[torch.Size] = []
     real = _chunks.copy_chunked

@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tensorbox import NonTensorData, TensorDict
-from tensorbox import _persist as persist
-from tensorbox._memmap_tensor import MemoryMappedTensor
-from tensorbox._persist import saved_type
+from tensorbox._storage import persist
+from tensorbox._storage.memmap_tensor import MemoryMappedTensor
+from tensorbox._storage.persist import saved_type
 from tensorbox.errors import FormatError, IncompleteTreeError
 
 DATA = Path(__file__).parent / "data"
@@ -327,7 +327,7 @@ def test_device_load_copies(tmp_path: Path) -> None:
 def test_unwritable_trees_open_copy_on_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tensorbox._memmap_tensor as mmt
+    import tensorbox._storage.memmap_tensor as mmt
 
     _sample().memmap(tmp_path)
     real = mmt._from_file
@@ -353,7 +353,7 @@ def test_unwritable_trees_open_copy_on_write(
 
 
 def test_read_only_load_leaves_the_files_alone(tmp_path: Path) -> None:
-    from tensorbox import _persist
+    from tensorbox._storage import persist as _persist
 
     _sample().memmap(tmp_path)
     back = _persist.load_memmap(TensorDict, tmp_path, mode="r")
@@ -497,7 +497,7 @@ def test_child_batch_size_must_extend_the_parent(tmp_path: Path) -> None:
 _CRASH_CHILD = """
 import sys, time, torch
 from tensorbox import TensorDict
-import tensorbox._persist as persist
+import tensorbox._storage.persist as persist
 
 real, count = persist.write_file, [0]
 def write_then_stall(*args, **kwargs):

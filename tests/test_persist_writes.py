@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tensorbox import TensorDict, tensorclass
-from tensorbox._container_io import OPEN, TREES
+from tensorbox._core.methods_io import OPEN, TREES
 from tensorbox.errors import LockedError
 
 
@@ -282,7 +282,7 @@ def test_restructuring_writes_reach_the_tree(tmp_path) -> None:
 
 
 def test_a_write_that_fails_to_commit_is_undone_in_memory(tmp_path, monkeypatch) -> None:
-    from tensorbox import _commit
+    from tensorbox._storage import commit as _commit
 
     td, path = _saved(tmp_path)
 

@@ -78,7 +78,7 @@ def test_archive_save_creates_one_file(tmp_path: Path, monkeypatch: pytest.Monke
 def test_generation_ids_are_unique_and_not_shared_with_a_forked_child() -> None:
     import multiprocessing
 
-    from tensorbox import _persist
+    from tensorbox._storage import persist as _persist
 
     _persist._IDS.clear()  # a pool left by earlier saves could run out at exactly 200
     ids = [_persist._new_id() for _ in range(200)]

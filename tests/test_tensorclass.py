@@ -29,7 +29,7 @@ from tensorbox import (
     is_tensorclass,
     tensorclass,
 )
-from tensorbox._tree import CLASS_REGISTRY
+from tensorbox._core.tree import CLASS_REGISTRY
 from tensorbox.errors import FormatError
 
 # ---------------------------------------------------------------- classes

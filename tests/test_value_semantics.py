@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tensorbox import BatchSizeError, NonTensorData, TensorClass, TensorDict
-from tensorbox._persist import saved_type
+from tensorbox._storage.persist import saved_type
 from tensorbox.errors import FormatError
 
 FIXTURE = Path(__file__).parent / "data" / "tensordict_tensorclass_tree"

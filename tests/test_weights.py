@@ -15,11 +15,12 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import tensorbox.weights as tbnn
-from tensorbox import TensorDict, _chunks
+from tensorbox import TensorDict
+from tensorbox._core import chunks as _chunks
 from tensorbox.weights import ParamTree, SwappedWeights, WeightsMismatchError, copy_chunked
 
-PERSIST = importlib.util.find_spec("tensorbox._persist") is not None
-needs_persist = pytest.mark.skipif(not PERSIST, reason="tensorbox._persist not ready")
+PERSIST = importlib.util.find_spec("tensorbox._storage.persist") is not None
+needs_persist = pytest.mark.skipif(not PERSIST, reason="tensorbox._storage.persist not ready")
 
 
 def small_transformer(seed: int = 0) -> nn.Transformer:

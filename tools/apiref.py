@@ -147,7 +147,7 @@ def entries() -> tuple[list[Entry], dict[str, list[tuple[str, str]]]]:
 
 
 def _is_container_subclass(cls: type) -> bool:
-    from tensorbox._container import TensorCollection
+    from tensorbox._core.container import TensorCollection
 
     return issubclass(cls, TensorCollection) and cls.__name__ not in FULL_CONTAINERS
 
@@ -173,7 +173,7 @@ def _owners(cls: type) -> Iterator[type]:
     skip: set[type] = set()
     if _is_container_subclass(cls):
         import tensorbox
-        from tensorbox._container import TensorCollection
+        from tensorbox._core.container import TensorCollection
 
         skip = {*TensorCollection.__mro__, tensorbox.TensorClass, tensorbox.TensorDict}
     for klass in reversed(cls.__mro__):

@@ -40,11 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tensorbox.buffer import AugmentBuffer
 from tensorbox.data import make_image_folder, scan_image_folder
-from tensorbox.data.transforms import (
-    Normalize,
-    RandomHorizontalFlip,
-    RandomResizedCrop,
-)
+from tensorbox.data.transforms import Normalize, RandomHorizontalFlip, RandomResizedCrop
 
 # --------------------------------------------------------------------------- step 2
 # Module level, so that producer processes can import them (the script is imported

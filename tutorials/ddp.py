@@ -45,12 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tensorbox.distributed as tbd
 from tensorbox import TensorDict
 from tensorbox.checkpoint import load_checkpoint, save_checkpoint
-from tensorbox.data import (
-    BatchLoader,
-    ImageFolderData,
-    ingest_image_folder,
-    make_image_folder,
-)
+from tensorbox.data import BatchLoader, ImageFolderData, ingest_image_folder, make_image_folder
 
 
 def say(*args: object) -> None:

@@ -6,8 +6,8 @@
 * ``fields``: ``field()``, collecting a class's fields, and what is refused.
 """
 
-from .base import TensorClass
-from .decorator import is_tensorclass, tensorclass
-from .fields import Field, field, fields
+from tensorbox._tensorclass.base import TensorClass
+from tensorbox._tensorclass.decorator import is_tensorclass, tensorclass
+from tensorbox._tensorclass.fields import Field, field, fields
 
 __all__ = ["Field", "TensorClass", "field", "fields", "is_tensorclass", "tensorclass"]

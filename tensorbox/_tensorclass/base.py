@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self, dataclass_transform, over
 
 import torch
 
-from .._container import TensorCollection
-from .._entry_methods import EntryMethods
-from ..errors import TensorDictKeyError
-from .build import build_class, set_field
-from .fields import MISSING, Field, field
+from tensorbox._core.container import TensorCollection
+from tensorbox._core.methods_entries import EntryMethods
+from tensorbox._tensorclass.build import build_class, set_field
+from tensorbox._tensorclass.fields import MISSING, Field, field
+from tensorbox.errors import TensorDictKeyError
 
 __all__ = ["TensorClass"]
 
@@ -237,7 +237,7 @@ class TensorClass(TensorCollection, metaclass=_Meta):
         most ``batch_dims`` dims), as ``TensorDict.from_dict``.
         """
         if (auto_batch_size or batch_dims is not None) and batch_size is None:
-            from .._tensordict import TensorDict
+            from tensorbox._core.tensordict import TensorDict
 
             probe = TensorDict.from_dict(source, auto_batch_size=True, batch_dims=batch_dims)
             batch_size = probe.batch_size

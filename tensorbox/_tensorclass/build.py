@@ -32,14 +32,20 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._container import TensorCollection
-from .._container_io import OPEN as _OPEN
-from .._nontensor import NonTensorData
-from .._shape import as_batch_size
-from .._tree import CLASS_REGISTRY
-from ..errors import BatchSizeError, LockedError
-from .fields import MISSING, Field, collect_fields, reserved_names, shadowable_names
-from .simple import check_simple, simple_spec
+from tensorbox._core.container import TensorCollection
+from tensorbox._core.methods_io import OPEN as _OPEN
+from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.shape import as_batch_size
+from tensorbox._core.tree import CLASS_REGISTRY
+from tensorbox._tensorclass.fields import (
+    MISSING,
+    Field,
+    collect_fields,
+    reserved_names,
+    shadowable_names,
+)
+from tensorbox._tensorclass.simple import check_simple, simple_spec
+from tensorbox.errors import BatchSizeError, LockedError
 
 __all__ = ["build_class", "register", "set_field"]
 
@@ -284,7 +290,7 @@ def register(cls: type, in_registry: bool = True) -> None:
     if in_registry:
         CLASS_REGISTRY[f"{cls.__module__}:{cls.__qualname__}"] = cls
     if cls not in _REGISTERED:
-        from .._pytree import register_collection
+        from tensorbox._core.pytree import register_collection
 
         _REGISTERED.add(cls)
         register_collection(cls, f"{cls.__module__}.{cls.__qualname__}")

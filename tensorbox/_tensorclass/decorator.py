@@ -45,9 +45,9 @@ import types
 from collections.abc import Callable
 from typing import Any, TypeVar, dataclass_transform, overload
 
-from .base import TensorClass
-from .build import build_class, register
-from .fields import Field, field
+from tensorbox._tensorclass.base import TensorClass
+from tensorbox._tensorclass.build import build_class, register
+from tensorbox._tensorclass.fields import Field, field
 
 __all__ = ["is_tensorclass", "tensorclass"]
 

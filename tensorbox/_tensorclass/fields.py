@@ -30,7 +30,7 @@ from typing import Any, ClassVar, TypeVar, get_origin, overload
 import numpy as np
 from torch import Tensor
 
-from .._shape_methods import FIELD_MAY_HIDE
+from tensorbox._core.methods_shape import FIELD_MAY_HIDE
 
 __all__ = ["MISSING", "Field", "collect_fields", "field", "fields", "reserved_names"]
 
@@ -257,10 +257,10 @@ def collect_fields(cls: type, kw_only: bool, reserved: Mapping[str, str]) -> tup
 def shadowable_names() -> frozenset[str]:
     """Convenience methods a field may hide with ``shadow=True``: the library never calls
     them on a tensorclass itself, so hiding one only changes what the user sees."""
-    from .._container_io import DistributedMethods
-    from .._entry_methods import EntryMethods
-    from .._shape_methods import ShapeMethods
-    from .._td_tensor_methods import TensorMethods
+    from tensorbox._core.methods_entries import EntryMethods
+    from tensorbox._core.methods_io import DistributedMethods
+    from tensorbox._core.methods_shape import ShapeMethods
+    from tensorbox._core.methods_tensor import TensorMethods
 
     return frozenset(
         n

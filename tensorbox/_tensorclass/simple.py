@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
-from .._nontensor import NonTensorData, per_row
-from .fields import Field
+from tensorbox._core.nontensor import NonTensorData, per_row
+from tensorbox._tensorclass.fields import Field
 
 __all__ = ["check_simple", "simple_spec"]
 

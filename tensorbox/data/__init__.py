@@ -31,11 +31,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import transforms
-from ._dataset import ImageFolderData
-from ._folder import FolderIndex, scan_image_folder
-from ._loader import BatchLoader
-from .transforms import (
+from tensorbox.data import transforms
+from tensorbox.data._dataset import ImageFolderData
+from tensorbox.data._folder import FolderIndex, scan_image_folder
+from tensorbox.data._loader import BatchLoader
+from tensorbox.data.transforms import (
     BatchTransform,
     CenterCrop,
     ColorJitter,
@@ -47,8 +47,8 @@ from .transforms import (
 )
 
 if TYPE_CHECKING:
-    from ._ingest import ImageReadError, ingest_image_folder
-    from ._synth import make_image_folder
+    from tensorbox.data._ingest import ImageReadError, ingest_image_folder
+    from tensorbox.data._synth import make_image_folder
 
 __all__ = [
     "BatchLoader",

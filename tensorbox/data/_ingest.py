@@ -50,11 +50,10 @@ import numpy as np
 import torch
 
 from tensorbox import MemoryMappedTensor
+from tensorbox.data._dataset import ImageFolderData
+from tensorbox.data._decode import ResizeSpec, decode_into
+from tensorbox.data._folder import IMG_EXTENSIONS, FolderIndex, scan_image_folder
 from tensorbox.errors import TensorboxError
-
-from ._dataset import ImageFolderData
-from ._decode import ResizeSpec, decode_into
-from ._folder import IMG_EXTENSIONS, FolderIndex, scan_image_folder
 
 __all__ = ["ImageReadError", "ingest_image_folder"]
 

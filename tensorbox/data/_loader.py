@@ -57,10 +57,9 @@ import torch
 from torch import Tensor
 
 from tensorbox import unravel_key
-
-from ._read import ReadOptions, ReadPlan, Slot, SlotPool
-from .sharding import resolve_replicas, share_length, share_positions
-from .transforms import IMAGENET_MEAN, IMAGENET_STD, Normalize
+from tensorbox.data._read import ReadOptions, ReadPlan, Slot, SlotPool
+from tensorbox.data.sharding import resolve_replicas, share_length, share_positions
+from tensorbox.data.transforms import IMAGENET_MEAN, IMAGENET_STD, Normalize
 
 __all__ = ["BatchLoader"]
 

@@ -46,8 +46,7 @@ import torch
 from torch import Tensor
 
 from tensorbox import is_tensor_collection, unravel_key
-
-from .transforms import BatchTransform, Compose, Normalize
+from tensorbox.data.transforms import BatchTransform, Compose, Normalize
 
 __all__ = ["ReadOptions", "ReadPlan", "Slot", "SlotPool", "as_numpy", "gather_rows"]
 

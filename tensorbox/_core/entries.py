@@ -1,0 +1,184 @@
+"""Data entering a container: validation and conversion of the values users set.
+
+The constructor's loop (:func:`fill_entries`), one value for one level
+(:func:`prepare_entry`, behind ``set`` and ``__setitem__``) and in-place copies into
+existing leaves (:func:`copy_leaf`, bounded by the chunked copy). Only here do user
+values get checked against the batch size and moved to the container's device; every
+other operation builds its result from entries that are valid already.
+
+>>> import torch
+>>> from tensorbox import TensorDict
+>>> td = TensorDict(batch_size=[2])
+>>> type(prepare_entry(td, "m", {"a": torch.zeros(2)}, ("m",))).__name__
+'TensorDict'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from tensorbox._core import chunks as _chunks
+from tensorbox._core import jagged as _jagged
+from tensorbox._core.keys import check_str_key, format_key
+from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.shape import check_leaf_shape, leads_with
+from tensorbox._core.tree import is_coll, new_plain
+from tensorbox.errors import BatchSizeError
+
+if TYPE_CHECKING:
+    from tensorbox._core.container import TensorCollection
+
+__all__ = ["copy_leaf", "fill_entries", "prepare_entry"]
+
+_NTD = NonTensorData
+_NJT = _jagged.NJT
+
+
+def fill_entries(td: TensorCollection, source: Mapping[Any, Any], prefix: tuple[str, ...]) -> None:
+    """Validate and store every entry of ``source`` into ``td`` (the constructor's loop).
+
+    The common case is inlined: str keys, tensors and plain dicts; anything else
+    goes through ``prepare_entry``. With one batch dim, comparing ``shape[0]``
+    avoids slicing a ``torch.Size``, which costs as much as the rest of the check.
+    """
+    bs = td._batch_size
+    dev = td._device
+    store = td._tensordict
+    nbd = len(bs)
+    b0 = bs[0] if nbd == 1 else None
+    for key, value in source.items():
+        if type(key) is not str:
+            if type(key) is tuple and len(key) > 1:  # ("a", "b"): a nested entry
+                td.set(key, value)
+                continue
+            key = check_str_key(key, prefix)
+        if isinstance(value, Tensor):
+            shape = value.shape
+            if type(value) is _NJT:
+                _jagged.check_leaf(value, (*prefix, key), bs)
+            elif nbd and ((shape[0] != b0) if (b0 is not None and shape) else (shape[:nbd] != bs)):
+                check_leaf_shape(format_key((*prefix, key)), shape, bs)
+            if dev is not None and value.device != dev:
+                value = value.to(dev)
+            store[key] = value
+        elif type(value) is dict:
+            sub = new_plain({}, bs, dev)
+            fill_entries(sub, value, (*prefix, key))
+            store[key] = sub
+        else:
+            store[key] = prepare_entry(td, key, value, (*prefix, key))
+
+
+def prepare_entry(td: TensorCollection, key: str, value: Any, path: tuple[str, ...]) -> Any:
+    """Validate ``value`` for a level of ``td`` and convert it to a stored entry.
+
+    Tensors must start with the batch size and move to ``td``'s device; mappings
+    become nested TensorDicts; numpy arrays become tensors; other Python values
+    become ``NonTensorData``.
+    """
+    bs = td._batch_size
+    dev = td._device
+    if isinstance(value, Tensor):
+        shape = value.shape
+        if type(value) is _NJT:
+            _jagged.check_leaf(value, path, bs)
+        elif not leads_with(shape, bs):
+            check_leaf_shape(format_key(path), shape, bs)
+        if dev is not None and value.device != dev:
+            value = value.to(dev)
+        return value
+    if is_coll(value):
+        if value.batch_size[: len(bs)] != bs and _fits_under(value, bs):
+            value = value.copy()  # a shallow copy takes the parent's batch dims, as tensordict
+            value.batch_size = bs
+        if value.batch_size[: len(bs)] != bs:
+            raise BatchSizeError(
+                f"key {format_key(path)} holds a {type(value).__name__} with batch_size "
+                f"{tuple(value.batch_size)}, which does not start with batch_size {tuple(bs)}"
+            )
+        if dev is not None and value.device != dev:
+            value = value.to(dev)
+        return value
+    if isinstance(value, Mapping):
+        sub = new_plain({}, bs, dev)
+        fill_entries(sub, value, path)
+        return sub
+    if type(value) is _NTD:
+        if value.stacked and tuple(value.data.shape) != tuple(bs):
+            raise BatchSizeError(
+                f"key {format_key(path)} holds stacked values for batch_size "
+                f"{tuple(value.data.shape)} but batch_size is {tuple(bs)}"
+            )
+        return value
+    if isinstance(value, np.ndarray) and value.dtype != object:
+        return prepare_entry(td, key, torch.from_numpy(value), path)
+    number = _as_number_tensor(value)
+    if number is not None:  # as tensordict: Python numbers become tensors on set
+        if not leads_with(number.shape, bs):
+            raise BatchSizeError(
+                f"key {format_key(path)}: the value {_short(value)} becomes a tensor of shape "
+                f"{tuple(number.shape)}, which does not start with batch_size {tuple(bs)}; "
+                "give one value per row, or wrap it in NonTensorData to keep it as a Python value"
+            )
+        return prepare_entry(td, key, number, path)
+    return NonTensorData(value)
+
+
+_NUMBER_TYPES = (bool, int, float, complex, np.number, np.bool_)
+
+
+def _as_number_tensor(value: Any) -> Tensor | None:
+    """A tensor of ``value`` when it is a number, a bool or a (nested) list of them."""
+    if isinstance(value, _NUMBER_TYPES):
+        return torch.as_tensor(value)
+    if type(value) is list and value and _all_numbers(value):
+        try:
+            return torch.tensor(value)
+        except (TypeError, ValueError, RuntimeError):  # ragged lists stay Python values
+            return None
+    return None
+
+
+def _all_numbers(items: list[Any]) -> bool:
+    return all(
+        isinstance(v, _NUMBER_TYPES) or (type(v) is list and v and _all_numbers(v)) for v in items
+    )
+
+
+def _short(value: Any) -> str:
+    r = repr(value)
+    return r if len(r) <= 40 else r[:37] + "..."
+
+
+def _fits_under(value: Any, bs: torch.Size) -> bool:
+    """True when ``value`` has fewer batch dims than ``bs`` and every leaf starts with ``bs``."""
+    from tensorbox._core.tree import iter_shaped
+
+    n = len(bs)
+    return len(value.batch_size) < n and all(
+        tuple(t.shape[:n]) == tuple(bs) for _, t in iter_shaped(value)
+    )
+
+
+def copy_leaf(dst: Tensor, src: Any) -> None:
+    """``dst.copy_(src)`` for in-place writes (``set_``, ``update_``, ``set(inplace=True)``).
+
+    A large copy (over ``CHUNK_BYTES``) goes in slices through ``copy_chunked``, so converting dtypes or filling a memory-mapped
+    leaf never materializes a whole second tensor. Small copies, broadcasting copies
+    and copies autograd must record take the plain ``copy_``.
+    """
+    if not isinstance(src, Tensor):
+        src = torch.as_tensor(src)
+    if (
+        dst.nbytes > _chunks.CHUNK_BYTES
+        and src.shape == dst.shape
+        and not (dst.requires_grad or src.requires_grad)
+    ):
+        _chunks.copy_chunked(dst, src)
+    else:
+        dst.copy_(src)

@@ -1,0 +1,239 @@
+"""Key-structure operations: update, select, exclude, flatten_keys, unflatten_keys.
+
+Keys may be nested (tuples); selected or kept entries are shared with the source
+(no tensor is copied), and new levels are created only along the paths that need
+them.
+
+>>> import torch
+>>> from tensorbox import TensorDict
+>>> td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2), "c": torch.ones(2)}}, [2])
+>>> td.select(("n", "b")).keys(include_nested=True)
+['n', ('n', 'b')]
+>>> td.exclude("a", ("n", "c")).flatten_keys("/").keys()
+dict_keys(['n/b'])
+>>> td.update({"n": {"d": torch.zeros(2)}})["n"].keys()
+dict_keys(['b', 'c', 'd'])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+from torch import Tensor
+
+from tensorbox._core.apply import clone
+from tensorbox._core.entries import copy_leaf, prepare_entry
+from tensorbox._core.keys import NestedKey, unravel_key
+from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.tree import find_missing, is_coll, missing_key_error, new_plain, raw, store_of
+from tensorbox.errors import KeyCollisionError, LockedError
+
+if TYPE_CHECKING:
+    from tensorbox._core.container import TensorCollection
+    from tensorbox._core.mixin_base import C, MixinBase
+
+__all__ = ["exclude", "flatten_keys", "select", "unflatten_keys", "update"]
+
+_NTD = NonTensorData
+
+
+def update(
+    td: TensorCollection,
+    other: Any,
+    inplace: bool,
+    keys: Sequence[NestedKey] | None,
+    strict: bool = False,
+) -> None:
+    """Merge ``other`` into ``td``. ``inplace`` copies into existing tensors;
+    ``strict`` (``update_``) also refuses keys ``td`` does not have."""
+    if keys is not None:
+        for key in keys:
+            path = unravel_key(key)
+            found, node, _ = _lookup_mapping(other, path)
+            if found:  # as tensordict: keys_to_update filters, it does not require
+                _set_path(td, path, raw(node), inplace, strict)
+        return
+    store = td._tensordict
+    for k, v in (other if type(other) is dict else store_of(other)).items():
+        if type(k) is tuple:  # {("a", "b"): x}: a nested entry, as in tensordict
+            path = unravel_key(k)
+            if len(path) > 1:
+                _set_path(td, path, raw(v), inplace, strict)
+                continue
+            k = path[0]
+        cur = store.get(k)
+        if cur is None:
+            if strict:
+                raise missing_key_error(td, (k,), 0)
+            td._set_str(k, v, (k,))
+        elif isinstance(cur, Tensor):
+            if inplace and not (is_coll(v) or isinstance(v, Mapping) or type(v) is _NTD):
+                copy_leaf(cur, v)
+            else:
+                td._set_str(k, v, (k,))
+        elif type(cur) is not _NTD and (is_coll(v) or isinstance(v, Mapping)):
+            update(cur, v, inplace, None, strict)
+        elif type(cur) is _NTD and inplace:
+            store[k] = prepare_entry(td, k, v, (k,))
+        else:
+            td._set_str(k, v, (k,))
+
+
+def _set_path(td: Any, path: tuple[str, ...], value: Any, inplace: bool, strict: bool) -> None:
+    """One nested entry of an update: copied in place, refused (``strict``) or set."""
+    if inplace and path in td:
+        td.set_(path, value)
+    elif strict:
+        raise find_missing(td, path)
+    else:
+        td.set(path, value)
+
+
+def _lookup_mapping(obj: Any, path: tuple[str, ...]) -> tuple[bool, Any, None]:
+    node = obj
+    for part in path:
+        if not (is_coll(node) or isinstance(node, Mapping)):
+            return False, None, None
+        store = store_of(node)
+        if part not in store:
+            return False, None, None
+        node = store[part]
+    return True, node, None
+
+
+def _lookup(td: MixinBase, path: tuple[str, ...]) -> tuple[bool, Any, list[Any]]:
+    """(found, stored entry, the containers along the way)."""
+    node: Any = td
+    chain: list[Any] = []
+    for part in path:
+        if not is_coll(node):
+            return False, None, chain
+        chain.append(node)
+        store = node._tensordict
+        if part not in store:
+            return False, None, chain
+        node = store[part]
+    return True, node, chain
+
+
+def select(td: C, keys: Sequence[NestedKey], inplace: bool, strict: bool) -> C:
+    store = td._tensordict
+    if _all_str(keys):
+        if strict:
+            try:
+                out = {k: store[k] for k in keys}
+            except KeyError:
+                missing = next(k for k in keys if k not in store)
+                raise missing_key_error(td, (missing,), 0) from None
+        else:
+            out = {k: store[k] for k in keys if k in store}
+    else:
+        out = _select_nested(td, keys, strict)
+    if inplace:
+        if td._locked:
+            raise LockedError("select(inplace=True) on a locked TensorDict: unlock_() first")
+        td._tensordict = out
+        return td
+    return td._new_unsafe(out, td._batch_size, td._device)
+
+
+def _all_str(keys: Sequence[Any]) -> TypeGuard[Sequence[str]]:
+    for k in keys:  # noqa: SIM110 (a loop: cheaper than all() over a generator)
+        if type(k) is not str:
+            return False
+    return True
+
+
+def _select_nested(td: MixinBase, keys: Sequence[NestedKey], strict: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in keys:
+        path = unravel_key(key)
+        found, entry, chain = _lookup(td, path)
+        if not found:
+            if strict:
+                raise find_missing(td, path)
+            continue
+        dest = out
+        for part, src in zip(path[:-1], chain[1:]):
+            nxt = dest.get(part)
+            if nxt is None:  # a partial copy of the level, of the level's own type
+                nxt = dest[part] = type(src)._new_unsafe({}, src._batch_size, src._device)
+            dest = nxt._tensordict
+        dest[path[-1]] = entry
+    return out
+
+
+def exclude(td: C, keys: Sequence[NestedKey], inplace: bool) -> C:
+    if inplace and td._locked:
+        raise LockedError("exclude(inplace=True) on a locked TensorDict: unlock_() first")
+    if _all_str(keys):
+        drop = set(keys)
+        out = {k: v for k, v in td._tensordict.items() if k not in drop}
+        if inplace:
+            td._tensordict = out
+            return td
+        return td._new_unsafe(out, td._batch_size, td._device)
+    res = td if inplace else clone(td, False)
+    for key in keys:
+        path = unravel_key(key)
+        found, _, chain = _lookup(res, path)
+        if found:
+            del chain[-1]._tensordict[path[-1]]
+    return res
+
+
+def flatten_keys(td: C, sep: str) -> C:
+    out: dict[str, Any] = {}
+
+    def walk(node: MixinBase, prefix: str) -> None:
+        for k, v in node._tensordict.items():
+            name = f"{prefix}{sep}{k}" if prefix else k
+            if not (isinstance(v, Tensor) or type(v) is _NTD) and v._tensordict:
+                walk(v, name)
+                continue
+            if name in out:
+                raise KeyCollisionError(
+                    f"flatten_keys: two entries become {name!r} with separator {sep!r}; "
+                    "rename one, or pick a separator that no key contains"
+                )
+            out[name] = v
+
+    walk(td, "")
+    return td._new_unsafe(out, td._batch_size, td._device)
+
+
+def unflatten_keys(td: C, sep: str) -> C:
+    out = td._new_unsafe({}, td._batch_size, td._device)
+    for k, v in td._tensordict.items():
+        if is_coll(v):
+            v = unflatten_keys(v, sep)
+        path = tuple(k.split(sep))
+        dest: MixinBase = out
+        for i, part in enumerate(path[:-1]):
+            nxt = dest._tensordict.get(part)
+            if nxt is None:
+                nxt = new_plain({}, td._batch_size, td._device)
+                dest._tensordict[part] = nxt
+            elif not is_coll(nxt):
+                raise KeyCollisionError(
+                    f"unflatten_keys: {k!r} needs {sep.join(path[: i + 1])!r} to be a "
+                    "TensorDict but it is a leaf"
+                )
+            dest = nxt
+        last = path[-1]
+        if last in dest._tensordict:
+            prev = dest._tensordict[last]
+            if is_coll(prev) and is_coll(v):
+                for kk, vv in v._tensordict.items():
+                    if kk in prev._tensordict:
+                        raise KeyCollisionError(
+                            f"unflatten_keys: {k!r} and another key both give {(*path, kk)!r}"
+                        )
+                    prev._tensordict[kk] = vv
+                continue
+            raise KeyCollisionError(
+                f"unflatten_keys: {k!r} gives {path!r}, which another key already holds"
+            )
+        dest._tensordict[last] = v
+    return out

@@ -1,0 +1,515 @@
+"""The container methods that reach the disk, model weights and ``torch.distributed``.
+
+They are part of the container base (``TensorCollection`` mixes this class in) and
+the only place that imports ``_persist``, ``weights`` and ``distributed``: lazily,
+on first call, so ``import tensorbox`` loads none of them.
+
+Every write gate of the container asks here whether the container is a node of a
+saved tree (``TREES``, ``OPEN``); such writes are saved at once by
+:mod:`tensorbox._storage.writethrough`.
+
+>>> from tensorbox import TensorDict
+>>> callable(TensorDict.memmap) and callable(TensorDict.all_gather)
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Self
+
+import torch
+from torch import Tensor
+
+from tensorbox._core.entries import prepare_entry
+from tensorbox._core.mixin_base import MixinBase
+from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.tree import is_coll, set_locked
+
+__all__ = [
+    "OPEN",
+    "TREES",
+    "UNLOCK",
+    "DistributedMethods",
+    "IOMethods",
+    "copy_other",
+    "put",
+    "sync_open",
+]
+
+#: The nodes of tree-backed containers, by ``id`` (filled by :mod:`._persist_writes`).
+#: The container's write gates test it first: while it is empty they cost one lookup.
+TREES: dict[int, Any] = {}
+#: The ids of those nodes that are unlocked now: ``td[key] = v`` on an unlocked container
+#: looks here, so an in-memory container pays one empty-set test while no tree is unlocked.
+OPEN: set[int] = set()
+
+
+_LEAVES = frozenset((Tensor, NonTensorData))  # skipped by type, before the slower test
+
+
+#: How a locked error ends: the way on, and what it does to a saved tree.
+UNLOCK = ": unlock_() first (on a saved tree, each change is then saved to it at once)"
+
+
+def put(node: Any, key: str, value: Any, path: tuple[str, ...]) -> None:
+    """Add or replace the entry ``key`` (the container's ``_set_str`` past its gates)."""
+    node._tensordict[key] = prepare_entry(node, key, value, path)
+
+
+def copy_other(node: Any, path: tuple[str, ...], value: Any, current: Any) -> None:
+    """``set_`` of a non-tensor entry or a nested container ``current``."""
+    if type(current) is NonTensorData:
+        node._tensordict[path[-1]] = prepare_entry(node, path[-1], value, path)
+    else:
+        current.update_(value)
+
+
+def sync_open(td: Any) -> None:
+    """Record which nodes of saved trees under ``td`` are unlocked (after a lock change)."""
+    todo = [td]
+    while todo:
+        node = todo.pop()
+        if id(node) in TREES:
+            (OPEN.discard if node._locked else OPEN.add)(id(node))
+        for v in node._tensordict.values():
+            if type(v) not in _LEAVES and not isinstance(v, Tensor) and is_coll(v):
+                todo.append(v)
+
+
+class IOMethods(MixinBase):
+    """Mixin of ``TensorCollection``: persistence and model weights."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------ persistence
+
+    def _set_lock(self, flag: bool) -> None:
+        set_locked(self, flag)
+        if TREES:
+            sync_open(self)
+
+    def _through(self, fn: Any, *args: Any) -> Any:
+        """Run the write ``fn(*args)`` on this node of a saved tree and commit the tree
+        (see :mod:`tensorbox._storage.writethrough`)."""
+        from tensorbox._storage import writethrough as _persist_writes
+
+        return _persist_writes.through(self, fn, *args)
+
+    def _write_rows(self, index: Any, value: Any) -> None:
+        """``self[index] = value`` on a node of a saved tree (see ``_persist_writes``)."""
+        from tensorbox._storage import writethrough as _persist_writes
+
+        _persist_writes.write_rows(self, index, value)
+
+    def _write(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)``, committed at once when this is a node of a saved tree."""
+        if TREES and id(self) in TREES:
+            return self._through(fn, *args)
+        return fn(*args)
+
+    def memmap_(
+        self,
+        prefix: Any = None,
+        *,
+        num_threads: int = 0,
+        copy_existing: bool = False,
+        fsync: bool = False,
+        existsok: bool = True,
+        checksum: bool = False,
+    ) -> Self:
+        """Write every tensor under ``prefix`` (one file each), map them back, and lock.
+
+        ``checksum=True`` records each tensor's SHA-256 for ``load_memmap(verify=True)``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> import tempfile
+        >>> td = TensorDict(x=torch.zeros(2), batch_size=[2])
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = td.memmap_(d)
+        ...     td.is_memmap(), td.is_locked
+        (True, True)
+        """
+        from tensorbox._storage import persist as _persist
+
+        _refuse_existing(prefix, existsok)
+        out: Self = _persist.memmap_(
+            self,
+            prefix,
+            num_threads=num_threads,
+            copy_existing=copy_existing,
+            fsync=fsync,
+            checksum=checksum,
+        )
+        return out
+
+    def memmap(
+        self,
+        prefix: Any = None,
+        *,
+        num_threads: int = 0,
+        fsync: bool = False,
+        copy_existing: bool = False,
+        existsok: bool = True,
+        checksum: bool = False,
+        return_early: bool = False,
+        archive: bool | None = None,
+        compression: str | int | None = None,
+    ) -> Self:
+        """A memory-mapped copy written under ``prefix`` (this one is unchanged).
+
+        Every leaf is written to a new file, so ``copy_existing`` (tensordict's switch for
+        leaves already mapped elsewhere) changes nothing here. ``existsok=False`` refuses a
+        ``prefix`` that already holds a tree. ``archive=True`` writes one zip file instead
+        of a folder, opened back read-only; ``archive=None`` (the default) does so when
+        ``prefix`` ends with ``.tdz``, as tensordict does. ``compression`` (archives only:
+        ``"deflate"``, ``"bzip2"``, ``"lzma"``, or ``"stored"``, the default) compresses the
+        tensor entries: a smaller file whose leaves load by copying. ``return_early=True``
+        returns a finished ``concurrent.futures.Future`` (tensordict's spelling; the save
+        is synchronous).
+        """
+        from tensorbox._storage import persist as _persist
+        from tensorbox._storage.archive import store as _archive
+
+        del copy_existing
+        archive = _archive.wanted(prefix, archive, compression)
+        _refuse_existing(prefix, existsok)
+        out: Self = _persist.memmap(
+            self,
+            prefix,
+            num_threads=num_threads,
+            fsync=fsync,
+            checksum=checksum,
+            archive=archive,
+            compression=compression,
+        )
+        if return_early:  # tensordict's future: here the save is done when this returns
+            from concurrent.futures import Future
+
+            done: Future[Self] = Future()
+            done.set_result(out)
+            return done  # type: ignore[return-value]
+        return out
+
+    save = memmap  # tensordict's other name
+    dumps = memmap
+
+    def memmap_like(
+        self,
+        prefix: Any = None,
+        *,
+        num_threads: int = 0,
+        fsync: bool = False,
+        copy_existing: bool = False,
+        existsok: bool = True,
+        sparse: bool = False,
+        archive: bool | None = None,
+    ) -> Self:
+        """Files of the same structure, allocated but not filled (no data copied).
+
+        The files' blocks are reserved, so a full disk is an error here, not a crash
+        later; ``sparse=True`` leaves them sparse.
+
+        Archives are read-only, so there is no ``memmap_like`` archive: ``archive=True``,
+        or a ``prefix`` ending with ``.tdz`` (tensordict's archive suffix), raises.
+
+        ``existsok=False`` refuses a ``prefix`` that already holds a tree; ``copy_existing``
+        is accepted for tensordict's signature (nothing is copied by ``memmap_like``).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> import tempfile
+        >>> td = TensorDict(x=torch.zeros(1, 3), batch_size=[1])
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     out = td.expand(100).memmap_like(d)     # 100 rows on disk, filled later
+        ...     out[7] = TensorDict(x=torch.ones(3), batch_size=[])
+        ...     TensorDict.load_memmap(d)["x"][7].tolist()
+        [1.0, 1.0, 1.0]
+        """
+        from tensorbox._storage import persist as _persist
+        from tensorbox._storage.archive import store as _archive
+
+        del copy_existing
+        if _archive.wanted(prefix, archive, None):
+            raise ValueError(
+                f"memmap_like({str(prefix)!r}) would write an archive (archive=True or a .tdz "
+                "path), and archives are read-only: nothing could fill it. Pass archive=False "
+                "to allocate a folder at that path, or fill a container and save it with "
+                "memmap(..., archive=True)"
+            )
+        _refuse_existing(prefix, existsok)
+        out: Self = _persist.memmap_like(
+            self, prefix, num_threads=num_threads, fsync=fsync, sparse=sparse
+        )
+        return out
+
+    def extend_(self, rows: Any, *, fsync: bool = False) -> Self:
+        """Append ``rows`` along batch dim 0, in place; returns ``self``.
+
+        ``rows`` is a container of the same kind with the same keys (nested too), dtypes
+        and shapes after batch dim 0; anything else raises, naming the key, before
+        anything is written. In memory the result is ``torch.cat([self, rows], 0)``.
+        On a saved tree (``memmap``, ``memmap_``, ``load_memmap(mode="r+")``) the rows
+        are written after the committed ones and the new batch size is committed
+        atomically: a crash leaves the old size or the new one, whole, and readers
+        that load after the commit see every new row (see ``docs/growing.md``).
+        ``fsync=True`` makes the rows durable before the commit. Allowed on a locked
+        container (locking fixes keys, not rows); refused on a tree opened read-only.
+
+        >>> import tempfile, torch; from tensorbox import TensorDict
+        >>> path = tempfile.mkdtemp() + "/data"
+        >>> data = TensorDict({"x": torch.zeros(2, 3), "label": torch.tensor([0, 1])}, [2])
+        >>> data = data.memmap(path)
+        >>> _ = data.extend_(TensorDict({"x": torch.ones(1, 3), "label": torch.tensor([5])}, [1]))
+        >>> TensorDict.load_memmap(path)["label"].tolist()
+        [0, 1, 5]
+        """
+        from tensorbox._storage import extend as _extend
+
+        out: Self = _extend.extend_(self, rows, fsync=fsync)
+        return out
+
+    @classmethod
+    def load_memmap(
+        cls,
+        prefix: Any,
+        *,
+        device: Any = None,
+        non_blocking: bool = False,
+        mode: str | None = None,
+        verify: bool = False,
+        strict: bool = True,
+    ) -> Self:
+        """Open a saved tree lazily: nothing is read until a leaf is used.
+
+        ``mode="r"`` maps copy-on-write: writes stay in this process, never reach the files
+        (the default is ``"r+"`` for folders; an archive, ``FILE`` or ``FILE::DIR``, is
+        always read-only).
+        ``verify=True`` checks the checksums recorded by a save with ``checksum=True``.
+        A tensorclass that gained a field with a default loads older trees with the
+        default filled in; one that lost a field refuses a tree that holds it, unless
+        ``strict=False``, which leaves it out.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = TensorDict({"n": {"x": torch.arange(3)}}, batch_size=[3]).memmap(d)
+        ...     TensorDict.load_memmap(d)["n", "x"].tolist()
+        [0, 1, 2]
+        """
+        from tensorbox._storage import persist as _persist
+
+        out: Self = _persist.load_memmap(
+            cls,
+            prefix,
+            device=device,
+            non_blocking=non_blocking,
+            mode=mode,
+            verify=verify,
+            strict=strict,
+        )
+        problem = cls._load_mismatch(out)
+        if problem is not None:
+            raise TypeError(
+                f"{cls.__name__}.load_memmap({str(prefix)!r}): the saved tree holds "
+                f"{_persist.saved_type(out) or type(out).__name__} {problem}"
+            )
+        return out
+
+    load = load_memmap  # tensordict's other name
+
+    @classmethod
+    def _load_mismatch(cls, out: Any) -> str | None:
+        """Why a loaded tree does not fit this class (a tensorclass checks its fields)."""
+        return None
+
+    def is_memmap(self) -> bool:
+        """True when every tensor leaf is backed by a file of a saved tree.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> TensorDict(x=torch.zeros(2), batch_size=[2]).is_memmap()
+        False
+        """
+        from tensorbox._storage import persist as _persist
+
+        return bool(_persist.is_memmap(self))
+
+    # ---------------------------------------------------------------- weights
+
+    @classmethod
+    def from_module(
+        cls,
+        module: torch.nn.Module,
+        as_module: bool = False,
+        *,
+        non_persistent: bool = False,
+        filter_empty: bool = True,
+        use_state_dict: bool = False,
+    ) -> Any:
+        """Parameters and buffers of ``module``, nested by submodule, sharing storage.
+
+        Submodules without tensors get no entry unless ``filter_empty=False``.
+        ``use_state_dict=True`` takes the tensors ``module.state_dict()`` gives instead
+        (what a module's state-dict hooks return).
+        """
+        from tensorbox import weights
+
+        if use_state_dict:
+            out = cls._new_unsafe({}, torch.Size([]), None)
+            for key, value in module.state_dict(keep_vars=True).items():
+                out.set(tuple(key.split(".")), value)
+            return out
+        return weights.from_module(
+            module, as_module=as_module, non_persistent=non_persistent, filter_empty=filter_empty
+        )
+
+    def to_module(
+        self,
+        module: torch.nn.Module,
+        *,
+        inplace: bool = False,
+        return_swap: bool = True,
+        strict: bool = True,
+        chunk_bytes: int | None = None,
+        use_state_dict: bool = False,
+    ) -> Any:
+        """Put these weights into ``module``; returns what was there before.
+
+        ``use_state_dict=True`` goes through ``module.load_state_dict`` (its hooks run).
+        """
+        from tensorbox import weights
+
+        if use_state_dict:
+            module.load_state_dict(self.state_dict(), strict=strict)
+            return None
+
+        return weights.to_module(
+            self,  # type: ignore[arg-type]  # a TensorCollection
+            module,
+            inplace=inplace,
+            return_swap=return_swap,
+            strict=strict,
+            chunk_bytes=chunk_bytes,
+        )
+
+    def state_dict(self, *, keep_vars: bool = False) -> dict[str, Tensor]:
+        """A flat ``{"dotted.key": tensor}`` dict, as ``nn.Module.state_dict()``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"layer": {"weight": torch.zeros(2)}}, batch_size=[])
+        >>> list(td.state_dict())
+        ['layer.weight']
+        """
+        from tensorbox import weights
+
+        return weights.state_dict(self, keep_vars=keep_vars)  # type: ignore[arg-type]
+
+    def load_state_dict(
+        self,
+        state_dict: Mapping[str, Any],
+        strict: bool = True,
+        assign: bool = False,
+        *,
+        chunk_bytes: int | None = None,
+    ) -> Self:
+        """Copy a dotted-key state dict into the matching leaves (in chunks); with
+        ``assign=True`` the state dict's tensors replace the leaves instead.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"layer": {"weight": torch.zeros(2)}}, batch_size=[])
+        >>> w = td["layer", "weight"]
+        >>> _ = td.load_state_dict({"layer.weight": torch.ones(2)})
+        >>> w.tolist()   # copied into the existing tensor
+        [1.0, 1.0]
+        """
+        from tensorbox import weights
+
+        if assign:
+            for key, value in state_dict.items():
+                self.set(tuple(key.split(".")), value)
+            return self
+        weights.load_state_dict(self, state_dict, strict=strict, chunk_bytes=chunk_bytes)  # type: ignore[arg-type]
+        return self
+
+
+class DistributedMethods(MixinBase):
+    """Mixin of ``TensorCollection``: point-to-point and collective transport of a container,
+    with tensordict's spelling (``td.send(dst)``, ``td.all_reduce_()``...) for the functions
+    of ``tensorbox.distributed``. A tensorclass field may shadow these (``shadow=True``)."""
+
+    __slots__ = ()
+
+    def send(self, dst: int, *, group: Any = None, tag: int = 0, packed: bool = True) -> None:
+        """Send to rank ``dst``; the peer calls ``recv`` or ``from_remote_init``."""
+        from tensorbox import distributed
+
+        distributed.send(self, dst, group=group, tag=tag, packed=packed)
+
+    init_remote = send  # tensordict's name for a send to a rank that knows no structure
+
+    def isend(self, dst: int, *, group: Any = None, tag: int = 0, packed: bool = True) -> Any:
+        """Start a send; ``wait()`` on the returned Request."""
+        from tensorbox import distributed
+
+        return distributed.isend(self, dst, group=group, tag=tag, packed=packed)
+
+    def recv(self, src: int, *, group: Any = None, tag: int = 0) -> Self:
+        """Receive from rank ``src`` into these tensors, in place (same keys, dtypes, shapes)."""
+        from tensorbox import distributed
+
+        out: Self = distributed.recv(self, src, group=group, tag=tag)
+        return out
+
+    def irecv(self, src: int, *, group: Any = None, tag: int = 0) -> Any:
+        """Start an in-place receive; ``wait()`` on the returned Request."""
+        from tensorbox import distributed
+
+        return distributed.irecv(self, src, group=group, tag=tag)
+
+    @classmethod
+    def from_remote_init(cls, src: int, *, group: Any = None, device: Any = None) -> Any:
+        """A new container received from rank ``src``, whatever its structure."""
+        from tensorbox import distributed
+
+        return distributed.recv_structure(src, group=group, device=device)
+
+    def broadcast_(self, src: int, *, group: Any = None) -> Self:
+        """Copy rank ``src``'s container into this one on every rank, in place."""
+        from tensorbox import distributed
+
+        out: Self = distributed.broadcast_(self, src, group=group)
+        return out
+
+    def broadcast(self, src: int, *, group: Any = None) -> Self:
+        """Rank ``src``'s container on every rank (built new where it is not ``self``)."""
+        from tensorbox import distributed
+
+        out: Self = distributed.broadcast(self, src, group=group)
+        return out
+
+    def all_reduce_(self, op: Any = None, *, group: Any = None, async_op: bool = False) -> Any:
+        """Reduce every leaf over the group, in place (``op`` default SUM; AVG works on gloo)."""
+        from tensorbox import distributed
+
+        return distributed.all_reduce_(self, op, group=group, async_op=async_op)
+
+    # tensordict's spelling: it reduces in place too (tensordict returns None, this returns self).
+    all_reduce = all_reduce_
+
+    def all_gather(self, *, group: Any = None) -> Self:
+        """Every rank's container stacked along a new first dim."""
+        from tensorbox import distributed
+
+        out: Self = distributed.all_gather(self, group=group)
+        return out
+
+
+def _refuse_existing(prefix: Any, existsok: bool) -> None:
+    if not existsok and prefix is not None:
+        import os
+
+        p = os.fspath(prefix)
+        if os.path.isfile(p) or os.path.exists(os.path.join(p, "meta.json")):
+            raise FileExistsError(
+                f"{os.fspath(prefix)!r} already holds a saved tree (existsok=False); "
+                "pass existsok=True to replace it"
+            )

@@ -1,0 +1,83 @@
+"""Pickling a container: its entries, batch size, device and lock, rebuilt without checks.
+
+A tensor that is a view of a mapped file pickles as a reference to that file
+(see ``_memmap_tensor.shareable``), so DataLoader workers and producer processes
+reach the same bytes instead of copying them. A tensorclass pickles the same way
+and is rebuilt by its class (importable by pickle, as for any object), without
+running ``__post_init__``.
+
+``torch.save`` is the exception: a file meant to travel must hold bytes, never
+paths, so while ``torch.save`` pickles (:func:`in_torch_save`), memory-mapped
+leaves are embedded. What such a file names (``_rebuild``, the container classes,
+``NonTensorData``) is registered with ``torch.serialization.add_safe_globals``, so
+``torch.load`` with its default ``weights_only=True`` loads it, and none of those
+globals can open a file.
+
+>>> import pickle, torch
+>>> from tensorbox import TensorDict
+>>> td = TensorDict(a=torch.arange(3), batch_size=[3]).lock_()
+>>> back = pickle.loads(pickle.dumps(td))
+>>> back["a"].tolist(), back.is_locked
+([0, 1, 2], True)
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.tree import is_coll
+
+if TYPE_CHECKING:
+    from tensorbox._core.container import TensorCollection
+
+__all__ = ["in_torch_save", "reduce", "safe_globals"]
+
+
+def in_torch_save() -> bool:
+    """True while ``torch.save`` pickles (its frame is on the stack): embed, never refer."""
+    frame = sys._getframe(1)
+    code = torch.serialization._save.__code__
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+def safe_globals(*classes: type) -> None:
+    """Let ``torch.load(weights_only=True)`` rebuild containers of ``classes``."""
+    torch.serialization.add_safe_globals([_rebuild, NonTensorData, *classes])
+
+
+def reduce(td: TensorCollection) -> tuple[Any, ...]:
+    """``__reduce__`` of every container."""
+    if in_torch_save():
+        entries = dict(td._tensordict)  # tensors embedded by torch.save's own pickler
+    else:
+        from tensorbox._storage.memmap_tensor import (
+            shareable,  # the file layer loads on first pickle
+        )
+
+        entries = {
+            k: (shareable(v) if isinstance(v, Tensor) else v) for k, v in td._tensordict.items()
+        }
+    return (_rebuild, (type(td), entries, tuple(td._batch_size), td._device, td._locked))
+
+
+def _rebuild(
+    cls: type, entries: dict[str, Any], bs: tuple[int, ...], device: Any, locked: bool
+) -> Any:
+    from tensorbox._storage.memmap_tensor import restore
+
+    store = {
+        k: (v if isinstance(v, Tensor | NonTensorData) or is_coll(v) else restore(v))
+        for k, v in entries.items()
+    }
+    td = cls._new_unsafe(store, torch.Size(bs), device)  # type: ignore[attr-defined]
+    td._locked = locked
+    return td

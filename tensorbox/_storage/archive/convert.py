@@ -1,0 +1,180 @@
+"""Converting between the two forms of a saved tree: a folder and a one-file archive.
+
+:func:`pack` writes a folder's files into an archive byte for byte (each node's
+``meta.json`` and every leaf file, at the same relative paths; of a leaf file, the
+bytes its ``meta.json`` commits, without the tail ``extend_`` keeps), and :func:`unpack`
+extracts an archive into a folder, atomically like a save (the folder appears whole or
+not at all). ``python -m tensorbox pack DIR FILE`` and ``unpack FILE DIR`` call them.
+
+>>> import os, tempfile, torch
+>>> from tensorbox import TensorDict
+>>> root = tempfile.mkdtemp()
+>>> _ = TensorDict({"x": torch.arange(3), "sub": {"y": torch.ones(3)}}, [3]).memmap(f"{root}/tree")
+>>> pack(f"{root}/tree", f"{root}/tree.tbx")
+(2, 2)
+>>> unpack(f"{root}/tree.tbx", f"{root}/again")
+(2, 4)
+>>> from pathlib import Path
+>>> Path(root, "tree/sub/meta.json").read_bytes() == Path(root, "again/sub/meta.json").read_bytes()
+True
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from tensorbox._core.chunks import as_bytes
+from tensorbox._storage import commit as _commit
+from tensorbox._storage.archive import store as _archive
+from tensorbox._storage.archive import zip as _zip
+from tensorbox._storage.format import spec as fmt
+from tensorbox._storage.jagged_io import JaggedEntry
+from tensorbox._storage.memmap_tensor import map_file
+
+__all__ = ["pack", "unpack"]
+
+
+def pack(
+    directory: str,
+    file: str,
+    *,
+    num_threads: int = 0,
+    fsync: bool = False,
+    compression: Any = None,
+) -> tuple[int, int]:
+    """Write the tree saved at ``directory`` as the archive ``file``; (nodes, tensors).
+
+    Each entry holds its file's committed bytes: the tensor's (``shape`` in
+    ``meta.json``; a jagged leaf's ``length`` values and ``rows + 1`` offsets), not the
+    unused tail that ``extend_`` leaves for growth. ``compression`` (``"deflate"``,
+    ``"bzip2"``, ``"lzma"``) compresses the leaf entries, as an archive save's does.
+    A tree written by tensordict is converted (loaded, then saved as a tensorbox tree).
+
+    >>> import tempfile, torch
+    >>> from tensorbox import TensorDict, pack
+    >>> d = tempfile.mkdtemp()
+    >>> _ = TensorDict(w=torch.ones(2, 3), batch_size=[2]).memmap(f"{d}/tree")
+    >>> pack(f"{d}/tree", f"{d}/tree.tdz")  # (nodes, tensors)
+    (1, 1)
+    >>> TensorDict.load_memmap(f"{d}/tree.tdz")["w"].sum().item()
+    6.0
+    """
+    method = _zip.compression_method(compression)  # checked before anything is read
+    src = os.path.realpath(directory)
+    root = os.path.realpath(file)
+    lock = _commit.read_lock(src)
+    try:
+        top = fmt.read_node(src)
+        if top.legacy:
+            from tensorbox._core.tensordict import TensorDict
+
+            td = TensorDict.load_memmap(src, mode="r")
+            td.memmap(
+                root, archive=True, num_threads=num_threads, fsync=fsync, compression=compression
+            )
+            n = t = 0
+            for _, node in fmt.iter_tree(src):
+                n += 1
+                t += sum(type(e) is fmt.TensorEntry for e in node.entries.values())
+            return n, t
+        items: list[tuple[str, Any, bool]] = []  # (name, payload, align)
+        leaves = 0
+        for _, node in fmt.iter_tree(src, top):
+            rel = os.path.relpath(node.path, src).replace(os.sep, "/")
+            rel = "" if rel == "." else rel + "/"
+            meta = os.path.join(node.path, fmt.META)
+            raw = fmt.read_meta_bytes(node.path, meta)
+            items.append((rel + fmt.META, raw, False))
+            # Names as meta.json gives them (a leaf may be a symlink to another file name)
+            doc = fmt._parse_json(raw, meta)["entries"]  # NaN too, as read_node reads it
+            for key, e in node.entries.items():
+                if type(e) is fmt.TensorEntry:
+                    items.append(_leaf_item(rel + doc[key]["file"], e, method))
+                    leaves += 1
+                elif type(e) is JaggedEntry:
+                    for part, sub in zip(e, ("values", "offsets"), strict=True):
+                        items.append(_leaf_item(rel + doc[key][sub]["file"], part, method))
+                    leaves += 1
+        nodes = sum(name.endswith(fmt.META) for name, _, _ in items)
+    finally:
+        _commit.read_unlock(lock)
+    with _commit.writing(root):
+        _archive._check_target(root)
+        _archive.write_file(root, items, [None] * len(items), num_threads, fsync)
+    return nodes, leaves
+
+
+def _leaf_item(name: str, e: fmt.TensorEntry, method: int) -> tuple[str, Any, bool]:
+    """The zip item ``name`` of a leaf file: its first ``e.nbytes`` bytes (the committed
+    ones; a grown file is longer), mapped, compressed when ``method`` says so."""
+    data = (
+        as_bytes(map_file(e.path, torch.uint8, (e.nbytes,), "r", e.nbytes, e.ident))
+        if e.nbytes
+        else b""
+    )
+    return name, data if method == _zip.STORED else _zip.compress([data], method), True
+
+
+def unpack(file: str, directory: str, *, fsync: bool = False) -> tuple[int, int]:
+    """Extract the archive ``file`` (``FILE::DIR`` for a sub-tree) into the folder
+    ``directory``, replacing the tree there in one step; (nodes, files written).
+
+    Every node is checked first, and every entry's CRC-32 while it is written.
+
+    >>> import tempfile, torch
+    >>> from tensorbox import TensorDict, unpack
+    >>> d = tempfile.mkdtemp()
+    >>> _ = TensorDict(w=torch.ones(2), batch_size=[2]).memmap(f"{d}/w.tdz")  # an archive
+    >>> unpack(f"{d}/w.tdz", f"{d}/folder")  # (nodes, files written)
+    (1, 2)
+    >>> TensorDict.load_memmap(f"{d}/folder")["w"].tolist()
+    [1.0, 1.0]
+    """
+    found = _archive.split(file)
+    if found is None:
+        raise FileNotFoundError(f"no archive at {file!r}")
+    path, inner = found
+    ar = _archive.Archive(path)
+    nodes = sum(1 for _ in _archive.iter_nodes(ar, inner))  # the whole tree, checked
+    pre = f"{inner}/" if inner else ""
+    names = [n for n in ar.entries if n.startswith(pre)]
+    root = os.path.realpath(directory)
+    if os.path.isfile(root):
+        raise FileExistsError(f"cannot unpack into {root!r}: it is a file")
+    with _commit.writing(root):
+        stage = _commit.new_stage(root)
+        try:
+            made = {stage}
+            for name in names:
+                target = os.path.join(stage, *name[len(pre) :].split("/"))
+                parent = os.path.dirname(target)
+                if parent not in made:
+                    os.makedirs(parent, exist_ok=True)
+                    made.add(parent)
+                _extract(ar, ar.entries[name], target, fsync)
+            if fsync:
+                for d in made:
+                    fmt.fsync_dir(d)
+            from tensorbox._storage.persist import _old_node_dirs
+
+            old = _commit.commit(stage, root, lambda: _old_node_dirs(root))
+        except BaseException:
+            _commit.remove_stage(stage)
+            raise
+        if old is not None:
+            _commit.dispose(old, root)
+    return nodes, len(names)
+
+
+def _extract(ar: _archive.Archive, e: _zip.ZipEntry, target: str, fsync: bool) -> None:
+    data = ar.checked(e, ar.where(e.name))
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        _zip._pwrite_all(fd, [data], 0)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,544 @@
+"""``extend_``: append rows along batch dim 0, in memory or to a saved tree, crash-safe.
+
+In memory the result is ``torch.cat([td, rows], 0)``, moved into ``td`` (its nested
+nodes keep their identity). On a tree-backed container (saved with ``memmap``/
+``memmap_``, or opened with ``load_memmap(mode="r+")``), under the tree's writer lock:
+
+1. the tree's committed state is read from disk (another process may have extended
+   it since this container was mapped: rows go after the size on disk), and every
+   leaf of ``rows`` is checked against it, before anything is written;
+2. each leaf's new rows are written with ``pwrite`` after its committed bytes, the
+   file grown first (``ftruncate``) by a factor, as a list's capacity grows, so one
+   row at a time is not quadratic. Committed bytes are never touched, and a full
+   disk is an ``OSError`` here (never a SIGBUS through a mapping);
+3. the new batch size is committed with the tree: a new ``meta.json`` per node
+   beside hard links of the same files (the in-place save of :mod:`._persist`,
+   swapped in by :mod:`._commit`). A ``kill -9`` before the swap leaves the old
+   size (the files' tails are ignored, as the format allows); after it, the new one;
+4. the container is rebound to the new generation: its leaves map the longer files.
+   Views taken before, and readers that loaded before, keep the rows they had.
+
+Each leaf kind (dense, jagged) plugs in through two tables: :data:`LAYOUTS` gives an
+in-memory leaf's signature (what must match between the container and ``rows``),
+:data:`DISK_KINDS` gives, per on-disk entry type, its signature, whether a leaf
+maps its file(s), and its append step.
+
+>>> import tempfile, torch
+>>> from tensorbox import TensorDict
+>>> td = TensorDict({"x": torch.arange(2), "info": {"y": torch.zeros(2, 3)}}, [2])
+>>> saved = td.memmap(tempfile.mkdtemp() + "/tree")
+>>> _ = saved.extend_(TensorDict({"x": torch.tensor([7]), "info": {"y": torch.ones(1, 3)}}, [1]))
+>>> saved["x"].tolist(), saved.batch_size, saved["info"].batch_size
+([0, 1, 7], torch.Size([3]), torch.Size([3]))
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from tensorbox._core import jagged as _jagged
+from tensorbox._core.chunks import byte_chunks
+from tensorbox._core.keys import format_key
+from tensorbox._core.methods_io import TREES
+from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.tree import is_coll, type_name
+from tensorbox._storage import commit as _commit
+from tensorbox._storage import writethrough as _persist_writes
+from tensorbox._storage.format import spec as fmt
+from tensorbox._storage.jagged_io import JaggedEntry
+from tensorbox._storage.memmap_tensor import MemoryMappedTensor, _blank, map_file
+from tensorbox.errors import BatchSizeError, TensorDictKeyError
+
+__all__ = ["DISK_KINDS", "LAYOUTS", "DiskKind", "Sig", "extend_", "grow_capacity"]
+
+
+# ---------------------------------------------------------------- leaf kinds
+
+
+class Sig(NamedTuple):
+    """What must match between a leaf of a container and the same leaf of ``rows``."""
+
+    layout: Any  # torch.strided, or another layout (a jagged leaf, later)
+    dtype: torch.dtype
+    features: tuple[int, ...]  # the shape after batch dim 0
+
+
+def _dense_sig(t: Tensor) -> Sig:
+    return Sig(torch.strided, t.dtype, tuple(t.shape[1:]))
+
+
+def _dense_entry_sig(e: fmt.TensorEntry) -> Sig:
+    return Sig(torch.strided, e.dtype, tuple(e.shape[1:]))
+
+
+def _dense_maps(e: fmt.TensorEntry, t: Tensor) -> bool | None:
+    """Whether ``t`` maps ``e``'s file (None: ``t`` maps no file at all)."""
+    if type(t) is not MemoryMappedTensor:
+        return None
+    return getattr(t.untyped_storage(), "_tbx_id", None) == e.ident
+
+
+#: Per in-memory layout (``t.layout``): the leaf's signature.
+LAYOUTS: dict[Any, Callable[[Tensor], Sig]] = {torch.strided: _dense_sig}
+
+#: The smallest step a file grows by (sparse: it costs no disk until written).
+GROW_FLOOR = 1 << 12
+
+
+def grow_capacity(size: int, need: int) -> int:
+    """The new length of a file of ``size`` bytes that must hold ``need``: by half its
+    size at least (amortised, as a list's capacity), and by :data:`GROW_FLOOR`."""
+    return max(need, size + max(size // 2, GROW_FLOOR))
+
+
+def _append_dense(
+    e: fmt.TensorEntry, rows: Tensor, fsync: bool, where: str, current: Tensor | None
+) -> Tensor:
+    """Write ``rows`` after the committed rows of the leaf file ``e``; the longer tensor.
+
+    The tensor is a view of a mapping of the whole file, capacity included: the next
+    appends reuse that mapping (``current``, the leaf they replace) until the file
+    grows again, so most appends map and unmap nothing (both cost tens of
+    microseconds on a virtual machine, where unmapping interrupts every other CPU).
+    """
+    start = e.nbytes
+    new_shape = (e.shape[0] + rows.shape[0], *e.shape[1:])
+    end = math.prod(new_shape) * e.dtype.itemsize
+    fd = os.open(e.path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != e.ident:  # read under the writer lock: cannot happen
+            raise RuntimeError(f"{e.path} was replaced while {where} was being extended")
+        size = st.st_size
+        if size < end:
+            size = grow_capacity(size, end)
+            os.ftruncate(fd, size)
+        offset = start
+        for chunk in byte_chunks(rows.detach().cpu() if rows.numel() else rows):
+            while chunk:
+                n = os.pwrite(fd, chunk, offset)
+                chunk, offset = chunk[n:], offset + n
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    storage = _reusable(current, e, end)
+    if storage is None:
+        return map_file(e.path, e.dtype, new_shape, "r+", size, e.ident, e.gen)
+    t: Tensor = _blank(e.dtype).new().set_(storage, 0, new_shape)  # type: ignore[call-overload]
+    t.__class__ = MemoryMappedTensor  # a fresh plain tensor: as map_file does
+    return t
+
+
+def _reusable(current: Tensor | None, e: fmt.TensorEntry, end: int) -> Any:
+    """The storage of ``current`` when it is a shared mapping of ``e``'s file from its
+    start, at least ``end`` bytes long (after a load it maps only the committed rows)."""
+    if type(current) is not MemoryMappedTensor or current.storage_offset():
+        return None
+    storage = current.untyped_storage()
+    if storage.filename is None or storage.nbytes() < end:
+        return None
+    if getattr(storage, "_tbx_id", None) != e.ident or getattr(storage, "_tbx_ro", None):
+        return None
+    return storage
+
+
+class DiskKind(NamedTuple):
+    """How ``extend_`` handles one type of on-disk leaf entry."""
+
+    sig: Callable[[Any], Sig]  # the entry's signature
+    maps: Callable[[Any, Tensor], bool | None]  # does a leaf map its file(s) (None: no file)
+    #: write the rows after the committed ones, return the longer leaf, mapped:
+    #: ``(entry, rows leaf, fsync, "key ...", the leaf it replaces)``
+    append: Callable[[Any, Tensor, bool, str, Tensor | None], Tensor]
+
+
+# A jagged leaf is two dense files: values ``[length, *feature]`` and offsets
+# ``[rows + 1]``. Appending rows appends to each, so both reuse the dense append (and
+# its amortised growth and mapping reuse); the offsets of the new rows continue the
+# committed ones.
+
+
+def _jagged_sig(t: Tensor) -> Sig:
+    return Sig(torch.jagged, t.dtype, tuple(_jagged.parts(t)[0].shape[1:]))
+
+
+def _jagged_entry_sig(e: JaggedEntry) -> Sig:
+    return Sig(torch.jagged, e.values.dtype, tuple(e.values.shape[1:]))
+
+
+def _jagged_maps(e: JaggedEntry, t: Tensor) -> bool | None:
+    if not _jagged.is_jagged(t):
+        return None
+    values, offsets = _jagged.parts(t)
+    v, o = _dense_maps(e.values, values), _dense_maps(e.offsets, offsets)
+    return None if v is None or o is None else v and o
+
+
+def _append_jagged(
+    e: JaggedEntry, rows: Tensor, fsync: bool, where: str, current: Tensor | None
+) -> Tensor:
+    like = torch.empty((0, *e.values.shape[1:]), dtype=e.values.dtype)
+    add_values, add_offsets = _jagged._as_parts(rows, where, 1, like)  # checked: same sig
+    base, odt = e.values.shape[0], e.offsets.dtype
+    if odt is torch.int32 and base + add_values.shape[0] > 2**31 - 1:
+        raise BatchSizeError(
+            f"extend_: {where} has int32 offsets, which cannot pass {2**31 - 1} values; "
+            "save it again with int64 offsets to grow it further"
+        )
+    tail = _jagged.shifted_offsets(add_offsets, base, odt)
+    cur = _jagged.parts(current) if current is not None and _jagged.is_jagged(current) else None
+    values = _append_dense(e.values, add_values.contiguous(), fsync, where, cur and cur[0])
+    offsets = _append_dense(e.offsets, tail, fsync, where, cur and cur[1])
+    # The shortest and longest rows (to_padded_tensor pads to them): the new rows'
+    # combined with what the current leaf knows, else read from the offsets once.
+    seqlens = None
+    if add_offsets.shape[0] > 1:
+        lo, hi = (int(x) for x in torch.aminmax(add_offsets.diff()))
+        known = getattr(current, "_metadata_cache", None) or {}
+        if e.offsets.shape[0] == 1:
+            seqlens = (lo, hi)
+        elif "min_seqlen" in known and "max_seqlen" in known:
+            old_lo, old_hi = current._min_seqlen, current._max_seqlen  # type: ignore[union-attr]
+            seqlens = (min(lo, int(old_lo)), max(hi, int(old_hi)))
+    return _jagged.from_parts(values, offsets, seqlens)
+
+
+def _sha256s(e: Any) -> bool:
+    """Whether the save recorded checksums for the file(s) of entry ``e``."""
+    return any(
+        f.sha256 is not None for f in ((e.values, e.offsets) if type(e) is JaggedEntry else (e,))
+    )
+
+
+#: Per in-memory layout (``t.layout``): the leaf's signature.
+LAYOUTS[torch.jagged] = _jagged_sig
+
+DISK_KINDS: dict[type, DiskKind] = {
+    fmt.TensorEntry: DiskKind(_dense_entry_sig, _dense_maps, _append_dense),
+    JaggedEntry: DiskKind(_jagged_entry_sig, _jagged_maps, _append_jagged),
+}
+
+
+def _sig(t: Tensor, where: str, whose: str) -> Sig:
+    fn = LAYOUTS.get(t.layout)
+    if fn is None or (t.layout is torch.strided and t.is_nested):
+        raise TypeError(
+            f"extend_: {where} is a {t.layout} tensor in {whose}; extend_ appends rows of "
+            "dense tensors"
+        )
+    return fn(t)
+
+
+# ---------------------------------------------------------------- checks
+
+
+class Spec(NamedTuple):
+    """The schema of one node: type name (None: not checked), batch size, entries
+    (a leaf's ``(Sig, source)``, ``None`` for a non-tensor value, or a nested Spec),
+    and the node read from disk (for a saved tree)."""
+
+    type: str | None
+    batch: tuple[int, ...]
+    entries: dict[str, Any]
+    node: fmt.Node | None = None
+
+
+def _spec_of(td: Any, path: tuple[str, ...] = ()) -> Spec:
+    entries: dict[str, Any] = {}
+    for k, v in td._tensordict.items():
+        if isinstance(v, Tensor):
+            entries[k] = (_sig(v, f"key {format_key((*path, k))}", "the container"), v)
+        elif is_coll(v):
+            entries[k] = _spec_of(v, (*path, k))
+        else:
+            entries[k] = None
+    return Spec(type_name(type(td)), tuple(td._batch_size), entries)
+
+
+def _kind(v: Any) -> str:
+    """What a value of ``rows`` is, for an error message."""
+    if isinstance(v, Tensor):
+        return "a tensor"
+    return "a nested node" if is_coll(v) else "a non-tensor value"
+
+
+def check_rows(want: Spec, rows: Any, path: tuple[str, ...] = ()) -> None:
+    """Raise, naming the key, unless ``rows`` fits ``want`` in all but batch dim 0."""
+    at = f" at key {format_key(path)}" if path else ""
+    if want.type is not None and type_name(type(rows)) != want.type:
+        raise TypeError(
+            f"extend_: rows{at} are a {type_name(type(rows))}, the container{at} a "
+            f"{want.type}: build the rows with the container's class"
+        )
+    bs = tuple(rows._batch_size)
+    if len(bs) != len(want.batch) or bs[1:] != want.batch[1:]:
+        shown = ("n", *want.batch[1:])
+        raise BatchSizeError(
+            f"extend_: rows{at} have batch_size {bs}, expected ({', '.join(map(str, shown))}) "
+            f"like the container's {want.batch}: only batch dim 0 may differ"
+        )
+    store = rows._tensordict
+    missing = [k for k in want.entries if k not in store]
+    if missing:
+        raise TensorDictKeyError(
+            f"extend_: rows lack key {format_key((*path, missing[0]))}, which the container "
+            "has: rows must have the same keys"
+        )
+    extra = [k for k in store if k not in want.entries]
+    if extra:
+        raise TensorDictKeyError(
+            f"extend_: rows have key {format_key((*path, extra[0]))}, which the container "
+            "has not: rows must have the same keys (add it to the container first)"
+        )
+    for k, have in want.entries.items():
+        v, kpath = store[k], (*path, k)
+        where = f"key {format_key(kpath)}"
+        if isinstance(have, Spec):
+            if not is_coll(v):
+                raise TypeError(
+                    f"extend_: {where} is a nested node in the container but {_kind(v)} in rows"
+                )
+            check_rows(have, v, kpath)
+        elif have is None:
+            if isinstance(v, Tensor) or is_coll(v):
+                raise TypeError(
+                    f"extend_: {where} is a non-tensor value in the container but {_kind(v)} "
+                    "in rows"
+                )
+        else:
+            if not isinstance(v, Tensor):
+                raise TypeError(
+                    f"extend_: {where} is a tensor in the container but {_kind(v)} in rows"
+                )
+            _check_leaf(have[0], _sig(v, where, "rows"), where)
+
+
+def _check_leaf(have: Sig, got: Sig, where: str) -> None:
+    if got.layout != have.layout:
+        raise TypeError(
+            f"extend_: {where} is a {got.layout} tensor in rows, a {have.layout} one in the "
+            "container"
+        )
+    if got.dtype != have.dtype:
+        raise TypeError(
+            f"extend_: {where} has dtype {got.dtype} in rows, {have.dtype} in the container: "
+            f"cast that leaf of the rows to {have.dtype} first"
+        )
+    if got.features != have.features:
+        raise BatchSizeError(
+            f"extend_: {where} has rows of shape {got.features} in rows, {have.features} in "
+            "the container: the shape after batch dim 0 must match"
+        )
+
+
+# ---------------------------------------------------------------- the entry point
+
+
+def extend_(td: Any, rows: Any, *, fsync: bool = False) -> Any:
+    """Append ``rows`` to ``td`` along batch dim 0 (see the module doc); returns ``td``."""
+    if not is_coll(rows):
+        raise TypeError(
+            f"extend_: rows is a {type(rows).__name__}, expected a {type(td).__name__} with "
+            "the same keys, dtypes and shapes after batch dim 0"
+        )
+    if not td._batch_size:
+        raise BatchSizeError(
+            "extend_ appends along batch dim 0, but the container has batch_size (): give it "
+            "a batch dim first (td.unsqueeze(0), or build it with batch_size=[n])"
+        )
+    rec = TREES.get(id(td)) if TREES else None
+    if rec is not None and rec.node() is td:
+        if rec.dir != rec.root_path:
+            raise ValueError(
+                f"extend_: this container is the node {rec.dir!r} of the tree at "
+                f"{rec.root_path!r}; rows are appended to a whole tree: call extend_ on its "
+                "root (TensorDict.load_memmap(root))"
+            )
+        _extend_tree(td, rec.root_path, rows, fsync)
+        return td
+    _refuse_read_only(td)
+    check_rows(_spec_of(td), rows)
+    _adopt(td, torch.cat([td, rows], 0))  # type: ignore[list-item]  # containers route torch.cat
+    return td
+
+
+def _refuse_read_only(td: Any) -> None:
+    """A container mapping a tree read-only (``mode="r"``, archives) cannot grow it."""
+    for t in _leaves(td):
+        ro = (
+            getattr(t.untyped_storage(), "_tbx_ro", None) if type(t) is MemoryMappedTensor else None
+        )
+        if ro is None:
+            continue
+        if ro.endswith(fmt.SUFFIX) and os.path.isfile(os.path.join(os.path.dirname(ro), fmt.META)):
+            raise RuntimeError(
+                f"extend_: this container maps its tree read-only (load_memmap(..., mode='r'): "
+                f"{ro!r} never changes); open the tree with mode='r+' to append rows"
+            )
+        raise RuntimeError(
+            f"extend_: this container was opened from the archive {ro!r}, which is "
+            "read-only; unpack it (python -m tensorbox unpack FILE DIR) and open the folder "
+            "to append rows"
+        )
+
+
+def _leaves(td: Any) -> list[Tensor]:
+    out, todo = [], [td]
+    while todo:
+        node = todo.pop()
+        for v in node._tensordict.values():
+            if isinstance(v, Tensor):
+                out.append(v)
+            elif is_coll(v):
+                todo.append(v)
+    return out
+
+
+def _adopt(td: Any, new: Any) -> None:
+    """Move ``new``'s entries and batch sizes into ``td``, keeping its nested nodes."""
+    store = td._tensordict
+    for k, v in new._tensordict.items():
+        cur = store.get(k)
+        if is_coll(v) and is_coll(cur) and cur is not v:
+            _adopt(cur, v)
+        else:
+            store[k] = v
+    td._batch_size = new._batch_size
+
+
+# ---------------------------------------------------------------- saved trees
+
+
+def _disk_spec(node: fmt.Node, root: str, path: tuple[str, ...] = ()) -> Spec:
+    entries: dict[str, Any] = {}
+    for k, e in node.entries.items():
+        if type(e) is fmt.NodeEntry:
+            child = fmt.read_child(node, e, root, len(path) + 1)
+            entries[k] = _disk_spec(child, root, (*path, k))
+        elif type(e) is fmt.JsonEntry:
+            entries[k] = None
+        else:
+            kind = DISK_KINDS.get(type(e))
+            if kind is None:
+                raise TypeError(
+                    f"extend_: key {format_key((*path, k))} is a {type(e).__name__} on disk "
+                    f"({node.path}), which extend_ cannot grow"
+                )
+            entries[k] = (kind.sig(e), e)
+    return Spec(None if node.legacy else node.type, node.batch_size, entries, node)
+
+
+def _check_same_tree(td: Any, disk: Spec, root: str, path: tuple[str, ...] = ()) -> None:
+    """``td`` maps the tree on disk (the same keys, the same files): else the tree was
+    saved again since ``td`` was loaded, and its rows would be lost."""
+    store = td._tensordict
+    for k in [*store, *(k for k in disk.entries if k not in store)]:
+        v, have = store.get(k), disk.entries.get(k, False)
+        problem = None
+        if have is False:
+            problem = "the container has a key the tree has not"
+        elif k not in store:
+            problem = "the tree has a key the container has not"
+        elif isinstance(have, Spec):
+            if is_coll(v):
+                _check_same_tree(v, have, root, (*path, k))
+                continue
+            problem = "it is a nested node in the tree"
+        elif have is None:
+            if isinstance(v, Tensor) or is_coll(v):
+                problem = "it is a non-tensor value in the tree"
+        elif not isinstance(v, Tensor):
+            problem = "it is a tensor in the tree"
+        else:
+            maps = DISK_KINDS[type(have[1])].maps(have[1], v)
+            if maps is None:
+                raise RuntimeError(
+                    f"extend_: key {format_key((*path, k))} holds a tensor that is not saved "
+                    f"in the tree at {root!r} yet: call memmap_() to save it, then extend_"
+                )
+            if not maps:
+                problem = "the container does not map the tree's file"
+        if problem is not None:
+            raise RuntimeError(
+                f"extend_: the tree at {root!r} was saved again since this container was "
+                f"loaded or saved (key {format_key((*path, k))}: {problem}); load it again "
+                "(load_memmap) and extend that"
+            )
+
+
+class _Plan:
+    """The new tree: per node, its container type, new store, batch size, saved type."""
+
+    def __init__(self, fsync: bool) -> None:
+        self.fsync = fsync
+        self.appends: list[tuple[Any, Tensor, dict[str, Any], str, str, Any]] = []
+        self.types: dict[int, str] = {}
+        self.checksum = False
+
+    def node(self, td: Any, disk: Spec, rows: Any, path: tuple[str, ...]) -> Any:
+        n, k = disk.batch[0], rows._batch_size[0]
+        store: dict[str, Any] = {}
+        assert disk.node is not None
+        node = disk.node
+        for key, have in disk.entries.items():
+            kpath = (*path, key)
+            v = rows._tensordict[key]
+            if isinstance(have, Spec):
+                store[key] = self.node(td._tensordict[key], have, v, kpath)
+            elif have is None:
+                e = node.entries[key]
+                assert type(e) is fmt.JsonEntry
+                old = NonTensorData(e.value, stacked=e.stacked)
+                new = NonTensorData.cat([old, v], 0, [disk.batch, rows._batch_size])
+                fmt.check_json_value(
+                    new.data.tolist() if new.stacked else new.data, f"key {format_key(kpath)}"
+                )
+                store[key] = new
+            else:
+                e = have[1]
+                self.checksum |= _sha256s(e)
+                store[key] = None  # filled by the append
+                where = f"key {format_key(kpath)}"
+                self.appends.append((e, v, store, key, where, td._tensordict.get(key)))
+        bs = torch.Size((n + k, *disk.batch[1:]))
+        out = type(td)._new_unsafe(store, bs, td._device)
+        if disk.type is not None and disk.type != type_name(type(td)):
+            self.types[id(out)] = disk.type  # a tree loaded without its class keeps its type
+        return out
+
+    def write(self) -> None:
+        for e, v, store, key, where, current in self.appends:
+            store[key] = DISK_KINDS[type(e)].append(e, v, self.fsync, where, current)
+
+
+def _extend_tree(td: Any, root: str, rows: Any, fsync: bool) -> None:
+    from tensorbox._storage import persist as _persist
+
+    with _commit.writing(root):
+        top = fmt.read_node(root, root)
+        disk = _disk_spec(top, root)
+        if not disk.batch:
+            raise BatchSizeError(
+                f"extend_: the tree at {root!r} has batch_size () on disk: no batch dim 0"
+            )
+        _check_same_tree(td, disk, root)
+        check_rows(disk, rows)
+        if not rows._batch_size[0]:
+            return  # checked: nothing to write, nothing to commit
+        plan = _Plan(fsync)
+        grown = plan.node(td, disk, rows, ())  # every value checked: nothing written yet
+        plan.write()
+        saver = _persist._Saver(root, "inplace", False, fsync, checksum=plan.checksum)
+        saver.held, saver.types = True, plan.types
+        saver.run(grown, 0)
+        # Rebound under the lock: another thread's append to ``td`` waits for it.
+        _persist_writes.unregister(grown)
+        _adopt(td, grown)
+        _persist_writes.register(td, root, saver.gen)  # the new generation, locks kept

@@ -1,0 +1,259 @@
+"""Write-through for tree-backed containers: every public write reaches the tree or raises.
+
+A container returned by ``memmap(path)``, ``memmap_(path)``, ``memmap_like(path)`` or
+``load_memmap(path)`` (``mode="r+"``, no ``device``) is *tree-backed*: each of its
+nodes is registered here with the tree it belongs to. Tensor values written in place
+reach the files through the mapping. Everything else a write can change (a key set,
+replaced or deleted after ``unlock_()``; a non-tensor value replaced by ``set_``,
+``update_`` or a row write ``td[idx] = ...``) lives in ``meta.json``: such a write is
+made in memory, then the whole tree is committed at once (the save of
+:mod:`tensorbox._storage.persist`, which keeps every unchanged file by a hard link). When the
+commit fails, the in-memory change is undone and the error propagates, so memory and
+disk both keep the previous state.
+
+Each tree remembers the :func:`generation` it last loaded or saved; a commit made
+when another save has replaced the tree since raises instead of dropping that save.
+
+>>> import tempfile, torch
+>>> from tensorbox import TensorDict
+>>> path = tempfile.mkdtemp() + "/tree"
+>>> td = TensorDict({"x": torch.zeros(2), "name": "a"}, [2]).memmap(path)
+>>> td[1] = {"x": torch.tensor(1.0), "name": "b"}       # text per row: committed
+>>> with td.unlock_():
+...     td["y"] = torch.ones(2)                          # a new key: committed
+>>> back = TensorDict.load_memmap(path)
+>>> back["name"], sorted(back.keys())
+(['a', 'b'], ['name', 'x', 'y'])
+
+The registry is keyed by ``id`` with a weak reference to each node (containers are
+unhashable: ``==`` is elementwise) and lives in :mod:`tensorbox._core.methods_io`, so
+the container's write gates test it without importing this module.
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+import weakref
+import zlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from torch import Tensor
+
+from tensorbox._core.keys import format_key
+from tensorbox._core.methods_io import OPEN, TREES, sync_open
+from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.schema import check_json_value
+from tensorbox._core.tree import is_coll
+from tensorbox._storage.format import spec as fmt
+from tensorbox._storage.memmap_tensor import MemoryMappedTensor
+
+#: One node of a saved tree before a write: node, its dict, a copy, batch size, device.
+_Snap = tuple[Any, dict[str, Any], dict[str, Any], Any, Any]
+
+_LEAVES = frozenset((Tensor, MemoryMappedTensor, NonTensorData))
+
+__all__ = ["commit", "generation", "register", "through", "tree_of", "unregister", "write_rows"]
+
+
+class _Active(threading.local):
+    """Roots being written by ``through`` in this thread: inner writes (a ``rename_key_``
+    is a pop and a set) join the outer commit."""
+
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+
+
+_active = _Active()
+
+
+def generation(path: str) -> tuple[int, int] | None:
+    """What identifies the tree now at ``path``: its root ``meta.json``'s size and CRC-32.
+    That file holds the random ids of the tree's files, so two saves differ there (None:
+    no tree). A checksum, not a file identity: inode numbers are reused."""
+    try:
+        data = fmt.read_meta_bytes(path, f"{path}/{fmt.META}")
+    except (OSError, ValueError):
+        return None
+    return len(data), zlib.crc32(data)
+
+
+class _Record:
+    __slots__ = ("dir", "gen", "node", "root", "root_path")
+
+    def __init__(
+        self,
+        node: Any,
+        directory: str,
+        root: Any,
+        root_path: str,
+        gen: list[tuple[int, int] | None],
+    ) -> None:
+        key = id(node)
+
+        def gone(ref: Any, key: int = key) -> None:
+            if TREES.get(key) is self:
+                del TREES[key]
+                OPEN.discard(key)
+
+        self.node = weakref.ref(node, gone)
+        self.dir = directory
+        self.root = weakref.ref(root)
+        self.root_path = root_path
+        self.gen = gen  # one cell per tree, shared by its nodes: updated by each commit
+
+
+def _nodes(root: Any, directory: str) -> list[tuple[Any, str]]:
+    """Every node of the container ``root`` with its directory (the format's names)."""
+    out, todo = [], [(root, directory)]
+    while todo:
+        node, d = todo.pop()
+        out.append((node, d))
+        for k, v in node._tensordict.items():
+            if type(v) not in _LEAVES and is_coll(v):
+                todo.append((v, f"{d}/{fmt.encode_key(k, node=True)}"))
+    return out
+
+
+def register(root: Any, path: str, gen: tuple[int, int] | None) -> None:
+    """Mark every node of ``root`` as part of the tree saved at ``path``, whose
+    :func:`generation` is ``gen``."""
+    cell = [gen]
+    for node, d in _nodes(root, path):
+        TREES[id(node)] = _Record(node, d, root, path, cell)
+        (OPEN.discard if node._locked else OPEN.add)(id(node))
+
+
+def unregister(obj: Any) -> None:
+    for node in _all_nodes(obj):
+        rec = TREES.get(id(node))
+        if rec is not None and rec.node() is node:
+            del TREES[id(node)]
+            OPEN.discard(id(node))
+
+
+def tree_of(node: Any) -> tuple[Any, str, tuple[int, int] | None] | None:
+    """(root container, its path, the generation it last saw) of the tree ``node``
+    belongs to, or None."""
+    rec = TREES.get(id(node))
+    if rec is None or rec.node() is not node:
+        return None
+    root = rec.root()
+    if root is None:  # the root container is gone: this node's folder is a tree of its own
+        return node, rec.dir, None
+    return root, rec.root_path, rec.gen[0]
+
+
+def through(node: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run the write ``fn(*args)`` on a node of a tree, then commit the tree if anything
+    that ``meta.json`` records changed; undo the change in memory when that fails."""
+    found = tree_of(node)
+    if found is None or id(found[0]) in _active.ids:
+        return fn(*args)
+    root, path, gen = found
+    before = _snapshot(root)
+    _active.ids.add(id(root))
+    try:
+        out = fn(*args)
+        if _changed(before, root):
+            commit(root, path, gen, before)
+    except BaseException:
+        _restore(before)
+        raise
+    finally:
+        _active.ids.discard(id(root))
+    return out
+
+
+def commit(
+    root: Any, path: str, gen: tuple[int, int] | None, before: list[_Snap] | None = None, **kw: Any
+) -> None:
+    """Save ``root`` into its own tree at ``path``, keeping each node's lock state.
+
+    ``gen`` is the generation of the tree this container last loaded or saved: when
+    another save has replaced the tree since, this one raises instead of dropping
+    what that save wrote.
+    """
+    from tensorbox._storage import persist as _persist
+
+    if before is None:
+        before = _snapshot(root)
+    locks = {id(node[0]): node[0]._locked for node in before}
+    kw.setdefault("copy_existing", True)  # a leaf mapped elsewhere is copied into the tree
+    _persist.memmap_(root, path, _expect=gen, **kw)  # registers the tree again, locks it
+    _relock(root, locks, locks[id(root)])
+    sync_open(root)
+    now = {id(n) for n in _all_nodes(root)}
+    for node, *_ in before:  # a node deleted from the tree is an in-memory container now
+        if id(node) not in now:
+            unregister(node)
+
+
+def write_rows(td: Any, index: Any, value: Any) -> None:
+    """``td[index] = value`` on a node of a saved tree: every non-tensor value bound for a
+    non-tensor entry is checked first, so a value the tree cannot hold raises before any
+    row is written; a changed one is then committed with the rows."""
+    from tensorbox._core.index import setitem_batch
+
+    if is_coll(value) or isinstance(value, Mapping):
+        _check_values(td, value, ())
+    through(td, setitem_batch, td, index, value)
+
+
+def _check_values(td: Any, value: Any, path: tuple[str, ...]) -> None:
+    store = value._tensordict if is_coll(value) else value if isinstance(value, Mapping) else {}
+    for k, v in store.items():
+        cur = td._tensordict.get(k)
+        if type(cur) is NonTensorData:
+            data = v if type(v) is not NonTensorData else v.data
+            data = data.tolist() if hasattr(data, "tolist") else data
+            check_json_value(data, f"key {format_key((*path, k))}")
+        elif is_coll(cur):
+            _check_values(cur, v, (*path, k))
+
+
+def _relock(node: Any, locks: dict[int, bool], inherited: bool) -> None:
+    flag = locks.get(id(node), inherited)
+    node._locked = flag
+    for v in node._tensordict.values():
+        if is_coll(v):
+            _relock(v, locks, flag)
+
+
+def _all_nodes(root: Any) -> list[Any]:
+    out, todo = [], [root]
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        todo.extend(v for v in node._tensordict.values() if type(v) not in _LEAVES and is_coll(v))
+    return out
+
+
+def _snapshot(root: Any) -> list[_Snap]:
+    """Each node with its entries dict, a shallow copy of it, its batch size and device."""
+    return [
+        (n, n._tensordict, dict(n._tensordict), n._batch_size, n._device) for n in _all_nodes(root)
+    ]
+
+
+def _changed(before: list[_Snap], root: Any) -> bool:
+    after = _all_nodes(root)
+    if len(after) != len(before):
+        return True
+    for (node, store, copy, bs, device), now in zip(before, after, strict=True):
+        cur = now._tensordict
+        if now is not node or cur is not store or cur.keys() != copy.keys():
+            return True
+        if now._batch_size != bs or now._device != device:
+            return True
+        if not all(map(operator.is_, cur.values(), copy.values())):
+            return True
+    return False
+
+
+def _restore(before: list[_Snap]) -> None:
+    for node, store, copy, bs, device in before:
+        store.clear()
+        store.update(copy)
+        node._tensordict, node._batch_size, node._device = store, bs, device
