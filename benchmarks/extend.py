@@ -115,9 +115,9 @@ def stages(root: Path, appends: int) -> dict[str, float]:
     """Microseconds per 1-row append spent in each step (wrapped module functions)."""
     from tensorbox._storage import commit as _commit
     from tensorbox._storage import extend as _extend
-    from tensorbox._storage import persist as _persist
+    from tensorbox._storage import folder as _folder
+    from tensorbox._storage import store as _store
     from tensorbox._storage import writethrough as _persist_writes
-    from tensorbox._storage.format import spec as fmt
 
     spent: dict[str, float] = {}
     wrapped: list[tuple[Any, str, Callable[..., Any]]] = []
@@ -135,17 +135,16 @@ def stages(root: Path, appends: int) -> dict[str, float]:
         wrapped.append((module, name, fn))
         setattr(module, name, timed)
 
-    wrap(fmt, "read_node", "read meta.json (root)")
-    wrap(fmt, "read_child", "read meta.json (children)")
+    wrap(_folder.FolderStore, "node", "read meta.json files")
     wrap(_extend, "_append_dense", "grow + pwrite + map the leaves")
-    dense = _extend.DISK_KINDS[fmt.TensorEntry]
-    _extend.DISK_KINDS[fmt.TensorEntry] = dense._replace(append=_extend._append_dense)
+    dense = _extend.DISK_KINDS[_store.TensorEntry]
+    _extend.DISK_KINDS[_store.TensorEntry] = dense._replace(append=_extend._append_dense)
     wrap(_extend, "check_rows", "check the rows")
     wrap(_extend, "_check_same_tree", "check the tree is the one mapped")
     wrap(_commit, "new_stage", "mkdir the stage")
-    wrap(_persist, "_link", "hard links")
-    wrap(fmt, "write_meta", "write meta.json files")
-    wrap(_persist, "_old_node_dirs", "list old node dirs")
+    wrap(_folder, "_link", "hard links")
+    wrap(_folder, "write_new_meta", "write meta.json files")
+    wrap(_folder, "old_node_dirs", "list old node dirs")
     wrap(_commit, "exchange", "exchange (renameat2)")
     wrap(_commit, "dispose", "dispose of the old tree")
     wrap(_persist_writes, "register", "register the nodes")
@@ -158,7 +157,7 @@ def stages(root: Path, appends: int) -> dict[str, float]:
     total = time.perf_counter() - t0
     for module, name, fn in wrapped:
         setattr(module, name, fn)
-    _extend.DISK_KINDS[fmt.TensorEntry] = dense
+    _extend.DISK_KINDS[_store.TensorEntry] = dense
     out = {label: s / appends * 1e6 for label, s in spent.items()}
     out["(rest: lock, plan, rebinding)"] = total / appends * 1e6 - sum(out.values())
     out["total"] = total / appends * 1e6

@@ -17,7 +17,7 @@ import torch
 
 from tensorbox import NonTensorData, TensorDict
 from tensorbox._storage import commit as _commit
-from tensorbox._storage import persist
+from tensorbox._storage import folder, persist
 from tensorbox._storage.cli import main
 from tensorbox._storage.memmap_tensor import FileRef, MemoryMappedTensor, restore, shareable
 from tensorbox.errors import FormatError, IncompleteTreeError
@@ -117,7 +117,7 @@ def test_a_save_that_fails_midway_leaves_the_old_tree(
 ) -> None:
     root = tmp_path / "t"
     _tree(1.0).memmap(root)
-    real, calls = persist.write_file, [0]
+    real, calls = folder.write_file, [0]
 
     def fail_second(*args, **kwargs):  # type: ignore[no-untyped-def]
         calls[0] += 1
@@ -125,7 +125,7 @@ def test_a_save_that_fails_midway_leaves_the_old_tree(
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(persist, "write_file", fail_second)
+    monkeypatch.setattr(folder, "write_file", fail_second)
     with pytest.raises(OSError, match="No space left"):
         _tree(2.0).memmap(root)
     _check(TensorDict.load_memmap(root), 1.0)

@@ -15,10 +15,25 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorbox import TensorDict
+from tensorbox._core.schema import check_json_value
+from tensorbox._storage.folder import FolderStore
 from tensorbox._storage.format import spec as fmt
+from tensorbox._storage.format.metafile import write_meta
+from tensorbox._storage.format.names import decode_key, encode_key, is_plain_name
+from tensorbox._storage.format.parse import leaf_spec
+from tensorbox._storage.store import JsonEntry, Node, iter_nodes
 from tensorbox.errors import FormatError, IncompleteTreeError
 
 DATA = Path(__file__).parent / "data"
+
+
+def _read(path: str) -> Node:
+    """The checked root node of the folder tree at ``path``."""
+    return FolderStore(path).node()
+
+
+def _walk(path: str) -> list[tuple[tuple[str, ...], Node]]:
+    return list(iter_nodes(FolderStore(path)))
 
 
 # ---------------------------------------------------------------- key encoding
@@ -43,22 +58,22 @@ DATA = Path(__file__).parent / "data"
     ],
 )
 def test_encode_key_examples(key: str, leaf: str, node: str) -> None:
-    assert fmt.encode_key(key) == leaf
-    assert fmt.encode_key(key, node=True) == node
-    assert fmt.decode_key(leaf) == key
-    assert fmt.decode_key(node) == key
+    assert encode_key(key) == leaf
+    assert encode_key(key, node=True) == node
+    assert decode_key(leaf) == key
+    assert decode_key(node) == key
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=60))
 def test_encode_key_is_reversible_and_safe(key: str) -> None:
     for node in (False, True):
-        name = fmt.encode_key(key, node=node)
+        name = encode_key(key, node=node)
         if "~" in name:  # a long name, cut and hashed: meta.json keeps the key
             assert len(name) <= 200
         else:
-            assert fmt.decode_key(name) == key
-        assert fmt.is_plain_name(name)
+            assert decode_key(name) == key
+        assert is_plain_name(name)
         assert not name.startswith(".")
         assert name.isascii()
         assert not any(c.isupper() for c in re.sub("%[0-9A-F]{2}", "", name))
@@ -72,28 +87,28 @@ def test_distinct_keys_never_share_a_name_even_case_folded(a: str, b: str) -> No
     if a == b:
         return
     for node in (False, True):
-        na, nb = fmt.encode_key(a, node=node), fmt.encode_key(b, node=node)
+        na, nb = encode_key(a, node=node), encode_key(b, node=node)
         assert na.casefold() != nb.casefold()
         assert unicodedata.normalize("NFD", na) != unicodedata.normalize("NFD", nb)
 
 
 def test_keys_differing_in_case_or_normalisation_get_different_names() -> None:
-    names = {fmt.encode_key(k) for k in ("A", "a", "é", "e\u0301", "\uff21")}
+    names = {encode_key(k) for k in ("A", "a", "é", "e\u0301", "\uff21")}
     assert len({n.casefold() for n in names}) == 5
 
 
 def test_long_keys_are_cut_with_a_hash() -> None:
     a, b = "k" * 300, "k" * 299 + "j"
-    na, nb = fmt.encode_key(a), fmt.encode_key(b)
+    na, nb = encode_key(a), encode_key(b)
     assert na != nb and len(na) <= 200 and "~" in na
-    assert len(fmt.encode_key("é" * 200).encode()) <= 200
+    assert len(encode_key("é" * 200).encode()) <= 200
     with pytest.raises(ValueError, match="not a name made by encode_key"):
-        fmt.decode_key(na)
+        decode_key(na)
 
 
 def test_decode_key_refuses_foreign_names() -> None:
     with pytest.raises(ValueError, match=r"not a name made by encode_key \(at 'B'\)"):
-        fmt.decode_key("aB")
+        decode_key("aB")
 
 
 def test_dtype_names_cover_torch_dtypes() -> None:
@@ -104,13 +119,13 @@ def test_dtype_names_cover_torch_dtypes() -> None:
 
 
 def test_check_json_value() -> None:
-    assert fmt.check_json_value({"a": [1, 2.5, None, True, "s"]}, "k") is False
-    assert fmt.check_json_value([float("nan")], "k") is True
-    assert fmt.check_json_value(2**70, "k") is True
+    assert check_json_value({"a": [1, 2.5, None, True, "s"]}, "k") is False
+    assert check_json_value([float("nan")], "k") is True
+    assert check_json_value(2**70, "k") is True
     with pytest.raises(TypeError, match=r"k: value \(1, 2\) of type tuple cannot be saved"):
-        fmt.check_json_value([(1, 2)], "k")
+        check_json_value([(1, 2)], "k")
     with pytest.raises(TypeError, match=r"k: dict key 1 of type int cannot be saved"):
-        fmt.check_json_value({1: 2}, "k")
+        check_json_value({1: 2}, "k")
 
 
 # ---------------------------------------------------------------- reading
@@ -149,7 +164,7 @@ def test_read_node_valid(tmp_path: Path) -> None:
         },
         {"x.memmap": bytes(24)},
     )
-    node = fmt.read_node(str(path))
+    node = _read(str(path))
     assert node.batch_size == (2,) and node.type == "TensorDict" and not node.legacy
     x = node.entries["x"]
     assert (x.dtype, x.shape, x.path, x.nbytes) == (
@@ -160,16 +175,16 @@ def test_read_node_valid(tmp_path: Path) -> None:
     )
     st = os.stat(path / "x.memmap")
     assert x.ident == (st.st_dev, st.st_ino)
-    assert node.entries["s"] == fmt.JsonEntry("hi", False)
+    assert node.entries["s"] == JsonEntry("hi", False)
     assert node.entries["t"].value.tolist() == [[1], [2]]
 
 
 def test_missing_meta_is_incomplete(tmp_path: Path) -> None:
     (tmp_path / "x.memmap").write_bytes(bytes(8))
     with pytest.raises(IncompleteTreeError, match=r"meta.json is missing: the save .* did not"):
-        fmt.read_node(str(tmp_path))
+        _read(str(tmp_path))
     with pytest.raises(FileNotFoundError, match=r"no saved tree at .*nope"):
-        fmt.read_node(str(tmp_path / "nope"))
+        _read(str(tmp_path / "nope"))
 
 
 @pytest.mark.parametrize(
@@ -189,7 +204,7 @@ def test_missing_meta_is_incomplete(tmp_path: Path) -> None:
 def test_bad_documents(tmp_path: Path, text: str, match: str) -> None:
     (tmp_path / "meta.json").write_text(text)
     with pytest.raises(FormatError, match=match) as info:
-        fmt.read_node(str(tmp_path))
+        _read(str(tmp_path))
     assert "meta.json" in str(info.value)
 
 
@@ -212,7 +227,7 @@ def test_bad_documents(tmp_path: Path, text: str, match: str) -> None:
 def test_bad_node_fields(tmp_path: Path, fields: dict, match: str) -> None:
     _tree(tmp_path, **{"entries": {}, **fields})
     with pytest.raises(FormatError, match=match):
-        fmt.read_node(str(tmp_path))
+        _read(str(tmp_path))
 
 
 @pytest.mark.parametrize(
@@ -255,7 +270,7 @@ def test_bad_node_fields(tmp_path: Path, fields: dict, match: str) -> None:
 def test_bad_entries(tmp_path: Path, entry: object, match: str) -> None:
     _tree(tmp_path, {"k": entry}, {"x.memmap": bytes(24)})
     with pytest.raises(FormatError, match=match):
-        fmt.read_node(str(tmp_path))
+        _read(str(tmp_path))
 
 
 def test_symlinks(tmp_path: Path) -> None:
@@ -267,19 +282,19 @@ def test_symlinks(tmp_path: Path) -> None:
     with pytest.raises(
         FormatError, match=r"link.memmap is a symlink to .*outside.bin.*outside the tree"
     ):
-        fmt.read_node(str(tree))
+        _read(str(tree))
     (tree / "link.memmap").unlink()
     (tree / "link.memmap").symlink_to(tree / "x.memmap")  # inside: allowed
-    assert fmt.read_node(str(tree)).entries["k"].path == str(tree / "x.memmap")
+    assert _read(str(tree)).entries["k"].path == str(tree / "x.memmap")
     (tmp_path / "elsewhere").mkdir()
     (tree / "sub").symlink_to(tmp_path / "elsewhere")
     _tree(tree, {"k": {"kind": "node", "dir": "sub"}})
     with pytest.raises(FormatError, match=r"sub is not a directory \(symlinks are refused\)"):
-        fmt.read_node(str(tree))
+        _read(str(tree))
     (tree / "meta.json").unlink()
     (tree / "meta.json").symlink_to(outside)
     with pytest.raises(FormatError, match=r"meta\.json cannot be read"):
-        fmt.read_node(str(tree))
+        _read(str(tree))
 
 
 def test_fast_path_agrees_with_the_checked_path(tmp_path: Path) -> None:
@@ -302,12 +317,12 @@ def test_fast_path_agrees_with_the_checked_path(tmp_path: Path) -> None:
     }
     entries["empty"]["file"] = "e.memmap"
     path = _tree(tmp_path, entries, files)
-    node = fmt.read_node(str(path))
+    node = _read(str(path))
     for key, e in entries.items():
         where = f"{path / 'meta.json'}: entry {key!r}"
-        slow = fmt.tensor_entry(
-            str(path), str(path), e["file"], e["dtype"], e["shape"], (2,), where
-        )
+        files = FolderStore(str(path)).open_node("")
+        files.close()  # no directory descriptor: the checked way, which names problems
+        slow = files.leaf(leaf_spec(e["file"], e["dtype"], e["shape"], (2,), where), where)
         assert node.entries[key] == slow
     bad = [
         (_tensor(file="short.memmap"), {"short.memmap": bytes(8)}, r"short.memmap is 8 bytes"),
@@ -322,22 +337,22 @@ def test_fast_path_agrees_with_the_checked_path(tmp_path: Path) -> None:
         _tree(tree, {"k": entry}, more)
         (tree / "sub").mkdir()
         with pytest.raises(FormatError, match=match):
-            fmt.read_node(str(tree))
+            _read(str(tree))
 
 
 def test_nan_and_big_ints_round_trip_through_write_meta(tmp_path: Path) -> None:
     value = [float("nan"), float("inf"), 2**80, "ü"]
     meta = fmt.node_meta("TensorDict", [], None, {"v": {"kind": "json", "value": value}})
-    fmt.write_meta(str(tmp_path), meta, std_json=True, fsync=True)
-    got = fmt.read_node(str(tmp_path)).entries["v"].value
+    write_meta(str(tmp_path), meta, std_json=True, fsync=True)
+    got = _read(str(tmp_path)).entries["v"].value
     assert got[1:] == value[1:] and got[0] != got[0]
     assert os.listdir(tmp_path) == ["meta.json"]  # no temporary file left
 
 
 def test_write_meta_replaces_atomically(tmp_path: Path) -> None:
-    fmt.write_meta(str(tmp_path), fmt.node_meta("TensorDict", [1], "cpu", {}))
-    fmt.write_meta(str(tmp_path), fmt.node_meta("TensorDict", [2], "cpu", {}))
-    assert fmt.read_node(str(tmp_path)).batch_size == (2,)
+    write_meta(str(tmp_path), fmt.node_meta("TensorDict", [1], "cpu", {}))
+    write_meta(str(tmp_path), fmt.node_meta("TensorDict", [2], "cpu", {}))
+    assert _read(str(tmp_path)).batch_size == (2,)
     assert os.listdir(tmp_path) == ["meta.json"]
 
 
@@ -352,24 +367,24 @@ def legacy(tmp_path: Path) -> Path:
 
 
 def test_reads_tensordict_format_0(legacy: Path) -> None:
-    nodes = dict(fmt.iter_tree(str(legacy / "tensordict_mmap_example")))
+    nodes = dict(_walk(str(legacy / "tensordict_mmap_example")))
     assert nodes[()].legacy and nodes[()].version == 0 and nodes[()].batch_size == (2, 1)
     nested = nodes[("nested",)].entries
     int64 = nested["int64"]
     assert (int64.dtype, int64.shape, int64.nbytes) == (torch.int64, (2, 1), 16)
     assert int64.path == str(legacy / "tensordict_mmap_example/nested/int64.memmap")
     assert nested["bfloat16"].dtype is torch.bfloat16
-    assert nested["string"] == fmt.JsonEntry(["a string!"], False)
+    assert nested["string"] == JsonEntry(["a string!"], False)
 
 
 def test_reads_tensordict_format_1(legacy: Path) -> None:
-    nodes = dict(fmt.iter_tree(str(legacy / "tensordict_0_15_tree")))
+    nodes = dict(_walk(str(legacy / "tensordict_0_15_tree")))
     root = nodes[()]
     assert root.version == 1 and list(root.entries) == [
         "obs", "label", "mask", "nested", "note", "weird key",
     ]  # fmt: skip
     assert root.entries["weird key"].path.endswith("weird%20key.memmap")
-    assert root.entries["note"] == fmt.JsonEntry("hello", False)
+    assert root.entries["note"] == JsonEntry("hello", False)
     assert nodes[("nested", "deep")].entries["x"].dtype is torch.int16
 
 
@@ -379,34 +394,34 @@ def test_legacy_trees_are_checked_too(legacy: Path) -> None:
     with pytest.raises(
         FormatError, match=r"obs.memmap is 40 bytes, but float32 of shape \[3, 4\] needs 48"
     ):
-        fmt.read_node(str(root))
+        _read(str(root))
     meta = json.loads((root / "meta.json").read_text())
     meta["_format_version"] = 7
     (root / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(FormatError, match="tensordict format version 7; tensorbox reads 0 and 1"):
-        fmt.read_node(str(root))
+        _read(str(root))
     meta["_format_version"] = 1
     meta["_class"] = "tensordict:LazyStackedTensorDict"
     (root / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(
         FormatError, match="of class 'tensordict:LazyStackedTensorDict'; tensorbox reads"
     ):
-        fmt.read_node(str(root))
+        _read(str(root))
     meta["_class"] = "tensordict:TensorDict"
     meta["obs"] = {"type": "LazyStackedTensorDict"}
     (root / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(FormatError, match="entry 'obs' has type 'LazyStackedTensorDict'"):
-        fmt.read_node(str(root))
+        _read(str(root))
     meta["obs"] = {"dtype": "torch.float32", "shape": [3, 4], "file": "x", "is_nested": True}
     (root / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(FormatError, match="nested \\(jagged\\) tensors are not supported"):
-        fmt.read_node(str(root))
+        _read(str(root))
     meta["obs"] = {"dtype": "torch.float32", "shape": [3, 4]}
     (root / "obs.memmap").write_bytes(bytes(48))
     meta["weird key"] = [1]
     (root / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(FormatError, match=r"entry 'weird key' is \[1\], expected an object"):
-        fmt.read_node(str(root))
+        _read(str(root))
 
 
 def test_reads_tensordict_non_tensor_stacks(legacy: Path) -> None:
@@ -417,15 +432,15 @@ def test_reads_tensordict_non_tensor_stacks(legacy: Path) -> None:
     (root / "tags").mkdir()
     stack = {"_type": "<class 'tensordict.tensorclass.NonTensorStack'>", "stack_dim": 0}
     (root / "tags" / "meta.json").write_text(json.dumps({**stack, "data": ["a", "b", "c"]}))
-    assert fmt.read_node(str(root)).entries["tags"].value.tolist() == ["a", "b", "c"]
+    assert _read(str(root)).entries["tags"].value.tolist() == ["a", "b", "c"]
     (root / "tags" / "meta.json").write_text(json.dumps({**stack, "stack_dim": 1, "data": []}))
     with pytest.raises(FormatError, match="only stacks along dim 0 are supported"):
-        fmt.read_node(str(root))
+        _read(str(root))
     (root / "tags" / "meta.json").write_text(json.dumps({**stack, "data": ["a"]}))
     with pytest.raises(
         FormatError, match=r"stacked value does not have the shape of batch_size \[3\]"
     ):
-        fmt.read_node(str(root))
+        _read(str(root))
 
 
 def test_deep_nesting_is_refused(tmp_path: Path) -> None:
@@ -433,7 +448,7 @@ def test_deep_nesting_is_refused(tmp_path: Path) -> None:
     text = json.dumps(fmt.node_meta("TensorDict", [], None, {"v": {"kind": "json", "value": 0}}))
     (tmp_path / "meta.json").write_text(text.replace('"value": 0', f'"value": {deep}'))
     with pytest.raises(FormatError, match="is not valid JSON"):
-        fmt.read_node(str(tmp_path))
+        _read(str(tmp_path))
     # Nodes nested deeper than MAX_DEPTH (each level a directory) are refused too.
     d = tmp_path / "tree"
     levels = [d]
@@ -442,9 +457,9 @@ def test_deep_nesting_is_refused(tmp_path: Path) -> None:
     levels[-1].mkdir(parents=True)
     for level in levels:
         entries = {"n": {"kind": "node", "dir": "n"}} if level != levels[-1] else {}
-        fmt.write_meta(str(level), fmt.node_meta("TensorDict", [], None, entries))
+        write_meta(str(level), fmt.node_meta("TensorDict", [], None, entries))
     with pytest.raises(FormatError, match=f"nodes are nested more than {fmt.MAX_DEPTH} deep"):
-        list(fmt.iter_tree(str(d)))
+        list(_walk(str(d)))
     with pytest.raises(FormatError, match=f"nodes are nested more than {fmt.MAX_DEPTH} deep"):
         TensorDict.load_memmap(d)
     assert TensorDict.load_memmap(levels[-50]).batch_size == ()  # a shallower part loads

@@ -497,7 +497,7 @@ def test_child_batch_size_must_extend_the_parent(tmp_path: Path) -> None:
 _CRASH_CHILD = """
 import sys, time, torch
 from tensorbox import TensorDict
-import tensorbox._storage.persist as persist
+import tensorbox._storage.folder as persist
 
 real, count = persist.write_file, [0]
 def write_then_stall(*args, **kwargs):

@@ -78,21 +78,21 @@ def test_archive_save_creates_one_file(tmp_path: Path, monkeypatch: pytest.Monke
 def test_generation_ids_are_unique_and_not_shared_with_a_forked_child() -> None:
     import multiprocessing
 
-    from tensorbox._storage import persist as _persist
+    from tensorbox._storage import save as _save
 
-    _persist._IDS.clear()  # a pool left by earlier saves could run out at exactly 200
-    ids = [_persist._new_id() for _ in range(200)]
+    _save._IDS.clear()  # a pool left by earlier saves could run out at exactly 200
+    ids = [_save.new_id() for _ in range(200)]
     assert len(set(ids)) == 200 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
-    assert _persist._IDS  # some left in the pool
+    assert _save._IDS  # some left in the pool
     if "fork" not in multiprocessing.get_all_start_methods():
         return
-    left = set(_persist._IDS)
+    left = set(_save._IDS)
     r, w = os.pipe()
     with warnings.catch_warnings():  # 3.12+: fork() of a process with threads warns
         warnings.simplefilter("ignore", DeprecationWarning)
         pid = os.fork()
     if pid == 0:  # the child: a fresh pool
-        os.write(w, _persist._new_id().encode())
+        os.write(w, _save.new_id().encode())
         os._exit(0)
     os.close(w)
     child = os.read(r, 64).decode()

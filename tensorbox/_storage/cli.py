@@ -29,15 +29,22 @@ import os
 import reprlib
 import sys
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
-from tensorbox._storage import checksum as _checksum
-from tensorbox._storage import commit as _commit
-from tensorbox._storage import jagged_io as _jagged_io
+from tensorbox._storage import persist as _persist
 from tensorbox._storage.archive import convert as _archive_convert
 from tensorbox._storage.archive import store as _archive
 from tensorbox._storage.archive import zip as _zip
-from tensorbox._storage.format import spec as fmt
+from tensorbox._storage.store import (
+    JaggedEntry,
+    Node,
+    NodeEntry,
+    TensorEntry,
+    count,
+    iter_nodes,
+    read_child,
+)
+from tensorbox._storage.store import verify as check_all
 from tensorbox.errors import FormatError
 
 
@@ -73,35 +80,19 @@ def _clean(text: object) -> str:
 
 
 def show(path: str, out: list[str]) -> int:
-    found = _archive.split(path)
-    if found is not None:
-        ar = _archive.Archive(found[0])
-        node = _archive.read_node(ar, found[1])
-        _header(path, node, out, ", archive")
+    with _persist.opened(path) as (store, rel):
+        node = store.node(rel)
+        _header(path, node, out, ", archive" if isinstance(store, _archive.ArchiveStore) else "")
 
-        def child(parent: fmt.Node, e: fmt.NodeEntry, depth: int) -> fmt.Node:
-            return _archive.read_child(ar, parent, e, depth)
+        def child(parent: Node, e: NodeEntry, depth: int) -> Node:
+            return read_child(store, parent, e, depth)
 
         total = _show_node(node, child, "", out, 0)
-        out.append(f"total: {_size(total)}")
-        return 0
-    lock = _commit.read_lock(os.path.realpath(path))
-    try:
-        node = fmt.read_node(path)
-        _header(path, node, out, "")
-        root = os.path.realpath(path)
-
-        def child(parent: fmt.Node, e: fmt.NodeEntry, depth: int) -> fmt.Node:
-            return fmt.read_child(parent, e, root, depth)
-
-        total = _show_node(node, child, "", out, 0)
-    finally:
-        _commit.read_unlock(lock)
     out.append(f"total: {_size(total)}")
     return 0
 
 
-def _header(path: str, node: fmt.Node, out: list[str], form: str) -> None:
+def _header(path: str, node: Node, out: list[str], form: str) -> None:
     origin = "tensordict" if node.legacy else "tensorbox"
     out.append(
         f"{_clean(path)}: {_clean(node.type)} batch_size={list(node.batch_size)} "
@@ -109,13 +100,13 @@ def _header(path: str, node: fmt.Node, out: list[str], form: str) -> None:
     )
 
 
-def _show_node(node: fmt.Node, child: Any, indent: str, out: list[str], depth: int) -> int:
+def _show_node(node: Node, child: Any, indent: str, out: list[str], depth: int) -> int:
     total = 0
-    items = list(cast("dict[str, _archive.Entry]", node.entries).items())
+    items = list(node.entries.items())
     for i, (key, e) in enumerate(items):
         last = i == len(items) - 1
         branch, cont = ("└── ", "    ") if last else ("├── ", "│   ")
-        if type(e) is fmt.TensorEntry or type(e) is _archive.ArchiveTensor:
+        if type(e) is TensorEntry:
             n = e.nbytes
             total += n
             dtype = str(e.dtype).removeprefix("torch.")
@@ -123,7 +114,7 @@ def _show_node(node: fmt.Node, child: Any, indent: str, out: list[str], depth: i
                 f"{indent}{branch}{_clean(repr(key))}: {dtype} {list(e.shape)} {_size(n)}  "
                 f"[{_clean(_base(e.path))}]" + (" sha256" if e.sha256 else "")
             )
-        elif type(e) is _jagged_io.JaggedEntry or type(e) is _archive.ArchiveJagged:
+        elif type(e) is JaggedEntry:
             n = e.values.nbytes + e.offsets.nbytes
             total += n
             dtype = str(e.values.dtype).removeprefix("torch.")
@@ -132,7 +123,7 @@ def _show_node(node: fmt.Node, child: Any, indent: str, out: list[str], depth: i
                 f"{indent}{branch}{_clean(repr(key))}: jagged {dtype} [{rows}] {_size(n)}  "
                 f"[{_clean(_base(e.values.path))}, {_clean(_base(e.offsets.path))}]"
             )
-        elif type(e) is fmt.NodeEntry:
+        elif type(e) is NodeEntry:
             sub = child(node, e, depth + 1)
             out.append(
                 f"{indent}{branch}{_clean(repr(key))}: {_clean(sub.type)} "
@@ -152,32 +143,15 @@ def _base(path: str) -> str:
 
 def verify(path: str, out: list[str], read: bool = False) -> int:
     nodes = tensors = total = 0
-    found = _archive.split(path)
-    if found is not None:
-        ar = _archive.Archive(found[0])
-        for _, node in _archive.iter_nodes(ar, found[1]):
-            nodes += 1
-            for e in cast("dict[str, _archive.Entry]", node.entries).values():
-                tensors, total = _archive.count(ar, e, tensors, total, read)
-        _ok(out, nodes, tensors, total)
-        return 0
-    lock = _commit.read_lock(os.path.realpath(path))
-    try:
-        for _, node in fmt.iter_tree(path):
-            nodes += 1
-            for e in node.entries.values():
-                if type(e) is fmt.TensorEntry:
-                    tensors += 1
-                    total += e.nbytes
-                    if read:  # every byte, and the checksum when the save recorded one
-                        _checksum.check_file(e.path, e.nbytes, e.sha256)
-                elif type(e) is _jagged_io.JaggedEntry:
-                    tensors += 1
-                    total += e.values.nbytes + e.offsets.nbytes
-                    if read:  # both files, and the offsets' contents
-                        _jagged_io.verify(e)
-    finally:
-        _commit.read_unlock(lock)
+    with _persist.opened(path) as (store, rel):
+        if read:  # every byte, its checksums, and jagged leaves' offsets
+            nodes, tensors, total = check_all(store, rel)
+        else:
+            for _, node in iter_nodes(store, rel):
+                nodes += 1
+                for e in node.entries.values():
+                    n, b = count(e)
+                    tensors, total = tensors + n, total + b
     _ok(out, nodes, tensors, total)
     return 0
 

@@ -47,12 +47,22 @@ from tensorbox._core.chunks import byte_chunks
 from tensorbox._core.keys import format_key
 from tensorbox._core.methods_io import TREES
 from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.schema import check_json_value
 from tensorbox._core.tree import is_coll, type_name
 from tensorbox._storage import commit as _commit
 from tensorbox._storage import writethrough as _persist_writes
-from tensorbox._storage.format import spec as fmt
-from tensorbox._storage.jagged_io import JaggedEntry
+from tensorbox._storage.folder import FolderStore
+from tensorbox._storage.format.spec import META, SUFFIX
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor, _blank, map_file
+from tensorbox._storage.save import Saver
+from tensorbox._storage.store import (
+    JaggedEntry,
+    JsonEntry,
+    Node,
+    NodeEntry,
+    TensorEntry,
+    read_child,
+)
 from tensorbox.errors import BatchSizeError, TensorDictKeyError
 
 __all__ = ["DISK_KINDS", "LAYOUTS", "DiskKind", "Sig", "extend_", "grow_capacity"]
@@ -73,15 +83,15 @@ def _dense_sig(t: Tensor) -> Sig:
     return Sig(torch.strided, t.dtype, tuple(t.shape[1:]))
 
 
-def _dense_entry_sig(e: fmt.TensorEntry) -> Sig:
+def _dense_entry_sig(e: TensorEntry) -> Sig:
     return Sig(torch.strided, e.dtype, tuple(e.shape[1:]))
 
 
-def _dense_maps(e: fmt.TensorEntry, t: Tensor) -> bool | None:
+def _dense_maps(e: TensorEntry, t: Tensor) -> bool | None:
     """Whether ``t`` maps ``e``'s file (None: ``t`` maps no file at all)."""
     if type(t) is not MemoryMappedTensor:
         return None
-    return getattr(t.untyped_storage(), "_tbx_id", None) == e.ident
+    return bool(getattr(t.untyped_storage(), "_tbx_id", None) == e.ident)
 
 
 #: Per in-memory layout (``t.layout``): the leaf's signature.
@@ -98,7 +108,7 @@ def grow_capacity(size: int, need: int) -> int:
 
 
 def _append_dense(
-    e: fmt.TensorEntry, rows: Tensor, fsync: bool, where: str, current: Tensor | None
+    e: TensorEntry, rows: Tensor, fsync: bool, where: str, current: Tensor | None
 ) -> Tensor:
     """Write ``rows`` after the committed rows of the leaf file ``e``; the longer tensor.
 
@@ -136,7 +146,7 @@ def _append_dense(
     return t
 
 
-def _reusable(current: Tensor | None, e: fmt.TensorEntry, end: int) -> Any:
+def _reusable(current: Tensor | None, e: TensorEntry, end: int) -> Any:
     """The storage of ``current`` when it is a shared mapping of ``e``'s file from its
     start, at least ``end`` bytes long (after a load it maps only the committed rows)."""
     if type(current) is not MemoryMappedTensor or current.storage_offset():
@@ -221,7 +231,7 @@ def _sha256s(e: Any) -> bool:
 LAYOUTS[torch.jagged] = _jagged_sig
 
 DISK_KINDS: dict[type, DiskKind] = {
-    fmt.TensorEntry: DiskKind(_dense_entry_sig, _dense_maps, _append_dense),
+    TensorEntry: DiskKind(_dense_entry_sig, _dense_maps, _append_dense),
     JaggedEntry: DiskKind(_jagged_entry_sig, _jagged_maps, _append_jagged),
 }
 
@@ -247,7 +257,7 @@ class Spec(NamedTuple):
     type: str | None
     batch: tuple[int, ...]
     entries: dict[str, Any]
-    node: fmt.Node | None = None
+    node: Node | None = None
 
 
 def _spec_of(td: Any, path: tuple[str, ...] = ()) -> Spec:
@@ -377,7 +387,7 @@ def _refuse_read_only(td: Any) -> None:
         )
         if ro is None:
             continue
-        if ro.endswith(fmt.SUFFIX) and os.path.isfile(os.path.join(os.path.dirname(ro), fmt.META)):
+        if ro.endswith(SUFFIX) and os.path.isfile(os.path.join(os.path.dirname(ro), META)):
             raise RuntimeError(
                 f"extend_: this container maps its tree read-only (load_memmap(..., mode='r'): "
                 f"{ro!r} never changes); open the tree with mode='r+' to append rows"
@@ -416,13 +426,13 @@ def _adopt(td: Any, new: Any) -> None:
 # ---------------------------------------------------------------- saved trees
 
 
-def _disk_spec(node: fmt.Node, root: str, path: tuple[str, ...] = ()) -> Spec:
+def _disk_spec(node: Node, root: str, path: tuple[str, ...] = ()) -> Spec:
     entries: dict[str, Any] = {}
     for k, e in node.entries.items():
-        if type(e) is fmt.NodeEntry:
-            child = fmt.read_child(node, e, root, len(path) + 1)
+        if type(e) is NodeEntry:
+            child = read_child(FolderStore(root), node, e, len(path) + 1)
             entries[k] = _disk_spec(child, root, (*path, k))
-        elif type(e) is fmt.JsonEntry:
+        elif type(e) is JsonEntry:
             entries[k] = None
         else:
             kind = DISK_KINDS.get(type(e))
@@ -494,10 +504,10 @@ class _Plan:
                 store[key] = self.node(td._tensordict[key], have, v, kpath)
             elif have is None:
                 e = node.entries[key]
-                assert type(e) is fmt.JsonEntry
+                assert type(e) is JsonEntry
                 old = NonTensorData(e.value, stacked=e.stacked)
                 new = NonTensorData.cat([old, v], 0, [disk.batch, rows._batch_size])
-                fmt.check_json_value(
+                check_json_value(
                     new.data.tolist() if new.stacked else new.data, f"key {format_key(kpath)}"
                 )
                 store[key] = new
@@ -522,7 +532,7 @@ def _extend_tree(td: Any, root: str, rows: Any, fsync: bool) -> None:
     from tensorbox._storage import persist as _persist
 
     with _commit.writing(root):
-        top = fmt.read_node(root, root)
+        top = FolderStore(root).node()
         disk = _disk_spec(top, root)
         if not disk.batch:
             raise BatchSizeError(
@@ -535,9 +545,9 @@ def _extend_tree(td: Any, root: str, rows: Any, fsync: bool) -> None:
         plan = _Plan(fsync)
         grown = plan.node(td, disk, rows, ())  # every value checked: nothing written yet
         plan.write()
-        saver = _persist._Saver(root, "inplace", False, fsync, checksum=plan.checksum)
-        saver.held, saver.types = True, plan.types
-        saver.run(grown, 0)
+        saver = Saver(FolderStore(root), "inplace", False, fsync, checksum=plan.checksum)
+        saver.types = plan.types
+        _persist.run(saver, grown, 0, held=True)
         # Rebound under the lock: another thread's append to ``td`` waits for it.
         _persist_writes.unregister(grown)
         _adopt(td, grown)

@@ -1,7 +1,8 @@
 """Jagged leaves on disk: a values file and an offsets file (the ``jagged`` entry kind).
 
-The entry is specified in :mod:`tensorbox._storage.format.spec` ("Jagged entries"). This module
-parses and checks it (:func:`parse_entry`), checks the offsets' contents
+The entry is specified in :mod:`tensorbox._storage.format.spec` ("Jagged entries") and
+parsed with the other entries (:mod:`tensorbox._storage.format.parse`). This module
+checks the offsets' contents
 (:func:`check_offsets`), plans the two files of a save (:func:`entry_json`), and maps
 them back as a jagged nested tensor (:func:`map_jagged`, :func:`build`). An append
 (:mod:`tensorbox._storage.extend`) treats the two files as two dense leaves: values after the
@@ -25,69 +26,27 @@ committed values, offsets continuing the committed ones, then a commit of the ne
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple, TypeVar
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from tensorbox._core.jagged import from_parts, parts
-from tensorbox._core.schema import _short_repr
-from tensorbox._storage import checksum as _checksum
-from tensorbox._storage.format import spec as fmt
+from tensorbox._storage.format.names import encode_key
+from tensorbox._storage.format.spec import SUFFIX, dtype_name
 from tensorbox._storage.memmap_tensor import map_file
 from tensorbox.errors import FormatError
 
-__all__ = [
-    "OFFSET_DTYPES",
-    "JaggedEntry",
-    "build",
-    "check_offsets",
-    "entry_json",
-    "file_ids",
-    "file_names",
-    "map_jagged",
-    "parse_entry",
-    "parse_parts",
-    "verify",
-]
+__all__ = ["build", "check_offsets", "entry_json", "file_names", "map_jagged"]
 
-#: Offsets dtypes the format allows (as ``meta.json`` names them).
-OFFSET_DTYPES = {"int64": torch.int64, "int32": torch.int32}
-_FIELDS = frozenset(("kind", "dtype", "shape", "length", "values", "offsets"))
-_VALUES_FIELDS = frozenset(("file", "id"))
-_OFFSETS_FIELDS = frozenset(("file", "dtype", "id"))
-T = TypeVar("T")
 #: Offsets checked per step at load: bounded memory whatever the row count.
 _CHECK_ROWS = 1 << 20
 
 
-class JaggedEntry(NamedTuple):
-    """A checked ``jagged`` entry: its two files as tensor entries (shapes ``[length,
-    *feature]`` and ``[rows + 1]``), their contents not read yet."""
-
-    values: fmt.TensorEntry
-    offsets: fmt.TensorEntry
-
-
-def file_ids(entries: Any) -> dict[str, str]:
-    """``{file name: id}`` of every file an ``entries`` object of ``meta.json`` names:
-    tensor entries' files and both files of jagged entries (unchecked JSON: odd
-    entries are skipped)."""
-    ids: dict[str, str] = {}
-    for e in entries.values() if type(entries) is dict else ():
-        if type(e) is not dict:
-            continue
-        for f in (e, e.get("values"), e.get("offsets")) if e.get("kind") == "jagged" else (e,):
-            if type(f) is dict and type(f.get("file")) is str and type(f.get("id")) is str:
-                ids[f["file"]] = f["id"]
-    return ids
-
-
 def file_names(key: str) -> tuple[str, str]:
     """The values and offsets file names of key ``key`` (encoded as other leaves)."""
-    base = fmt.encode_key(key)
-    return f"{base}.values{fmt.SUFFIX}", f"{base}.offsets{fmt.SUFFIX}"
+    base = encode_key(key)
+    return f"{base}.values{SUFFIX}", f"{base}.offsets{SUFFIX}"
 
 
 def entry_json(key: str, t: Tensor) -> dict[str, Any]:
@@ -96,84 +55,12 @@ def entry_json(key: str, t: Tensor) -> dict[str, Any]:
     vfile, ofile = file_names(key)
     return {
         "kind": "jagged",
-        "dtype": fmt.dtype_name(values.dtype, f"key {key!r}"),
+        "dtype": dtype_name(values.dtype, f"key {key!r}"),
         "shape": [int(t.shape[0]), None, *(int(d) for d in values.shape[1:])],
         "length": int(values.shape[0]),
         "values": {"file": vfile},
         "offsets": {"file": ofile, "dtype": "int32" if offsets.dtype is torch.int32 else "int64"},
     }
-
-
-def _sub(e: Any, name: str, fields: frozenset[str], where: str) -> dict[str, Any]:
-    sub = e.get(name)
-    if type(sub) is not dict or not fields <= sub.keys() <= fields | {"sha256"}:
-        raise FormatError(
-            f"{where}: {name!r} is {_short_repr(sub)}; expected an object with "
-            f"{sorted(fields)!r} and maybe 'sha256'"
-        )
-    gen, sha = sub["id"], sub.get("sha256")
-    if type(gen) is not str or fmt._HEX32(gen) is None:
-        raise FormatError(f"{where}: {name} 'id' is {_short_repr(gen)}, expected 32 hex digits")
-    if sha is not None and (type(sha) is not str or fmt._HEX64(sha) is None):
-        raise FormatError(f"{where}: {name} 'sha256' is {_short_repr(sha)}, expected 64 hex digits")
-    return sub
-
-
-def parse_entry(
-    directory: str, root_real: str, e: dict[str, Any], batch: tuple[int, ...], where: str
-) -> JaggedEntry:
-    """A ``jagged`` entry of ``meta.json``, its fields and file sizes checked (contents
-    are checked when mapped, by :func:`check_offsets`)."""
-
-    def tensor(file: Any, dtype: Any, shape: list[Any], gen: str, sha: Any) -> fmt.TensorEntry:
-        entry = fmt.tensor_entry(directory, root_real, file, dtype, shape, (), where)
-        return entry._replace(gen=gen, sha256=sha)
-
-    return JaggedEntry(*parse_parts(e, batch, where, tensor))
-
-
-def parse_parts(
-    e: dict[str, Any],
-    batch: tuple[int, ...],
-    where: str,
-    tensor: Callable[[Any, Any, list[Any], str, str | None], T],
-) -> tuple[T, T]:
-    """The values and offsets entries of the ``jagged`` entry ``e``, its fields checked;
-    ``tensor(file, dtype, shape, id, sha256)`` makes (and size-checks) the entry of each
-    file: a folder's file, or an archive's entry."""
-    if e.keys() != _FIELDS:
-        raise FormatError(
-            f"{where} has fields {sorted(e)!r}; a 'jagged' entry has {sorted(_FIELDS)!r}"
-        )
-    shape = e["shape"]
-    if type(shape) is not list or len(shape) < 2 or shape[1] is not None:
-        raise FormatError(
-            f"{where}: shape {_short_repr(shape)} is not [rows, null, *feature] (null marks "
-            "the ragged dim)"
-        )
-    rows = fmt.check_shape(shape[:1], where, "'shape'")[0]
-    feature = fmt.check_shape(shape[2:], where, "'shape'")
-    if batch != (rows,):
-        raise FormatError(
-            f"{where}: a jagged entry of {rows} rows needs batch_size [{rows}], the node's is "
-            f"{list(batch)}"
-        )
-    length = e["length"]
-    if type(length) is not int or length < 0:
-        raise FormatError(f"{where}: 'length' is {_short_repr(length)}, expected an int >= 0")
-    v = _sub(e, "values", _VALUES_FIELDS, where)
-    o = _sub(e, "offsets", _OFFSETS_FIELDS, where)
-    odt = o["dtype"]
-    if type(odt) is not str or odt not in OFFSET_DTYPES:
-        raise FormatError(
-            f"{where}: offsets dtype {_short_repr(odt)} is not one of {sorted(OFFSET_DTYPES)}"
-        )
-    if odt == "int32" and length > 2**31 - 1:
-        raise FormatError(f"{where}: 'length' {length} does not fit int32 offsets")
-    return (
-        tensor(v["file"], e["dtype"], [length, *feature], v["id"], v.get("sha256")),
-        tensor(o["file"], odt, [rows + 1], o["id"], o.get("sha256")),
-    )
 
 
 def check_offsets(offsets: Tensor, length: int, path: str) -> tuple[int, int] | None:
@@ -231,11 +118,3 @@ def map_jagged(
     values = map_file(values_path, dtype, (length, *feature), mode)
     offsets = map_file(offsets_path, offsets_dtype, (rows + 1,), mode)
     return from_parts(values, offsets, check_offsets(offsets, length, offsets_path))
-
-
-def verify(e: JaggedEntry) -> None:
-    """Read both files (checking recorded checksums) and check the offsets' contents."""
-    for f in e:
-        _checksum.check_file(f.path, f.nbytes, f.sha256)
-    offsets = map_file(e.offsets.path, e.offsets.dtype, e.offsets.shape, "r", e.offsets.nbytes)
-    check_offsets(offsets, e.values.shape[0], e.offsets.path)

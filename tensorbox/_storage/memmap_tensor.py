@@ -61,7 +61,8 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.chunks import as_bytes, byte_chunks
-from tensorbox._storage.format.spec import DTYPES, dtype_name, fsync_dir, temp_name
+from tensorbox._storage.format.metafile import fsync_dir, temp_name
+from tensorbox._storage.format.spec import DTYPES, dtype_name
 from tensorbox._storage.memmap_args import (
     MemmapDeviceError,
     MemmapFileExistsError,
@@ -688,8 +689,9 @@ _GEN_CACHE: dict[str, tuple[bytes, dict[str, str]]] = {}
 
 def _file_gen(filename: str) -> str | None:
     """The ``id`` that the ``meta.json`` beside ``filename`` gives it (None: none)."""
-    from tensorbox._storage.format.spec import META, read_meta_bytes
-    from tensorbox._storage.jagged_io import file_ids
+    from tensorbox._storage.format.metafile import read_meta_bytes
+    from tensorbox._storage.format.parse import file_ids
+    from tensorbox._storage.format.spec import META
 
     directory, name = os.path.split(filename)
     try:

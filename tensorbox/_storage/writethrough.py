@@ -46,7 +46,9 @@ from tensorbox._core.methods_io import OPEN, TREES, sync_open
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.schema import check_json_value
 from tensorbox._core.tree import is_coll
-from tensorbox._storage.format import spec as fmt
+from tensorbox._storage.format.metafile import read_meta_bytes
+from tensorbox._storage.format.names import encode_key
+from tensorbox._storage.format.spec import META
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor
 
 #: One node of a saved tree before a write: node, its dict, a copy, batch size, device.
@@ -73,7 +75,7 @@ def generation(path: str) -> tuple[int, int] | None:
     That file holds the random ids of the tree's files, so two saves differ there (None:
     no tree). A checksum, not a file identity: inode numbers are reused."""
     try:
-        data = fmt.read_meta_bytes(path, f"{path}/{fmt.META}")
+        data = read_meta_bytes(path, f"{path}/{META}")
     except (OSError, ValueError):
         return None
     return len(data), zlib.crc32(data)
@@ -112,7 +114,7 @@ def _nodes(root: Any, directory: str) -> list[tuple[Any, str]]:
         out.append((node, d))
         for k, v in node._tensordict.items():
             if type(v) not in _LEAVES and is_coll(v):
-                todo.append((v, f"{d}/{fmt.encode_key(k, node=True)}"))
+                todo.append((v, f"{d}/{encode_key(k, node=True)}"))
     return out
 
 

@@ -45,10 +45,12 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from tensorbox._core.keys import format_key
 from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.schema import check_json_value
 from tensorbox._core.tensordict import TensorDict, is_tensor_collection
 from tensorbox._core.tree import CLASS_REGISTRY, rebuild, type_name
-from tensorbox._storage.format.spec import DTYPES, check_json_value, dtype_name, stacked_array
-from tensorbox._storage.format.write import _orjson_or_json
+from tensorbox._storage.format.metafile import _orjson_or_json
+from tensorbox._storage.format.parse import stacked_array
+from tensorbox._storage.format.spec import DTYPES, dtype_name
 from tensorbox.distributed._shard import shard_indices
 from tensorbox.errors import TensorboxError
 

@@ -30,9 +30,12 @@ from tensorbox._core.chunks import as_bytes
 from tensorbox._storage import commit as _commit
 from tensorbox._storage.archive import store as _archive
 from tensorbox._storage.archive import zip as _zip
-from tensorbox._storage.format import spec as fmt
-from tensorbox._storage.jagged_io import JaggedEntry
+from tensorbox._storage.folder import FolderStore, old_node_dirs
+from tensorbox._storage.format.metafile import fsync_dir
+from tensorbox._storage.format.parse import parse_json
+from tensorbox._storage.format.spec import META
 from tensorbox._storage.memmap_tensor import map_file
+from tensorbox._storage.store import JaggedEntry, TensorEntry, iter_nodes
 
 __all__ = ["pack", "unpack"]
 
@@ -66,8 +69,9 @@ def pack(
     src = os.path.realpath(directory)
     root = os.path.realpath(file)
     lock = _commit.read_lock(src)
+    store = FolderStore(src)
     try:
-        top = fmt.read_node(src)
+        top = store.node()
         if top.legacy:
             from tensorbox._core.tensordict import TensorDict
 
@@ -76,29 +80,27 @@ def pack(
                 root, archive=True, num_threads=num_threads, fsync=fsync, compression=compression
             )
             n = t = 0
-            for _, node in fmt.iter_tree(src):
+            for _, node in iter_nodes(store):
                 n += 1
-                t += sum(type(e) is fmt.TensorEntry for e in node.entries.values())
+                t += sum(type(e) is TensorEntry for e in node.entries.values())
             return n, t
         items: list[tuple[str, Any, bool]] = []  # (name, payload, align)
         leaves = 0
-        for _, node in fmt.iter_tree(src, top):
-            rel = os.path.relpath(node.path, src).replace(os.sep, "/")
-            rel = "" if rel == "." else rel + "/"
-            meta = os.path.join(node.path, fmt.META)
-            raw = fmt.read_meta_bytes(node.path, meta)
-            items.append((rel + fmt.META, raw, False))
+        for _, node in iter_nodes(store, "", top):
+            rel = f"{node.rel}/" if node.rel else ""
+            raw = store.read_meta(node.rel)
+            items.append((rel + META, raw, False))
             # Names as meta.json gives them (a leaf may be a symlink to another file name)
-            doc = fmt._parse_json(raw, meta)["entries"]  # NaN too, as read_node reads it
+            doc = parse_json(raw, store.where(rel + META))["entries"]
             for key, e in node.entries.items():
-                if type(e) is fmt.TensorEntry:
+                if type(e) is TensorEntry:
                     items.append(_leaf_item(rel + doc[key]["file"], e, method))
                     leaves += 1
                 elif type(e) is JaggedEntry:
                     for part, sub in zip(e, ("values", "offsets"), strict=True):
                         items.append(_leaf_item(rel + doc[key][sub]["file"], part, method))
                     leaves += 1
-        nodes = sum(name.endswith(fmt.META) for name, _, _ in items)
+        nodes = sum(name.endswith(META) for name, _, _ in items)
     finally:
         _commit.read_unlock(lock)
     with _commit.writing(root):
@@ -107,7 +109,7 @@ def pack(
     return nodes, leaves
 
 
-def _leaf_item(name: str, e: fmt.TensorEntry, method: int) -> tuple[str, Any, bool]:
+def _leaf_item(name: str, e: TensorEntry, method: int) -> tuple[str, Any, bool]:
     """The zip item ``name`` of a leaf file: its first ``e.nbytes`` bytes (the committed
     ones; a grown file is longer), mapped, compressed when ``method`` says so."""
     data = (
@@ -137,8 +139,9 @@ def unpack(file: str, directory: str, *, fsync: bool = False) -> tuple[int, int]
     if found is None:
         raise FileNotFoundError(f"no archive at {file!r}")
     path, inner = found
-    ar = _archive.Archive(path)
-    nodes = sum(1 for _ in _archive.iter_nodes(ar, inner))  # the whole tree, checked
+    store = _archive.ArchiveStore(path)
+    ar = store.ar
+    nodes = sum(1 for _ in iter_nodes(store, inner))  # the whole tree, checked
     pre = f"{inner}/" if inner else ""
     names = [n for n in ar.entries if n.startswith(pre)]
     root = os.path.realpath(directory)
@@ -157,10 +160,8 @@ def unpack(file: str, directory: str, *, fsync: bool = False) -> tuple[int, int]
                 _extract(ar, ar.entries[name], target, fsync)
             if fsync:
                 for d in made:
-                    fmt.fsync_dir(d)
-            from tensorbox._storage.persist import _old_node_dirs
-
-            old = _commit.commit(stage, root, lambda: _old_node_dirs(root))
+                    fsync_dir(d)
+            old = _commit.commit(stage, root, lambda: old_node_dirs(root))
         except BaseException:
             _commit.remove_stage(stage)
             raise

@@ -1,33 +1,31 @@
 """Reading trees written by tensordict 0.14/0.15 (its format versions 0 and 1).
 
-A migration path: :func:`read_legacy_node` returns the same :class:`~tensorbox._storage.format.spec.Node`
-as a tensorbox node, with the same checks.
+A migration path: :func:`parse_legacy` turns tensordict's ``meta.json`` into the same
+:class:`~tensorbox._storage.format.parse.NodeDoc` as a tensorbox node, with the same
+checks. tensordict named files by one of two encodings and kept non-tensor values and
+tensorclass tensors in sub-directories; the description says so (names to try,
+``ChildSpec.json``, ``NodeDoc.inner``) and the store resolves it.
 """
 
 from __future__ import annotations
 
-import os
-from typing import Any, TypeGuard
+from collections.abc import Callable
+from typing import Any
 
 from tensorbox._core.schema import _short_repr
 from tensorbox._storage.format.names import is_plain_name, legacy_name
-from tensorbox._storage.format.spec import (
-    META,
-    SUFFIX,
+from tensorbox._storage.format.parse import (
+    ChildSpec,
     JsonEntry,
-    Node,
-    _parse_json,
+    NodeDoc,
     check_device,
     check_shape,
-    node_entry,
-    read_meta_bytes,
-    read_node,
-    stacked_array,
-    tensor_entry,
+    leaf_spec,
 )
+from tensorbox._storage.format.spec import META, SUFFIX
 from tensorbox.errors import FormatError
 
-__all__ = ["read_legacy_node"]
+__all__ = ["parse_legacy"]
 
 # Node fields of tensordict's meta.json, mixed with its entries: a field whose
 # value is an object is an entry of that name (tensordict's own rule).
@@ -35,6 +33,7 @@ _LEGACY_FIELDS = frozenset(
     ("shape", "device", "_type", "_format_version", "_class", "_names", "_metadata")
 )
 _LEGACY_TD_TYPES = ("<class 'tensordict._td.TensorDict'>", "tensordict:TensorDict")
+INNER = "_tensordict"  # where tensordict keeps a tensorclass's tensors
 
 
 def legacy_version_class(doc: dict[str, Any], where: str) -> tuple[int, Any]:
@@ -52,103 +51,81 @@ def legacy_version_class(doc: dict[str, Any], where: str) -> tuple[int, Any]:
     return version, cls
 
 
-def read_legacy_node(directory: str, meta_path: str, doc: dict[Any, Any], root_real: str) -> Node:
-    """A node written by tensordict 0.14/0.15 (its format versions 0 and 1)."""
-    version, cls = legacy_version_class(doc, meta_path)
-    if _is_tensorclass_tree(cls, directory):
-        return _read_tensorclass(directory, meta_path, doc, root_real, cls)
+def parse_legacy(doc: dict[Any, Any], where: str, exists: Callable[[str], bool]) -> NodeDoc:
+    """A node written by tensordict; ``exists(name)`` tells whether the node has ``name``
+    (a file or a sub-directory)."""
+    version, cls = legacy_version_class(doc, where)
+    if (
+        type(cls) is str
+        and cls.startswith("<class '")
+        and cls not in _LEGACY_TD_TYPES
+        and exists(INNER)
+    ):
+        return _tensorclass(doc, where, cls, exists)
     if cls not in _LEGACY_TD_TYPES:
         raise FormatError(
-            f"{meta_path}: a tensordict tree of class {_short_repr(cls)}; tensorbox reads "
+            f"{where}: a tensordict tree of class {_short_repr(cls)}; tensorbox reads "
             "TensorDict trees only (save lazy stacks and tensorclasses as TensorDicts)"
         )
     shape = doc.get("shape")
-    batch_size = check_shape(shape if type(shape) is not dict else None, meta_path, "'shape'")
+    batch_size = check_shape(shape if type(shape) is not dict else None, where, "'shape'")
     device = doc.get("device")
-    device = check_device(device if type(device) is not dict else None, meta_path)
+    device = check_device(device if type(device) is not dict else None, where)
     entries: dict[str, Any] = {}
     for key, e in doc.items():
-        where = f"{meta_path}: entry {key!r}"
+        kwhere = f"{where}: entry {key!r}"
         if type(e) is not dict:
             if key in _LEGACY_FIELDS:
                 continue
-            raise FormatError(f"{where} is {_short_repr(e)}, expected an object")
+            raise FormatError(f"{kwhere} is {_short_repr(e)}, expected an object")
         if "dtype" in e:
             dtype = e["dtype"]
             if type(dtype) is not str or not dtype.startswith("torch."):
-                raise FormatError(f"{where}: dtype {_short_repr(dtype)} is not a torch dtype")
+                raise FormatError(f"{kwhere}: dtype {_short_repr(dtype)} is not a torch dtype")
             if e.get("is_nested", False) is not False:
-                raise FormatError(f"{where}: nested (jagged) tensors are not supported")
-            name = _legacy_existing(directory, key, SUFFIX)
-            entries[key] = tensor_entry(
-                directory, root_real, name, dtype[6:], e.get("shape"), batch_size, where
-            )
+                raise FormatError(f"{kwhere}: nested (jagged) tensors are not supported")
+            file = _existing(key, exists, SUFFIX)
+            entries[key] = leaf_spec(file, dtype[6:], e.get("shape"), batch_size, kwhere)
             continue
         kind = e.get("type")
         if kind == "TensorDict":
-            entries[key] = node_entry(directory, root_real, _legacy_existing(directory, key), where)
+            entries[key] = ChildSpec(_existing(key, exists))
         elif kind in ("NonTensorData", "NonTensorStack"):
-            sub = node_entry(directory, root_real, _legacy_existing(directory, key), where).path
-            sub_meta = os.path.join(sub, META)
-            value = _parse_json(read_meta_bytes(sub, sub_meta), sub_meta)
-            if type(value) is not dict or "data" not in value:
-                raise FormatError(f"{sub_meta}: expected an object with a 'data' field")
-            if kind == "NonTensorStack":
-                if value.get("stack_dim", 0) != 0:
-                    raise FormatError(f"{sub_meta}: only stacks along dim 0 are supported")
-                entries[key] = JsonEntry(stacked_array(value["data"], batch_size, where), True)
-            else:
-                entries[key] = JsonEntry(value["data"], False)
+            entries[key] = ChildSpec(
+                _existing(key, exists), "stack" if kind == "NonTensorStack" else "value"
+            )
         else:
             raise FormatError(
-                f"{where} has type {_short_repr(kind)}; tensorbox reads TensorDict, "
+                f"{kwhere} has type {_short_repr(kind)}; tensorbox reads TensorDict, "
                 "NonTensorData, NonTensorStack and tensors from tensordict trees"
             )
-    return Node(directory, version, "TensorDict", batch_size, device, entries, True)
+    return NodeDoc(version, "TensorDict", batch_size, device, entries, True)
 
 
-def _legacy_existing(directory: str, key: str, suffix: str = "") -> str:
+def _existing(key: str, exists: Callable[[str], bool], suffix: str = "") -> str:
     """tensordict's encoded name, or the raw key when only that exists (older writers)."""
     name = legacy_name(key) + suffix
-    if (
-        not os.path.lexists(os.path.join(directory, name))
-        and is_plain_name(key + suffix)
-        and os.path.lexists(os.path.join(directory, key + suffix))
-    ):
+    if not exists(name) and is_plain_name(key + suffix) and exists(key + suffix):
         return key + suffix
     return name
 
 
-def _is_tensorclass_tree(cls: Any, directory: str) -> TypeGuard[str]:
-    return (
-        type(cls) is str
-        and cls.startswith("<class '")
-        and cls not in _LEGACY_TD_TYPES
-        and os.path.isdir(os.path.join(directory, "_tensordict"))
-    )
-
-
-def _read_tensorclass(
-    directory: str, meta_path: str, doc: dict[Any, Any], root_real: str, cls: str
-) -> Node:
+def _tensorclass(
+    doc: dict[Any, Any], where: str, cls: str, exists: Callable[[str], bool]
+) -> NodeDoc:
     """A tensorclass saved by tensordict: ``meta.json`` holds the class and the JSON
-    fields, ``_tensordict/`` the tensors. Pickled fields (``other.pickle``) are refused."""
-    if os.path.lexists(os.path.join(directory, "other.pickle")):
+    fields, ``_tensordict/`` the tensors (:attr:`NodeDoc.inner`, read by the store).
+    Pickled fields (``other.pickle``) are refused."""
+    if exists("other.pickle"):
+        pickled = where[: -len(META)] + "other.pickle" if where.endswith(META) else where
         raise FormatError(
-            f"{os.path.join(directory, 'other.pickle')}: this tensordict tensorclass tree keeps "
-            "fields as pickles, and tensorbox never unpickles; load it with tensordict and "
+            f"{pickled}: this tensordict tensorclass tree keeps fields as pickles, and "
+            "tensorbox never unpickles; load it with tensordict and "
             "save those fields as strings, numbers or lists (JSON), then load it here"
         )
-    sub = node_entry(directory, root_real, "_tensordict", f"{meta_path}: '_tensordict'").path
-    inner = read_node(sub, root_real)
-    entries: dict[str, Any] = dict(inner.entries)
-    for key, value in doc.items():
-        if key != "_type":
-            entries[key] = JsonEntry(value, False)
+    entries: dict[str, Any] = {k: JsonEntry(v, False) for k, v in doc.items() if k != "_type"}
     dotted = cls[len("<class '") : -2]
-    return Node(
-        directory, 0, _registered_name(dotted), inner.batch_size, inner.device, entries, True
-    )
+    return NodeDoc(0, _registered_name(dotted), (), None, entries, True, INNER)
 
 
 def _registered_name(dotted: str) -> str:

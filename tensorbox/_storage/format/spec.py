@@ -152,14 +152,15 @@ Leaf files add ``.memmap``; directories have no dot, so they never collide with 
 leaf file or with ``meta.json``, and no name starts with ``.``, the prefix of
 temporary files.
 
+>>> from tensorbox._storage.format.names import decode_key, encode_key
 >>> encode_key("obs"), encode_key("Weird key/..", node=True), encode_key("")
 ('obs', '^weird%20key%2F%2E%2E', '%')
 >>> decode_key("^weird%20key%2F%2E%2E")
 'Weird key/..'
 
 Reading a tree written by tensordict (0.14, 0.15: its format versions 0 and 1)
-is supported as a migration path: :func:`read_node` returns the same
-:class:`Node` for both.
+is supported as a migration path: :mod:`tensorbox._storage.format.legacy`
+describes their nodes as tensorbox nodes.
 
 The same tree can be one file, a standard zip whose stored entries mirror the
 folder byte for byte (``memmap(path, archive=True)``): see ``docs/format.md``
@@ -168,68 +169,29 @@ folder byte for byte (``memmap(path, archive=True)``): see ``docs/format.md``
 
 from __future__ import annotations
 
-import json
-import math
-import os
-import re
-import stat
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
-import numpy as np
-import orjson
 import torch
-
-from tensorbox._core.schema import _INT64_LIMIT, MAX_JSON_DEPTH, _short_repr, check_json_value
-from tensorbox._storage.format.names import decode_key, encode_key, is_plain_name
-from tensorbox._storage.format.write import (
-    META,
-    fsync_dir,
-    meta_bytes,
-    temp_name,
-    write_meta,
-    write_new_meta,
-)
-from tensorbox.errors import FormatError, IncompleteTreeError
-
-if TYPE_CHECKING:
-    from tensorbox._storage.jagged_io import JaggedEntry
 
 __all__ = [
     "DTYPES",
     "FORMAT",
-    "FormatError",  # what the readers raise, re-exported for them
     "MAX_DEPTH",
-    "MAX_JSON_DEPTH",
     "MAX_DIMS",
+    "MAX_META_BYTES",
     "META",
     "SUFFIX",
     "VERSION",
     "VERSIONS",
-    "JsonEntry",
-    "Node",
-    "NodeEntry",
-    "TensorEntry",
-    "check_json_value",
-    "decode_key",
     "dtype_name",
-    "encode_key",
-    "is_plain_name",
-    "iter_tree",
-    "fsync_dir",
-    "meta_bytes",
-    "temp_name",
     "node_meta",
-    "read_child",
-    "read_node",
-    "write_meta",
-    "write_new_meta",
 ]
 
 FORMAT = "tensorbox"
 VERSION = 3
 #: Versions this reader accepts (1: tensor entries without an ``id``; 3: jagged entries).
 VERSIONS = (1, 2, 3)
+META = "meta.json"
 SUFFIX = ".memmap"
 #: Bounds that keep a hostile file from asking for absurd work before the size check.
 MAX_DIMS = 64
@@ -262,9 +224,6 @@ def dtype_name(dtype: torch.dtype, where: str = "") -> str:
         ) from None
 
 
-# ---------------------------------------------------------------- writing
-
-
 def node_meta(
     type_name: str, batch_size: Any, device: Any, entries: dict[str, Any], version: int = 1
 ) -> dict[Any, Any]:
@@ -281,448 +240,3 @@ def node_meta(
         "device": None if device is None else str(device),
         "entries": entries,
     }
-
-
-# ---------------------------------------------------------------- reading
-
-
-class TensorEntry(NamedTuple):
-    dtype: torch.dtype
-    shape: tuple[int, ...]
-    path: str  # the file, checked to exist, to stay inside the tree and to be long enough
-    nbytes: int  # of the tensor (the file may be longer)
-    ident: tuple[int, int]  # (st_dev, st_ino) of the file
-    gen: str | None = None  # the file generation id (version 2), None in version 1 trees
-    sha256: str | None = None  # of the tensor's bytes, when the save recorded it
-
-
-class NodeEntry(NamedTuple):
-    path: str  # the sub-directory, checked to be a real directory
-
-
-class JsonEntry(NamedTuple):
-    value: Any  # a plain value, or a numpy object array of shape batch_size when stacked
-    stacked: bool
-
-
-class Node(NamedTuple):
-    """One parsed and checked ``meta.json``."""
-
-    path: str
-    version: int  # the tensorbox format version, or tensordict's (0, 1) when legacy
-    type: str
-    batch_size: tuple[int, ...]
-    device: str | None
-    entries: dict[str, TensorEntry | NodeEntry | JsonEntry | JaggedEntry]
-    legacy: bool
-
-
-_NODE_FIELDS = frozenset(("format", "version", "type", "batch_size", "device", "entries"))
-_TENSOR_FIELDS = {
-    1: frozenset(("kind", "dtype", "shape", "file")),
-    2: frozenset(("kind", "dtype", "shape", "file", "id")),
-    3: frozenset(("kind", "dtype", "shape", "file", "id")),
-}
-_ENTRY_FIELDS = {
-    "tensor": frozenset(("kind", "dtype", "shape", "file")),
-    "node": frozenset(("kind", "dir")),
-    "json": frozenset(("kind", "value", "stacked")),
-    "jagged": frozenset(("kind", "dtype", "shape", "length", "values", "offsets")),
-}
-
-
-def check_header(
-    doc: dict[str, Any], where: str
-) -> tuple[int, str, tuple[int, ...], str | None, dict[str, Any]]:
-    """The node fields of a tensorbox ``meta.json`` (a folder's or an archive's), checked:
-    ``(version, type name, batch size, device, entries)``."""
-    if doc.get("format") != FORMAT:
-        raise FormatError(
-            f"{where}: 'format' is {doc.get('format')!r}, expected {FORMAT!r}: "
-            "not a tree saved by tensorbox or tensordict"
-        )
-    version = doc.get("version")
-    if type(version) is not int:
-        raise FormatError(f"{where}: 'version' is {version!r}, expected an int")
-    if version not in VERSIONS:
-        raise FormatError(
-            f"{where}: format version {version!r}; this tensorbox reads versions "
-            f"{', '.join(map(str, VERSIONS))}"
-            + (" (the tree is newer: upgrade tensorbox)" if version > VERSION else "")
-        )
-    extra = doc.keys() - _NODE_FIELDS
-    missing = _NODE_FIELDS - doc.keys()
-    if extra or missing:
-        raise FormatError(
-            f"{where}: unexpected fields {sorted(extra)!r}, missing fields {sorted(missing)!r}"
-        )
-    type_name = doc["type"]
-    if type(type_name) is not str or not type_name:
-        raise FormatError(f"{where}: 'type' is {type_name!r}, expected a non-empty str")
-    batch_size = check_shape(doc["batch_size"], where, "'batch_size'")
-    device = check_device(doc["device"], where)
-    entries_doc = doc["entries"]
-    if type(entries_doc) is not dict:
-        raise FormatError(f"{where}: 'entries' is {_short_repr(entries_doc)}, expected an object")
-    return version, type_name, batch_size, device, entries_doc
-
-
-def read_node(directory: str, root_real: str | None = None, dir_fd: int | None = None) -> Node:
-    """Parse and check ``directory/meta.json``; every problem is a FormatError naming the file.
-
-    ``root_real`` is the top of the tree, symlinks resolved (default: ``directory``'s):
-    a leaf reached through a symlink must resolve inside it. Sub-nodes are not read:
-    their :class:`NodeEntry` tells the caller where they are. ``dir_fd``, an open
-    descriptor of ``directory`` (the caller's, left open), saves opening it again.
-    """
-    directory = os.path.abspath(directory)
-    if root_real is None:
-        root_real = os.path.realpath(directory)
-    meta_path = os.path.join(directory, META)
-    raw = read_meta_bytes(directory, meta_path)
-    doc = _parse_json(raw, meta_path)
-    if not isinstance(doc, dict):
-        raise FormatError(f"{meta_path}: expected a JSON object, got {type(doc).__name__}")
-    if "format" not in doc and ("_type" in doc or "shape" in doc):
-        from tensorbox._storage.format.legacy import (
-            read_legacy_node,  # a rare path: imported when needed
-        )
-
-        return read_legacy_node(directory, meta_path, doc, root_real)
-    version, type_name, batch_size, device, entries_doc = check_header(doc, meta_path)
-    entries: dict[str, Any] = {}
-    tensor_fields = _TENSOR_FIELDS[version]
-    own_fd = dir_fd is None or not _STAT_DIR_FD
-    if own_fd:
-        dir_fd = _open_dir(directory)
-    try:
-        for key, e in entries_doc.items():
-            # The common case first, with no per-entry string building (a tree of many
-            # small leaves spends its open time here); anything unusual takes the long
-            # way below, which names the problem.
-            if type(e) is dict and e.get("kind") == "tensor" and e.keys() == tensor_fields:
-                leaf = _tensor_fast(directory, dir_fd, e, batch_size)
-                if leaf is not None:
-                    entries[key] = leaf
-                    continue
-            entries[key] = _entry(directory, root_real, meta_path, key, e, batch_size, version)
-    finally:
-        if dir_fd is not None and own_fd:
-            os.close(dir_fd)
-    return Node(directory, version, type_name, batch_size, device, entries, False)
-
-
-def _entry(
-    directory: str,
-    root_real: str,
-    meta_path: str,
-    key: str,
-    e: Any,
-    batch_size: tuple[Any, ...],
-    version: int = VERSION,
-) -> TensorEntry | NodeEntry | JsonEntry | JaggedEntry:
-    """One entry of ``meta.json``, checked; every problem is a FormatError naming the file."""
-    where = f"{meta_path}: entry {key!r}"
-    kind = e.get("kind") if type(e) is dict else None
-    fields = _ENTRY_FIELDS.get(kind) if type(kind) is str else None
-    if fields is None:
-        raise FormatError(
-            f"{where} is {_short_repr(e)}; expected an object with 'kind' one of "
-            f"{sorted(_ENTRY_FIELDS)!r}"
-        )
-    if kind == "tensor":
-        fields = _TENSOR_FIELDS[version]
-        if not fields <= e.keys() <= fields | {"sha256"}:
-            raise FormatError(
-                f"{where} has fields {sorted(e)!r}; a 'tensor' entry of format version "
-                f"{version} has {sorted(fields)!r} and may have 'sha256'"
-            )
-        gen, sha = e.get("id"), e.get("sha256")
-        if gen is not None and (type(gen) is not str or _HEX32(gen) is None):
-            raise FormatError(f"{where}: 'id' is {_short_repr(gen)}, expected 32 hex digits")
-        if sha is not None and (type(sha) is not str or _HEX64(sha) is None):
-            raise FormatError(f"{where}: 'sha256' is {_short_repr(sha)}, expected 64 hex digits")
-        leaf = tensor_entry(
-            directory, root_real, e["file"], e["dtype"], e["shape"], batch_size, where
-        )
-        return leaf._replace(gen=gen, sha256=sha)
-    if kind == "jagged":
-        if version < 3:
-            raise FormatError(f"{where} is a 'jagged' entry, which format version 3 added")
-        from tensorbox._storage.jagged_io import (
-            parse_entry,  # imports this module: imported when needed
-        )
-
-        return parse_entry(directory, root_real, e, batch_size, where)
-    if not e.keys() <= fields or (kind != "json" and e.keys() != fields):
-        raise FormatError(
-            f"{where} has fields {sorted(e)!r}; a {kind!r} entry has {sorted(fields)!r}"
-        )
-    if kind == "node":
-        return node_entry(directory, root_real, e["dir"], where)
-    if "value" not in e:
-        raise FormatError(f"{where} has no 'value'")
-    stacked = e.get("stacked", False)
-    if type(stacked) is not bool:
-        raise FormatError(f"{where}: 'stacked' is {stacked!r}, expected true or false")
-    value = stacked_array(e["value"], batch_size, where) if stacked else e["value"]
-    return JsonEntry(value, stacked)
-
-
-_S_IFMT = 0o170000
-_HEX32 = re.compile(r"[0-9a-f]{32}").fullmatch
-_HEX64 = re.compile(r"[0-9a-f]{64}").fullmatch
-# Names every tensorbox writer makes (a subset of is_plain_name): no separator, no dot first.
-_FAST_NAME = re.compile(r"[A-Za-z0-9_%^~-][A-Za-z0-9_.%^~-]{0,254}").fullmatch
-_S_IFREG = stat.S_IFREG
-_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
-_STAT_DIR_FD = os.stat in os.supports_dir_fd and os.stat in os.supports_follow_symlinks
-
-
-def _open_dir(directory: str) -> int | None:
-    """A descriptor of ``directory`` for stat calls relative to it (one path walk per node)."""
-    if not _STAT_DIR_FD:  # pragma: no cover - Windows
-        return None
-    try:
-        return os.open(directory, _DIR_FLAGS)
-    except OSError:
-        return None
-
-
-def _tensor_fast(
-    directory: str, dir_fd: int | None, e: dict[Any, Any], batch: tuple[int, ...]
-) -> TensorEntry | None:
-    """The usual tensor entry, checked; None when anything is off (the caller's
-    :func:`tensor_entry` then finds and names the problem), symlinks included."""
-    dtype, shape, file, gen = e["dtype"], e["shape"], e["file"], e.get("id")
-    torch_dtype = DTYPES.get(dtype) if type(dtype) is str else None
-    if (
-        torch_dtype is None
-        or type(shape) is not list
-        or len(shape) > MAX_DIMS
-        or type(file) is not str
-        or _FAST_NAME(file) is None
-        or (gen is not None and (type(gen) is not str or _HEX32(gen) is None))
-    ):
-        return None
-    numel = 1
-    for d in shape:
-        if type(d) is not int or d < 0:
-            return None
-        numel *= d
-    need = numel * torch_dtype.itemsize
-    if not numel or need >= _INT64_LIMIT:
-        return None  # empty (its dims still need the overflow check) or too large
-    shp = tuple(shape)
-    if batch and shp[: len(batch)] != batch:
-        return None
-    if dir_fd is None:
-        return None
-    try:
-        st = os.stat(file, dir_fd=dir_fd, follow_symlinks=False)
-    except OSError:
-        return None
-    if st.st_mode & _S_IFMT != _S_IFREG or st.st_size < need:
-        return None  # a symlink, missing, too short...: checked and named the long way
-    return TensorEntry(
-        torch_dtype, shp, f"{directory}{os.sep}{file}", need, (st.st_dev, st.st_ino), gen
-    )
-
-
-_READ_FLAGS = (
-    os.O_RDONLY
-    | getattr(os, "O_NOFOLLOW", 0)
-    | getattr(os, "O_NONBLOCK", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-)
-
-
-def read_meta_bytes(directory: str, meta_path: str) -> bytes:
-    try:
-        # Non-blocking: a FIFO or a device in its place must be refused, not waited on.
-        fd = os.open(meta_path, _READ_FLAGS)
-    except FileNotFoundError:
-        if not os.path.isdir(directory):
-            raise FileNotFoundError(f"no saved tree at {directory!r}: not a directory") from None
-        raise IncompleteTreeError(
-            f"{meta_path} is missing: the save that wrote {directory!r} did not finish "
-            "(or this is not a saved tree); save it again"
-        ) from None
-    except OSError as err:  # a symlinked meta.json (ELOOP), a directory, no permission
-        raise FormatError(f"{meta_path} cannot be read: {err}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise FormatError(f"{meta_path} is not a regular file")
-        if st.st_size > MAX_META_BYTES:
-            raise FormatError(f"{meta_path} is {st.st_size} bytes, over {MAX_META_BYTES}")
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def _parse_json(raw: bytes, meta_path: str) -> Any:
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as err:
-        # orjson refuses NaN/Infinity, which Python's json writes; tensordict writes them too.
-        try:
-            return json.loads(raw)
-        except (ValueError, RecursionError):
-            raise FormatError(
-                f"{meta_path} is not valid JSON (truncated or damaged): {err}"
-            ) from None
-
-
-def check_shape(value: Any, meta_path: str, what: str) -> tuple[int, ...]:
-    """A list of ints >= 0 (bools refused) whose element count fits in int64."""
-    if type(value) is not list or len(value) > MAX_DIMS:
-        raise FormatError(
-            f"{meta_path}: {what} is {_short_repr(value)}, expected a list of at most "
-            f"{MAX_DIMS} ints >= 0"
-        )
-    span = 1
-    for d in value:
-        if type(d) is not int or d < 0:
-            raise FormatError(
-                f"{meta_path}: {what} is {_short_repr(value)}; {d!r} is not an int >= 0"
-            )
-        span *= max(d, 1)
-    if span >= _INT64_LIMIT:
-        raise FormatError(f"{meta_path}: {what} {_short_repr(value)} is too large for a tensor")
-    return tuple(value)
-
-
-def check_device(value: Any, meta_path: str) -> str | None:
-    if value is None:
-        return None
-    if type(value) is str:
-        try:
-            torch.device(value)
-            return value
-        except Exception:  # torch raises RuntimeError, ValueError... for a bad string
-            pass
-    raise FormatError(f"{meta_path}: 'device' is {_short_repr(value)}, expected a device or null")
-
-
-def tensor_entry(
-    directory: str,
-    root_real: str,
-    file: Any,
-    dtype: Any,
-    shape: Any,
-    batch: tuple[Any, ...],
-    where: str,
-) -> TensorEntry:
-    if type(dtype) is not str or dtype not in DTYPES:
-        raise FormatError(f"{where}: dtype {_short_repr(dtype)} is not one of {sorted(DTYPES)}")
-    torch_dtype = DTYPES[dtype]
-    shp = check_shape(shape, where, "'shape'")
-    if shp[: len(batch)] != batch:
-        raise FormatError(
-            f"{where}: shape {list(shp)} does not start with batch_size {list(batch)}"
-        )
-    need = math.prod(shp) * torch_dtype.itemsize
-    if need >= _INT64_LIMIT:
-        raise FormatError(f"{where}: shape {list(shp)} is too large for a tensor")
-    path, st = _leaf_file(directory, root_real, file, where)
-    size = st.st_size
-    if size < need:
-        raise FormatError(
-            f"{path} is {size} bytes, but {dtype} of shape {list(shp)} needs {need}: "
-            "the file is truncated or belongs to another tree"
-        )
-    return TensorEntry(torch_dtype, shp, path, need, (st.st_dev, st.st_ino))
-
-
-def _leaf_file(directory: str, root_real: str, file: Any, where: str) -> tuple[str, Any]:
-    """The leaf's path and stat: a regular file, or a symlink to one inside the tree."""
-    if not is_plain_name(file):
-        raise FormatError(f"{where}: file {_short_repr(file)} is not a plain file name")
-    path = f"{directory}{os.sep}{file}"  # a plain name: no need for os.path.join
-    try:
-        st = os.lstat(path)
-    except OSError:
-        raise FormatError(f"{path} is missing ({where})") from None
-    if stat.S_ISREG(st.st_mode):
-        return path, st
-    if stat.S_ISLNK(st.st_mode):
-        real = os.path.realpath(path)
-        if _inside(real, root_real) and os.path.isfile(real):
-            return real, os.stat(real)
-        raise FormatError(
-            f"{path} is a symlink to {real!r}, outside the tree {root_real!r}: refused"
-        )
-    raise FormatError(f"{path} is not a regular file ({where})")
-
-
-def node_entry(directory: str, root_real: str, name: Any, where: str) -> NodeEntry:
-    if not is_plain_name(name):
-        raise FormatError(f"{where}: dir {_short_repr(name)} is not a plain directory name")
-    path = os.path.join(directory, name)
-    try:
-        st = os.lstat(path)
-    except OSError:
-        raise FormatError(f"{path} is missing ({where})") from None
-    if not stat.S_ISDIR(st.st_mode):
-        # Symlinked directories are refused outright: they could form cycles.
-        raise FormatError(f"{path} is not a directory (symlinks are refused) ({where})")
-    return NodeEntry(path)
-
-
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def stacked_array(value: Any, shape: tuple[int, ...], where: str) -> np.ndarray:
-    """Nested lists of exactly ``shape`` -> an object array, checked before allocating."""
-    flat: list[Any] = []
-
-    def walk(v: Any, depth: int) -> None:
-        if depth == len(shape):
-            flat.append(v)
-            return
-        if type(v) is not list or len(v) != shape[depth]:
-            raise FormatError(
-                f"{where}: stacked value does not have the shape of batch_size {list(shape)} "
-                f"(at depth {depth}: {_short_repr(v)})"
-            )
-        for item in v:
-            walk(item, depth + 1)
-
-    walk(value, 0)
-    arr = np.empty(len(flat), dtype=object)
-    for i, v in enumerate(flat):  # one by one: numpy would turn list values into dims
-        arr[i] = v
-    return arr.reshape(shape)
-
-
-def read_child(parent: Node, entry: NodeEntry, root_real: str, depth: int) -> Node:
-    """The sub-node ``entry`` of ``parent``, checked against it; ``depth`` is its level."""
-    child = read_node(entry.path, root_real)
-    if depth > MAX_DEPTH:
-        raise FormatError(f"{child.path}: nodes are nested more than {MAX_DEPTH} deep")
-    if child.batch_size[: len(parent.batch_size)] != parent.batch_size:
-        raise FormatError(
-            f"{os.path.join(child.path, META)}: batch_size {list(child.batch_size)} does not "
-            f"start with its parent's {list(parent.batch_size)}"
-        )
-    return child
-
-
-def iter_tree(path: str, top: Node | None = None) -> Iterator[tuple[tuple[str, ...], Node]]:
-    """Every node of the tree at ``path``, parents first, checked (used by ``verify``);
-    ``top`` is the root node when the caller has read it already."""
-    root_real = os.path.realpath(path)
-    if top is None:
-        top = read_node(os.path.abspath(path), root_real)
-    todo: list[tuple[tuple[str, ...], Node]] = [((), top)]
-    while todo:
-        keys, node = todo.pop()
-        yield keys, node
-        for k, e in reversed(node.entries.items()):
-            if type(e) is NodeEntry:
-                todo.append(((*keys, k), read_child(node, e, root_real, len(keys) + 1)))

@@ -1,8 +1,5 @@
-"""Writing ``meta.json`` files: their bytes (one entry per line), atomic replacement,
-creation inside a staged tree, and directory syncs.
-
-Part of the format module (:mod:`tensorbox._storage.format.spec` re-exports every name here); kept
-apart so that the specification and the reader stay readable.
+"""``meta.json`` files on disk: reading their bytes safely, writing them (one entry per
+line) by atomic replacement or inside a staged tree, and directory syncs.
 
 >>> import os, tempfile
 >>> d = tempfile.mkdtemp()
@@ -20,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import sys
 import threading
 from itertools import count
@@ -27,10 +25,19 @@ from typing import Any
 
 import orjson
 
-__all__ = ["META", "fsync_dir", "meta_bytes", "temp_name", "write_meta", "write_new_meta"]
+from tensorbox._storage.format.spec import MAX_META_BYTES, META
+from tensorbox.errors import FormatError, IncompleteTreeError
+
+__all__ = [
+    "fsync_dir",
+    "read_meta_bytes",
+    "meta_bytes",
+    "temp_name",
+    "write_meta",
+    "write_new_meta",
+]
 
 #: The name of a node's description file.
-META = "meta.json"
 
 _tmp_counter = count()
 
@@ -116,5 +123,41 @@ def fsync_dir(directory: str) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_READ_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
+
+
+def read_meta_bytes(directory: str, meta_path: str) -> bytes:
+    """The bytes of ``meta_path``, read without following a symlink or blocking."""
+    try:
+        # Non-blocking: a FIFO or a device in its place must be refused, not waited on.
+        fd = os.open(meta_path, _READ_FLAGS)
+    except FileNotFoundError:
+        if not os.path.isdir(directory):
+            raise FileNotFoundError(f"no saved tree at {directory!r}: not a directory") from None
+        raise IncompleteTreeError(
+            f"{meta_path} is missing: the save that wrote {directory!r} did not finish "
+            "(or this is not a saved tree); save it again"
+        ) from None
+    except OSError as err:  # a symlinked meta.json (ELOOP), a directory, no permission
+        raise FormatError(f"{meta_path} cannot be read: {err}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FormatError(f"{meta_path} is not a regular file")
+        if st.st_size > MAX_META_BYTES:
+            raise FormatError(f"{meta_path} is {st.st_size} bytes, over {MAX_META_BYTES}")
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
     finally:
         os.close(fd)

@@ -1,0 +1,139 @@
+"""An in-memory store: a tree as a dict of file names to bytes (for tests and examples).
+
+It proves the seam: the format's checks run against it with no file system, and the
+one saver writes to it. Its tensors are copies (``bytes`` cannot be mapped).
+
+>>> import torch
+>>> from tensorbox import TensorDict
+>>> from tensorbox._storage.persist import save_to, load_from
+>>> store = MemoryStore()
+>>> _ = save_to(TensorDict(a=torch.arange(3), n={"b": torch.ones(3)}, batch_size=[3]), store)
+>>> sorted(store.files)
+['a.memmap', 'meta.json', 'n/b.memmap', 'n/meta.json']
+>>> load_from(store)["n", "b"].tolist()
+[1.0, 1.0, 1.0]
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import torch
+
+from tensorbox._core.chunks import byte_chunks
+from tensorbox._storage.format.metafile import meta_bytes
+from tensorbox._storage.format.parse import LeafSpec
+from tensorbox._storage.format.spec import META
+from tensorbox._storage.store import NodeFiles, Store, TensorEntry, Writer
+from tensorbox.errors import FormatError, IncompleteTreeError
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore(Store):
+    """A tree held as ``{"/"-joined file name: bytes}``; ``name`` shows it in messages."""
+
+    def __init__(self, files: dict[str, bytes] | None = None, name: str = "memory") -> None:
+        self.files: dict[str, bytes] = dict(files or {})
+        self.name = name
+
+    def where(self, rel: str) -> str:
+        return f"{self.name}::{rel}"
+
+    def read_meta(self, rel: str) -> bytes:
+        name = f"{rel}/{META}" if rel else META
+        if name not in self.files:
+            if not self.files:
+                raise FileNotFoundError(f"no saved tree in {self.name}: it is empty")
+            raise IncompleteTreeError(f"{self.where(name)} is missing: not a saved tree")
+        return self.files[name]
+
+    def open_node(self, rel: str) -> NodeFiles:
+        return _Files(self, f"{rel}/" if rel else "")
+
+    def tensor(self, e: TensorEntry, mode: str) -> torch.Tensor:
+        out = torch.empty(e.shape, dtype=e.dtype)
+        if e.nbytes:
+            out.view(-1).view(torch.uint8).numpy()[:] = memoryview(self.files[e.ident])[: e.nbytes]
+        return out
+
+    def check(self, e: TensorEntry) -> None:
+        raw = self.files[e.ident][: e.nbytes]
+        if e.sha256 is not None and hashlib.sha256(raw).hexdigest() != e.sha256:
+            raise FormatError(f"{e.path}: the bytes do not match the recorded SHA-256")
+
+    def writer(self, **options: Any) -> Writer:
+        return _Writer(self)
+
+
+class _Files(NodeFiles):
+    def __init__(self, store: MemoryStore, pre: str) -> None:
+        self.store, self.pre = store, pre
+
+    def leaf(self, spec: LeafSpec, where: str, key: str = "") -> TensorEntry:
+        file = spec.file if type(spec.file) is str else spec.file[0]
+        name = self.pre + file
+        data = self.store.files.get(name)
+        if data is None:
+            raise FormatError(f"{self.store.where(name)} is missing ({where}: entry {key!r})")
+        if len(data) < spec.nbytes:
+            raise FormatError(
+                f"{self.store.where(name)} is {len(data)} bytes, but shape {list(spec.shape)} "
+                f"needs {spec.nbytes}: the file is truncated or belongs to another tree"
+            )
+        return TensorEntry(
+            spec.dtype,
+            spec.shape,
+            self.store.where(name),
+            spec.nbytes,
+            name,
+            spec.gen,
+            spec.sha256,
+        )
+
+    def exists(self, name: str) -> bool:
+        files = self.store.files
+        return self.pre + name in files or f"{self.pre}{name}/{META}" in files
+
+    def child(self, name: str, where: str) -> str:
+        sub = self.pre + name
+        if f"{sub}/{META}" not in self.store.files:
+            raise FormatError(f"{self.store.where(sub + '/' + META)} is missing ({where})")
+        return sub
+
+
+class _Writer(Writer):
+    """Staged in a new dict; the commit replaces the store's files at once."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+        self.files: dict[str, bytes] = {}
+        self.names: list[str] = []
+        self.metas: list[tuple[str, dict[str, Any], bool]] = []
+
+    def node(self, rel: str, meta: dict[str, Any], std_json: bool) -> None:
+        self.metas.append((rel, meta, std_json))  # written at commit: ids may change till then
+
+    def leaf(
+        self,
+        rel: str,
+        t: torch.Tensor,
+        reserve: bool = False,
+        gen: str | None = None,
+        key: str = "",
+    ) -> int:
+        nbytes = t.numel() * t.element_size()
+        self.files[rel] = bytes(nbytes) if reserve else b"".join(bytes(c) for c in byte_chunks(t))
+        self.names.append(rel)
+        return len(self.names) - 1
+
+    def commit(self, num_threads: int = 0) -> None:
+        for rel, meta, std_json in self.metas:
+            self.files[f"{rel}/{META}" if rel else META] = meta_bytes(meta, std_json)
+        self.store.files = self.files
+
+    def opened(self, i: int, t: torch.Tensor) -> torch.Tensor:
+        name = self.names[i]
+        nbytes = t.numel() * t.element_size()
+        return self.store.tensor(TensorEntry(t.dtype, tuple(t.shape), name, nbytes, name), "r")
