@@ -82,7 +82,7 @@ def test_a_hand_built_tree_reads_without_a_container_class() -> None:
         (
             {"meta.json": _meta({"x": _leaf()}), "x.memmap": bytes(20)},
             FormatError,
-            r"memory::x\.memmap is 20 bytes, but shape \[2, 3\] needs 24",
+            r"memory::x\.memmap is 20 bytes, but float32 of shape \[2, 3\] needs 24",
         ),
         (
             {"meta.json": _meta({"x": _leaf(shape=[3])})},

@@ -23,9 +23,8 @@ import torch
 
 from tensorbox._core.chunks import byte_chunks
 from tensorbox._storage.format.metafile import meta_bytes
-from tensorbox._storage.format.parse import LeafSpec
 from tensorbox._storage.format.spec import META
-from tensorbox._storage.store import NodeFiles, Store, TensorEntry, Writer
+from tensorbox._storage.store import ListedFiles, NodeFiles, Store, TensorEntry, Writer
 from tensorbox.errors import FormatError, IncompleteTreeError
 
 __all__ = ["MemoryStore"]
@@ -50,7 +49,7 @@ class MemoryStore(Store):
         return self.files[name]
 
     def open_node(self, rel: str) -> NodeFiles:
-        return _Files(self, f"{rel}/" if rel else "")
+        return ListedFiles({name: len(data) for name, data in self.files.items()}, rel, self.where)
 
     def tensor(self, e: TensorEntry, mode: str) -> torch.Tensor:
         out = torch.empty(e.shape, dtype=e.dtype)
@@ -65,42 +64,6 @@ class MemoryStore(Store):
 
     def writer(self, **options: Any) -> Writer:
         return _Writer(self)
-
-
-class _Files(NodeFiles):
-    def __init__(self, store: MemoryStore, pre: str) -> None:
-        self.store, self.pre = store, pre
-
-    def leaf(self, spec: LeafSpec, where: str, key: str = "") -> TensorEntry:
-        file = spec.file if type(spec.file) is str else spec.file[0]
-        name = self.pre + file
-        data = self.store.files.get(name)
-        if data is None:
-            raise FormatError(f"{self.store.where(name)} is missing ({where}: entry {key!r})")
-        if len(data) < spec.nbytes:
-            raise FormatError(
-                f"{self.store.where(name)} is {len(data)} bytes, but shape {list(spec.shape)} "
-                f"needs {spec.nbytes}: the file is truncated or belongs to another tree"
-            )
-        return TensorEntry(
-            spec.dtype,
-            spec.shape,
-            self.store.where(name),
-            spec.nbytes,
-            name,
-            spec.gen,
-            spec.sha256,
-        )
-
-    def exists(self, name: str) -> bool:
-        files = self.store.files
-        return self.pre + name in files or f"{self.pre}{name}/{META}" in files
-
-    def child(self, name: str, where: str) -> str:
-        sub = self.pre + name
-        if f"{sub}/{META}" not in self.store.files:
-            raise FormatError(f"{self.store.where(sub + '/' + META)} is missing ({where})")
-        return sub
 
 
 class _Writer(Writer):

@@ -60,6 +60,7 @@ from tensorbox.errors import FormatError
 __all__ = [
     "JaggedEntry",
     "JsonEntry",
+    "ListedFiles",
     "Node",
     "NodeEntry",
     "NodeFiles",
@@ -132,6 +133,40 @@ class NodeFiles(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - most stores hold nothing per node
         """Release what :meth:`Store.open_node` took."""
+
+
+class ListedFiles(NodeFiles):
+    """The files of a node of a store that lists every file with its size (an archive's
+    central directory, a dict of bytes, an object store's listing): ``sizes`` maps each
+    ``"/"``-joined name of the tree to its size in bytes; ``show`` names one in messages."""
+
+    def __init__(self, sizes: Any, rel: str, show: Any) -> None:
+        self.sizes, self.show = sizes, show
+        self.pre = f"{rel}/" if rel else ""
+
+    def leaf(self, spec: LeafSpec, where: str, key: str = "") -> TensorEntry:
+        name = self.pre + (spec.file if type(spec.file) is str else spec.file[0])
+        size = self.sizes.get(name)
+        if size is None:
+            raise FormatError(f"{self.show(name)} is missing ({where}: entry {key!r})")
+        if size < spec.nbytes:
+            raise FormatError(
+                f"{self.show(name)} is {size} bytes, but {str(spec.dtype).removeprefix('torch.')} "
+                f"of shape {list(spec.shape)} needs {spec.nbytes}: the entry is truncated or "
+                "belongs to another tree"
+            )
+        return TensorEntry(
+            spec.dtype, spec.shape, self.show(name), spec.nbytes, name, spec.gen, spec.sha256
+        )
+
+    def exists(self, name: str) -> bool:
+        return self.pre + name in self.sizes or f"{self.pre}{name}/{META}" in self.sizes
+
+    def child(self, name: str, where: str) -> str:
+        sub = self.pre + name
+        if f"{sub}/{META}" not in self.sizes:
+            raise FormatError(f"{self.show(sub + '/' + META)} is missing ({where})")
+        return sub
 
 
 class Store(abc.ABC):

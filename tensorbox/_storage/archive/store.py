@@ -49,10 +49,9 @@ from tensorbox._core.chunks import as_bytes, byte_chunks
 from tensorbox._storage.archive import zip as _zip
 from tensorbox._storage.format.metafile import fsync_dir, meta_bytes
 from tensorbox._storage.format.names import is_plain_name
-from tensorbox._storage.format.parse import LeafSpec
 from tensorbox._storage.format.spec import MAX_META_BYTES, META
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor, _blank
-from tensorbox._storage.store import NodeFiles, Store, TensorEntry, Writer
+from tensorbox._storage.store import ListedFiles, Store, TensorEntry, Writer
 from tensorbox.errors import FormatError, IncompleteTreeError
 
 __all__ = ["SUFFIX", "Archive", "ArchiveStore", "ArchiveWriter", "split", "wanted"]
@@ -118,6 +117,8 @@ class Archive:
         self.buf = memoryview(flat.numpy())  # type: ignore[arg-type]  # numpy's stubs: no Buffer before 3.12
         self.index = _zip.read_index(self.buf, path)
         self.entries = self.index.entries
+        # What each entry holds once read (the size checks at open use these, no data)
+        self.sizes = {name: ze.usize for name, ze in self.entries.items()}
 
     def where(self, name: str) -> str:
         return f"{self.path}{SEP}{name}"
@@ -231,8 +232,8 @@ class ArchiveStore(Store):
             raise FormatError(f"{where} is {ze.usize} bytes, over {MAX_META_BYTES}")
         return bytes(ar.index.read(ze))
 
-    def open_node(self, rel: str) -> _Files:
-        return _Files(self.ar, rel)
+    def open_node(self, rel: str) -> ListedFiles:
+        return ListedFiles(self.ar.sizes, rel, self.where)
 
     def tensor(self, e: TensorEntry, mode: str) -> torch.Tensor:
         return self.ar.leaf(e)
@@ -243,38 +244,6 @@ class ArchiveStore(Store):
     def writer(self, **options: Any) -> ArchiveWriter:
         options.pop("sparse", None)
         return ArchiveWriter(self.root, **options)
-
-
-class _Files(NodeFiles):
-    def __init__(self, ar: Archive, rel: str) -> None:
-        self.ar, self.rel = ar, rel
-        self.pre = f"{rel}/" if rel else ""
-
-    def leaf(self, spec: LeafSpec, where: str, key: str = "") -> TensorEntry:
-        file = spec.file if type(spec.file) is str else spec.file[0]
-        name = self.pre + file
-        ze = self.ar.entries.get(name)
-        if ze is None:
-            raise FormatError(f"{self.ar.where(name)} is missing ({where}: entry {key!r})")
-        if ze.usize < spec.nbytes:
-            raise FormatError(
-                f"{self.ar.where(name)} is {ze.usize} bytes, but "
-                f"{str(spec.dtype).removeprefix('torch.')} of shape {list(spec.shape)} needs "
-                f"{spec.nbytes}: the entry is truncated or belongs to another tree"
-            )
-        return TensorEntry(
-            spec.dtype, spec.shape, self.ar.where(name), spec.nbytes, name, spec.gen, spec.sha256
-        )
-
-    def exists(self, name: str) -> bool:
-        entries = self.ar.entries
-        return self.pre + name in entries or f"{self.pre}{name}/{META}" in entries
-
-    def child(self, name: str, where: str) -> str:
-        sub = self.pre + name
-        if f"{sub}/{META}" not in self.ar.entries:
-            raise FormatError(f"{self.ar.where(sub + '/' + META)} is missing ({where})")
-        return sub
 
 
 # ---------------------------------------------------------------- saving
