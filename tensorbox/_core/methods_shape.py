@@ -32,13 +32,7 @@ from tensorbox._core.mixin_base import MixinBase
 
 _T = TypeVar("_T")
 
-__all__ = ["FIELD_MAY_HIDE", "TORCH_FUNCTIONS", "ShapeMethods", "index_along"]
-
-# Compatibility-only attributes of the container mixins (``names`` here, ``depth`` in
-# _entry_methods) that a tensorclass field may take without shadow=True: the library never
-# reads them, and both are common field names (a depth map, a list of names).
-FIELD_MAY_HIDE = frozenset({"depth", "names"})
-
+__all__ = ["TORCH_FUNCTIONS", "ShapeMethods", "index_along"]
 
 def _dim(dim: Any, ndim: int, what: str) -> int:
     if isinstance(dim, bool) or not isinstance(dim, int):
