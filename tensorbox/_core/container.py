@@ -43,11 +43,11 @@ from torch import Tensor
 from tensorbox._core import index as _index
 from tensorbox._core import repr as _repr
 from tensorbox._core import tree as _tree
+from tensorbox._core.backing import OPEN as _OPEN
+from tensorbox._core.backing import TREES as _TREES
+from tensorbox._core.backing import UNLOCK as _UNLOCK
 from tensorbox._core.entries import prepare_entry
 from tensorbox._core.keys import format_key
-from tensorbox._core.methods.io import OPEN as _OPEN
-from tensorbox._core.methods.io import TREES as _TREES
-from tensorbox._core.methods.io import UNLOCK as _UNLOCK
 from tensorbox._core.methods.io import IOMethods
 from tensorbox._core.methods.keys import KeyMethods, is_key, put
 from tensorbox._core.methods.leaves import LeafMethods

@@ -41,8 +41,8 @@ from typing import Any
 
 from torch import Tensor
 
+from tensorbox._core.backing import OPEN, TREES, sync_open
 from tensorbox._core.keys import format_key
-from tensorbox._core.methods.io import OPEN, TREES, sync_open
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.schema import check_json_value
 from tensorbox._core.tree import is_coll

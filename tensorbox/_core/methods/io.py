@@ -8,9 +8,9 @@ write-through gates every write of the container passes. A method whose job need
 and imports them lazily, inside the method: ``import tensorbox`` loads none of them,
 and no other core module imports them at all (``tests/test_layout.py``).
 
-Every write gate of the container asks here whether the container is a node of a
-saved tree (``TREES``, ``OPEN``); such writes are saved at once by
-:mod:`tensorbox._storage.writethrough`.
+The write gates ask :mod:`tensorbox._core.backing` whether the container is a node of
+a saved tree; such a write goes to the backing hook, which this module installs on
+first use: the storage layer's write-through (:mod:`tensorbox._storage.writethrough`).
 
 >>> from tensorbox import TensorDict
 >>> callable(TensorDict.memmap) and callable(TensorDict.all_gather)
@@ -25,37 +25,11 @@ from typing import Any, Self
 import torch
 from torch import Tensor
 
+from tensorbox._core.backing import TREES, Backing, hook, install, sync_open
 from tensorbox._core.methods.base import MixinBase
-from tensorbox._core.nontensor import NonTensorData
-from tensorbox._core.tree import is_coll, set_locked
+from tensorbox._core.tree import set_locked
 
-__all__ = ["OPEN", "TREES", "UNLOCK", "IOMethods", "sync_open"]
-
-#: The nodes of tree-backed containers, by ``id`` (filled by :mod:`._persist_writes`).
-#: The container's write gates test it first: while it is empty they cost one lookup.
-TREES: dict[int, Any] = {}
-#: The ids of those nodes that are unlocked now: ``td[key] = v`` on an unlocked container
-#: looks here, so an in-memory container pays one empty-set test while no tree is unlocked.
-OPEN: set[int] = set()
-
-
-_LEAVES = frozenset((Tensor, NonTensorData))  # skipped by type, before the slower test
-
-
-#: How a locked error ends: the way on, and what it does to a saved tree.
-UNLOCK = ": unlock_() first (on a saved tree, each change is then saved to it at once)"
-
-
-def sync_open(td: Any) -> None:
-    """Record which nodes of saved trees under ``td`` are unlocked (after a lock change)."""
-    todo = [td]
-    while todo:
-        node = todo.pop()
-        if id(node) in TREES:
-            (OPEN.discard if node._locked else OPEN.add)(id(node))
-        for v in node._tensordict.values():
-            if type(v) not in _LEAVES and not isinstance(v, Tensor) and is_coll(v):
-                todo.append(v)
+__all__ = ["IOMethods"]
 
 
 class IOMethods(MixinBase):
@@ -73,16 +47,12 @@ class IOMethods(MixinBase):
 
     def _through(self, fn: Any, *args: Any) -> Any:
         """Run the write ``fn(*args)`` on this node of a saved tree and commit the tree
-        (see :mod:`tensorbox._storage.writethrough`)."""
-        from tensorbox._storage import writethrough as _persist_writes
-
-        return _persist_writes.through(self, fn, *args)
+        (through the backing hook, see :mod:`tensorbox._core.backing`)."""
+        return _backing().through(self, fn, *args)
 
     def _write_rows(self, index: Any, value: Any) -> None:
-        """``self[index] = value`` on a node of a saved tree (see ``_persist_writes``)."""
-        from tensorbox._storage import writethrough as _persist_writes
-
-        _persist_writes.write_rows(self, index, value)
+        """``self[index] = value`` on a node of a saved tree (through the backing hook)."""
+        _backing().write_rows(self, index, value)
 
     def _write(self, fn: Any, *args: Any) -> Any:
         """``fn(*args)``, committed at once when this is a node of a saved tree."""
@@ -485,6 +455,17 @@ class IOMethods(MixinBase):
 
     # tensordict's spelling: it reduces in place too (tensordict returns None, this returns self).
     all_reduce = all_reduce_
+
+
+def _backing() -> Backing:
+    """The backing hook; the storage layer's write-through unless another was installed."""
+    found = hook()
+    if found is None:
+        from tensorbox._storage import writethrough
+
+        install(writethrough)
+        found = writethrough
+    return found
 
 
 def _refuse_existing(prefix: Any, existsok: bool) -> None:

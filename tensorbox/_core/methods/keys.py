@@ -30,11 +30,11 @@ from torch import Tensor
 
 from tensorbox._core import keyops as _keyops
 from tensorbox._core import tree as _tree
+from tensorbox._core.backing import TREES as _TREES
+from tensorbox._core.backing import UNLOCK as _UNLOCK
 from tensorbox._core.entries import copy_leaf, prepare_entry
 from tensorbox._core.keys import NestedKey, format_key, unravel_key
 from tensorbox._core.methods.base import MISSING, MixinBase, is_container
-from tensorbox._core.methods.io import TREES as _TREES
-from tensorbox._core.methods.io import UNLOCK as _UNLOCK
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.shape import normalize_index
 from tensorbox._core.tree import KEEP, find_missing, is_coll, missing_key_error
