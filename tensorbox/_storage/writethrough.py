@@ -26,7 +26,7 @@ when another save has replaced the tree since raises instead of dropping that sa
 (['a', 'b'], ['name', 'x', 'y'])
 
 The registry is keyed by ``id`` with a weak reference to each node (containers are
-unhashable: ``==`` is elementwise) and lives in :mod:`tensorbox._core.methods.io`, so
+unhashable: ``==`` is elementwise) and lives in :mod:`tensorbox._core.backing`, so
 the container's write gates test it without importing this module.
 """
 
