@@ -117,7 +117,7 @@ def stages(root: Path, appends: int) -> dict[str, float]:
     from tensorbox._storage import extend as _extend
     from tensorbox._storage import folder as _folder
     from tensorbox._storage import store as _store
-    from tensorbox._storage import writethrough as _persist_writes
+    from tensorbox._storage import backed as _backed
 
     spent: dict[str, float] = {}
     wrapped: list[tuple[Any, str, Callable[..., Any]]] = []
@@ -147,7 +147,7 @@ def stages(root: Path, appends: int) -> dict[str, float]:
     wrap(_folder, "old_node_dirs", "list old node dirs")
     wrap(_commit, "exchange", "exchange (renameat2)")
     wrap(_commit, "dispose", "dispose of the old tree")
-    wrap(_persist_writes, "register", "register the nodes")
+    wrap(_backed, "register", "register the nodes")
     td, one = _tree(root / "stages"), rows(1)
     td.extend_(one)
     spent.clear()

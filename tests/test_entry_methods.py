@@ -1,4 +1,4 @@
-"""EntryMethods (tensorbox/_entry_methods.py): set_at_, update_at_, get_at, replace.
+"""KeyMethods (tensorbox/_core/methods/keys.py): set_at_, update_at_, get_at, replace.
 
 Oracle: the same write done on plain tensors (``leaf[index] = value``), for a
 TensorDict and a tensorclass, with random batch shapes and indices.

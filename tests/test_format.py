@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorbox import TensorDict
-from tensorbox._core.schema import check_json_value
+from tensorbox._core.schema import DTYPES, check_json_value, dtype_name
 from tensorbox._storage.folder import FolderStore
 from tensorbox._storage.format import spec as fmt
 from tensorbox._storage.format.metafile import write_meta
@@ -112,10 +112,10 @@ def test_decode_key_refuses_foreign_names() -> None:
 
 
 def test_dtype_names_cover_torch_dtypes() -> None:
-    assert fmt.DTYPES["bfloat16"] is torch.bfloat16
-    assert fmt.dtype_name(torch.complex64) == "complex64"
+    assert DTYPES["bfloat16"] is torch.bfloat16
+    assert dtype_name(torch.complex64) == "complex64"
     with pytest.raises(TypeError, match=r"key 'q' has dtype torch.quint8, which the tensorbox"):
-        fmt.dtype_name(torch.quint8, "key 'q'")
+        dtype_name(torch.quint8, "key 'q'")
 
 
 def test_check_json_value() -> None:

@@ -1,4 +1,4 @@
-"""ShapeMethods (tensorbox/_shape_methods.py) and the batch-shape ops of TensorMethods.
+"""ShapeMethods (tensorbox/_core/methods/shape.py): the batch-shape ops.
 
 Property tests with torch as the oracle: for random batch and feature shapes, every
 leaf of the result equals the torch op applied to that leaf over the batch dims, for

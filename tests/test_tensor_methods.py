@@ -1,4 +1,6 @@
-"""TensorMethods (tensorbox/_td_tensor_methods.py): each op against torch on every leaf."""
+"""The container's tensor-like methods (tensorbox/_core/methods/: casts in leaves.py, math in
+math.py, batch-dim repeat/flip/roll/gather in shape.py, mapping helpers in keys.py): each op
+against torch on every leaf."""
 
 from __future__ import annotations
 

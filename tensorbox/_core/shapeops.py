@@ -29,14 +29,13 @@ import torch
 from torch import Tensor
 
 from tensorbox._core import jagged as _jagged
-from tensorbox._core.methods_shape import TORCH_FUNCTIONS as SHAPE_METHOD_FUNCTIONS
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.shape import check_dim, shape_from_args
 from tensorbox.errors import BatchDimError, BatchSizeError, TensorDictKeyError
 
 if TYPE_CHECKING:
     from tensorbox._core.container import TensorCollection
-    from tensorbox._core.mixin_base import C
+    from tensorbox._core.methods.base import C
 
 __all__ = [
     "cat",
@@ -380,6 +379,32 @@ def _concatenate_fn(tensors: Sequence[Any], axis: int = 0, *, out: Any = None) -
     return _into(out, cat(tensors, axis))
 
 
+def _method(name: str) -> Callable[..., Any]:
+    def call(x: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(x, name)(*args, **kwargs)
+
+    return call
+
+
+#: ``torch.<name>(container, ...)`` answered by the container's method of that name.
+_BY_METHOD = (
+    "swapaxes",
+    "swapdims",
+    "movedim",
+    "moveaxis",
+    "rot90",
+    "fliplr",
+    "flipud",
+    "tile",
+    "broadcast_to",
+    "atleast_1d",
+    "atleast_2d",
+    "atleast_3d",
+    "repeat_interleave",
+    "tensor_split",
+    "masked_select",
+)
+
 _TORCH_FUNCTIONS: dict[Any, Callable[..., Any]] = {
     torch.stack: _stack_fn,
     torch.cat: _cat_fn,
@@ -413,5 +438,5 @@ _TORCH_FUNCTIONS: dict[Any, Callable[..., Any]] = {
     torch.gather: lambda x, dim, index: x.gather(dim, index),
     torch.flip: lambda x, dims: x.flip(dims),
     torch.roll: lambda x, shifts, dims: x.roll(shifts, dims),
-    **SHAPE_METHOD_FUNCTIONS,
+    **{getattr(torch, name): _method(name) for name in _BY_METHOD},
 }

@@ -12,7 +12,7 @@ nodes keep their identity). On a tree-backed container (saved with ``memmap``/
    row at a time is not quadratic. Committed bytes are never touched, and a full
    disk is an ``OSError`` here (never a SIGBUS through a mapping);
 3. the new batch size is committed with the tree: a new ``meta.json`` per node
-   beside hard links of the same files (the in-place save of :mod:`._persist`,
+   beside hard links of the same files (the in-place save of :mod:`tensorbox._storage.save`,
    swapped in by :mod:`._commit`). A ``kill -9`` before the swap leaves the old
    size (the files' tails are ignored, as the format allows); after it, the new one;
 4. the container is rebound to the new generation: its leaves map the longer files.
@@ -43,14 +43,14 @@ import torch
 from torch import Tensor
 
 from tensorbox._core import jagged as _jagged
+from tensorbox._core.backing import TREES
 from tensorbox._core.chunks import byte_chunks
 from tensorbox._core.keys import format_key
-from tensorbox._core.methods_io import TREES
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.schema import check_json_value
 from tensorbox._core.tree import is_coll, type_name
+from tensorbox._storage import backed as _backed
 from tensorbox._storage import commit as _commit
-from tensorbox._storage import writethrough as _persist_writes
 from tensorbox._storage.folder import FolderStore
 from tensorbox._storage.format.spec import META, SUFFIX
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor, _blank, map_file
@@ -529,8 +529,6 @@ class _Plan:
 
 
 def _extend_tree(td: Any, root: str, rows: Any, fsync: bool) -> None:
-    from tensorbox._storage import persist as _persist
-
     with _commit.writing(root):
         top = FolderStore(root).node()
         disk = _disk_spec(top, root)
@@ -547,8 +545,8 @@ def _extend_tree(td: Any, root: str, rows: Any, fsync: bool) -> None:
         plan.write()
         saver = Saver(FolderStore(root), "inplace", False, fsync, checksum=plan.checksum)
         saver.types = plan.types
-        _persist.run(saver, grown, 0, held=True)
+        _backed.run(saver, grown, 0, held=True)
         # Rebound under the lock: another thread's append to ``td`` waits for it.
-        _persist_writes.unregister(grown)
+        _backed.unregister(grown)
         _adopt(td, grown)
-        _persist_writes.register(td, root, saver.gen)  # the new generation, locks kept
+        _backed.register(td, root, saver.gen)  # the new generation, locks kept

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["mapped"]
@@ -31,11 +32,18 @@ _SHARED: weakref.WeakValueDictionary[tuple[Any, ...], Any] = weakref.WeakValueDi
 _LOCK = threading.Lock()
 
 
-def mapped(path: str, mode: str, nbytes: int, st: os.stat_result, gen: str | None) -> Any:
+def mapped(
+    path: str,
+    mode: str,
+    nbytes: int,
+    st: os.stat_result,
+    gen: str | None,
+    _map_storage: Callable[[str, str, int, tuple[int, int]], Any],
+) -> Any:
     """The storage mapping ``nbytes`` of ``path`` (whose ``os.stat`` is ``st``), tagged
-    with its generation ``gen``; read-only mappings of one file state are shared."""
-    from tensorbox._storage.memmap_tensor import _map_storage
-
+    with its generation ``gen``; read-only mappings of one file state are shared.
+    ``_map_storage(path, mode, nbytes, ident)`` maps a file (the memory-mapped tensor
+    module's, passed in: this cache sits below it)."""
     ident = (st.st_dev, st.st_ino)
     if mode != "r":  # a shared (writable) mapping: one per reference, as before
         storage = _map_storage(path, mode, nbytes, ident)

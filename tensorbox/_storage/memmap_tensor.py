@@ -61,8 +61,9 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.chunks import as_bytes, byte_chunks
+from tensorbox._core.schema import DTYPES, dtype_name
 from tensorbox._storage.format.metafile import fsync_dir, temp_name
-from tensorbox._storage.format.spec import DTYPES, dtype_name
+from tensorbox._storage.mapcache import mapped
 from tensorbox._storage.memmap_args import (
     MemmapDeviceError,
     MemmapFileExistsError,
@@ -641,7 +642,6 @@ class FileRef(NamedTuple):
         once its file is deleted); any other file by (device, inode).
         """
         from tensorbox._storage.commit import read_lock, read_unlock
-        from tensorbox._storage.mapcache import mapped
 
         lock = read_lock(os.path.dirname(self.filename)) if self.gen is not None else None
         try:
@@ -673,7 +673,7 @@ class FileRef(NamedTuple):
                     f"{self.filename} is {st.st_size} bytes, shorter than the {self.nbytes} "
                     "bytes it had when the tensor was pickled"
                 )
-            storage = mapped(self.filename, self.mode, self.nbytes, st, self.gen)
+            storage = mapped(self.filename, self.mode, self.nbytes, st, self.gen, _map_storage)
         finally:
             read_unlock(lock)
         t = torch.empty(0, dtype=DTYPES[self.dtype]).set_(

@@ -53,14 +53,16 @@ import torch
 
 from tensorbox._core.jagged import NJT, parts
 from tensorbox._core.tree import CLASS_REGISTRY, iter_shaped
+from tensorbox._storage import backed as _backed
 from tensorbox._storage import commit as _commit
 from tensorbox._storage import writethrough as _persist_writes
 from tensorbox._storage.archive import store as _archive
+from tensorbox._storage.backed import run
 from tensorbox._storage.folder import FolderStore
 from tensorbox._storage.load import Loader, _fit, saved_type
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor, _check_mode
 from tensorbox._storage.save import Saver
-from tensorbox._storage.store import Store, verify
+from tensorbox._storage.store import Node, Store, verify
 
 __all__ = [
     "is_memmap",
@@ -96,7 +98,7 @@ def memmap_(
     ``obj`` moves to anonymous shared memory.
     """
     if prefix is None:
-        found = _persist_writes.tree_of(obj)
+        found = _backed.tree_of(obj)
         if found is not None:
             _persist_writes.commit(*found, num_threads=num_threads, fsync=fsync, checksum=checksum)
             return obj.lock_()
@@ -150,41 +152,6 @@ def memmap_like(
     """
     saver = Saver(_folder(prefix), "like", True, fsync, sparse=sparse, checksum=checksum)
     return run(saver, obj, num_threads)
-
-
-def run(
-    saver: Saver,
-    obj: Any,
-    num_threads: int,
-    *,
-    held: bool = False,
-    expect: tuple[int, int] | None = None,
-) -> Any:
-    """Run ``saver`` under its store's writer lock (``held``: the caller has it); the
-    saved container, locked, registered for write-through when it is a folder tree.
-    ``expect`` is the generation a write-through saves over (refused if replaced)."""
-    store = saver.store
-    if store is None:
-        return saver.run(obj, num_threads).lock_()
-    root = saver.root
-    assert root is not None
-    folder = isinstance(store, FolderStore)
-    lock = contextlib.nullcontext() if held else _commit.writing(root, file=not folder)
-    with lock:  # one writer at a time at this path
-        if expect is not None and _persist_writes.generation(root) != expect:
-            raise RuntimeError(
-                f"the tree at {root!r} was saved again since this container was "
-                "loaded or saved: its changes would drop that save's. Load it again "
-                "and repeat the write, or call memmap_(path) to replace that tree "
-                "with this container"
-            )
-        result = saver.run(obj, num_threads)
-        gen = _persist_writes.generation(root) if folder else None  # this one, while locked
-    result.lock_()
-    if folder:
-        _persist_writes.register(result, root, gen)
-    saver.gen = gen
-    return result
 
 
 def load_memmap(
@@ -241,12 +208,12 @@ def load_memmap(
             FolderStore(root), "", cls, dev, non_blocking, mode, verify, fit, lock=False
         )
         backed = mode == "r+" and dev is None  # writes reach this tree: mode="r" is a copy
-        gen = _persist_writes.generation(root) if backed else None  # this one, while locked
+        gen = _backed.generation(root) if backed else None  # this one, while locked
     finally:
         _commit.read_unlock(lock)
     obj.lock_()
     if backed:
-        _persist_writes.register(obj, root, gen)
+        _backed.register(obj, root, gen)
     return obj
 
 
@@ -260,11 +227,13 @@ def load_from(
     check: bool = False,
     fit: str = "fallback",
     lock: bool = True,
+    top: Node | None = None,
 ) -> Any:
-    """The container saved in ``store`` (node ``rel``), as ``cls``; ``check`` reads every
-    byte first (:func:`~tensorbox._storage.store.verify`). Locked unless ``lock=False``."""
+    """The container saved in ``store`` (node ``rel``, already read as ``top``), as
+    ``cls``; ``check`` reads every byte first (:func:`~tensorbox._storage.store.verify`).
+    Locked unless ``lock=False``."""
     loader = Loader(store, CLASS_REGISTRY, device, non_blocking, mode, fit)
-    top = store.node(rel)
+    top = top or store.node(rel)
     if check:
         verify(store, rel, top)
     obj = loader.node(top, cls, 0)

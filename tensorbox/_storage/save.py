@@ -31,12 +31,12 @@ from torch import Tensor
 from tensorbox._core.jagged import NJT, from_parts, parts
 from tensorbox._core.keys import format_key
 from tensorbox._core.nontensor import NonTensorData
-from tensorbox._core.schema import check_json_value
+from tensorbox._core.schema import DTYPES, check_json_value, dtype_name
 from tensorbox._core.tree import is_coll, type_name
 from tensorbox._storage import checksum as _checksum
 from tensorbox._storage import jagged_io as _jagged_io
 from tensorbox._storage.format.names import encode_key
-from tensorbox._storage.format.spec import DTYPES, MAX_DEPTH, SUFFIX, dtype_name, node_meta
+from tensorbox._storage.format.spec import MAX_DEPTH, SUFFIX, node_meta
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor, _shared_memory
 from tensorbox._storage.store import Store, Writer
 

@@ -44,15 +44,17 @@ from typing import Any, NamedTuple
 
 import torch
 
+from tensorbox._core.schema import stacked_array
+from tensorbox._storage.format.legacy import parse_legacy
 from tensorbox._storage.format.parse import (
     ChildSpec,
     JaggedSpec,
     JsonEntry,
     LeafSpec,
     NodeDoc,
+    is_legacy,
+    parse_doc,
     parse_json,
-    parse_node,
-    stacked_array,
 )
 from tensorbox._storage.format.spec import MAX_DEPTH, META
 from tensorbox.errors import FormatError
@@ -205,8 +207,12 @@ class Store(abc.ABC):
         raw = self.read_meta(rel)
         files = self.open_node(rel)
         try:
-            doc = parse_node(raw, where, files.exists)
-            return self._resolve(rel, doc, files, where)
+            doc = parse_json(raw, where)
+            if is_legacy(doc):  # a tree written by tensordict: its names depend on the files
+                desc = parse_legacy(doc, where, files.exists)
+            else:
+                desc = parse_doc(doc, where)
+            return self._resolve(rel, desc, files, where)
         finally:
             files.close()
 

@@ -26,7 +26,7 @@ when another save has replaced the tree since raises instead of dropping that sa
 (['a', 'b'], ['name', 'x', 'y'])
 
 The registry is keyed by ``id`` with a weak reference to each node (containers are
-unhashable: ``==`` is elementwise) and lives in :mod:`tensorbox._core.methods_io`, so
+unhashable: ``==`` is elementwise) and lives in :mod:`tensorbox._core.backing`, so
 the container's write gates test it without importing this module.
 """
 
@@ -34,29 +34,22 @@ from __future__ import annotations
 
 import operator
 import threading
-import weakref
-import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from torch import Tensor
-
+from tensorbox._core.backing import sync_open
 from tensorbox._core.keys import format_key
-from tensorbox._core.methods_io import OPEN, TREES, sync_open
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.schema import check_json_value
 from tensorbox._core.tree import is_coll
-from tensorbox._storage.format.metafile import read_meta_bytes
-from tensorbox._storage.format.names import encode_key
-from tensorbox._storage.format.spec import META
-from tensorbox._storage.memmap_tensor import MemoryMappedTensor
+from tensorbox._storage.backed import all_nodes, run, tree_of, unregister
+from tensorbox._storage.folder import FolderStore
+from tensorbox._storage.save import Saver
 
 #: One node of a saved tree before a write: node, its dict, a copy, batch size, device.
 _Snap = tuple[Any, dict[str, Any], dict[str, Any], Any, Any]
 
-_LEAVES = frozenset((Tensor, MemoryMappedTensor, NonTensorData))
-
-__all__ = ["commit", "generation", "register", "through", "tree_of", "unregister", "write_rows"]
+__all__ = ["commit", "through", "write_rows"]
 
 
 class _Active(threading.local):
@@ -68,83 +61,6 @@ class _Active(threading.local):
 
 
 _active = _Active()
-
-
-def generation(path: str) -> tuple[int, int] | None:
-    """What identifies the tree now at ``path``: its root ``meta.json``'s size and CRC-32.
-    That file holds the random ids of the tree's files, so two saves differ there (None:
-    no tree). A checksum, not a file identity: inode numbers are reused."""
-    try:
-        data = read_meta_bytes(path, f"{path}/{META}")
-    except (OSError, ValueError):
-        return None
-    return len(data), zlib.crc32(data)
-
-
-class _Record:
-    __slots__ = ("dir", "gen", "node", "root", "root_path")
-
-    def __init__(
-        self,
-        node: Any,
-        directory: str,
-        root: Any,
-        root_path: str,
-        gen: list[tuple[int, int] | None],
-    ) -> None:
-        key = id(node)
-
-        def gone(ref: Any, key: int = key) -> None:
-            if TREES.get(key) is self:
-                del TREES[key]
-                OPEN.discard(key)
-
-        self.node = weakref.ref(node, gone)
-        self.dir = directory
-        self.root = weakref.ref(root)
-        self.root_path = root_path
-        self.gen = gen  # one cell per tree, shared by its nodes: updated by each commit
-
-
-def _nodes(root: Any, directory: str) -> list[tuple[Any, str]]:
-    """Every node of the container ``root`` with its directory (the format's names)."""
-    out, todo = [], [(root, directory)]
-    while todo:
-        node, d = todo.pop()
-        out.append((node, d))
-        for k, v in node._tensordict.items():
-            if type(v) not in _LEAVES and is_coll(v):
-                todo.append((v, f"{d}/{encode_key(k, node=True)}"))
-    return out
-
-
-def register(root: Any, path: str, gen: tuple[int, int] | None) -> None:
-    """Mark every node of ``root`` as part of the tree saved at ``path``, whose
-    :func:`generation` is ``gen``."""
-    cell = [gen]
-    for node, d in _nodes(root, path):
-        TREES[id(node)] = _Record(node, d, root, path, cell)
-        (OPEN.discard if node._locked else OPEN.add)(id(node))
-
-
-def unregister(obj: Any) -> None:
-    for node in _all_nodes(obj):
-        rec = TREES.get(id(node))
-        if rec is not None and rec.node() is node:
-            del TREES[id(node)]
-            OPEN.discard(id(node))
-
-
-def tree_of(node: Any) -> tuple[Any, str, tuple[int, int] | None] | None:
-    """(root container, its path, the generation it last saw) of the tree ``node``
-    belongs to, or None."""
-    rec = TREES.get(id(node))
-    if rec is None or rec.node() is not node:
-        return None
-    root = rec.root()
-    if root is None:  # the root container is gone: this node's folder is a tree of its own
-        return node, rec.dir, None
-    return root, rec.root_path, rec.gen[0]
 
 
 def through(node: Any, fn: Callable[..., Any], *args: Any) -> Any:
@@ -177,16 +93,21 @@ def commit(
     another save has replaced the tree since, this one raises instead of dropping
     what that save wrote.
     """
-    from tensorbox._storage import persist as _persist
-
     if before is None:
         before = _snapshot(root)
     locks = {id(node[0]): node[0]._locked for node in before}
-    kw.setdefault("copy_existing", True)  # a leaf mapped elsewhere is copied into the tree
-    _persist.memmap_(root, path, _expect=gen, **kw)  # registers the tree again, locks it
+    # An in-place save into its own tree; a leaf mapped elsewhere is copied into it.
+    saver = Saver(
+        FolderStore(path),
+        "inplace",
+        True,
+        kw.get("fsync", False),
+        checksum=kw.get("checksum", False),
+    )
+    run(saver, root, kw.get("num_threads", 0), expect=gen)  # registers the tree again, locks it
     _relock(root, locks, locks[id(root)])
     sync_open(root)
-    now = {id(n) for n in _all_nodes(root)}
+    now = {id(n) for n in all_nodes(root)}
     for node, *_ in before:  # a node deleted from the tree is an in-memory container now
         if id(node) not in now:
             unregister(node)
@@ -223,24 +144,15 @@ def _relock(node: Any, locks: dict[int, bool], inherited: bool) -> None:
             _relock(v, locks, flag)
 
 
-def _all_nodes(root: Any) -> list[Any]:
-    out, todo = [], [root]
-    while todo:
-        node = todo.pop()
-        out.append(node)
-        todo.extend(v for v in node._tensordict.values() if type(v) not in _LEAVES and is_coll(v))
-    return out
-
-
 def _snapshot(root: Any) -> list[_Snap]:
     """Each node with its entries dict, a shallow copy of it, its batch size and device."""
     return [
-        (n, n._tensordict, dict(n._tensordict), n._batch_size, n._device) for n in _all_nodes(root)
+        (n, n._tensordict, dict(n._tensordict), n._batch_size, n._device) for n in all_nodes(root)
     ]
 
 
 def _changed(before: list[_Snap], root: Any) -> bool:
-    after = _all_nodes(root)
+    after = all_nodes(root)
     if len(after) != len(before):
         return True
     for (node, store, copy, bs, device), now in zip(before, after, strict=True):

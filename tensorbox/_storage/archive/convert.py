@@ -28,6 +28,7 @@ import torch
 
 from tensorbox._core.chunks import as_bytes
 from tensorbox._storage import commit as _commit
+from tensorbox._storage import persist as _persist
 from tensorbox._storage.archive import store as _archive
 from tensorbox._storage.archive import zip as _zip
 from tensorbox._storage.folder import FolderStore, old_node_dirs
@@ -73,11 +74,14 @@ def pack(
     try:
         top = store.node()
         if top.legacy:
-            from tensorbox._core.tensordict import TensorDict
-
-            td = TensorDict.load_memmap(src, mode="r")
-            td.memmap(
-                root, archive=True, num_threads=num_threads, fsync=fsync, compression=compression
+            td = _persist.load_from(store, top=top)  # copy-on-write mappings, read lock held
+            _persist.memmap(
+                td,
+                root,
+                archive=True,
+                num_threads=num_threads,
+                fsync=fsync,
+                compression=compression,
             )
             n = t = 0
             for _, node in iter_nodes(store):

@@ -23,8 +23,7 @@ import threading
 from itertools import count
 from typing import Any
 
-import orjson
-
+from tensorbox._core.schema import json_bytes
 from tensorbox._storage.format.spec import MAX_META_BYTES, META
 from tensorbox.errors import FormatError, IncompleteTreeError
 
@@ -56,7 +55,7 @@ def meta_bytes(meta: dict[Any, Any], std_json: bool = False) -> bytes:
         def dumps(v: Any) -> bytes:
             return json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogatepass")
     else:
-        dumps = _orjson_or_json
+        dumps = json_bytes
     entries = meta["entries"]
     head = dumps({k: v for k, v in meta.items() if k != "entries"})[:-1]
     lines = b",\n".join(dumps(k) + b": " + dumps(v) for k, v in entries.items())
@@ -107,13 +106,6 @@ def _write_all(fd: int, data: bytes, fsync: bool) -> None:
         view = view[os.write(fd, view) :]
     if fsync:
         os.fsync(fd)
-
-
-def _orjson_or_json(v: Any) -> bytes:
-    try:
-        return orjson.dumps(v)
-    except TypeError:  # nesting deeper than orjson writes (255)
-        return json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
 def fsync_dir(directory: str) -> None:

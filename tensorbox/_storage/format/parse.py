@@ -24,16 +24,14 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
-import numpy as np
 import orjson
 import torch
 
-from tensorbox._core.schema import _INT64_LIMIT, _short_repr
+from tensorbox._core.schema import _INT64_LIMIT, DTYPES, _short_repr, stacked_array
 from tensorbox._storage.format.names import is_plain_name
-from tensorbox._storage.format.spec import DTYPES, FORMAT, MAX_DIMS, VERSION, VERSIONS
+from tensorbox._storage.format.spec import FORMAT, MAX_DIMS, VERSION, VERSIONS
 from tensorbox.errors import FormatError
 
 __all__ = [
@@ -46,8 +44,9 @@ __all__ = [
     "file_ids",
     "check_shape",
     "parse_json",
+    "is_legacy",
+    "parse_doc",
     "parse_node",
-    "stacked_array",
 ]
 
 #: Offsets dtypes the format allows for jagged entries (as ``meta.json`` names them).
@@ -130,20 +129,23 @@ def parse_json(raw: bytes, where: str) -> Any:
             raise FormatError(f"{where} is not valid JSON (truncated or damaged): {err}") from None
 
 
-def parse_node(raw: bytes, where: str, exists: Callable[[str], bool] | None = None) -> NodeDoc:
-    """The checked description of the ``meta.json`` bytes ``raw`` (shown as ``where``).
+def parse_node(raw: bytes, where: str) -> NodeDoc:
+    """The checked description of the tensorbox ``meta.json`` bytes ``raw`` (shown as
+    ``where``). A reader that also takes tensordict's trees parses the JSON with
+    :func:`parse_json`, and hands a document for which :func:`is_legacy` holds to
+    :func:`tensorbox._storage.format.legacy.parse_legacy`, any other to :func:`parse_doc`."""
+    return parse_doc(parse_json(raw, where), where)
 
-    A tree written by tensordict names its files by one of two encodings; ``exists``
-    (a name in the node -> whether the store has it) picks the one present. It is
-    called only for such trees.
-    """
-    doc = parse_json(raw, where)
+
+def is_legacy(doc: Any) -> bool:
+    """Whether the parsed ``meta.json`` ``doc`` was written by tensordict."""
+    return isinstance(doc, dict) and "format" not in doc and ("_type" in doc or "shape" in doc)
+
+
+def parse_doc(doc: Any, where: str) -> NodeDoc:
+    """:func:`parse_node` of an already parsed JSON document."""
     if not isinstance(doc, dict):
         raise FormatError(f"{where}: expected a JSON object, got {type(doc).__name__}")
-    if "format" not in doc and ("_type" in doc or "shape" in doc):
-        from tensorbox._storage.format.legacy import parse_legacy  # rare: imported when needed
-
-        return parse_legacy(doc, where, exists or (lambda name: False))
     version, type_name, batch, device, entries_doc = check_header(doc, where)
     tensor_fields = _TENSOR_FIELDS[version]
     entries: dict[str, Spec] = {}
@@ -378,29 +380,6 @@ def check_device(value: Any, where: str) -> str | None:
         except Exception:  # torch raises RuntimeError, ValueError... for a bad string
             pass
     raise FormatError(f"{where}: 'device' is {_short_repr(value)}, expected a device or null")
-
-
-def stacked_array(value: Any, shape: tuple[int, ...], where: str) -> np.ndarray:
-    """Nested lists of exactly ``shape`` -> an object array, checked before allocating."""
-    flat: list[Any] = []
-
-    def walk(v: Any, depth: int) -> None:
-        if depth == len(shape):
-            flat.append(v)
-            return
-        if type(v) is not list or len(v) != shape[depth]:
-            raise FormatError(
-                f"{where}: stacked value does not have the shape of batch_size {list(shape)} "
-                f"(at depth {depth}: {_short_repr(v)})"
-            )
-        for item in v:
-            walk(item, depth + 1)
-
-    walk(value, 0)
-    arr = np.empty(len(flat), dtype=object)
-    for i, v in enumerate(flat):  # one by one: numpy would turn list values into dims
-        arr[i] = v
-    return arr.reshape(shape)
 
 
 def file_ids(entries: Any) -> dict[str, str]:

@@ -42,7 +42,8 @@ can collide with a field::
       }
     }
 
-- ``tensor``: ``dtype`` is one of :data:`DTYPES` (torch names without ``torch.``);
+- ``tensor``: ``dtype`` is one of :data:`tensorbox._core.schema.DTYPES` (torch names
+  without ``torch.``);
   ``shape`` starts with the node's ``batch_size``; ``file`` is a file name in
   the node's directory. ``id`` (version 2) is the file's generation id: 32
   lower-case hex digits (128 random bits) drawn when the file is written, kept
@@ -171,10 +172,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 __all__ = [
-    "DTYPES",
     "FORMAT",
     "MAX_DEPTH",
     "MAX_DIMS",
@@ -183,7 +181,6 @@ __all__ = [
     "SUFFIX",
     "VERSION",
     "VERSIONS",
-    "dtype_name",
     "node_meta",
 ]
 
@@ -197,31 +194,6 @@ SUFFIX = ".memmap"
 MAX_DIMS = 64
 MAX_DEPTH = 200  # nested nodes, for writers and readers; loading recurses once per level
 MAX_META_BYTES = 1 << 28
-
-#: dtype name (as written in ``meta.json``) -> torch dtype. Names are torch's, without "torch.".
-_DTYPE_NAMES_TEXT = (
-    "bool uint8 int8 int16 int32 int64 uint16 uint32 uint64 float16 bfloat16 float32 float64 "
-    "complex32 complex64 complex128 float8_e4m3fn float8_e5m2 float8_e4m3fnuz float8_e5m2fnuz "
-    "float8_e8m0fnu"
-)
-_DTYPE_LIST = _DTYPE_NAMES_TEXT.split()
-DTYPES: dict[str, torch.dtype] = {
-    name: getattr(torch, name)
-    for name in _DTYPE_LIST
-    if isinstance(getattr(torch, name, None), torch.dtype)
-}
-_DTYPE_NAMES = {dt: name for name, dt in DTYPES.items()}
-
-
-def dtype_name(dtype: torch.dtype, where: str = "") -> str:
-    """The name ``meta.json`` uses for ``dtype``; TypeError for dtypes the format lacks."""
-    try:
-        return _DTYPE_NAMES[dtype]
-    except KeyError:
-        raise TypeError(
-            f"{where or 'tensor'} has dtype {dtype}, which the tensorbox format cannot store; "
-            f"supported: {sorted(DTYPES)}"
-        ) from None
 
 
 def node_meta(
