@@ -113,11 +113,11 @@ def flatness(root: Path, sizes: list[int], appends: int) -> list[tuple[int, floa
 
 def stages(root: Path, appends: int) -> dict[str, float]:
     """Microseconds per 1-row append spent in each step (wrapped module functions)."""
+    from tensorbox._storage import backed as _backed
     from tensorbox._storage import commit as _commit
     from tensorbox._storage import extend as _extend
     from tensorbox._storage import folder as _folder
     from tensorbox._storage import store as _store
-    from tensorbox._storage import backed as _backed
 
     spent: dict[str, float] = {}
     wrapped: list[tuple[Any, str, Callable[..., Any]]] = []
