@@ -76,7 +76,8 @@ class Progress:
     ``progress``: ``True`` shows a bar, ``False`` never, ``None`` (default) when
     stderr is a terminal and ``total`` is at least ``large`` (256 MiB for bytes; any
     amount for counts). ``bar=False`` forces the plain-line form (no tqdm);
-    ``log=False`` keeps the summary out of the log (a quick inner step).
+    ``log=False`` keeps the summary out of the log (a quick inner step); ``initial``
+    counts work done before (a resumed run; the rate leaves it out).
     While open, :func:`advance` calls in this context update it.
     """
 
@@ -91,9 +92,10 @@ class Progress:
         file: IO[str] | None = None,
         bar: bool = True,
         log: bool = True,
+        initial: int = 0,
     ) -> None:
         self.desc, self.total, self.unit = desc, total, unit
-        self.done = self.files = 0
+        self.done, self.files, self.initial = initial, 0, initial
         self.file = file if file is not None else sys.stderr
         if progress is None:
             threshold = (LARGE_BYTES if unit == "B" else 0) if large is None else large
@@ -109,6 +111,7 @@ class Progress:
             else:
                 self._bar = tqdm(
                     total=total,
+                    initial=initial,
                     desc=desc,
                     unit=unit,
                     unit_scale=unit == "B",
@@ -180,7 +183,7 @@ class Progress:
     def summary(self) -> str:
         """``"pack: 626.0 MiB in 412 files, 3.2 s, 195.6 MiB/s"``."""
         secs = self._elapsed if self._elapsed is not None else time.perf_counter() - self._start
-        rate = self.done / secs if secs > 0 else 0.0
+        rate = (self.done - self.initial) / secs if secs > 0 else 0.0
         files = f" in {self.files} file{'s' * (self.files != 1)}" if self.files else ""
         if self.unit == "B":
             speed = f"{human_size(rate)}/s"
