@@ -44,7 +44,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, cast
 
-from tensorbox import _progress
+from tensorbox import progress as _progress
 from tensorbox._storage import checksum as _checksum
 from tensorbox._storage import commit as _commit
 from tensorbox._storage import jagged_io as _jagged_io

@@ -49,11 +49,11 @@ import numpy as np
 import torch
 
 from tensorbox import MemoryMappedTensor
-from tensorbox._progress import Progress
 from tensorbox.data._dataset import ImageFolderData
 from tensorbox.data._decode import ResizeSpec, decode_into
 from tensorbox.data._folder import IMG_EXTENSIONS, FolderIndex, scan_image_folder
 from tensorbox.errors import TensorboxError
+from tensorbox.progress import Progress
 
 __all__ = ["ImageReadError", "ingest_image_folder"]
 

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
-from tensorbox._progress import Progress, logger
+from tensorbox.progress import Progress, logger
 
 __all__ = ["make_image_folder", "synth_image"]
 

@@ -1,11 +1,11 @@
-"""Progress on long work: a bar while it runs, a summary line when it ends, and the logger.
+"""``tensorbox.progress``: a bar while long work runs, a summary line when it ends, the logger.
 
 tensorbox reports through ``logging.getLogger("tensorbox")``. Like most libraries it
 adds only a ``NullHandler``, so nothing prints unless the application configures
 logging (``logging.basicConfig(level=logging.INFO)`` shows the summaries; warnings
 reach stderr through Python's last-resort handler as usual).
 
-Long operations (saving a big tree, ``pack``/``unpack``, ``verify --read``, image
+Long operations (``pack``, ``unpack`` and ``verify --read`` on the command line, image
 ingestion, image-folder generation) open a :class:`Progress`. It shows a bar on
 stderr when asked (``progress=True``) or by default when stderr is a terminal and the
 work is large (``progress=None``); tqdm draws it when installed (the ``progress``
