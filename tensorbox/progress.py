@@ -37,7 +37,7 @@ import time
 from types import TracebackType
 from typing import IO, Any
 
-__all__ = ["Progress", "advance", "human_size", "logger"]
+__all__ = ["Progress", "advance"]
 
 logger = logging.getLogger("tensorbox")
 logger.addHandler(logging.NullHandler())
@@ -62,7 +62,14 @@ def human_size(n: float) -> str:
 
 
 def advance(amount: int, files: int = 1) -> None:
-    """Report ``amount`` done (bytes, or items) in ``files`` files to the open Progress, if any."""
+    """Report ``amount`` done (bytes, or items) in ``files`` files to the open Progress, if any.
+
+    >>> advance(1024)  # nobody watches: nothing happens
+    >>> with Progress("copy", 2048, progress=False) as p:
+    ...     advance(1024)
+    >>> p.done
+    2048
+    """
     p = _current.get()
     if p is not None:
         p.update(amount, files)
@@ -79,6 +86,12 @@ class Progress:
     ``log=False`` keeps the summary out of the log (a quick inner step); ``initial``
     counts work done before (a resumed run; the rate leaves it out).
     While open, :func:`advance` calls in this context update it.
+
+    >>> import io
+    >>> with Progress("decode", 10, unit="img", progress=True, file=io.StringIO(), bar=False) as p:
+    ...     p.update(10, files=0)
+    >>> p.summary()  # doctest: +ELLIPSIS
+    'decode: 10 img, ... s, ... img/s'
     """
 
     def __init__(
