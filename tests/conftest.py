@@ -93,6 +93,7 @@ HEAVY_TESTS = frozenset(
         "test_persist.py::test_spawned_workers_share_the_files",
         "test_memmap_tensor.py::test_huge_expanded_tensor_is_written_in_bounded_memory",
         "test_cli.py::test_as_a_program",
+        "test_tensorclass.py::test_pytree_roundtrip_and_compile",
         "test_cli_polish.py::test_closed_pipe_is_quiet",
         "test_cli_polish.py::test_usage_errors_exit_2",
     }
