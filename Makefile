@@ -45,7 +45,7 @@ check: $(VENV)/.core
 
 # The documentation site, into site/ (strict: a broken link, anchor or nav entry fails).
 docs: $(VENV)/.docs
-	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict  # never --quiet: it hides the warnings strict mode counts
 
 figures: $(VENV)/.bench
 	$(BIN)/python benchmarks/figures.py

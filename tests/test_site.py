@@ -46,20 +46,46 @@ def test_images_in_the_docs_exist() -> None:
             assert (page.parent / src).is_file(), f"{page.name}: {src} is missing"
 
 
-@pytest.mark.skipif(
+needs_mkdocs = pytest.mark.skipif(
     importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None,
     reason="mkdocs and mkdocs-material are not installed (the docs extra)",
 )
-def test_site_builds_strict(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-d", str(tmp_path)],
+
+
+def _build(config: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        # Not --quiet: it hides the warnings from the counter that strict mode aborts on.
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(out)],
         cwd=ROOT,
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+@needs_mkdocs
+def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
+    """The site's own configuration, on one page with a broken link and a broken anchor."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "index.md").write_text("# Start\n\n[gone](nope.md), [here](#nowhere)\n")
+    text = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    text = text[: text.index("\nnav:")].replace("docs_dir: docs", f"docs_dir: {docs}")
+    text = text.replace("tools/mkdocs_hooks.py", str(ROOT / "tools" / "mkdocs_hooks.py"))
+    config = tmp_path / "mkdocs.yml"
+    config.write_text(text, encoding="utf-8")
+    proc = _build(config, tmp_path / "site")
+    assert proc.returncode != 0
+    assert "contains a link 'nope.md', but the target is not found" in proc.stderr
+    assert "'#nowhere', but there is no such anchor" in proc.stderr
+
+
+@needs_mkdocs
+def test_site_builds_strict(tmp_path: Path) -> None:
+    proc = _build(ROOT / "mkdocs.yml", tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "WARNING" not in proc.stderr, proc.stderr
     for page in _nav_pages():
         built = tmp_path / ("index.html" if page == "index.md" else f"{page[:-3]}/index.html")
         assert built.is_file(), page
