@@ -1,4 +1,7 @@
-# The README's two commands: `make demo` and `make test`.
+# The README's two commands: `make demo` and `make test`. Also: `make check` (the quick
+# edit-test loop: lint and the fast tests), `make docs` (the site, strict), `make bench`
+# (benchmarks, their JSON results and the charts), `make wheelcheck` (build the wheel,
+# install it into a fresh environment, run the README tour there).
 # Each creates .venv on first use and installs what it needs; later runs reuse it
 # (re-installing only when pyproject.toml or constraints.txt change).
 PYTHON ?= python3
@@ -7,7 +10,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt
 ARGS   ?=
 
-.PHONY: demo test lint apiref bench tutorials clean
+.PHONY: demo test check lint docs figures apiref bench wheelcheck tutorials clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,17 +22,35 @@ $(VENV)/.core: $(BIN)/python pyproject.toml constraints.txt
 	touch $@
 
 $(VENV)/.bench: $(VENV)/.core
-	$(PIP) "tensordict>=0.14"
+	$(PIP) -e ".[bench]"
+	touch $@
+
+$(VENV)/.docs: $(VENV)/.core
+	$(PIP) -e ".[docs]"
 	touch $@
 
 demo: $(VENV)/.bench
 	$(BIN)/python benchmarks/demo.py $(ARGS)
 
-test: $(VENV)/.core
+# The full suite, as CI runs it (the docs extra too: the site build is a test).
+test: $(VENV)/.core $(VENV)/.docs
 	$(BIN)/python -m pytest $(ARGS)
 
+# The edit-test loop: lint, then the tests that start no interpreter, process pool or
+# external tool (conftest.py marks those `heavy`); under a minute on 2 cores.
+check: $(VENV)/.core
+	$(BIN)/ruff check tensorbox tests benchmarks tutorials tools
+	$(BIN)/ruff format --check tensorbox tests benchmarks tutorials tools
+	$(BIN)/python -m pytest -m "not slow and not heavy" -x $(ARGS)
+
+# The documentation site, into site/ (strict: a broken link, anchor or nav entry fails).
+docs: $(VENV)/.docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict  # never --quiet: it hides the warnings strict mode counts
+
+figures: $(VENV)/.bench
+	$(BIN)/python benchmarks/figures.py
+
 lint: $(VENV)/.core
-	$(BIN)/python -m pip install -q ruff
 	$(BIN)/ruff check tensorbox tests benchmarks tutorials tools
 	$(BIN)/ruff format --check tensorbox tests benchmarks tutorials tools
 
@@ -40,12 +61,23 @@ apiref: $(VENV)/.core
 
 bench: $(VENV)/.bench
 	$(BIN)/python benchmarks/ops.py
-	$(BIN)/python benchmarks/persist.py
+	$(BIN)/python benchmarks/persist.py --json benchmarks/results/persist.json
 	$(BIN)/python benchmarks/extend.py
 	$(BIN)/python benchmarks/jagged.py
 	$(BIN)/python benchmarks/weights.py
-	$(BIN)/python benchmarks/dataload.py
+	$(BIN)/python benchmarks/dataload.py --json benchmarks/results/dataload.json
 	$(BIN)/python benchmarks/buffer.py
+	$(BIN)/python benchmarks/figures.py
+
+# The wheel as pip users get it: built, installed with its dependencies into a fresh
+# environment, the README tour run there and the LICENSE checked inside the wheel.
+wheelcheck: $(VENV)/.core
+	rm -rf .whl && $(BIN)/python -m pip wheel -q --no-deps -w .whl/dist .
+	$(BIN)/python -c "import sys, zipfile; n = zipfile.ZipFile(sys.argv[1]).namelist(); assert any(x.endswith('licenses/LICENSE') for x in n), n" .whl/dist/tensorbox-*.whl
+	$(PYTHON) -m venv .whl/venv
+	.whl/venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt "torch==2.13.0"
+	.whl/venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt .whl/dist/tensorbox-*.whl
+	cd .whl && venv/bin/python ../tools/readme_tour.py ../README.md
 
 clean:
-	rm -rf $(VENV) .cache
+	rm -rf $(VENV) .cache .whl site

@@ -27,6 +27,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -216,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--cache")
+    ap.add_argument("--json", metavar="PATH", help="also write the medians as JSON (figures.py)")
     args = ap.parse_args(argv)
     workers, bs = args.workers, args.batch_size
     repeats = args.repeats or (1 if args.small else 3)
@@ -248,7 +250,10 @@ def main(argv: list[str] | None = None) -> int:
             )
         reads = bench_read(roots, ours, theirs, workers, bs, repeats, min_s)
         alone = bench_loader_alone(ours["train"], workers, bs, repeats, min_s)
-        report(ing, reads, alone, train_root, ours, theirs, n)
+        results = report(ing, reads, alone, train_root, ours, theirs, n)
+        if args.json:
+            results["source"] = f"benchmarks/dataload.py, {what}, workers={workers}"
+            Path(args.json).write_text(json.dumps(results, indent=1))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
@@ -256,8 +261,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def report(
     ing: dict, reads: dict, alone: dict, train_root: Path, ours: dict, theirs: dict, n: dict
-) -> None:
+) -> dict:
     r = {k: _median(v) for k, v in ing["rates"].items() if v}
+    results: dict = {"benchmark": "dataload", "ingest_images_per_s": r, "read_images_per_s": {}}
     print("Ingestion of the train folder (images/s; CPU ms per image: main process + workers)")
     for k, label in (
         ("tutorial", "tensordict tutorial method"),
@@ -292,6 +298,7 @@ def report(
     )
     for kind in ("train", "val"):
         m = {k: (_median(v) if v else float("nan")) for k, v in reads[kind].items()}
+        results["read_images_per_s"][kind] = m
         print(
             _line(
                 kind,
@@ -316,6 +323,7 @@ def report(
             checks.append(("train vs tutorial", m["tensorbox"] / m["tutorial"], 3.0, "x"))
     print()
     a = {k: _median(v) for k, v in alone.items()}
+    results["loader_alone_images_per_s"] = a
     floor = max(a["np.memmap fancy"], a["np.memmap take(out=)"])
     print("Loader alone, uint8 [64, 3, 256, 256] batches, shuffled (images/s)")
     for k, v in a.items():
@@ -339,6 +347,7 @@ def report(
             "  are >= 2x the target at reduced scale. With sources close to 256 px, draft()\n"
             "  rarely applies and the ratio is bounded by (decode + resize + overhead) / (decode + resize)."
         )
+    return results
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import shutil
 import statistics
@@ -195,7 +196,18 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=4, help="tensorbox num_threads to compare")
     parser.add_argument("--torch-threads", type=int, default=1)
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
+    parser.add_argument(
+        "--json", default=None, metavar="PATH", help="also write the medians as JSON (figures.py)"
+    )
     args = parser.parse_args()
+    results: dict = {
+        "benchmark": "persist",
+        "source": f"benchmarks/persist.py, {os.cpu_count()} CPUs, median of rounds",
+        "layouts": [],
+        "save_ms": {},
+        "open_ms": {},
+        "open_read_ms": {},
+    }
     torch.set_num_threads(args.torch_threads)
     repeat = args.repeat or (3 if args.small else 7)
     root = tempfile.mkdtemp(prefix="tbx-bench-", dir=args.dir)
@@ -206,6 +218,7 @@ def main() -> None:
     try:
         for name, layout in _layouts(args.small).items():
             mib = sum(t.numel() * t.element_size() for t in layout.values()) / 2**20
+            results["layouts"].append(f"{name} ({len(layout)} leaves, {mib:.0f} MiB)")
             print(f"\n{name}: {len(layout)} leaves, {mib:.0f} MiB")
             print(
                 f"| {'':34} | {'save ms':>9} | {'(best)':>7} | {'GB/s':>5} | {'open ms':>8} "
@@ -218,12 +231,17 @@ def main() -> None:
                 lz = "" if lazy is None else f"{lazy:8.2f}"
                 fl = "" if full is None else f"{full:12.1f}"
                 best = min(case.times["save"]) * 1e3
+                for key, v in (("save_ms", save), ("open_ms", lazy), ("open_read_ms", full)):
+                    results[key].setdefault(case.label, []).append(v)
                 print(
                     f"| {case.label:34} | {save:9.1f} | {best:7.1f} | {gbs:5.2f} | {lz:>8} "
                     f"| {fl:>12} |"
                 )
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -55,3 +55,53 @@ def small_tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
         yield mnt
     finally:
         subprocess.run(["umount", str(mnt)], check=True)
+
+
+# Test modules that start interpreters, process pools, torch.compile or external checkers
+# (mypy, ruff, mkdocs): marked `heavy`, so that `make check` (-m "not slow and not heavy")
+# stays a quick loop. `make test` runs them all. A test elsewhere that starts one
+# subprocess is cheap enough to stay in the quick loop.
+HEAVY_MODULES = frozenset(
+    {
+        "test_api_reference",
+        "test_buffer",
+        "test_compile",
+        "test_data_demo",
+        "test_data_ingest",
+        "test_data_package",
+        "test_data_synth_start",
+        "test_ddp",
+        "test_distributed",
+        "test_docs",
+        "test_lint",
+        "test_save_syscalls",
+        "test_site",
+        "test_tutorials",
+        "test_typing",
+        "test_typing_readme",
+    }
+)
+
+
+# Single tests of otherwise quick modules that run several processes for seconds.
+HEAVY_TESTS = frozenset(
+    {
+        "test_commit.py::test_two_writers_and_a_reader_never_see_a_torn_or_mixed_tree",
+        "test_extend.py::test_kill_readers_and_two_producers",
+        "test_data_dataset.py::test_workers_open_the_same_files_by_name",
+        "test_persist.py::test_save_killed_midway_leaves_the_old_tree",
+        "test_persist.py::test_spawned_workers_share_the_files",
+        "test_memmap_tensor.py::test_huge_expanded_tensor_is_written_in_bounded_memory",
+        "test_cli.py::test_as_a_program",
+        "test_tensorclass.py::test_pytree_roundtrip_and_compile",
+        "test_cli_polish.py::test_closed_pipe_is_quiet",
+        "test_cli_polish.py::test_usage_errors_exit_2",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        test = f"{item.path.name}::{item.name.split('[')[0]}"
+        if item.path.stem in HEAVY_MODULES or test in HEAVY_TESTS:
+            item.add_marker(pytest.mark.heavy)

@@ -40,6 +40,7 @@ PKG = Path(__file__).resolve().parents[1] / "tensorbox"
 #: Layer of each module, by the longest matching prefix.
 LAYERS: dict[str, int] = {
     "tensorbox.errors": 0,
+    "tensorbox.progress": 0,  # the logger and progress reports: imports nothing of ours
     "tensorbox._core": 1,
     "tensorbox._tensorclass": 2,
     "tensorbox._storage": 3,

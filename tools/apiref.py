@@ -47,6 +47,7 @@ MODULES = (
     "tensorbox.data",
     "tensorbox.data.transforms",
     "tensorbox.buffer",
+    "tensorbox.progress",
     "tensorbox.errors",
 )
 

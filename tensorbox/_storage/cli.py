@@ -14,6 +14,18 @@ writes a folder as an archive, byte for byte (``--compression deflate``, ``bzip2
 ``lzma`` compresses its leaf entries); ``unpack FILE DIR`` extracts one into a folder,
 replacing the tree there in one step.
 
+``--json`` makes ``show`` and ``verify`` print one JSON document (on damage, ``verify
+--json`` prints ``{"ok": false, "error": ...}``). ``pack`` and ``unpack`` refuse a target
+that exists (a file, or a folder that is not empty) unless ``--force``; ``--force``
+replaces the saved tree there in one step and leaves other files alone. ``--progress``
+shows a bar and a closing summary for ``pack``, ``unpack`` and ``verify`` (by default
+when stderr is a terminal and the tree is large). ``--version`` prints the version.
+
+Exit codes: 0 success (``verify``: the tree is sound); 1 the tree is damaged, a file
+cannot be read or written, or the target exists; 2 a usage error (bad arguments).
+A closed pipe (``show X | head -3``) ends the command quietly with status 141, as a
+process stopped by ``SIGPIPE`` reports.
+
 >>> import tempfile, torch, tensorbox
 >>> path = tempfile.mkdtemp()
 >>> _ = tensorbox.TensorDict({"x": torch.zeros(4, 2), "tag": "a"}, batch_size=[4]).memmap(path)
@@ -25,12 +37,14 @@ ok: 1 node, 1 tensor, 32 B
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import reprlib
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+from tensorbox import progress as _progress
 from tensorbox._storage import persist as _persist
 from tensorbox._storage.archive import convert as _archive_convert
 from tensorbox._storage.archive import store as _archive
@@ -40,11 +54,11 @@ from tensorbox._storage.store import (
     Node,
     NodeEntry,
     TensorEntry,
+    check_entry,
     count,
     iter_nodes,
     read_child,
 )
-from tensorbox._storage.store import verify as check_all
 from tensorbox.errors import FormatError
 
 
@@ -79,30 +93,80 @@ def _clean(text: object) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
 
 
-def show(path: str, out: list[str]) -> int:
+def show(path: str, out: list[str], doc: dict[str, Any] | None = None) -> int:
+    """Print the tree at ``path`` into ``out``; with ``doc``, fill it as JSON instead."""
     with _persist.opened(path) as (store, rel):
         node = store.node(rel)
-        _header(path, node, out, ", archive" if isinstance(store, _archive.ArchiveStore) else "")
+        form = ", archive" if isinstance(store, _archive.ArchiveStore) else ""
+        _header(path, node, out, form, doc)
 
         def child(parent: Node, e: NodeEntry, depth: int) -> Node:
             return read_child(store, parent, e, depth)
 
-        total = _show_node(node, child, "", out, 0)
-    out.append(f"total: {_size(total)}")
+        total = _show_node(node, child, "", out, 0, doc)
+    _total(out, total, doc)
     return 0
 
 
-def _header(path: str, node: Node, out: list[str], form: str) -> None:
+def _total(out: list[str], total: int, doc: dict[str, Any] | None) -> None:
+    if doc is None:
+        out.append(f"total: {_size(total)}")
+    else:
+        doc["nbytes"] = total
+
+
+def _header(
+    path: str, node: Node, out: list[str], form: str, doc: dict[str, Any] | None = None
+) -> None:
     origin = "tensordict" if node.legacy else "tensorbox"
+    if doc is not None:
+        doc.update(
+            path=path,
+            archive=bool(form),
+            format={"origin": origin, "version": node.version},
+            **_node_doc(node),
+        )
+        return
     out.append(
         f"{_clean(path)}: {_clean(node.type)} batch_size={list(node.batch_size)} "
         f"device={_clean(node.device)} (format {origin} v{node.version}{form})"
     )
 
 
-def _show_node(node: Node, child: Any, indent: str, out: list[str], depth: int) -> int:
+def _node_doc(node: Node) -> dict[str, Any]:
+    return {
+        "type": node.type,
+        "batch_size": list(node.batch_size),
+        "device": node.device,
+        "entries": {},
+    }
+
+
+def _json_value(v: object) -> Any:
+    """A saved value as JSON can hold it (stacked values as nested lists; else its repr)."""
+    if hasattr(v, "tolist"):
+        v = v.tolist()
+    try:
+        json.dumps(v, allow_nan=False)
+    except (TypeError, ValueError):  # NaN, or an int too long to write as decimal
+        try:
+            return repr(v)
+        except ValueError:
+            return f"<{type(v).__name__}>"
+    return v
+
+
+def _show_node(
+    node: Node,
+    child: Any,
+    indent: str,
+    out: list[str],
+    depth: int,
+    doc: dict[str, Any] | None = None,
+) -> int:
     total = 0
     items = list(node.entries.items())
+    entries: dict[str, Any] = doc["entries"] if doc is not None else {}
     for i, (key, e) in enumerate(items):
         last = i == len(items) - 1
         branch, cont = ("└── ", "    ") if last else ("├── ", "│   ")
@@ -110,6 +174,14 @@ def _show_node(node: Node, child: Any, indent: str, out: list[str], depth: int) 
             n = e.nbytes
             total += n
             dtype = str(e.dtype).removeprefix("torch.")
+            entries[key] = {
+                "kind": "tensor",
+                "dtype": dtype,
+                "shape": list(e.shape),
+                "nbytes": n,
+                "file": _base(e.path),
+                "sha256": e.sha256,
+            }
             out.append(
                 f"{indent}{branch}{_clean(repr(key))}: {dtype} {list(e.shape)} {_size(n)}  "
                 f"[{_clean(_base(e.path))}]" + (" sha256" if e.sha256 else "")
@@ -119,19 +191,35 @@ def _show_node(node: Node, child: Any, indent: str, out: list[str], depth: int) 
             total += n
             dtype = str(e.values.dtype).removeprefix("torch.")
             rows = ", ".join(map(str, (e.offsets.shape[0] - 1, "*", *e.values.shape[1:])))
+            entries[key] = {
+                "kind": "jagged",
+                "dtype": dtype,
+                "rows": e.offsets.shape[0] - 1,
+                "row_shape": list(e.values.shape[1:]),
+                "nbytes": n,
+                "files": [_base(e.values.path), _base(e.offsets.path)],
+            }
             out.append(
                 f"{indent}{branch}{_clean(repr(key))}: jagged {dtype} [{rows}] {_size(n)}  "
                 f"[{_clean(_base(e.values.path))}, {_clean(_base(e.offsets.path))}]"
             )
         elif type(e) is NodeEntry:
             sub = child(node, e, depth + 1)
+            sub_doc = None
+            if doc is not None:
+                sub_doc = entries[key] = {"kind": "node", "dir": _base(e.path), **_node_doc(sub)}
             out.append(
                 f"{indent}{branch}{_clean(repr(key))}: {_clean(sub.type)} "
                 f"batch_size={list(sub.batch_size)}  [{_clean(_base(e.path))}/]"
             )
-            total += _show_node(sub, child, indent + cont, out, depth + 1)
+            n = _show_node(sub, child, indent + cont, out, depth + 1, sub_doc)
+            if sub_doc is not None:
+                sub_doc["nbytes"] = n
+            total += n
         else:
             kind = "stacked values" if e.stacked else "value"  # type: ignore[union-attr]
+            if doc is not None:
+                entries[key] = {"kind": kind.replace(" ", "_"), "value": _json_value(e.value)}  # type: ignore[union-attr]
             out.append(f"{indent}{branch}{_clean(repr(key))}: {kind} {_value(e.value)}")  # type: ignore[union-attr]
     return total
 
@@ -141,18 +229,33 @@ def _base(path: str) -> str:
     return os.path.basename(path.rpartition(_archive.SEP)[2] if _archive.SEP in path else path)
 
 
-def verify(path: str, out: list[str], read: bool = False) -> int:
+def verify(
+    path: str,
+    out: list[str],
+    read: bool = False,
+    doc: dict[str, Any] | None = None,
+    progress: bool | None = None,
+) -> int:
+    """Check the tree at ``path``; the counts into ``out`` (or ``doc``); FormatError if damaged."""
     nodes = tensors = total = 0
-    with _persist.opened(path) as (store, rel):
-        if read:  # every byte, its checksums, and jagged leaves' offsets
-            nodes, tensors, total = check_all(store, rel)
-        else:
-            for _, node in iter_nodes(store, rel):
-                nodes += 1
-                for e in node.entries.values():
-                    n, b = count(e)
-                    tensors, total = tensors + n, total + b
-    _ok(out, nodes, tensors, total)
+    # Without --read the check reads only meta.json files: quick, so no bar, no summary.
+    shown = progress if read else False
+    task = _progress.Progress("verify", _tree_bytes(path, shown), progress=shown, log=read)
+    with task, _persist.opened(path) as (store, rel):
+        for _, node in iter_nodes(store, rel):
+            nodes += 1
+            for e in node.entries.values():
+                n, b = count(e)
+                if not n:
+                    continue
+                tensors, total = tensors + n, total + b
+                if read:  # every byte, its checksums, a jagged leaf's offsets
+                    check_entry(store, e)
+                task.update(b, files=2 if type(e) is JaggedEntry else 1)
+    if doc is not None:
+        doc.update(ok=True, path=path, read=read, nodes=nodes, tensors=tensors, nbytes=total)
+    else:
+        _ok(out, nodes, tensors, total)
     return 0
 
 
@@ -161,6 +264,20 @@ def _ok(out: list[str], nodes: int, tensors: int, total: int) -> None:
         f"ok: {nodes} node{'s' * (nodes != 1)}, {tensors} tensor{'s' * (tensors != 1)}, "
         f"{_size(total)}"
     )
+
+
+def _tree_bytes(path: str, progress: bool | None) -> int | None:
+    """The bytes of the tensors of the tree at ``path`` (meta.json files only are read),
+    for a progress bar; None when no bar can show or the tree cannot be read (the work
+    itself then raises the reason)."""
+    if progress is False or (progress is None and not sys.stderr.isatty()):
+        return None
+    counts: dict[str, Any] = {}
+    try:
+        verify(path, [], read=False, doc=counts)
+    except (FormatError, OSError):
+        return None
+    return int(counts["nbytes"])
 
 
 def _compression(name: str) -> str:
@@ -175,14 +292,45 @@ def _compression(name: str) -> str:
     return name
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tensorbox", description=__doc__.split("\n")[0])
+def _refuse_existing(target: str, what: str) -> None:
+    """``pack``/``unpack`` without ``--force``: an existing target is the user's, not ours."""
+    if os.path.isdir(target):
+        if os.listdir(target):
+            raise FileExistsError(
+                f"{what} target {target!r} is a folder that is not empty; pass --force to "
+                "replace the saved tree there, or choose another path"
+            )
+    elif os.path.lexists(target):
+        raise FileExistsError(
+            f"{what} target {target!r} exists; pass --force to replace it, or choose another path"
+        )
+
+
+def _parser() -> argparse.ArgumentParser:
+    from tensorbox import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="python -m tensorbox",
+        description=__doc__.split("\n")[0],
+        epilog="exit status: 0 success, 1 damaged tree or I/O error or existing target, "
+        "2 usage error, 141 closed output pipe",
+    )
+    parser.add_argument("--version", action="version", version=f"tensorbox {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    progress = {
+        "action": argparse.BooleanOptionalAction,
+        "default": None,
+        "help": "a progress bar and a closing summary on stderr "
+        "(default: when stderr is a terminal and the tree is large)",
+    }
     p_show = sub.add_parser("show", help="print the tree: keys, classes, dtypes, shapes, sizes")
     p_show.add_argument("path")
+    p_show.add_argument("--json", action="store_true", help="print one JSON document")
     p_verify = sub.add_parser("verify", help="check a tree; exit 1 with the reason if damaged")
     p_verify.add_argument("path")
     p_verify.add_argument("--read", action="store_true", help="also read every byte of data")
+    p_verify.add_argument("--json", action="store_true", help="print one JSON document")
+    p_verify.add_argument("--progress", **progress)  # type: ignore[arg-type]
     p_pack = sub.add_parser("pack", help="write the tree at DIR as the one-file archive FILE")
     p_pack.add_argument("dir")
     p_pack.add_argument("file")
@@ -192,37 +340,108 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="NAME",
         help="compress the leaf entries: deflate, bzip2 or lzma (default: stored, mappable)",
     )
+    p_pack.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    p_pack.add_argument("--progress", **progress)  # type: ignore[arg-type]
     p_unpack = sub.add_parser("unpack", help="extract the archive FILE into the folder DIR")
     p_unpack.add_argument("file")
     p_unpack.add_argument("dir")
-    args = parser.parse_args(argv)
+    p_unpack.add_argument(
+        "--force", action="store_true", help="replace the saved tree in DIR if DIR is not empty"
+    )
+    p_unpack.add_argument("--progress", **progress)  # type: ignore[arg-type]
+    return parser
+
+
+def _pack(directory: str, file: str, compression: str | None, force: bool) -> tuple[int, int]:
+    """``pack``; with ``force`` over an existing file, written beside it and renamed over
+    it, so that a failed pack leaves the old file whole."""
+    if not (force and os.path.isfile(file)):
+        return _archive_convert.pack(directory, file, compression=compression)
+    stage = f"{file}.{os.getpid()}.partial"
+    try:
+        counts = _archive_convert.pack(directory, stage, compression=compression)
+        os.replace(stage, file)
+    finally:
+        if os.path.lexists(stage):
+            os.unlink(stage)
+    return counts
+
+
+def _run(args: argparse.Namespace, out: list[str]) -> int:
+    if args.command == "show":
+        if args.json:
+            doc: dict[str, Any] = {}
+            code = show(args.path, out, doc)
+            out[:] = [json.dumps(doc, ensure_ascii=False)]
+            return code
+        return show(args.path, out)
+    if args.command == "verify":
+        if args.json:
+            doc = {}
+            code = verify(args.path, out, read=args.read, doc=doc, progress=args.progress)
+            out.append(json.dumps(doc, ensure_ascii=False))
+            return code
+        return verify(args.path, out, read=args.read, progress=args.progress)
+    if args.command == "pack":
+        if not args.force:
+            _refuse_existing(args.file, "pack")
+        with _progress.Progress(
+            "pack", _tree_bytes(args.dir, args.progress), progress=args.progress
+        ):
+            nodes, tensors = _pack(args.dir, args.file, args.compression, args.force)
+        out.append(
+            f"packed {nodes} node{'s' * (nodes != 1)}, {tensors} tensor"
+            f"{'s' * (tensors != 1)} into {_clean(args.file)}"
+        )
+        return 0
+    if not args.force:
+        _refuse_existing(args.dir, "unpack")
+    with _progress.Progress(
+        "unpack", _tree_bytes(args.file, args.progress), progress=args.progress
+    ):
+        nodes, files = _archive_convert.unpack(args.file, args.dir)
+    out.append(
+        f"unpacked {files} file{'s' * (files != 1)} ({nodes} node"
+        f"{'s' * (nodes != 1)}) into {_clean(args.dir)}"
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     out: list[str] = []
     try:
-        if args.command == "show":
-            code = show(args.path, out)
-        elif args.command == "verify":
-            code = verify(args.path, out, read=args.read)
-        elif args.command == "pack":
-            nodes, tensors = _archive_convert.pack(
-                args.dir, args.file, compression=args.compression
-            )
-            out.append(
-                f"packed {nodes} node{'s' * (nodes != 1)}, {tensors} tensor"
-                f"{'s' * (tensors != 1)} into {_clean(args.file)}"
-            )
-            code = 0
-        else:
-            nodes, files = _archive_convert.unpack(args.file, args.dir)
-            out.append(
-                f"unpacked {files} file{'s' * (files != 1)} ({nodes} node"
-                f"{'s' * (nodes != 1)}) into {_clean(args.dir)}"
-            )
-            code = 0
-    except (FormatError, OSError) as err:
-        if out:  # what was shown before the damage was found
-            print("\n".join(out))
-        reason = f"damaged: {err}" if isinstance(err, FormatError) else f"error: {err}"
-        print(_clean(reason), file=sys.stderr)
-        return 1
-    print("\n".join(out))
+        try:
+            code = _run(args, out)
+        except (FormatError, OSError) as err:
+            if isinstance(err, BrokenPipeError):
+                raise
+            if getattr(args, "json", False) and args.command == "verify":
+                kind = "damaged" if isinstance(err, FormatError) else "error"
+                print(json.dumps({"ok": False, "path": args.path, kind: str(err)}))
+                return 1
+            if out:  # what was shown before the damage was found
+                print("\n".join(out))
+            reason = f"damaged: {err}" if isinstance(err, FormatError) else f"error: {err}"
+            print(_clean(reason), file=sys.stderr)
+            return 1
+        print("\n".join(out))
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler below
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 141
     return code
+
+
+def _quiet_stdout() -> None:
+    """The reader went away (``| head``): point stdout at /dev/null so that the
+    interpreter's final flush does not print a second BrokenPipeError at exit."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)

@@ -69,6 +69,8 @@ __all__ = [
     "Store",
     "TensorEntry",
     "Writer",
+    "check_entry",
+    "count",
     "iter_nodes",
     "read_child",
     "read_node",
@@ -349,21 +351,27 @@ def count(e: Any) -> tuple[int, int]:
     return 0, 0
 
 
-def verify(store: Store, rel: str = "", top: Node | None = None) -> tuple[int, int, int]:
-    """Check every node below ``rel`` and read every byte of every file, comparing the
-    recorded checksums and a jagged leaf's offsets; returns (nodes, tensors, bytes)."""
-    from tensorbox._storage import jagged_io
+def check_entry(store: Store, e: Any) -> None:
+    """Read every byte of the file(s) of entry ``e`` (nodes and values: nothing),
+    comparing the recorded checksums, and a jagged leaf's offsets."""
+    if type(e) is TensorEntry:
+        store.check(e)
+    elif type(e) is JaggedEntry:
+        from tensorbox._storage import jagged_io
 
+        store.check(e.values)
+        store.check(e.offsets)
+        jagged_io.build(store.tensor(e.values, "r"), store.tensor(e.offsets, "r"), e)
+
+
+def verify(store: Store, rel: str = "", top: Node | None = None) -> tuple[int, int, int]:
+    """Check every node below ``rel`` and read every byte of every file
+    (:func:`check_entry`); returns (nodes, tensors, bytes)."""
     nodes = tensors = total = 0
     for _, node in iter_nodes(store, rel, top):
         nodes += 1
         for e in node.entries.values():
             n, b = count(e)
             tensors, total = tensors + n, total + b
-            if type(e) is TensorEntry:
-                store.check(e)
-            elif type(e) is JaggedEntry:
-                store.check(e.values)
-                store.check(e.offsets)
-                jagged_io.build(store.tensor(e.values, "r"), store.tensor(e.offsets, "r"), e)
+            check_entry(store, e)
     return nodes, tensors, total

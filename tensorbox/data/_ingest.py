@@ -40,7 +40,6 @@ import json
 import multiprocessing
 import os
 import shutil
-import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -54,6 +53,7 @@ from tensorbox.data._dataset import ImageFolderData
 from tensorbox.data._decode import ResizeSpec, decode_into
 from tensorbox.data._folder import IMG_EXTENSIONS, FolderIndex, scan_image_folder
 from tensorbox.errors import TensorboxError
+from tensorbox.progress import Progress
 
 __all__ = ["ImageReadError", "ingest_image_folder"]
 
@@ -196,16 +196,10 @@ def _prepare_dest(
     return False
 
 
-def _progress_bar(total: int, initial: int, enabled: bool | None) -> Any:
-    if enabled is None:
-        enabled = sys.stderr.isatty()
-    if not enabled:
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, initial=initial, unit="img", desc="ingest", leave=False)
+def _progress_bar(total: int, initial: int, enabled: bool | None) -> Progress:
+    # A bar by default on a terminal whatever the size (large=0): decoding is slow work.
+    # The bar stays when done, with a summary line (images, time, rate) under it.
+    return Progress("ingest", total, unit="img", progress=enabled, large=0, initial=initial)
 
 
 def _compact(dest: Path, shape: tuple[int, ...], targets: np.ndarray, bad: set[int]) -> np.ndarray:
@@ -255,7 +249,9 @@ def ingest_image_folder(
 
     ``num_workers`` processes decode in parallel (default: one per core; 0 decodes in
     this process); ``mp_context`` picks how they start (default "fork" where it exists,
-    else "spawn"). ``progress`` shows a tqdm bar (default: when stderr is a terminal).
+    else "spawn"). ``progress`` shows a bar (tqdm when installed, else a plain line; default: when
+    stderr is a terminal) and, when done, a summary line (images, time, rate), which also
+    goes to the ``tensorbox`` logger.
     See the module docstring for ``on_error``, resuming, and ``overwrite``.
     """
     if on_error not in ("raise", "skip") and not callable(on_error):
@@ -284,6 +280,7 @@ def ingest_image_folder(
     tasks = _chunks(n, chunk_size, index.paths, done)
     args = (str(dest / _IMAGES_FILE), shape, spec)
     workers = (os.cpu_count() or 1) if num_workers is None else num_workers
+    finished = False
     try:
         with open(dest / PROGRESS, "a", encoding="utf-8") as log:
             if workers == 0 or len(done) == total_chunks:
@@ -299,10 +296,10 @@ def ingest_image_folder(
                     _consume(
                         pool.imap_unordered(_decode_chunk, tasks), log, bar, skipped, on_error, n
                     )
+        finished = True
     finally:
         _worker_close()
-        if bar is not None:
-            bar.close()
+        bar.close(ok=finished)
     targets = np.asarray(index.targets, dtype=np.int64)
     if skipped:
         with open(dest / PROGRESS, "a", encoding="utf-8") as log:
@@ -360,5 +357,4 @@ def _consume(
         skipped.extend(failures)
         log.write(json.dumps({"chunk": chunk, "skipped": failures}) + "\n")
         log.flush()
-        if bar is not None:
-            bar.update(count)
+        bar.update(count, files=0)

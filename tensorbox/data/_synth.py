@@ -23,15 +23,22 @@ True
 
 from __future__ import annotations
 
+import ast
 import json
 import multiprocessing
 import os
 import shutil
+import sys
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw
+
+from tensorbox.progress import Progress, logger
 
 __all__ = ["make_image_folder", "synth_image"]
 
@@ -137,6 +144,14 @@ def make_image_folder(
     writes into a temporary sibling folder renamed into place at the end, so an
     interrupted run never leaves a folder that looks complete. Needs Pillow.
 
+    The worker processes start by "spawn", which re-runs the calling script: when
+    this call sits in the script's top-level code outside an
+    ``if __name__ == "__main__":`` block, or the script came from standard input,
+    workers cannot start cleanly, so the images are made in ``num_workers`` threads
+    instead (a note goes to the ``tensorbox`` logger). A worker that dies raises
+    ``RuntimeError``; it is never restarted. A summary line (images, time, rate) goes
+    to the ``tensorbox`` logger at INFO.
+
     >>> import tempfile
     >>> from tensorbox.data import make_image_folder, scan_image_folder
     >>> root = make_image_folder(tempfile.mkdtemp() + "/imgs", num_images=4, num_classes=2,
@@ -186,17 +201,117 @@ def make_image_folder(
         for p in _plan(seed, num_images, num_classes, min_size, max_size)
     ]
     workers = (os.cpu_count() or 1) if num_workers is None else num_workers
-    if workers == 0:
-        for job in jobs:
-            _write_one(job)
-    else:
-        # "spawn" keeps this safe to call from programs that already run threads.
-        with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            for _ in pool.imap_unordered(_write_one, jobs, chunksize=16):
-                pass
+    with Progress("make_image_folder", num_images, unit="img", progress=False) as progress:
+        if workers == 0:
+            for job in jobs:
+                _write_one(job)
+                progress.update(1, files=0)
+        elif _spawn_can_start():
+            _in_processes(jobs, workers, progress)
+        else:
+            logger.info(
+                "make_image_folder: making images in %d threads, not processes: the calling "
+                "script cannot be re-imported by spawned workers (the call is outside an "
+                "`if __name__ == '__main__':` block, or the script came from standard input)",
+                workers,
+            )
+            with ThreadPoolExecutor(workers) as pool:
+                for _ in pool.map(_write_one, jobs):
+                    progress.update(1, files=0)
     (tmp / _MARKER).write_text(json.dumps(params))
     if root.exists():
         root.rmdir()  # empty, checked above
     root.parent.mkdir(parents=True, exist_ok=True)
     os.replace(tmp, root)
     return root
+
+
+def _in_processes(jobs: list[tuple[Any, ...]], workers: int, progress: Progress) -> None:
+    # "spawn" keeps this safe to call from programs that already run threads. An
+    # executor, not multiprocessing.Pool: a pool replaces a worker that dies at start
+    # and so retries forever; an executor reports the broken pool.
+    ctx = multiprocessing.get_context("spawn")
+    try:
+        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+            for _ in pool.map(_write_one, jobs, chunksize=16):
+                progress.update(1, files=0)
+    except BrokenProcessPool as err:
+        raise RuntimeError(
+            "make_image_folder: a worker process died (see its traceback above); when it "
+            "died while starting, the calling script probably re-ran this call on import: "
+            "put the call under `if __name__ == '__main__':`, or pass num_workers=0"
+        ) from err
+
+
+def _spawn_can_start() -> bool:
+    """Whether "spawn" workers can start: each re-runs the main script as ``__mp_main__``
+    before it works, which is harmless only when that re-run cannot reach this call.
+
+    Re-run is unsafe when this call happens (directly or through functions) from the
+    main module's top-level code outside an ``if __name__ == "__main__":`` block, or
+    when the main script has no file to re-run (standard input). An interactive
+    session or ``python -c`` has no main script to re-run: safe.
+    """
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        # This process is itself a spawned worker still starting up (an unguarded call
+        # reached again): starting processes now would fail, and inline work would only
+        # repeat the parent's.
+        raise RuntimeError(
+            "make_image_folder was called while a worker process was starting: the "
+            "calling script runs it on import; put the call under "
+            "`if __name__ == '__main__':`, or pass num_workers=0"
+        )
+    main = sys.modules.get("__main__")
+    if main is None:
+        return True
+    spec = getattr(main, "__spec__", None)
+    path = getattr(main, "__file__", None)
+    if spec is None and path is None:
+        return True  # interactive, or -c: workers do not re-run anything
+    source = getattr(spec, "origin", None) or path
+    if source is None or not os.path.isfile(source):
+        return False  # standard input ("<stdin>"): workers cannot find the script
+    line = _main_line(main.__dict__)
+    if line is None:
+        return True  # not called from the main module's top level (a thread, atexit...)
+    try:
+        tree = ast.parse(Path(source).read_bytes(), source)
+    except (OSError, SyntaxError, ValueError):
+        return False
+    return any(
+        _is_main_guard(node) and node.lineno <= line <= (node.end_lineno or node.lineno)
+        for node in tree.body
+        if isinstance(node, ast.If)
+    )
+
+
+def _main_line(main_globals: dict[str, Any]) -> int | None:
+    """The line of the main module's top-level code that led to this call, if any."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals is main_globals and frame.f_code.co_name == "<module>":
+            return frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def _is_main_guard(node: ast.If) -> bool:
+    """``if __name__ == "__main__":`` (either side of the ``==``)."""
+    test = node.test
+    if not (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Eq)
+        and len(test.comparators) == 1
+    ):
+        return False
+    sides = {_name_or_constant(test.left), _name_or_constant(test.comparators[0])}
+    return sides == {"name:__name__", "const:__main__"}
+
+
+def _name_or_constant(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return f"name:{node.id}"
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return f"const:{node.value}"
+    return None

@@ -37,6 +37,7 @@ from tensorbox._storage.format.parse import parse_json
 from tensorbox._storage.format.spec import META
 from tensorbox._storage.memmap_tensor import map_file
 from tensorbox._storage.store import JaggedEntry, TensorEntry, iter_nodes
+from tensorbox.progress import advance
 
 __all__ = ["pack", "unpack"]
 
@@ -162,6 +163,7 @@ def unpack(file: str, directory: str, *, fsync: bool = False) -> tuple[int, int]
                     os.makedirs(parent, exist_ok=True)
                     made.add(parent)
                 _extract(ar, ar.entries[name], target, fsync)
+                advance(ar.entries[name].usize)  # a bar, when the caller opened one
             if fsync:
                 for d in made:
                     fsync_dir(d)
