@@ -46,6 +46,7 @@ __all__ = [
     "TensorClass",
     "TensorDict",
     "TensorDictKeyError",
+    "TensorDictStore",
     "TensorboxError",
     "cat",
     "field",
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
     from tensorbox import buffer as buffer  # the modules too: `tensorbox.data.transforms`
     from tensorbox import data as data
     from tensorbox._storage.archive.convert import pack, unpack
+    from tensorbox._storage.redis_store import TensorDictStore
     from tensorbox.data import BatchLoader, ImageFolderData
 
 # ``pack``/``unpack`` (folder <-> one-file archive) load the zip code on first use too.
@@ -74,6 +76,7 @@ _LAZY = {
     "ImageFolderData": "data",
     "pack": "_storage.archive.convert",
     "unpack": "_storage.archive.convert",
+    "TensorDictStore": "_storage.redis_store",  # the redis client loads on first use only
 }
 _LAZY_MODULES = ("buffer", "data")
 

@@ -55,3 +55,7 @@ def small_tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
         yield mnt
     finally:
         subprocess.run(["umount", str(mnt)], check=True)
+
+
+# Real servers on loopback (redis, S3, HTTP), started on first use, one per session.
+from tests.servers import redis_server  # noqa: E402, F401

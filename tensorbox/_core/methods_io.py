@@ -242,6 +242,14 @@ class IOMethods(MixinBase):
         )
         return out
 
+    def to_store(self, **kwargs: Any) -> Any:
+        """A new ``TensorDictStore`` on a Redis server holding a copy of this container
+        (keyword arguments as ``TensorDictStore``: ``host``, ``port``, ``db``, ``url``...).
+        """
+        from tensorbox._storage.redis_store import TensorDictStore
+
+        return TensorDictStore.from_tensordict(self, **kwargs)
+
     def extend_(self, rows: Any, *, fsync: bool = False) -> Self:
         """Append ``rows`` along batch dim 0, in place; returns ``self``.
 
