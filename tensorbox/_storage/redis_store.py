@@ -288,7 +288,7 @@ class _Server:
         return self.base + "data:" + _enc(path)
 
     def where(self, path: tuple[str, ...] | None = None) -> str:
-        entry = "" if path is None else f" entry {format_key(path)!r}"
+        entry = "" if path is None else f" entry {format_key(path)}"
         return f"TensorDictStore {self.td_id!r} at {self.url}{entry}"
 
     def call(self, what: str, fn: Callable[[], Any]) -> Any:
