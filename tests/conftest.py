@@ -58,4 +58,4 @@ def small_tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 # Real servers on loopback (redis, S3, HTTP), started on first use, one per session.
-from tests.servers import redis_server  # noqa: E402, F401
+from tests.servers import http_server, redis_server, s3_server  # noqa: E402, F401

@@ -34,6 +34,7 @@ from typing import Any, cast
 from tensorbox._storage import checksum as _checksum
 from tensorbox._storage import commit as _commit
 from tensorbox._storage import jagged_io as _jagged_io
+from tensorbox._storage import remote as _remote
 from tensorbox._storage.archive import convert as _archive_convert
 from tensorbox._storage.archive import store as _archive
 from tensorbox._storage.archive import zip as _zip
@@ -73,11 +74,14 @@ def _clean(text: object) -> str:
 
 
 def show(path: str, out: list[str]) -> int:
+    shown = path  # a URL is shown as given, read from the local cache
+    if _remote.is_url(path):
+        path = _remote.local_path(path)
     found = _archive.split(path)
     if found is not None:
         ar = _archive.Archive(found[0])
         node = _archive.read_node(ar, found[1])
-        _header(path, node, out, ", archive")
+        _header(shown, node, out, ", archive")
 
         def child(parent: fmt.Node, e: fmt.NodeEntry, depth: int) -> fmt.Node:
             return _archive.read_child(ar, parent, e, depth)
@@ -152,6 +156,8 @@ def _base(path: str) -> str:
 
 def verify(path: str, out: list[str], read: bool = False) -> int:
     nodes = tensors = total = 0
+    if _remote.is_url(path):
+        path = _remote.local_path(path)
     found = _archive.split(path)
     if found is not None:
         ar = _archive.Archive(found[0])

@@ -60,6 +60,7 @@ from tensorbox._core.tree import CLASS_REGISTRY, is_coll, iter_shaped, type_name
 from tensorbox._storage import checksum as _checksum
 from tensorbox._storage import commit as _commit
 from tensorbox._storage import jagged_io as _jagged_io
+from tensorbox._storage import remote as _remote
 from tensorbox._storage import writethrough as _persist_writes
 from tensorbox._storage.format import spec as fmt
 from tensorbox._storage.load import _CPU, _fit, _Loader, saved_type
@@ -101,6 +102,8 @@ def memmap_(
     tree, pending changes included (:mod:`tensorbox._storage.writethrough`); any other ``obj``
     moves to anonymous shared memory.
     """
+    if _remote.is_url(prefix):
+        _remote.folder_refusal("memmap_", prefix)
     if prefix is None:
         found = _persist_writes.tree_of(obj)
         if found is not None:
@@ -122,14 +125,29 @@ def memmap(
     checksum: bool = False,
     archive: bool = False,
     compression: Any = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> Any:
     """A memory-mapped copy of ``obj`` (locked); ``obj`` is unchanged.
 
     ``checksum=True`` records each tensor's SHA-256 in ``meta.json``, which
     ``load_memmap(..., verify=True)`` and ``python -m tensorbox verify --read`` check
     (off by default: hashing runs slower than writing). ``archive=True`` writes one
-    file instead of a folder (:mod:`tensorbox._storage.archive.store`).
+    file instead of a folder (:mod:`tensorbox._storage.archive.store`). A URL
+    ``prefix`` takes archives only (:mod:`tensorbox._storage.remote`).
     """
+    found = _remote.split_url(prefix)
+    if found is not None:
+        if not archive:
+            _remote.folder_refusal("memmap", prefix)
+        return _remote.save_archive(
+            obj,
+            found[1],
+            sub=found[2],
+            storage_options=storage_options,
+            num_threads=num_threads,
+            checksum=checksum,
+            compression=compression,
+        )
     if archive:
         from tensorbox._storage.archive import store as _archive
 
@@ -161,6 +179,14 @@ def memmap_like(
     creates sparse files instead: ``memmap_like`` of a container expanded to a million
     rows then takes no disk until rows are written, and a full disk shows up then.
     """
+    if _remote.is_url(prefix):
+        _remote.refuse(
+            "memmap_like",
+            prefix,
+            "memmap_like allocates files to be filled in place, which object storage "
+            "cannot do; fill a local tree (or a container) and save it with "
+            "memmap(url, archive=True)",
+        )
     _refuse_archive(prefix)
     saver = _Saver(prefix, "like", True, fsync, sparse=sparse, checksum=checksum)
     return saver.run(obj, num_threads)
@@ -175,6 +201,7 @@ def load_memmap(
     mode: str | None = None,
     verify: bool = False,
     strict: bool = True,
+    storage_options: dict[str, Any] | None = None,
 ) -> Any:
     """Open the tree at ``prefix`` lazily, as ``cls`` (see the module doc), locked.
 
@@ -197,6 +224,17 @@ def load_memmap(
     """
     from tensorbox._storage.archive import store as _archive
 
+    if _remote.is_url(prefix):
+        return _remote.load_memmap(
+            cls,
+            prefix,
+            storage_options=storage_options,
+            device=device,
+            non_blocking=non_blocking,
+            mode=mode,
+            verify=verify,
+            strict=strict,
+        )
     found = _archive.split(prefix)
     if found is not None:
         return _archive.load(

@@ -1068,7 +1068,10 @@ class TensorDictStore:
                         continue
                     rest = h.shape[1:]
                     try:
-                        v = v.to(h.dtype).expand([*rows.shape, *rest])
+                        want = [*rows.shape, *rest]
+                        v = v.to(h.dtype)
+                        # as torch's row writes: a value of as many elements fits as well
+                        v = v.reshape(want) if v.numel() == math.prod(want) else v.expand(want)
                     except RuntimeError:
                         raise BatchSizeError(
                             f"{where}: rows of shape {list(v.shape)} do not fit the entry's "
