@@ -55,17 +55,29 @@ def test_import_tensorbox_loads_no_redis() -> None:
 
 
 # Each example overwrites the same keys, so one store serves every example of a test.
-_reuse = settings(
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
-)
+_reuse = settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
-DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int8, torch.int64, torch.bool,
-          torch.uint8, torch.complex64]
+DTYPES = [
+    torch.float32,
+    torch.float64,
+    torch.bfloat16,
+    torch.int8,
+    torch.int64,
+    torch.bool,
+    torch.uint8,
+    torch.complex64,
+]
 
 
 @_reuse
-@given(dtype=st.sampled_from(DTYPES), feat=st.lists(st.integers(0, 4), max_size=2), seed=st.integers(0, 99))
-def test_leaf_round_trip(store: TensorDictStore, dtype: torch.dtype, feat: list[int], seed: int) -> None:
+@given(
+    dtype=st.sampled_from(DTYPES),
+    feat=st.lists(st.integers(0, 4), max_size=2),
+    seed=st.integers(0, 99),
+)
+def test_leaf_round_trip(
+    store: TensorDictStore, dtype: torch.dtype, feat: list[int], seed: int
+) -> None:
     g = torch.Generator().manual_seed(seed)
     x = torch.randint(0, 2, (10, *feat), generator=g).to(dtype)
     store["x"] = x
@@ -76,8 +88,12 @@ def test_leaf_round_trip(store: TensorDictStore, dtype: torch.dtype, feat: list[
 def _index_strategy() -> st.SearchStrategy[Any]:
     return st.one_of(
         st.integers(-10, 9),
-        st.builds(slice, st.none() | st.integers(-12, 12), st.none() | st.integers(-12, 12),
-                  st.none() | st.integers(1, 4)),
+        st.builds(
+            slice,
+            st.none() | st.integers(-12, 12),
+            st.none() | st.integers(-12, 12),
+            st.none() | st.integers(1, 4),
+        ),
         st.lists(st.integers(-10, 9), max_size=6).map(lambda v: torch.tensor(v, dtype=torch.long)),
         st.lists(st.booleans(), min_size=10, max_size=10).map(torch.tensor),
         st.just(...),
@@ -212,22 +228,29 @@ def test_shape_ops_and_shared_memory_are_refused(store: TensorDictStore) -> None
 
 
 def test_batch_and_values_checked(store: TensorDictStore) -> None:
-    with pytest.raises(tensorbox.BatchSizeError, match=r"'x'.*does not start with the batch size \[10\]"):
+    with pytest.raises(
+        tensorbox.BatchSizeError, match=r"'x'.*does not start with the batch size \[10\]"
+    ):
         store["x"] = torch.zeros(3)
-    with pytest.raises(TypeError, match="'f'.*not JSON-serialisable.*no pickles"):
+    with pytest.raises(TypeError, match=r"'f'.*not JSON-serialisable.*no pickles"):
         store["f"] = object()
     with pytest.raises(KeyError, match="no such key"):
         store["missing"]
 
 
 def test_unknown_id(server: RedisServer) -> None:
-    with pytest.raises(KeyError, match=rf"No TensorDictStore with td_id='nope' at redis://127.0.0.1:{server.port}/0"):
+    with pytest.raises(
+        KeyError,
+        match=rf"No TensorDictStore with td_id='nope' at redis://127.0.0.1:{server.port}/0",
+    ):
         TensorDictStore.from_store(td_id="nope", host=server.host, port=server.port)
 
 
 def test_no_server() -> None:
     port = free_port()
-    with pytest.raises(ConnectionError, match=rf"redis://127.0.0.1:{port}/0.*cannot reach the server"):
+    with pytest.raises(
+        ConnectionError, match=rf"redis://127.0.0.1:{port}/0.*cannot reach the server"
+    ):
         TensorDictStore(batch_size=[2], host="127.0.0.1", port=port, socket_connect_timeout=2)
 
 
@@ -236,7 +259,10 @@ def test_foreign_metadata(server: RedisServer) -> None:
     raw.set("tensordict:{foreign}:meta", b"hello")
     raw.rpush("tensordict:{listy}:meta", b"a")
     try:
-        with pytest.raises(FormatError, match=r"'foreign' at redis://.*'tensordict:\{foreign\}:meta' holds b'hello'"):
+        with pytest.raises(
+            FormatError,
+            match=r"'foreign' at redis://.*'tensordict:\{foreign\}:meta' holds b'hello'",
+        ):
             TensorDictStore.from_store(td_id="foreign", host=server.host, port=server.port)
         with pytest.raises(FormatError, match=r"'listy' at redis://.*another type \(foreign data"):
             TensorDictStore(td_id="listy", host=server.host, port=server.port)
@@ -250,13 +276,21 @@ def test_damaged_values_are_refused(store: TensorDictStore, server: RedisServer)
     raw = _raw(server)
     base = f"tensordict:{{{store.td_id}}}:"
     raw.set(base + 'data:["obs"]', b"\0" * 7)
-    with pytest.raises(FormatError, match=r"entry 'obs'.*holds 7 bytes, its header .* promises 120"):
+    with pytest.raises(
+        FormatError, match=r"entry 'obs'.*holds 7 bytes, its header .* promises 120"
+    ):
         store["obs"]
-    raw.hset(base + "index", '["obs"]', json.dumps({"kind": "tensor", "dtype": "float32", "shape": [2**40, 2**20]}))
+    raw.hset(
+        base + "index",
+        '["obs"]',
+        json.dumps({"kind": "tensor", "dtype": "float32", "shape": [2**40, 2**20]}),
+    )
     with pytest.raises(FormatError, match=r"entry 'obs'.*promises \d+ bytes.*refusing to allocate"):
         store["obs"]
     raw.hset(base + "index", '["obs"]', "not json")
-    with pytest.raises(FormatError, match=r"entry 'obs': the header 'not json' is not a store header"):
+    with pytest.raises(
+        FormatError, match=r"entry 'obs': the header 'not json' is not a store header"
+    ):
         store["obs"]
     raw.hdel(base + "index", '["obs"]')
     raw.hset(base + "index", "garbage", "{}")
@@ -265,7 +299,9 @@ def test_damaged_values_are_refused(store: TensorDictStore, server: RedisServer)
     raw.close()
 
 
-def test_header_changed_by_another_client_is_reread(store: TensorDictStore, server: RedisServer) -> None:
+def test_header_changed_by_another_client_is_reread(
+    store: TensorDictStore, server: RedisServer
+) -> None:
     store["obs"] = torch.zeros(10, 3)
     store[2:4]  # the header is cached here now
     other = TensorDictStore.from_store(td_id=store.td_id, host=server.host, port=server.port)

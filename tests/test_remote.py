@@ -3,11 +3,11 @@ all on loopback (tests/servers.py); the cache is a temporary folder per test."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -51,11 +51,16 @@ def test_split_url() -> None:
 
 def test_url_never_becomes_a_local_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ValueError, match=r"memmap\('s3://data/ds'\): a folder tree cannot be saved to object storage.*archive=True"):
+    with pytest.raises(
+        ValueError,
+        match=r"memmap\('s3://data/ds'\): a folder tree cannot be saved to object storage.*archive=True",
+    ):
         _td().memmap("s3://data/ds")
     with pytest.raises(ValueError, match=r"memmap_\('memory://b/ds'\): a folder tree cannot"):
         _td().memmap_("memory://b/ds")
-    with pytest.raises(ValueError, match=r"memmap_like\('memory://b/ds'\): memmap_like allocates files"):
+    with pytest.raises(
+        ValueError, match=r"memmap_like\('memory://b/ds'\): memmap_like allocates files"
+    ):
         _td().memmap_like("memory://b/ds")
     with pytest.raises(ValueError, match="unknown URL scheme 'foo'"):
         TensorDict.load_memmap("foo://host/ds.tdz")
@@ -72,7 +77,10 @@ def test_missing_filesystem_package_names_the_extra() -> None:
         "except ImportError as e:\n    print(e)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "'az://c/ds.tdz': az:// URLs need the 'adlfs' package: pip install 'tensorbox[azure]'" in out.stdout
+    assert (
+        "'az://c/ds.tdz': az:// URLs need the 'adlfs' package: pip install 'tensorbox[azure]'"
+        in out.stdout
+    )
 
 
 # ---- memory:// -------------------------------------------------------------------
@@ -85,12 +93,16 @@ def test_memory_round_trip_and_refusals() -> None:
     back = TensorDict.load_memmap("memory://bucket/rt.tdz")
     assert _equal(back, td) and back["label"] == "hi"
     assert torch.equal(TensorDict.load_memmap("memory://bucket/rt.tdz::n")["y"], td["n", "y"])
-    with pytest.raises(ValueError, match=r"load_memmap\('memory://bucket/rt.tdz'\): mode='r\+'.*read-only"):
+    with pytest.raises(
+        ValueError, match=r"load_memmap\('memory://bucket/rt.tdz'\): mode='r\+'.*read-only"
+    ):
         TensorDict.load_memmap("memory://bucket/rt.tdz", mode="r+")
-    with pytest.raises(FileNotFoundError, match="'memory://bucket/none.tdz': no such object"):
+    with pytest.raises(FileNotFoundError, match=r"'memory://bucket/none\.tdz': no such object"):
         TensorDict.load_memmap("memory://bucket/none.tdz")
     out: list[str] = []
-    assert cli.show("memory://bucket/rt.tdz", out) == 0 and out[0].startswith("memory://bucket/rt.tdz:")
+    assert cli.show("memory://bucket/rt.tdz", out) == 0 and out[0].startswith(
+        "memory://bucket/rt.tdz:"
+    )
     out = []
     assert cli.verify("memory://bucket/rt.tdz", out, read=True) == 0
 
@@ -98,7 +110,9 @@ def test_memory_round_trip_and_refusals() -> None:
 # ---- S3 (moto) -------------------------------------------------------------------
 
 
-def test_s3_archive_round_trip_and_replacement(s3_server: S3Server, cache: remote.RangeCache) -> None:
+def test_s3_archive_round_trip_and_replacement(
+    s3_server: S3Server, cache: remote.RangeCache
+) -> None:
     import s3fs
 
     opts = s3_server.storage_options()
@@ -119,8 +133,10 @@ def test_s3_archive_round_trip_and_replacement(s3_server: S3Server, cache: remot
 
 
 def test_s3_missing_bucket(s3_server: S3Server) -> None:
-    with pytest.raises(OSError, match="s3://no-such-bucket/ds.tdz"):
-        TensorDict.load_memmap("s3://no-such-bucket/ds.tdz", storage_options=s3_server.storage_options())
+    with pytest.raises(OSError, match=r"s3://no-such-bucket/ds\.tdz"):
+        TensorDict.load_memmap(
+            "s3://no-such-bucket/ds.tdz", storage_options=s3_server.storage_options()
+        )
 
 
 # ---- HTTP with Range -------------------------------------------------------------
@@ -187,7 +203,7 @@ def test_coalesce_covers_every_range_once(ranges: list[tuple[int, int]], gap: in
     assert seen == list(range(len(rs)))
     for s, e, members in groups:
         assert all(s <= rs[i][0] and rs[i][1] <= e for i in members)
-    for (_, e1, _), (s2, _, _) in zip(groups, groups[1:], strict=False):
+    for (_, e1, _), (s2, _, _) in itertools.pairwise(groups):
         assert s2 - e1 > gap  # groups closer than gap were merged
 
 
@@ -201,7 +217,3 @@ def test_cache_evicts_least_recently_used(tmp_path: Path) -> None:
         os.utime(paths[-1], (i, i))  # an order the test controls
     assert not os.path.exists(paths[0]) and os.path.exists(paths[2])
     assert c.get({"k": 0}) is None and c.get({"k": 2}) == paths[2]
-
-
-def _unused(_: Any) -> None:  # keep the Any import used by type checkers
-    pass

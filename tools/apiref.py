@@ -57,6 +57,7 @@ FULL_CONTAINERS = ("TensorDict", "TensorClass")
 #: processes or a process group): qualified name -> (page, what its ``python`` blocks use).
 EXAMPLES_ELSEWHERE: dict[str, tuple[str, str]] = {
     "tensorbox.BatchLoader": ("data.md", "BatchLoader("),
+    "tensorbox.TensorDictStore": ("remote.md", "TensorDictStore("),
     "tensorbox.data.ingest_image_folder": ("data.md", "ingest_image_folder("),
     "tensorbox.buffer.AugmentBuffer": ("buffer.md", "AugmentBuffer("),
     "tensorbox.buffer.BufferStats": ("buffer.md", ".stats()"),

@@ -31,6 +31,7 @@ What this module does:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -141,8 +142,19 @@ def identity(fs: Any, path: str, url: str) -> dict[str, Any]:
             "only (one object: save with memmap(url, archive=True))"
         )
     ident: dict[str, Any] = {"url": url, "size": info.get("size")}
-    for k in ("ETag", "etag", "LastModified", "Last-Modified", "last_modified", "mtime", "generation",
-              "VersionId", "version_id", "md5Hash", "created"):
+    for k in (
+        "ETag",
+        "etag",
+        "LastModified",
+        "Last-Modified",
+        "last_modified",
+        "mtime",
+        "generation",
+        "VersionId",
+        "version_id",
+        "md5Hash",
+        "created",
+    ):
         if info.get(k) is not None:
             ident[k] = str(info[k])
     return ident
@@ -183,8 +195,10 @@ class RangeCache:
     """
 
     def __init__(self, directory: str | None = None, max_bytes: int = 10 << 30) -> None:
-        self.directory = directory or os.environ.get("TENSORBOX_CACHE") or os.path.join(
-            os.path.expanduser("~"), ".cache", "tensorbox", "remote"
+        self.directory = (
+            directory
+            or os.environ.get("TENSORBOX_CACHE")
+            or os.path.join(os.path.expanduser("~"), ".cache", "tensorbox", "remote")
         )
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
@@ -227,10 +241,8 @@ class RangeCache:
                     break
                 if path == keep:
                     continue
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)  # a process mapping it keeps its pages
-                except FileNotFoundError:
-                    pass
                 total -= size
 
 
@@ -302,10 +314,8 @@ def fetch_archive(
             raise OSError(f"{url!r}: the object was replaced while it was being read; read again")
         return cache.put_file(key, tmp)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
 
 
@@ -335,10 +345,14 @@ def save_archive(
     from tensorbox._storage import persist
 
     if sub is not None:
-        refuse("memmap", f"{url}{_SEP}{sub}", "an archive is saved whole; drop '::' and what follows")
+        refuse(
+            "memmap", f"{url}{_SEP}{sub}", "an archive is saved whole; drop '::' and what follows"
+        )
     scheme = url.partition("://")[0].lower()
     if scheme in _READ_ONLY:
-        refuse("memmap", url, "http(s) URLs are read-only; save to object storage (s3://, gs://...)")
+        refuse(
+            "memmap", url, "http(s) URLs are read-only; save to object storage (s3://, gs://...)"
+        )
     cache = cache or default_cache()
     fs, path = filesystem(url, storage_options)
     tmp = cache.new_tmp()
@@ -350,12 +364,12 @@ def save_archive(
         except (OSError, ValueError) as err:
             raise OSError(f"{url!r}: the upload failed, nothing was written there ({err})") from err
         ident = identity(fs, path, url)
-        local = cache.put_file({"object": ident, "part": "whole"}, tmp) if _versioned(ident) else tmp
+        local = (
+            cache.put_file({"object": ident, "part": "whole"}, tmp) if _versioned(ident) else tmp
+        )
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
     return persist.load_memmap(type(obj), local)
 
