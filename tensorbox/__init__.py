@@ -39,6 +39,7 @@ __all__ = [
     "ImageFolderData",
     "IncompleteTreeError",
     "KeyCollisionError",
+    "LazyStackedTensorDictStore",
     "LockedError",
     "MemoryMappedTensor",
     "NestedKey",
@@ -67,7 +68,7 @@ if TYPE_CHECKING:
     from tensorbox import buffer as buffer  # the modules too: `tensorbox.data.transforms`
     from tensorbox import data as data
     from tensorbox._storage.archive.convert import pack, unpack
-    from tensorbox._storage.redis_store import TensorDictStore
+    from tensorbox._storage.redis_store import LazyStackedTensorDictStore, TensorDictStore
     from tensorbox.data import BatchLoader, ImageFolderData
 
 # ``pack``/``unpack`` (folder <-> one-file archive) load the zip code on first use too.
@@ -77,6 +78,7 @@ _LAZY = {
     "pack": "_storage.archive.convert",
     "unpack": "_storage.archive.convert",
     "TensorDictStore": "_storage.redis_store",  # the redis client loads on first use only
+    "LazyStackedTensorDictStore": "_storage.redis_store",
 }
 _LAZY_MODULES = ("buffer", "data")
 

@@ -19,7 +19,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tensorbox
-from tensorbox import FormatError, LockedError, TensorDict, TensorDictStore, tensorclass
+from tensorbox import (
+    FormatError,
+    LazyStackedTensorDictStore,
+    LockedError,
+    TensorDict,
+    TensorDictStore,
+    tensorclass,
+)
 from tests.servers import RedisServer, free_port
 
 redis = pytest.importorskip("redis")
@@ -308,3 +315,33 @@ def test_header_changed_by_another_client_is_reread(
     other["obs"] = torch.arange(10.0)  # another shape under the same key
     assert torch.equal(store[2:4]["obs"], torch.tensor([2.0, 3.0]))
     other.close()
+
+
+def test_lazy_stacked_store(server: RedisServer) -> None:
+    tds = [
+        TensorDict({"a": torch.full((4, 3), float(i)), "b": torch.arange(4)}, [4]) for i in range(5)
+    ]
+    kw = {"host": server.host, "port": server.port}
+    st = LazyStackedTensorDictStore.from_lazy_stack(tds, **kw)
+    try:
+        assert st.batch_size == torch.Size([5, 4]) and "count=5" in repr(st)
+        assert torch.equal(st["a"], torch.stack([t["a"] for t in tds]))
+        st[0].set("a", torch.ones(4, 3) * 42)  # element views write through
+        assert st[0]["a"].unique().tolist() == [42.0]
+        st[1:3] = torch.stack([tds[0], tds[0]])
+        again = pickle.loads(pickle.dumps(st))
+        same = LazyStackedTensorDictStore.from_store(td_id=st.td_id, **kw)
+        assert torch.equal(again.to_local()["a"], same.to_local()["a"])
+        assert same[2]["a"].sum().item() == 0.0 and same[4]["a"].sum().item() == 48.0
+        again.close()
+        same.close()
+        hetero = LazyStackedTensorDictStore.from_lazy_stack(
+            [TensorDict({"a": torch.zeros(3, 4)}, [3]), TensorDict({"a": torch.ones(3, 8)}, [3])],
+            **kw,
+        )
+        assert hetero[1]["a"].shape == (3, 8)
+        hetero.clear_redis()
+        hetero.close()
+    finally:
+        st.clear_redis()
+        st.close()

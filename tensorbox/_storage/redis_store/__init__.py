@@ -35,6 +35,7 @@ is not what the header promises.
 torch.Size([2, 84])
 """
 
+from tensorbox._storage.redis_store.stack import LazyStackedTensorDictStore
 from tensorbox._storage.redis_store.store import TensorDictStore
 
-__all__ = ["TensorDictStore"]
+__all__ = ["LazyStackedTensorDictStore", "TensorDictStore"]

@@ -25,8 +25,8 @@ from tensorbox._storage.redis_store.wire import (
     _fields_repr,
     _Header,
     _parse_meta,
-    _redis,
     _Server,
+    reconnect,
 )
 from tensorbox._storage.redis_store.writes import StoreWrites
 from tensorbox.errors import BatchSizeError, FormatError, TensorDictKeyError
@@ -439,8 +439,7 @@ class TensorDictStore(StoreWrites):
         """Give this handle a client of its own (so ``close()`` on one of two handles
         leaves the other working)."""
         server = self._server
-        r = _redis()
-        server.client = r.Redis(**server.connect)
+        server.client = reconnect(server.connect)
         server.owns_client = True
 
     @classmethod
@@ -638,8 +637,7 @@ class TensorDictStore(StoreWrites):
 
 def _attach(spec: dict[str, Any]) -> TensorDictStore:
     """Unpickle a store handle: a new connection to the same server and keys."""
-    r = _redis()
-    client = r.Redis(**spec["connect"])
+    client = reconnect(spec["connect"])
     server = _Server(
         client,
         spec["url"],

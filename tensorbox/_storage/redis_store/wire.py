@@ -338,6 +338,7 @@ def _connect(
             kw["host"], kw["port"] = host, port
         kw["db"] = db
         client = r.Redis(**kw)
+        kw = dict(client.connection_pool.connection_kwargs)
         owns = True
     if "path" in kw or "unix_socket_path" in kw:
         shown = f"unix://{kw.get('path') or kw.get('unix_socket_path')}?db={kw.get('db', 0)}"
@@ -404,3 +405,14 @@ def _fields_repr(entries: dict[tuple[str, ...], _Header], at: tuple[str, ...]) -
         else:
             parts.append(f"{rel[-1]}: <non-tensor>")
     return "{" + ", ".join(parts) + "}"
+
+
+def reconnect(connect: dict[str, Any]) -> Any:
+    """A new client from the connection settings a handle recorded (its pool's
+    ``connection_kwargs``: a Unix socket when they name a ``path``)."""
+    r = _redis()
+    if "path" in connect:
+        pool = r.ConnectionPool(connection_class=r.UnixDomainSocketConnection, **connect)
+    else:
+        pool = r.ConnectionPool(**connect)
+    return r.Redis(connection_pool=pool)
