@@ -38,6 +38,15 @@ def _equal(a: TensorDict, b: TensorDict) -> bool:
     return bool(torch.equal(a["x"], b["x"]) and torch.equal(a["n", "y"], b["n", "y"]))
 
 
+def test_import_tensorbox_loads_no_remote_package() -> None:
+    code = (
+        "import sys, tensorbox; tensorbox.TensorDict.load_memmap\n"
+        "print([m for m in ('fsspec', 's3fs', 'gcsfs', 'aiohttp', 'redis') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 # ---- URLs ------------------------------------------------------------------------
 
 
