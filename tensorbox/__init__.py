@@ -39,6 +39,7 @@ __all__ = [
     "ImageFolderData",
     "IncompleteTreeError",
     "KeyCollisionError",
+    "LazyStackedTensorDictStore",
     "LockedError",
     "MemoryMappedTensor",
     "NestedKey",
@@ -46,6 +47,7 @@ __all__ = [
     "TensorClass",
     "TensorDict",
     "TensorDictKeyError",
+    "TensorDictStore",
     "TensorboxError",
     "cat",
     "field",
@@ -66,6 +68,7 @@ if TYPE_CHECKING:
     from tensorbox import buffer as buffer  # the modules too: `tensorbox.data.transforms`
     from tensorbox import data as data
     from tensorbox._storage.archive.convert import pack, unpack
+    from tensorbox._redis import LazyStackedTensorDictStore, TensorDictStore
     from tensorbox.data import BatchLoader, ImageFolderData
 
 # ``pack``/``unpack`` (folder <-> one-file archive) load the zip code on first use too.
@@ -74,6 +77,8 @@ _LAZY = {
     "ImageFolderData": "data",
     "pack": "_storage.archive.convert",
     "unpack": "_storage.archive.convert",
+    "TensorDictStore": "_redis",  # the redis client loads on first use only
+    "LazyStackedTensorDictStore": "_redis",
 }
 _LAZY_MODULES = ("buffer", "data")
 

@@ -105,3 +105,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         test = f"{item.path.name}::{item.name.split('[')[0]}"
         if item.path.stem in HEAVY_MODULES or test in HEAVY_TESTS:
             item.add_marker(pytest.mark.heavy)
+
+
+# Real servers on loopback (redis, S3, HTTP), started on first use, one per session.
+from tests.servers import http_server, redis_server, s3_server  # noqa: E402, F401

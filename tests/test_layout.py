@@ -45,6 +45,9 @@ LAYERS: dict[str, int] = {
     "tensorbox._tensorclass": 2,
     "tensorbox._storage": 3,
     "tensorbox.interop": 3,
+    # TensorDictStore: a live container whose leaves sit in a Redis server (not a saved
+    # tree: it sits beside storage, on the container's backing hook, and builds TensorDicts)
+    "tensorbox._redis": 3,
     "tensorbox.distributed": 3,
     "tensorbox.weights": 3,
     "tensorbox.checkpoint": 4,

@@ -55,6 +55,7 @@ from tensorbox._core.jagged import NJT, parts
 from tensorbox._core.tree import CLASS_REGISTRY, iter_shaped
 from tensorbox._storage import backed as _backed
 from tensorbox._storage import commit as _commit
+from tensorbox._storage import remote as _remote
 from tensorbox._storage import writethrough as _persist_writes
 from tensorbox._storage.archive import store as _archive
 from tensorbox._storage.backed import run
@@ -97,6 +98,8 @@ def memmap_(
     tree, pending changes included (:mod:`tensorbox._storage.writethrough`); any other
     ``obj`` moves to anonymous shared memory.
     """
+    if _remote.is_url(prefix):
+        _remote.folder_refusal("memmap_", prefix)
     if prefix is None:
         found = _backed.tree_of(obj)
         if found is not None:
@@ -116,6 +119,7 @@ def memmap(
     checksum: bool = False,
     archive: bool = False,
     compression: Any = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> Any:
     """A memory-mapped copy of ``obj`` (locked); ``obj`` is unchanged.
 
@@ -123,8 +127,29 @@ def memmap(
     ``load_memmap(..., verify=True)`` and ``python -m tensorbox verify --read`` check
     (off by default: hashing runs slower than writing). ``archive=True`` writes one
     file instead of a folder (:mod:`tensorbox._storage.archive.store`), ``compression``
-    compresses its leaves.
+    compresses its leaves. A URL ``prefix`` takes archives only
+    (:mod:`tensorbox._storage.remote`).
     """
+    found = _remote.split_url(prefix)
+    if found is not None:
+        if not archive:
+            _remote.folder_refusal("memmap", prefix)
+        tmp = _remote.save_target(found[1], found[2])
+        try:  # written locally, then put as one object
+            memmap(
+                obj,
+                tmp,
+                num_threads=num_threads,
+                checksum=checksum,
+                archive=True,
+                compression=compression,
+            )
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        local = _remote.upload(tmp, found[1], storage_options)
+        return load_memmap(type(obj), local)
     if archive:
         if prefix is None:
             raise ValueError("archive=True needs a file path to write (prefix is None)")
@@ -150,6 +175,14 @@ def memmap_like(
     creates sparse files instead: ``memmap_like`` of a container expanded to a million
     rows then takes no disk until rows are written, and a full disk shows up then.
     """
+    if _remote.is_url(prefix):
+        _remote.refuse(
+            "memmap_like",
+            prefix,
+            "memmap_like allocates files to be filled in place, which object storage "
+            "cannot do; fill a local tree (or a container) and save it with "
+            "memmap(url, archive=True)",
+        )
     saver = Saver(_folder(prefix), "like", True, fsync, sparse=sparse, checksum=checksum)
     return run(saver, obj, num_threads)
 
@@ -163,6 +196,7 @@ def load_memmap(
     mode: str | None = None,
     verify: bool = False,
     strict: bool = True,
+    storage_options: dict[str, Any] | None = None,
 ) -> Any:
     """Open the tree at ``prefix`` lazily, as ``cls`` (see the module doc), locked.
 
@@ -183,6 +217,8 @@ def load_memmap(
     The tree opened is one generation: a save running at the same path is waited
     for only while it swaps the trees (see :mod:`tensorbox._storage.commit`).
     """
+    if _remote.is_url(prefix):  # read from the local cache of the object
+        prefix, mode = _remote.local_path(prefix, storage_options, mode), "r"
     found = _archive.split(prefix)
     dev = None if device is None else torch.device(device)
     fit = _fit(cls, strict)
@@ -269,7 +305,10 @@ def is_memmap(obj: Any) -> bool:
 @contextlib.contextmanager
 def opened(prefix: Any) -> Iterator[tuple[Store, str]]:
     """``(store, node)`` of the tree a user names by ``prefix``: an archive (``FILE`` or
-    ``FILE::DIR``) or a folder, read-locked meanwhile (one generation)."""
+    ``FILE::DIR``, or a URL of one, read from the local cache) or a folder, read-locked
+    meanwhile (one generation)."""
+    if _remote.is_url(prefix):
+        prefix = _remote.local_path(prefix)
     found = _archive.split(prefix)
     if found is not None:
         yield _archive.ArchiveStore(found[0]), found[1]

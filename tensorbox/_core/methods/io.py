@@ -109,6 +109,7 @@ class IOMethods(MixinBase):
         return_early: bool = False,
         archive: bool | None = None,
         compression: str | int | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> Self:
         """A memory-mapped copy written under ``prefix`` (this one is unchanged).
 
@@ -121,6 +122,10 @@ class IOMethods(MixinBase):
         tensor entries: a smaller file whose leaves load by copying. ``return_early=True``
         returns a finished ``concurrent.futures.Future`` (tensordict's spelling; the save
         is synchronous).
+
+        ``prefix`` may be a URL (``s3://``, ``gs://``, ``memory://``...; see docs/remote.md)
+        with ``archive=True``: one object, uploaded whole, credentials from the usual
+        configuration or ``storage_options``. A folder save to a URL is refused.
         """
         from tensorbox._storage import persist as _persist
         from tensorbox._storage.archive import store as _archive
@@ -136,6 +141,7 @@ class IOMethods(MixinBase):
             checksum=checksum,
             archive=archive,
             compression=compression,
+            storage_options=storage_options,
         )
         if return_early:  # tensordict's future: here the save is done when this returns
             from concurrent.futures import Future
@@ -193,6 +199,14 @@ class IOMethods(MixinBase):
         )
         return out
 
+    def to_store(self, **kwargs: Any) -> Any:
+        """A new ``TensorDictStore`` on a Redis server holding a copy of this container
+        (keyword arguments as ``TensorDictStore``: ``host``, ``port``, ``db``, ``url``...).
+        """
+        from tensorbox._redis import TensorDictStore
+
+        return TensorDictStore.from_tensordict(self, **kwargs)
+
     def extend_(self, rows: Any, *, fsync: bool = False) -> Self:
         """Append ``rows`` along batch dim 0, in place; returns ``self``.
 
@@ -229,6 +243,7 @@ class IOMethods(MixinBase):
         mode: str | None = None,
         verify: bool = False,
         strict: bool = True,
+        storage_options: dict[str, Any] | None = None,
     ) -> Self:
         """Open a saved tree lazily: nothing is read until a leaf is used.
 
@@ -239,6 +254,8 @@ class IOMethods(MixinBase):
         A tensorclass that gained a field with a default loads older trees with the
         default filled in; one that lost a field refuses a tree that holds it, unless
         ``strict=False``, which leaves it out.
+        ``prefix`` may be the URL of an archive (``s3://``, ``http(s)://``, ``memory://``...;
+        ``storage_options`` as fsspec takes them), opened read-only from a local cache.
 
         >>> import torch; from tensorbox import TensorDict
         >>> import tempfile
@@ -257,6 +274,7 @@ class IOMethods(MixinBase):
             mode=mode,
             verify=verify,
             strict=strict,
+            storage_options=storage_options,
         )
         problem = cls._load_mismatch(out)
         if problem is not None:

@@ -1,0 +1,248 @@
+"""Reads: headers checked against the server's, leaves and rows fetched in one round
+trip, adjacent rows in one range."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import torch
+
+from tensorbox._core.keys import format_key
+from tensorbox._core.nontensor import NonTensorData, per_row
+from tensorbox._core.tensordict import TensorDict
+from tensorbox._redis.wire import (
+    _RETRIES,
+    _enc,
+    _from_bytes,
+    _Header,
+    _object_array,
+    _rows_of,
+    _runs,
+    _Server,
+    _text,
+)
+from tensorbox.errors import FormatError, TensorDictKeyError
+
+
+class StoreReads:
+    """What a store handle reads from its server."""
+
+    # the state every handle holds (set by TensorDictStore._init)
+    _server: _Server
+    _path: tuple[str, ...]
+    _batch_size: torch.Size
+    _device: torch.device | None
+    _meta_cache: dict[str, tuple[list[int], torch.dtype]] | None
+    _headers: dict[str, _Header]
+    _locked: bool
+
+    def _header(self, path: tuple[str, ...]) -> _Header | None:
+        raw = self._server.call(
+            f"read the header of {format_key(path)!r}",
+            lambda: self._server.client.hget(self._server.index_key, _enc(path)),
+        )
+        if raw is None:
+            return None
+        return _Header(_text(raw), self._server.where(path))
+
+    def _remember(self, path: tuple[str, ...], h: _Header) -> None:
+        if self._meta_cache is None:
+            return
+        key = _enc(path)
+        self._headers[key] = h
+        if h.kind == "tensor":
+            self._meta_cache[key] = (list(h.shape), h.dtype)
+
+    def _forget(self, paths: Any) -> None:
+        if self._meta_cache is None:
+            return
+        for p in paths:
+            key = _enc(p)
+            self._headers.pop(key, None)
+            self._meta_cache.pop(key, None)
+
+    def _fetch(
+        self, wanted: dict[tuple[str, ...], list[tuple[int, int]] | None]
+    ) -> tuple[dict[tuple[str, ...], _Header], dict[tuple[str, ...], list[bytes]]]:
+        """Headers and byte ranges of several entries in one round trip when the headers
+        are known here: each ``(start, length)`` range of a tensor (None: the whole
+        value). The headers the server returns are compared with the ones used to plan
+        the ranges, and a changed one is re-planned, so a value is never read with
+        another's header. Every leaf's length is checked before its bytes are fetched."""
+        server = self._server
+        headers: dict[tuple[str, ...], _Header] = {}
+        for p in wanted:
+            h = self._headers.get(_enc(p)) if self._meta_cache is not None else None
+            if h is None:
+                h = self._header(p)
+                if h is None:
+                    raise TensorDictKeyError(f"{server.where(p)}: no such key in the store")
+            headers[p] = h
+        for _ in range(_RETRIES):
+            paths = list(wanted)
+            pipe = server.client.pipeline(transaction=True)
+            pipe.hmget(server.index_key, [_enc(p) for p in paths])
+            plan: list[tuple[tuple[str, ...], list[tuple[int, int]]]] = []
+            for p in paths:
+                h = headers[p]
+                if h.kind == "node":
+                    continue
+                dk = server.data_key(p)
+                pipe.strlen(dk)
+                if h.kind == "tensor":
+                    ranges = wanted[p]
+                    ranges = [(0, h.nbytes)] if ranges is None else ranges
+                    ranges = [(s, n) for s, n in ranges if n > 0]
+                    for s, n in ranges:
+                        pipe.getrange(dk, s, s + n - 1)
+                else:
+                    ranges = [(0, -1)]
+                    pipe.get(dk)
+                plan.append((p, ranges))
+            res = server.call("read entries", pipe.execute)
+            fresh = res[0]
+            changed = False
+            for p, raw in zip(paths, fresh, strict=True):
+                if raw is None:
+                    self._forget([p])
+                    raise TensorDictKeyError(
+                        f"{server.where(p)}: no such key in the store (deleted by another client?)"
+                    )
+                if _text(raw) != headers[p].raw:
+                    headers[p] = _Header(_text(raw), server.where(p))
+                    changed = True
+            if changed:
+                for p, h in headers.items():
+                    self._remember(p, h)
+                continue
+            out: dict[tuple[str, ...], list[bytes]] = {}
+            pos = 1
+            for p, ranges in plan:
+                h = headers[p]
+                length = res[pos]
+                pos += 1
+                if h.kind == "tensor" and length != h.nbytes:
+                    raise FormatError(
+                        f"{server.where(p)}: the value {server.data_key(p)!r} holds {length} "
+                        f"bytes, its header ({h.dtype}, shape {h.shape}) promises {h.nbytes}"
+                    )
+                chunks = list(res[pos : pos + len(ranges)])
+                pos += len(ranges)
+                for (s, n), c in zip(ranges, chunks, strict=True):
+                    if c is None or (n >= 0 and len(c) != n):
+                        raise FormatError(
+                            f"{server.where(p)}: the range {s}..{s + n} of "
+                            f"{server.data_key(p)!r} came back short"
+                        )
+                out[p] = chunks
+            for p, h in headers.items():
+                self._remember(p, h)
+            return headers, out
+        raise RuntimeError(
+            f"{server.where()}: the entries kept changing under {_RETRIES} reads in a row"
+        )
+
+    def _leaf_value(self, path: tuple[str, ...], h: _Header, chunks: list[bytes]) -> Any:
+        if h.kind == "tensor":
+            t = _from_bytes(chunks[0] if chunks else b"", h.dtype, h.shape)
+            return t if self._device is None else t.to(self._device)
+        return self._nontensor(path, h, chunks[0])
+
+    def _nontensor(self, path: tuple[str, ...], h: _Header, raw: bytes | None) -> NonTensorData:
+        try:
+            value = json.loads(raw) if raw is not None else None
+        except ValueError:
+            raise FormatError(
+                f"{self._server.where(path)}: the non-tensor value is not JSON text"
+            ) from None
+        if h.rows:
+            return NonTensorData(_object_array(value), stacked=True)
+        return NonTensorData(value)
+
+    def _entries(self) -> dict[tuple[str, ...], _Header]:
+        """Every entry under this node, by path relative to it."""
+        n = len(self._path)
+        return {
+            p[n:]: h for p, h in self._server.index().items() if len(p) > n and p[:n] == self._path
+        }
+
+    def _rows(self, index: Any) -> TensorDict:
+        """``self[index]`` as a local TensorDict, fetching only the selected rows."""
+        new_bs = torch.empty(()).expand(self._batch_size)[index].shape
+        rows = _rows_of(index, self._batch_size)
+        if rows is None:
+            out: TensorDict = self.to_local()[index]
+            return out
+        flat = rows.reshape(-1).tolist()
+        uniq = sorted(set(flat))
+        pos = {r: i for i, r in enumerate(uniq)}
+        gather = torch.tensor([pos[r] for r in flat], dtype=torch.long)
+        entries = self._entries()
+        wanted: dict[tuple[str, ...], list[tuple[int, int]] | None] = {}
+        runs = _runs(uniq)
+        span = (uniq[-1] - uniq[0] + 1) if uniq else 0
+        covering = bool(uniq) and span <= 2 * len(uniq)  # one range wastes at most half
+        for rel, h in entries.items():
+            if h.kind == "tensor":
+                rb = h.row_bytes
+                if covering:
+                    wanted[self._path + rel] = [(uniq[0] * rb, span * rb)]
+                else:
+                    wanted[self._path + rel] = [(s * rb, c * rb) for s, c in runs]
+            elif h.kind == "nontensor":
+                wanted[self._path + rel] = None
+        headers, data = self._fetch(wanted) if wanted else ({}, {})
+        out = TensorDict(batch_size=new_bs, device=self._device)
+        for rel, h in sorted(entries.items(), key=lambda e: len(e[0])):
+            path = self._path + rel
+            if h.kind == "node":
+                out.set(rel, TensorDict(batch_size=rows.shape + h.batch_size[1:]))
+                continue
+            h = headers[path]
+            if h.kind == "tensor":
+                rest = h.shape[1:]
+                blob = b"".join(data[path])
+                if covering:
+                    sub = (
+                        _from_bytes(blob, h.dtype, [span, *rest])
+                        if uniq
+                        else torch.empty([0, *rest], dtype=h.dtype)
+                    )
+                    sub = sub[torch.tensor(uniq, dtype=torch.long) - uniq[0]] if uniq else sub
+                else:
+                    sub = _from_bytes(blob, h.dtype, [len(uniq), *rest])
+                value: Any = sub[gather].reshape([*rows.shape, *rest])
+                if self._device is not None:
+                    value = value.to(self._device)
+            else:
+                nt = self._nontensor(path, h, data[path][0])
+                if nt.stacked:
+                    picked = nt.data[rows.numpy()]
+                    value = (
+                        NonTensorData(picked)
+                        if not isinstance(picked, np.ndarray)
+                        else per_row(picked)
+                    )
+                else:
+                    value = nt
+            out.set(rel, value)
+        return out
+
+    def to_local(self) -> TensorDict:
+        """Every entry read now into a local ``TensorDict`` (one round trip when the
+        headers are known here)."""
+        entries = self._entries()
+        wanted: dict[tuple[str, ...], list[tuple[int, int]] | None] = {
+            self._path + rel: None for rel, h in entries.items() if h.kind != "node"
+        }
+        headers, data = self._fetch(wanted) if wanted else ({}, {})
+        out = TensorDict(batch_size=self._batch_size, device=self._device)
+        for rel, h in sorted(entries.items(), key=lambda e: len(e[0])):
+            path = self._path + rel
+            if h.kind == "node":
+                out.set(rel, TensorDict(batch_size=h.batch_size, device=self._device))
+            else:
+                out.set(rel, self._leaf_value(path, headers[path], data[path]))
+        return out

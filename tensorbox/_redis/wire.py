@@ -1,0 +1,418 @@
+"""The store's layout on the server: names of keys, headers, the connection, and the
+helpers that turn tensors and values into bytes and back (no pickles).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from tensorbox._core.keys import format_key
+from tensorbox._core.tensordict import is_tensor_collection
+from tensorbox.errors import FormatError
+
+if TYPE_CHECKING:
+    import redis
+
+_FORMAT = "tensorbox.store"
+_VERSION = 1
+# A header promising more than this many bytes is refused before anything is allocated:
+# a Redis string holds at most 512 MiB by default (proto-max-bulk-len), 2**40 is far above
+# any value a server can hold and far below what would overflow the byte arithmetic.
+_MAX_LEAF_BYTES = 1 << 40
+_MAX_DIMS = 64
+_RETRIES = 5  # optimistic-transaction retries when another client changes the index
+
+_DTYPES: dict[str, torch.dtype] = {
+    str(d).removeprefix("torch."): d
+    for d in (
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.uint16,
+        torch.uint32,
+        torch.uint64,
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.complex64,
+        torch.complex128,
+    )
+}
+_SHAPE_OPS = (
+    "view",
+    "reshape",
+    "permute",
+    "transpose",
+    "unsqueeze",
+    "squeeze",
+    "flatten",
+    "unflatten",
+    "expand",
+    "split",
+    "chunk",
+    "unbind",
+)
+
+
+def _redis() -> Any:
+    try:
+        import redis
+    except ImportError as err:
+        raise ImportError(
+            "TensorDictStore needs the redis client: pip install 'tensorbox[redis]'"
+        ) from err
+    return redis
+
+
+def _enc(path: tuple[str, ...]) -> str:
+    return json.dumps(list(path), separators=(",", ":"), ensure_ascii=False)
+
+
+def _dec(field: bytes | str) -> tuple[str, ...]:
+    text = field.decode() if isinstance(field, bytes) else field
+    value = json.loads(text)
+    if not isinstance(value, list) or not value or not all(isinstance(p, str) for p in value):
+        raise ValueError(f"not a key path: {text!r}")
+    return tuple(value)
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+class _Header:
+    """One entry's parsed header: kind, and dtype/shape (tensors) or batch size (nodes)."""
+
+    __slots__ = ("batch_size", "dtype", "kind", "nbytes", "raw", "rows", "shape")
+
+    def __init__(self, raw: str, where: str) -> None:
+        self.raw = raw
+        try:
+            obj = json.loads(raw)
+            kind = obj["kind"]
+        except (ValueError, TypeError, KeyError):
+            raise FormatError(f"{where}: the header {raw[:200]!r} is not a store header") from None
+        self.kind = kind
+        self.dtype = torch.uint8
+        self.shape: list[int] = []
+        self.nbytes = 0
+        self.rows = False
+        self.batch_size = torch.Size(())
+        if kind == "tensor":
+            dtype, shape = obj.get("dtype"), obj.get("shape")
+            if dtype not in _DTYPES:
+                raise FormatError(f"{where}: unknown dtype {dtype!r} in the header")
+            if (
+                not isinstance(shape, list)
+                or len(shape) > _MAX_DIMS
+                or not all(type(s) is int and s >= 0 for s in shape)
+            ):
+                raise FormatError(f"{where}: the shape {shape!r} in the header is not a shape")
+            self.dtype = _DTYPES[dtype]
+            self.shape = shape
+            self.nbytes = math.prod(shape) * self.dtype.itemsize
+            if self.nbytes > _MAX_LEAF_BYTES:
+                raise FormatError(
+                    f"{where}: the header promises {self.nbytes} bytes, more than any "
+                    "server holds; refusing to allocate"
+                )
+        elif kind == "nontensor":
+            self.rows = bool(obj.get("rows", False))
+        elif kind == "node":
+            bs = obj.get("batch_size")
+            if not isinstance(bs, list) or not all(type(s) is int and s >= 0 for s in bs):
+                raise FormatError(f"{where}: the batch size {bs!r} in the header is not one")
+            self.batch_size = torch.Size(bs)
+        else:
+            raise FormatError(f"{where}: unknown entry kind {kind!r} in the header")
+
+    @property
+    def row_bytes(self) -> int:
+        return math.prod(self.shape[1:]) * self.dtype.itemsize
+
+
+def _tensor_header(t: torch.Tensor) -> str:
+    dtype = str(t.dtype).removeprefix("torch.")
+    if dtype not in _DTYPES:
+        raise TypeError(f"TensorDictStore cannot hold tensors of dtype {t.dtype}")
+    return json.dumps({"kind": "tensor", "dtype": dtype, "shape": list(t.shape)})
+
+
+def _tensor_bytes(t: torch.Tensor) -> bytes:
+    t = t.detach().to("cpu").contiguous()
+    if t.numel() == 0:
+        return b""
+    return t.view(-1).view(torch.uint8).numpy().tobytes()
+
+
+def _from_bytes(data: bytes | bytearray, dtype: torch.dtype, shape: Sequence[int]) -> torch.Tensor:
+    if not data:
+        return torch.empty(list(shape), dtype=dtype)
+    buf = data if isinstance(data, bytearray) else bytearray(data)
+    return torch.frombuffer(buf, dtype=torch.uint8).view(dtype).reshape(list(shape))
+
+
+def _json_value(value: Any, where: str) -> str:
+    try:
+        return json.dumps(value, allow_nan=True)
+    except (TypeError, ValueError) as err:
+        raise TypeError(
+            f"{where}: a non-tensor value of type {type(value).__name__} is not "
+            f"JSON-serialisable ({err}); the store keeps no pickles, so it holds only "
+            "str, numbers, bool, None and lists/dicts of them"
+        ) from None
+
+
+def _rows_of(index: Any, batch_size: torch.Size) -> torch.Tensor | None:
+    """The rows of the first batch dim that ``index`` selects (a 0-d tensor when the dim
+    is dropped), or None when the index reaches beyond that dim (fetched whole)."""
+    if isinstance(index, tuple) and len(index) == 1:
+        index = index[0]
+    if not batch_size:
+        return None
+    n = batch_size[0]
+    if index is Ellipsis:
+        return torch.arange(n)
+    if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
+        i = int(index)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} is out of range for the batch size {list(batch_size)}")
+        return torch.tensor(i % n)
+    if isinstance(index, slice):
+        return torch.arange(n)[index]
+    if isinstance(index, (list, range)):
+        index = torch.as_tensor(list(index))
+    if isinstance(index, np.ndarray):
+        index = torch.from_numpy(index)
+    if isinstance(index, torch.Tensor):
+        if index.dtype == torch.bool:
+            if index.ndim != 1:
+                return None
+            if index.shape[0] != n:
+                raise IndexError(
+                    f"a boolean index of length {index.shape[0]} does not fit the batch "
+                    f"size {list(batch_size)}"
+                )
+            return torch.arange(n)[index.cpu()]
+        if index.dtype.is_floating_point or index.dtype.is_complex:
+            raise IndexError(f"tensors used as indices must be integer or bool, not {index.dtype}")
+        return torch.arange(n)[index.cpu().long()]
+    return None
+
+
+def _runs(uniq: list[int]) -> list[tuple[int, int]]:
+    """Sorted distinct rows as ``(first, count)`` runs of adjacent rows."""
+    out: list[tuple[int, int]] = []
+    for r in uniq:
+        if out and out[-1][0] + out[-1][1] == r:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+        else:
+            out.append((r, 1))
+    return out
+
+
+class _Server:
+    """The connection one store and its nested views share, with the names of its keys."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        url: str,
+        namespace: str,
+        td_id: str,
+        backend: str,
+        owns_client: bool,
+        connect: dict[str, Any],
+    ) -> None:
+        self.client = client
+        self.url = url
+        self.namespace = namespace
+        self.td_id = td_id
+        self.backend = backend
+        self.owns_client = owns_client
+        self.connect = connect
+        self.base = f"{namespace}:{{{td_id}}}:"
+        self.meta_key = self.base + "meta"
+        self.index_key = self.base + "index"
+
+    def data_key(self, path: tuple[str, ...]) -> str:
+        return self.base + "data:" + _enc(path)
+
+    def where(self, path: tuple[str, ...] | None = None) -> str:
+        entry = "" if path is None else f" entry {format_key(path)}"
+        return f"TensorDictStore {self.td_id!r} at {self.url}{entry}"
+
+    def call(self, what: str, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` (redis calls), turning the client's errors into ones that name the
+        server and what was being done."""
+        r = _redis()
+        try:
+            return fn()
+        except r.exceptions.ResponseError as err:
+            if "WRONGTYPE" in str(err):
+                raise FormatError(
+                    f"{self.where()}: {what}: the server holds keys under {self.base!r} of "
+                    f"another type (foreign data, not a tensorbox store): {err}"
+                ) from err
+            raise RuntimeError(f"{self.where()}: {what}: the server refused: {err}") from err
+        except (r.exceptions.ConnectionError, r.exceptions.TimeoutError) as err:
+            raise ConnectionError(
+                f"{self.where()}: {what}: cannot reach the server ({type(err).__name__}: {err})"
+            ) from err
+        except r.exceptions.AuthenticationError as err:  # pragma: no cover - a subclass above
+            raise PermissionError(f"{self.where()}: {what}: {err}") from err
+
+    def index(self) -> dict[tuple[str, ...], _Header]:
+        raw = self.call("read the index", lambda: self.client.hgetall(self.index_key))
+        return self.parse_index(raw)
+
+    def parse_index(self, raw: Mapping[bytes, bytes]) -> dict[tuple[str, ...], _Header]:
+        out: dict[tuple[str, ...], _Header] = {}
+        for field, value in raw.items():
+            try:
+                path = _dec(field)
+            except ValueError:
+                raise FormatError(
+                    f"{self.where()}: the index {self.index_key!r} holds the field "
+                    f"{field[:100]!r}, not a key path (foreign data?)"
+                ) from None
+            out[path] = _Header(_text(value), self.where(path))
+        return out
+
+
+def _parse_meta(raw: bytes | None, server: _Server) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        meta = json.loads(raw)
+    except ValueError:
+        meta = None
+    if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
+        raise FormatError(
+            f"{server.where()}: the key {server.meta_key!r} holds {bytes(raw)[:100]!r}, not "
+            "a tensorbox store's metadata (foreign data under the same prefix and id?)"
+        )
+    if meta.get("version") != _VERSION:
+        raise FormatError(
+            f"{server.where()}: store format version {meta.get('version')!r}; this tensorbox "
+            f"reads version {_VERSION}"
+        )
+    return meta
+
+
+def _connect(
+    *,
+    url: str | None,
+    host: str,
+    port: int,
+    db: int,
+    unix_socket_path: str | None,
+    client: Any,
+    redis_kwargs: dict[str, Any],
+) -> tuple[Any, str, bool, dict[str, Any]]:
+    r = _redis()
+    if client is not None:
+        kw = dict(client.connection_pool.connection_kwargs)
+        owns = False
+    elif url is not None:
+        client = r.Redis.from_url(url, **redis_kwargs)
+        kw = dict(client.connection_pool.connection_kwargs)
+        owns = True
+    else:
+        kw = dict(redis_kwargs)
+        kw.setdefault("socket_connect_timeout", 10)
+        kw.setdefault("socket_timeout", 60)
+        if unix_socket_path is not None:
+            kw["unix_socket_path"] = unix_socket_path
+        else:
+            kw["host"], kw["port"] = host, port
+        kw["db"] = db
+        client = r.Redis(**kw)
+        kw = dict(client.connection_pool.connection_kwargs)
+        owns = True
+    if "path" in kw or "unix_socket_path" in kw:
+        shown = f"unix://{kw.get('path') or kw.get('unix_socket_path')}?db={kw.get('db', 0)}"
+    else:
+        shown = f"redis://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
+    plain = {k: v for k, v in kw.items() if isinstance(v, (str, int, float, bool)) or v is None}
+    return client, shown, owns, plain
+
+
+def _np_index(index: Any) -> Any:
+    if isinstance(index, torch.Tensor):
+        return index.cpu().numpy()
+    if isinstance(index, tuple):
+        return tuple(_np_index(i) for i in index)
+    return index
+
+
+def _leaves_of(value: Any, prefix: tuple[str, ...], out: dict[tuple[str, ...], Any]) -> None:
+    for k, v in value._tensordict.items():
+        if is_tensor_collection(v):
+            _leaves_of(v, (*prefix, k), out)
+        else:
+            out[(*prefix, k)] = v
+
+
+def _object_array(value: Any) -> np.ndarray:
+    """A nested list of per-row values (as stored) as a numpy object array of the batch
+    shape: lists inside a row stay lists."""
+    if not isinstance(value, list):
+        arr = np.empty((), dtype=object)
+        arr[()] = value
+        return arr
+    depth, probe = 0, value
+    shape: list[int] = []
+    while isinstance(probe, list):
+        shape.append(len(probe))
+        depth += 1
+        if not probe:
+            break
+        probe = probe[0]
+    # the batch depth is given by the writer's shape; lists of equal length below it
+    # (a row that is itself a list) are cut back by building row by row
+    arr = np.empty(tuple(shape), dtype=object)
+    for idx in np.ndindex(*shape):
+        v: Any = value
+        try:
+            for i in idx:
+                v = v[i]
+        except (IndexError, TypeError):
+            v = None
+        arr[idx] = v
+    return arr
+
+
+def _fields_repr(entries: dict[tuple[str, ...], _Header], at: tuple[str, ...]) -> str:
+    parts = []
+    for rel, h in entries.items():
+        if rel[:-1] != at:
+            continue
+        if h.kind == "tensor":
+            parts.append(f"{rel[-1]}: {str(h.dtype).removeprefix('torch.')}{h.shape}")
+        elif h.kind == "node":
+            parts.append(f"{rel[-1]}: {_fields_repr(entries, rel)}")
+        else:
+            parts.append(f"{rel[-1]}: <non-tensor>")
+    return "{" + ", ".join(parts) + "}"
+
+
+def reconnect(connect: dict[str, Any]) -> Any:
+    """A new client from the connection settings a handle recorded (its pool's
+    ``connection_kwargs``: a Unix socket when they name a ``path``)."""
+    r = _redis()
+    if "path" in connect:
+        pool = r.ConnectionPool(connection_class=r.UnixDomainSocketConnection, **connect)
+    else:
+        pool = r.ConnectionPool(**connect)
+    return r.Redis(connection_pool=pool)

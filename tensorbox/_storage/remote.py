@@ -1,0 +1,392 @@
+"""Trees behind URLs (``s3://``, ``gs://``, ``az://``, ``http(s)://``, ``memory://``...),
+through fsspec.
+
+A path that looks like a URL (``scheme://...``) is never taken for a local path: a
+known scheme goes to fsspec (its package missing: an ``ImportError`` naming the
+extra to install), an unknown one is a ``ValueError``. Credentials and endpoints come
+from each filesystem's own configuration (``AWS_*`` variables, ``AWS_ENDPOINT_URL``...)
+or from ``storage_options=``, as pandas and zarr take them.
+
+What this module does:
+
+- **Archives only on object storage.** A folder tree is committed by renaming a new
+  generation into place, and object stores have no rename: a reader could list a mix
+  of two generations. A folder save to a URL is refused with the advice to save an
+  archive; an archive is one object, written by one ``put`` (a multipart upload for
+  large files) that readers see whole or not at all.
+- **A bounded local disk cache** (:class:`RangeCache`): fetched bytes are kept under a
+  key made of the URL and the object's identity (size, ETag and modification time,
+  whichever the server reports), so an object replaced remotely is fetched again,
+  never served stale or mixed. Files are written under a temporary name and renamed,
+  so a fetch that fails (a server dying mid-read) leaves nothing half-written; the
+  least recently used files are evicted past ``max_bytes``.
+- **Range requests coalesced**: ranges closer than ``gap`` bytes are read as one
+  request (adjacent leaves of an archive come back in one round trip).
+
+>>> split_url("/data/ds.tbx") is None, split_url("memory://bucket/ds.tbx")
+(True, ('memory', 'memory://bucket/ds.tbx', None))
+>>> split_url("s3://bucket/ds.tbx::train")
+('s3', 's3://bucket/ds.tbx', 'train')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import tempfile
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "RangeCache",
+    "coalesce",
+    "default_cache",
+    "fetch_archive",
+    "filesystem",
+    "identity",
+    "is_url",
+    "local_path",
+    "refuse",
+    "save_target",
+    "upload",
+    "split_url",
+]
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
+_SEP = "::"  # URL::DIR names a sub-tree of an archive, as FILE::DIR does locally
+
+#: scheme -> (the package fsspec needs for it, the tensorbox extra that installs it)
+SCHEMES: dict[str, tuple[str | None, str]] = {
+    "s3": ("s3fs", "s3"),
+    "s3a": ("s3fs", "s3"),
+    "gs": ("gcsfs", "gcs"),
+    "gcs": ("gcsfs", "gcs"),
+    "az": ("adlfs", "azure"),
+    "abfs": ("adlfs", "azure"),
+    "abfss": ("adlfs", "azure"),
+    "http": ("aiohttp", "http"),
+    "https": ("aiohttp", "http"),
+    "memory": (None, "remote"),
+    "file": (None, "remote"),
+}
+_READ_ONLY = ("http", "https")
+_CHUNK = 16 << 20  # one request's size when a whole object is fetched
+
+
+def split_url(prefix: Any) -> tuple[str, str, str | None] | None:
+    """``(scheme, url, sub-tree)`` when ``prefix`` is a URL, None for a local path.
+
+    An unknown scheme raises ``ValueError``: ``"foo://x"`` is never a local path.
+    """
+    if isinstance(prefix, bytes):
+        prefix = os.fsdecode(prefix)
+    if not isinstance(prefix, str):
+        return None
+    m = _URL.match(prefix)
+    if m is None:
+        return None
+    scheme = m.group(1).lower()
+    if scheme not in SCHEMES:
+        raise ValueError(
+            f"{prefix!r}: unknown URL scheme {scheme!r}; tensorbox reads and writes "
+            f"{', '.join(s + '://' for s in sorted(SCHEMES))} URLs (through fsspec) and local "
+            "paths"
+        )
+    url, sep, sub = prefix.partition(_SEP)
+    return scheme, url, (sub or None) if sep else None
+
+
+def is_url(prefix: Any) -> bool:
+    """True for ``scheme://...`` (an unknown scheme raises ``ValueError``)."""
+    return split_url(prefix) is not None
+
+
+def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
+    """fsspec's filesystem for ``url`` and the path inside it, after checking that the
+    packages it needs are installed (an ``ImportError`` names the extra)."""
+    found = split_url(url)
+    if found is None:
+        raise ValueError(f"{url!r} is not a URL")
+    scheme = found[0]
+    package, extra = SCHEMES[scheme]
+    for needed in ("fsspec", package):
+        if needed is not None and importlib.util.find_spec(needed) is None:
+            raise ImportError(
+                f"{url!r}: {scheme}:// URLs need the {needed!r} package: "
+                f"pip install 'tensorbox[{extra}]'"
+            )
+    import fsspec.core
+
+    fs, path = fsspec.core.url_to_fs(found[1], **(storage_options or {}))
+    return fs, path
+
+
+def identity(fs: Any, path: str, url: str) -> dict[str, Any]:
+    """What identifies the object's current version: its size and whatever of ETag,
+    modification time, generation or version id the server reports."""
+    try:
+        info = fs.info(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{url!r}: no such object") from None
+    except PermissionError as err:
+        raise PermissionError(f"{url!r}: access refused ({err})") from err
+    except OSError as err:
+        raise OSError(f"{url!r}: cannot read the object's description ({err})") from err
+    if info.get("type") == "directory":
+        raise IsADirectoryError(
+            f"{url!r} is a folder; on object storage tensorbox reads and writes archives "
+            "only (one object: save with memmap(url, archive=True))"
+        )
+    ident: dict[str, Any] = {"url": url, "size": info.get("size")}
+    for k in (
+        "ETag",
+        "etag",
+        "LastModified",
+        "Last-Modified",
+        "last_modified",
+        "mtime",
+        "generation",
+        "VersionId",
+        "version_id",
+        "md5Hash",
+        "created",
+    ):
+        if info.get(k) is not None:
+            ident[k] = str(info[k])
+    return ident
+
+
+def _versioned(ident: dict[str, Any]) -> bool:
+    return len(ident) > 2  # more than url and size: a version the server vouches for
+
+
+def coalesce(ranges: Sequence[tuple[int, int]], gap: int) -> list[tuple[int, int, list[int]]]:
+    """Byte ranges ``(start, end)`` merged when closer than ``gap``: ``(start, end,
+    indices of the ranges inside)``.
+
+    >>> coalesce([(0, 10), (10, 20), (100, 110)], gap=0)
+    [(0, 20, [0, 1]), (100, 110, [2])]
+    >>> coalesce([(0, 10), (30, 40)], gap=64)
+    [(0, 40, [0, 1])]
+    """
+    order = sorted(range(len(ranges)), key=lambda i: ranges[i])
+    out: list[tuple[int, int, list[int]]] = []
+    for i in order:
+        s, e = ranges[i]
+        if out and s - out[-1][1] <= gap:
+            ps, pe, members = out[-1]
+            out[-1] = (ps, max(pe, e), [*members, i])
+        else:
+            out.append((s, e, [i]))
+    return out
+
+
+class RangeCache:
+    """A local disk cache of remote bytes, bounded, least recently used evicted first.
+
+    Every file is named by a hash of its key (the URL, the object's identity and what
+    part of it), written under a temporary name and renamed into place: a reader sees
+    a whole file or none. Use refreshes a file's modification time, which is the LRU
+    order (shared by every process using the same folder).
+    """
+
+    def __init__(self, directory: str | None = None, max_bytes: int = 10 << 30) -> None:
+        self.directory = (
+            directory
+            or os.environ.get("TENSORBOX_CACHE")
+            or os.path.join(os.path.expanduser("~"), ".cache", "tensorbox", "remote")
+        )
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+
+    def path_for(self, key: dict[str, Any]) -> str:
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:40]
+        return os.path.join(self.directory, digest + ".bin")
+
+    def get(self, key: dict[str, Any]) -> str | None:
+        path = self.path_for(key)
+        try:
+            os.utime(path)
+        except FileNotFoundError:
+            return None
+        return path
+
+    def put_file(self, key: dict[str, Any], tmp: str) -> str:
+        """Move the finished file ``tmp`` (in this folder) into place under ``key``."""
+        path = self.path_for(key)
+        os.replace(tmp, path)
+        self.evict(keep=path)
+        return path
+
+    def new_tmp(self) -> str:
+        os.makedirs(self.directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".part-")
+        os.close(fd)
+        return tmp
+
+    def evict(self, keep: str | None = None) -> None:
+        with self._lock:
+            files = []
+            for e in os.scandir(self.directory):
+                if e.name.endswith(".bin") and e.is_file():
+                    st = e.stat()
+                    files.append((st.st_mtime, st.st_size, e.path))
+            total = sum(f[1] for f in files)
+            for _, size, path in sorted(files):
+                if total <= self.max_bytes:
+                    break
+                if path == keep:
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)  # a process mapping it keeps its pages
+                total -= size
+
+
+_default: RangeCache | None = None
+
+
+def default_cache() -> RangeCache:
+    """The process's cache (``$TENSORBOX_CACHE`` or ``~/.cache/tensorbox/remote``, 10 GiB;
+    ``TENSORBOX_CACHE_BYTES`` changes the bound)."""
+    global _default
+    if _default is None:
+        _default = RangeCache(max_bytes=int(os.environ.get("TENSORBOX_CACHE_BYTES", 10 << 30)))
+    return _default
+
+
+def read_ranges(
+    fs: Any, path: str, url: str, ranges: Sequence[tuple[int, int]], gap: int = 1 << 20
+) -> list[bytes]:
+    """The bytes of each ``(start, end)`` range, adjacent ranges read by one request."""
+    groups = coalesce(ranges, gap)
+    try:
+        blobs = fs.cat_ranges(
+            [path] * len(groups), [g[0] for g in groups], [g[1] for g in groups], on_error="raise"
+        )
+    except Exception as err:  # each filesystem raises its own types (aiohttp, botocore...)
+        raise OSError(
+            f"{url!r}: reading {len(groups)} range(s) failed ({type(err).__name__}: {err})"
+        ) from err
+    out: list[bytes] = [b""] * len(ranges)
+    for (start, end, members), blob in zip(groups, blobs, strict=True):
+        if isinstance(blob, Exception):
+            raise OSError(f"{url!r}: reading bytes {start}..{end} failed ({blob})") from blob
+        if len(blob) != end - start:
+            raise OSError(
+                f"{url!r}: bytes {start}..{end} came back as {len(blob)} bytes (the object "
+                "changed or the server cut the reply)"
+            )
+        for i in members:
+            s, e = ranges[i]
+            out[i] = blob[s - start : e - start]
+    return out
+
+
+def fetch_archive(
+    url: str, storage_options: dict[str, Any] | None = None, cache: RangeCache | None = None
+) -> str:
+    """A local file holding the archive at ``url`` now, from the cache when the object is
+    unchanged there (same size and ETag/modification time), else fetched in ranges
+    into the cache. The object's identity is read again after the fetch: one replaced
+    meanwhile is an error, never a file mixing two versions."""
+    cache = cache or default_cache()
+    fs, path = filesystem(url, storage_options)
+    ident = identity(fs, path, url)
+    key = {"object": ident, "part": "whole"}
+    if _versioned(ident):
+        hit = cache.get(key)
+        if hit is not None and os.path.getsize(hit) == ident["size"]:
+            return hit
+    size = int(ident["size"] or 0)
+    tmp = cache.new_tmp()
+    try:
+        with open(tmp, "wb") as f:
+            starts = list(range(0, size, _CHUNK))
+            for i in range(0, len(starts), 8):  # eight requests in flight, 128 MiB at most
+                batch = [(s, min(s + _CHUNK, size)) for s in starts[i : i + 8]]
+                for blob in read_ranges(fs, path, url, batch, gap=0):
+                    f.write(blob)
+        if identity(fs, path, url) != ident:
+            raise OSError(f"{url!r}: the object was replaced while it was being read; read again")
+        return cache.put_file(key, tmp)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def refuse(what: str, url: str, advice: str) -> None:
+    raise ValueError(f"{what}({url!r}): {advice}")
+
+
+_FOLDER_ADVICE = (
+    "a folder tree cannot be saved to object storage: its generations are committed by "
+    "a rename, which object stores do not have, so a reader could see a mix of two "
+    "saves. Save one archive instead, which appears whole or not at all: "
+    "memmap(url, archive=True)"
+)
+
+
+def save_target(url: str, sub: str | None) -> str:
+    """A new local file in the cache where an archive save to ``url`` is written before
+    :func:`upload` (refusals first: ``URL::DIR``, read-only schemes)."""
+    if sub is not None:
+        refuse(
+            "memmap", f"{url}{_SEP}{sub}", "an archive is saved whole; drop '::' and what follows"
+        )
+    scheme = url.partition("://")[0].lower()
+    if scheme in _READ_ONLY:
+        refuse(
+            "memmap", url, "http(s) URLs are read-only; save to object storage (s3://, gs://...)"
+        )
+    tmp = default_cache().new_tmp()
+    os.unlink(tmp)
+    return tmp
+
+
+def upload(tmp: str, url: str, storage_options: dict[str, Any] | None = None) -> str:
+    """Put the archive written at ``tmp`` to ``url`` as one object (one put: readers see
+    the old object or the new one, whole); the local copy, kept in the cache."""
+    cache = default_cache()
+    fs, path = filesystem(url, storage_options)
+    try:
+        try:
+            fs.put_file(tmp, path)
+        except (OSError, ValueError) as err:
+            raise OSError(f"{url!r}: the upload failed, nothing was written there ({err})") from err
+        ident = identity(fs, path, url)
+        return cache.put_file({"object": ident, "part": "whole"}, tmp) if _versioned(ident) else tmp
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def local_path(
+    prefix: str, storage_options: dict[str, Any] | None = None, mode: str | None = None
+) -> str:
+    """A local path to the tree at the URL ``prefix`` (``URL::DIR`` for a sub-tree): the
+    archive in the cache, fetched when the object changed. Read-only (``mode`` None or
+    ``"r"``)."""
+    if mode not in (None, "r"):
+        refuse(
+            "load_memmap",
+            prefix,
+            f"mode={mode!r}: a tree behind a URL opens read-only (mode='r'); "
+            "save a changed copy with memmap(url, archive=True)",
+        )
+    found = split_url(prefix)
+    assert found is not None
+    _, url, sub = found
+    local = fetch_archive(url, storage_options)
+    return local if sub is None else f"{local}{_SEP}{sub}"
+
+
+def folder_refusal(what: str, prefix: str) -> None:
+    """The error for a folder save (``memmap``, ``memmap_``, ``memmap_like``) to a URL."""
+    refuse(what, prefix, _FOLDER_ADVICE)

@@ -1,0 +1,224 @@
+"""Real servers on loopback for the tests, each started once per session on a free port
+and stopped at the end: ``redis_server`` (redis-server), ``s3_server`` (moto's S3
+server, the one s3fs's own tests use) and ``http_server`` (Python's HTTP server with
+``Range`` support, serving a temporary folder).
+
+Fixtures of a server that is not installed skip their tests with the reason; ``make test``
+installs all of them.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import shutil
+import socket
+import stat
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_listening(port: int, proc: subprocess.Popen[bytes] | None, what: str) -> None:
+    # A server that never comes up is reported, not waited on for ever: the loop gives
+    # up after 30 s (a start-up budget, not an assertion on speed).
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with status {proc.returncode} at start-up")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within 30 s")
+
+
+@dataclass
+class RedisServer:
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A redis-server of its own on a free loopback port, without persistence."""
+    pytest.importorskip("redis")
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.skip("redis-server is not installed (make test installs it)")
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [
+            exe,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_listening(port, proc, "redis-server")
+        yield RedisServer("127.0.0.1", port)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@dataclass
+class S3Server:
+    endpoint_url: str
+
+    def storage_options(self) -> dict[str, object]:
+        """What s3fs needs to reach this server (the credentials are moto's dummies)."""
+        return {
+            "key": "testing",
+            "secret": "testing",
+            "client_kwargs": {"endpoint_url": self.endpoint_url},
+        }
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """moto's S3 server (the one s3fs's own tests use) on a free loopback port."""
+    pytest.importorskip("s3fs")
+    moto_server = pytest.importorskip("moto.server")
+    port = free_port()
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        _wait_listening(port, None, "moto's S3 server")
+        yield S3Server(f"http://127.0.0.1:{port}")
+    finally:
+        server.stop()
+
+
+class _RangeHandler(http.server.SimpleHTTPRequestHandler):
+    """GET with one ``Range: bytes=A-B``, HEAD, an ETag from size and mtime; counts the
+    body bytes it sends, and cuts the reply after ``cut_after`` bytes when set."""
+
+    server: _RangeHTTPServer
+
+    def log_message(self, format: str, *args: object) -> None:  # quiet
+        pass
+
+    def _target(self) -> tuple[str, os.stat_result] | None:
+        path = self.translate_path(self.path)
+        try:
+            st = os.stat(path)
+        except OSError:
+            self.send_error(404)
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            self.send_error(404)
+            return None
+        return path, st
+
+    def _headers(self, st: os.stat_result, length: int, status: int) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(length))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", f'"{st.st_size:x}-{st.st_mtime_ns:x}"')
+        self.send_header("Last-Modified", self.date_time_string(int(st.st_mtime)))
+
+    def do_HEAD(self) -> None:
+        found = self._target()
+        if found is not None:
+            self._headers(found[1], found[1].st_size, 200)
+            self.end_headers()
+
+    def do_GET(self) -> None:
+        found = self._target()
+        if found is None:
+            return
+        path, st = found
+        start, end = 0, st.st_size
+        status = 200
+        rng = self.headers.get("Range")
+        if rng:
+            m = re.fullmatch(r"bytes=(\d+)-(\d*)", rng.strip())
+            if m is None:
+                self.send_error(416)
+                return
+            start = int(m.group(1))
+            end = min(int(m.group(2)) + 1, st.st_size) if m.group(2) else st.st_size
+            status = 206
+        self._headers(st, end - start, status)
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{st.st_size}")
+        self.end_headers()
+        with open(path, "rb") as f:
+            f.seek(start)
+            body = f.read(end - start)
+        cut = self.server.cut_after
+        if cut is not None and len(body) > cut:
+            self.wfile.write(body[:cut])
+            self.server.sent += cut
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.wfile.write(body)
+        self.server.sent += len(body)
+
+
+class _RangeHTTPServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    sent = 0
+    cut_after: int | None = None
+
+
+@dataclass
+class HTTPServer:
+    root: Path
+    url: str
+    server: _RangeHTTPServer
+
+    @property
+    def bytes_sent(self) -> int:
+        return self.server.sent
+
+    def cut_replies_after(self, n: int | None) -> None:
+        """From now on, drop every reply after ``n`` body bytes (None: whole replies)."""
+        self.server.cut_after = n
+
+
+@pytest.fixture(scope="session")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HTTPServer]:
+    """An HTTP server honouring ``Range``, serving a temporary folder, on a free port."""
+    root = tmp_path_factory.mktemp("http")
+    handler = functools.partial(_RangeHandler, directory=str(root))
+    server = _RangeHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield HTTPServer(root, f"http://127.0.0.1:{server.server_address[1]}", server)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=30)
