@@ -72,7 +72,8 @@ class LeafMethods(MixinBase):
         # in place on a saved tree: saved at once (a whole-tree commit, see _persist_writes)
         res: Self = self._write(_apply.apply, self, *a) if inplace else _apply.apply(self, *a)
         if out is not None:
-            out.update(cast(Any, res), inplace=True)  # res is a container (a mixin's Self)
+            # the results replace out's entries (their dtype and shape may differ), as tensordict
+            out.update(cast(Any, res))  # res is a container (a mixin's Self)
             return out  # type: ignore[return-value]
         if filter_empty and not inplace and not _tree.tensor_leaves(res):
             return None  # type: ignore[return-value]

@@ -31,6 +31,7 @@ from torch import Tensor
 from tensorbox._core import jagged as _jagged
 from tensorbox._core.methods_shape import TORCH_FUNCTIONS as SHAPE_METHOD_FUNCTIONS
 from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.reduce import LOSS_FUNCTIONS, REDUCTIONS
 from tensorbox._core.shape import check_dim, shape_from_args
 from tensorbox.errors import BatchDimError, BatchSizeError, TensorDictKeyError
 
@@ -368,6 +369,13 @@ def _into(out: Any, result: Any) -> Any:
     return out
 
 
+def _method_call(name: str) -> Callable[..., Any]:
+    def call(x: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(x, name)(*args, **kwargs)
+
+    return call
+
+
 def _stack_fn(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
     return _into(out, stack(tensors, dim))
 
@@ -414,4 +422,11 @@ _TORCH_FUNCTIONS: dict[Any, Callable[..., Any]] = {
     torch.flip: lambda x, dims: x.flip(dims),
     torch.roll: lambda x, shifts, dims: x.roll(shifts, dims),
     **SHAPE_METHOD_FUNCTIONS,
+    **LOSS_FUNCTIONS,
+    torch.logsumexp: lambda x, dim=None, keepdim=False, *, out=None: x.logsumexp(
+        dim, keepdim, out=out
+    ),
+    torch.softmax: lambda x, dim, dtype=None: x.softmax(dim, dtype),
+    **{getattr(torch, n): _method_call(n) for n in REDUCTIONS},
+    torch.log_softmax: lambda x, dim, dtype=None: x.log_softmax(dim, dtype),
 }
