@@ -26,6 +26,7 @@ from tensorbox._core import reduce as _red
 from tensorbox._core.keys import NestedKey, format_key, unravel_key
 from tensorbox._core.methods_shape import index_along
 from tensorbox._core.mixin_base import C, MixinBase
+from tensorbox.errors import BatchSizeError, LockedError
 
 _MISSING: Any = object()  # "absent", returned by get() as a marker (not "argument not given")
 
@@ -72,6 +73,50 @@ def _check_mask(obj: Any, mask: Tensor, what: str) -> Tensor:
                 f"{tuple(v.shape)} of key {format_key(k)}"
             )
     return mask
+
+
+def _take_in_place(self: C, result: Any) -> C:
+    """``self`` becomes ``result`` (entries and batch size), keeping its nested containers'
+    identities, as tensordict's ``inplace=True`` shape ops."""
+    if self.is_locked:
+        raise LockedError(f"cannot change a locked {type(self).__name__} in place; unlock_() first")
+
+    def take(node: Any, new: Any) -> None:
+        store = node._tensordict
+        for k, v in new._tensordict.items():
+            cur = store.get(k)
+            if _is_coll(v) and _is_coll(cur):
+                take(cur, v)
+            else:
+                store[k] = v
+        node._batch_size = new._batch_size
+
+    self._write(take, self, result)
+    return self
+
+
+def _where_pad(pad: Any, key: NestedKey, like: Tensor) -> Tensor:
+    if pad is None:
+        raise KeyError(
+            f"where: key {format_key(key)} not found in both containers and no pad value "
+            "provided; pass pad= to fill the missing side"
+        )
+    return torch.full_like(like, pad)
+
+
+def _where_pair(self: Any, cond: Tensor, other: Any, pad: Any) -> Any:
+    """``where`` against a container: keys held by one side only take ``pad``."""
+    mine = dict(_leaves(self))
+    theirs = dict(_leaves(other))
+    out = self.empty(recurse=True) if mine else other.empty(recurse=True)
+    for key in [*mine, *(k for k in theirs if k not in mine)]:
+        a, b = mine.get(key), theirs.get(key)
+        if a is None:
+            a = _where_pad(pad, key, b)  # type: ignore[arg-type]
+        elif b is None:
+            b = _where_pad(pad, key, a)
+        out.set(key, torch.where(_expand(cond, a), a, b))
+    return out
 
 
 def _binary(self: C, other: Any, op: Callable[[Tensor, Any], Tensor]) -> C:
@@ -200,20 +245,29 @@ class TensorMethods(MixinBase):
             )
         return self[mask]  # type: ignore[index, no-any-return]
 
-    def where(self, condition: Tensor, other: Any) -> Self:
+    def where(self, condition: Tensor, other: Any, *, out: Any = None, pad: Any = None) -> Self:
         """``torch.where(condition, leaf, other)``; ``condition`` spans leading batch dims.
 
-        ``other`` is a container with the same keys, a tensor or a scalar.
+        ``other`` is a container with the same keys, a tensor or a scalar. ``pad`` stands
+        in for a key that only one side holds (without it, such a key is a ``KeyError``);
+        ``out`` receives the result and is returned.
 
         >>> from tensorbox import TensorDict
         >>> td = TensorDict(a=torch.tensor([1.0, 2.0]), batch_size=[2])
         >>> td.where(torch.tensor([True, False]), 0.0)["a"].tolist()
         [1.0, 0.0]
+        >>> td.where(torch.tensor([True, False]), td.empty(), pad=-1)["a"].tolist()
+        [1.0, -1.0]
         """
         cond = _check_mask(self, condition, "where")
         if _is_coll(other):
-            return self.apply(lambda t, o: torch.where(_expand(cond, t), t, o), other)
-        return self.apply(lambda t: torch.where(_expand(cond, t), t, other))
+            result = _where_pair(self, cond, other, pad)
+        else:
+            result = self.apply(lambda t: torch.where(_expand(cond, t), t, other))
+        if out is None:
+            return result
+        out.update(result)
+        return out  # type: ignore[no-any-return]
 
     # ---------------------------------------------------------- constructors
 
@@ -579,8 +633,12 @@ class TensorMethods(MixinBase):
             out = index_along(out, dim, (torch.arange(n) - shift) % builtins.max(n, 1))
         return out  # type: ignore[no-any-return]
 
-    def gather(self, dim: builtins.int, index: Tensor) -> Self:
+    def gather(
+        self, dim: builtins.int, index: Tensor, out: Any = None, *, inplace: builtins.bool = False
+    ) -> Self:
         """``torch.gather`` along batch dim ``dim``; ``index`` spans the batch dims.
+        With ``out``, the result is written into that container's tensors and it is returned;
+        ``inplace=True`` makes this container the result (its entries and batch size).
 
         >>> from tensorbox import TensorDict
         >>> td = TensorDict(a=torch.tensor([[1, 2], [3, 4]]), batch_size=[2, 2])
@@ -589,8 +647,11 @@ class TensorMethods(MixinBase):
         """
         nd = self.batch_dims
         d = _batch_dim(dim, nd, "gather")
+        if inplace and out is not None:
+            raise ValueError("gather: out= and inplace=True are mutually exclusive; pass one")
         if index.ndim != nd:
-            raise ValueError(f"gather: index has {index.ndim} dims, expected {nd} (the batch dims)")
+            err = NotImplementedError if inplace else ValueError
+            raise err(f"gather: index.ndim is {index.ndim}, expected {nd} (the batch dims)")
         bs = self.batch_size
         if any(index.shape[i] > bs[i] for i in range(nd) if i != d):
             raise ValueError(
@@ -605,7 +666,18 @@ class TensorMethods(MixinBase):
             .expand(index.shape)
             for i in range(nd)
         ]
-        return self[tuple(grids)]  # type: ignore[index, no-any-return]
+        result = self[tuple(grids)]
+        if inplace:
+            return _take_in_place(self, result)
+        if out is None:
+            return result  # type: ignore[no-any-return]
+        if out.batch_size != result.batch_size:
+            raise BatchSizeError(
+                f"gather: out= has batch_size {tuple(out.batch_size)}, the result has "
+                f"{tuple(result.batch_size)}"
+            )
+        out.update(result, inplace=True)
+        return out  # type: ignore[no-any-return]
 
     # ------------------------------------------------------- mapping helpers
 
