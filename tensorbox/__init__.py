@@ -17,7 +17,7 @@ from tensorbox._core.functional import cat, stack
 from tensorbox._core.jagged_pad import to_padded_tensor
 from tensorbox._core.keys import NestedKey, unravel_key
 from tensorbox._core.nontensor import NonTensorData
-from tensorbox._core.tensordict import TensorDict, is_tensor_collection
+from tensorbox._core.tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor
 from tensorbox._tensorclass import TensorClass, field, fields, is_tensorclass, tensorclass
 from tensorbox.errors import (
@@ -45,6 +45,7 @@ __all__ = [
     "NonTensorData",
     "TensorClass",
     "TensorDict",
+    "TensorDictBase",
     "TensorDictKeyError",
     "TensorboxError",
     "cat",

@@ -194,11 +194,16 @@ class LeafMethods(MixinBase):
         """Detach every leaf in place."""
         return self.apply(Tensor.detach_, inplace=True)
 
-    @property
-    def data(self) -> Self:
-        """Every leaf's ``.data`` (detached, sharing storage), as ``Tensor.data``."""
-        out: Self = _apply.map_leaves(self, lambda t: t.data)
-        return out
+    if TYPE_CHECKING:
+        # Typed Any for checkers: a tensorclass field may be called ``data`` (a common
+        # name, as in tensordict) and declare its own type.
+        data: Any
+    else:
+
+        @property
+        def data(self) -> Self:
+            """Every leaf's ``.data`` (detached, sharing storage), as ``Tensor.data``."""
+            return _apply.map_leaves(self, lambda t: t.data)
 
     @property
     def requires_grad(self) -> bool:

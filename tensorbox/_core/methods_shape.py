@@ -34,10 +34,11 @@ _T = TypeVar("_T")
 
 __all__ = ["FIELD_MAY_HIDE", "TORCH_FUNCTIONS", "ShapeMethods", "index_along"]
 
-# Compatibility-only attributes of the container mixins (``names`` here, ``depth`` in
-# _entry_methods) that a tensorclass field may take without shadow=True: the library never
-# reads them, and both are common field names (a depth map, a list of names).
-FIELD_MAY_HIDE = frozenset({"depth", "names"})
+# Attributes of the container mixins (``names`` here, ``depth`` in _entry_methods, ``data``
+# in _methods_leaves) that a tensorclass field may take without shadow=True: the library
+# never reads them on a container, and all are common field names (a depth map, a list of
+# names, the payload of a record; tensordict's own saving guide names a field ``data``).
+FIELD_MAY_HIDE = frozenset({"data", "depth", "names"})
 
 
 def _dim(dim: Any, ndim: int, what: str) -> int:

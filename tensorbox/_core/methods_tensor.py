@@ -78,7 +78,7 @@ def _check_mask(obj: Any, mask: Tensor, what: str) -> Tensor:
 def _take_in_place(self: C, result: Any) -> C:
     """``self`` becomes ``result`` (entries and batch size), keeping its nested containers'
     identities, as tensordict's ``inplace=True`` shape ops."""
-    if self.is_locked:
+    if self._locked:
         raise LockedError(f"cannot change a locked {type(self).__name__} in place; unlock_() first")
 
     def take(node: Any, new: Any) -> None:
@@ -110,9 +110,10 @@ def _where_pair(self: Any, cond: Tensor, other: Any, pad: Any) -> Any:
     theirs = dict(_leaves(other))
     out = self.empty(recurse=True) if mine else other.empty(recurse=True)
     for key in [*mine, *(k for k in theirs if k not in mine)]:
-        a, b = mine.get(key), theirs.get(key)
+        a: Any = mine.get(key)
+        b: Any = theirs.get(key)
         if a is None:
-            a = _where_pad(pad, key, b)  # type: ignore[arg-type]
+            a = _where_pad(pad, key, b)
         elif b is None:
             b = _where_pad(pad, key, a)
         out.set(key, torch.where(_expand(cond, a), a, b))
@@ -260,6 +261,7 @@ class TensorMethods(MixinBase):
         [1.0, -1.0]
         """
         cond = _check_mask(self, condition, "where")
+        result: Self
         if _is_coll(other):
             result = _where_pair(self, cond, other, pad)
         else:
@@ -666,7 +668,7 @@ class TensorMethods(MixinBase):
             .expand(index.shape)
             for i in range(nd)
         ]
-        result = self[tuple(grids)]
+        result: Any = self[tuple(grids)]  # type: ignore[index]
         if inplace:
             return _take_in_place(self, result)
         if out is None:

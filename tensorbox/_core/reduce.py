@@ -108,17 +108,19 @@ def _walk(
     return td._new_unsafe(out, torch.Size(bs), td._device)
 
 
-def _call(name: str, t: Tensor, q: Any, **kw: Any) -> Any:
-    fn = getattr(torch, name)
+def _call(name: str, t: Tensor, q: Any, **kw: Any) -> Tensor:
+    fn: Any = getattr(torch, name)
     if name == "quantile":
-        return fn(t, q, **kw)
+        out: Tensor = fn(t, q, **kw)
+        return out
     if name == "prod" and isinstance(kw.get("dim"), tuple):
         # torch.prod takes one dim: reduce them one at a time, the last first
         dims, keepdim = kw.pop("dim"), kw.pop("keepdim", False)
         for d in sorted(dims, reverse=True):
             t = fn(t, dim=d, keepdim=keepdim, **kw)
         return t
-    return fn(t, **kw)
+    res: Tensor = fn(t, **kw)
+    return res
 
 
 def _agglomerate(td: Any, name: str, dim: Any, keepdim: bool, q: Any, kw: dict[str, Any]) -> Tensor:

@@ -211,6 +211,10 @@ def load_memmap(
     mode = "r+" if mode is None else mode
     _check_mode(mode)
     root = os.path.realpath(os.fspath(prefix))
+    if os.path.isdir(root) and not os.listdir(root):
+        # nothing was ever saved here (as a missing path): FileNotFoundError, as tensordict.
+        # A folder with files but no meta.json is a save that did not finish.
+        raise FileNotFoundError(f"no saved tree at {os.fspath(prefix)!r}: the folder is empty")
     dev = None if device is None else torch.device(device)
     loader = _Loader(root, CLASS_REGISTRY, dev, non_blocking, mode, _fit(cls, strict))
     lock = _commit.read_lock(root)
