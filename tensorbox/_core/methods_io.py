@@ -85,6 +85,11 @@ class IOMethods(MixinBase):
     # ------------------------------------------------------------ persistence
 
     def _set_lock(self, flag: bool) -> None:
+        if not flag and getattr(self, "_packed", None) is not None:
+            # unlocked entries may be replaced: the one storage no longer holds them all
+            from tensorbox._core.consolidate import drop
+
+            drop(self)
         set_locked(self, flag)
         if TREES:
             sync_open(self)
@@ -316,6 +321,77 @@ class IOMethods(MixinBase):
         return out
 
     load = load_memmap  # tensordict's other name
+
+    def consolidate(
+        self,
+        filename: Any = None,
+        *,
+        num_threads: int = 0,
+        device: Any = None,
+        non_blocking: bool = False,
+        inplace: bool = False,
+        return_early: bool = False,
+        use_buffer: bool = False,
+        share_memory: bool = False,
+        pin_memory: bool = False,
+        metadata: bool = False,
+    ) -> Any:
+        """Every tensor leaf copied into one contiguous storage (a file with ``filename``);
+        the result is locked and its leaves are views of that storage.
+
+        ``to(device)`` of the result moves the storage in one copy, and pickling it sends
+        one buffer. Unlocking ends the consolidation. ``return_early=True`` returns a
+        ``concurrent.futures.Future`` of the result; ``num_threads`` copies leaves in
+        parallel; ``device``, ``share_memory`` and ``pin_memory`` place the storage.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"a": torch.zeros(4), "b": {"c": torch.ones(4, 2)}}, batch_size=[4])
+        >>> c = td.consolidate()
+        >>> c.is_consolidated(), (c == td).all()
+        (True, True)
+        """
+        from tensorbox._core import consolidate as _consolidate
+
+        return _consolidate.consolidate(
+            self,
+            filename,
+            num_threads=num_threads,
+            device=device,
+            non_blocking=non_blocking,
+            inplace=inplace,
+            return_early=return_early,
+            use_buffer=use_buffer,
+            share_memory=share_memory,
+            pin_memory=pin_memory,
+            metadata=metadata,
+        )
+
+    def is_consolidated(self) -> bool:
+        """True for the result of ``consolidate()`` (until it is unlocked).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> TensorDict(a=torch.zeros(2)).is_consolidated()
+        False
+        """
+        from tensorbox._core import consolidate as _consolidate
+
+        return _consolidate.is_consolidated(self)
+
+    @classmethod
+    def from_consolidated(cls, filename: Any) -> Self:
+        """Map a file written by ``consolidate(filename=...)`` back (no copy): a locked,
+        consolidated container of this class (nested nodes as TensorDicts).
+
+        >>> import tempfile, os, torch; from tensorbox import TensorDict
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = TensorDict(a=torch.arange(3)).consolidate(os.path.join(d, "td.bin"))
+        ...     TensorDict.from_consolidated(os.path.join(d, "td.bin"))["a"].tolist()
+        [0, 1, 2]
+        """
+        from tensorbox._core import consolidate as _consolidate
+
+        out: Self = _consolidate.from_consolidated(cls, filename)
+        return out
 
     @classmethod
     def _load_mismatch(cls, out: Any) -> str | None:

@@ -116,6 +116,12 @@ class LeafMethods(MixinBase):
         (torch.float16, torch.int64)
         """
         inplace = kwargs.pop("inplace", False)
+        if getattr(self, "_packed", None) is not None:  # consolidated: one copy of the storage
+            from tensorbox._core import consolidate as _consolidate
+
+            moved = _consolidate.to(self, args, kwargs)
+            if moved is not None:
+                return moved  # type: ignore[no-any-return]
         out: Self = _apply.to(self, args, kwargs)
         if inplace and out is not self:  # the leaves moved, this container kept
             self._tensordict, self._device = out._tensordict, out._device
