@@ -205,7 +205,7 @@ def consolidate(
     if non_blocking and storage.device.type == "cuda":
         torch.cuda.synchronize()
     if share_memory and storage.device.type == "cpu" and filename is None:
-        storage.share_memory_()
+        storage.share_memory_()  # type: ignore[no-untyped-call]
     dev_arg = None if device is None else str(torch.device(device))
     out = _build(layout, storage, dev_arg)
     if inplace:
