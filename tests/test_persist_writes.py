@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tensorbox import TensorDict, tensorclass
-from tensorbox._core.methods_io import OPEN, TREES
+from tensorbox._core.backing import OPEN, TREES
 from tensorbox.errors import LockedError
 
 

@@ -828,3 +828,117 @@ def test_shadow_lets_fields_hide_convenience_methods_only() -> None:
         @tensorclass(shadow=True)
         class Bad:
             apply: torch.Tensor
+
+
+def test_shadowable_names_are_a_written_list() -> None:
+    # The names a field may hide with shadow=True are a written decision, not whatever the
+    # container's mixins happen to define: this pins the set the mixin-derived rule gave
+    # before the mixins were regrouped by job.
+    from tensorbox._tensorclass.fields import FIELD_MAY_HIDE, SHADOWABLE, reserved_names
+
+    expected = {
+        *[
+            "abs",
+            "all_gather",
+            "all_reduce",
+            "all_reduce_",
+            "amax",
+            "amin",
+            "atleast_1d",
+            "atleast_2d",
+        ],
+        *[
+            "atleast_3d",
+            "auto_batch_size_",
+            "bfloat16",
+            "bool",
+            "broadcast",
+            "broadcast_",
+            "broadcast_to",
+        ],
+        *[
+            "cat_from_tensordict",
+            "cat_tensors",
+            "clamp",
+            "clear",
+            "copy_at_",
+            "create_nested",
+            "data_ptr",
+        ],
+        *["depth", "double", "dtype", "empty", "entry_class", "exp", "expand_as", "filter_empty_"],
+        *[
+            "filter_non_tensor_data",
+            "flip",
+            "fliplr",
+            "flipud",
+            "float",
+            "from_remote_init",
+            "fromkeys",
+        ],
+        *[
+            "gather",
+            "get_at",
+            "get_item_shape",
+            "get_non_tensor",
+            "half",
+            "init_remote",
+            "int",
+            "irecv",
+        ],
+        *["is_non_tensor", "isend", "log", "long", "masked_fill", "masked_fill_", "masked_select"],
+        *[
+            "maybe_dense_stack",
+            "mean",
+            "moveaxis",
+            "movedim",
+            "names",
+            "ndimension",
+            "numpy",
+            "recv",
+            "repeat",
+        ],
+        *[
+            "repeat_interleave",
+            "replace",
+            "roll",
+            "rot90",
+            "send",
+            "set_at_",
+            "set_non_tensor",
+            "setdefault",
+        ],
+        *[
+            "sigmoid",
+            "sorted_keys",
+            "split_keys",
+            "sqrt",
+            "stack_from_tensordict",
+            "stack_tensors",
+            "std",
+        ],
+        *[
+            "sum",
+            "swapaxes",
+            "swapdims",
+            "tensor_split",
+            "tile",
+            "tolist",
+            "update_at_",
+            "var",
+            "where",
+        ],
+    }
+    assert expected == SHADOWABLE and len(SHADOWABLE) == 85
+    # Every listed name is a public member of the base (a rename is caught here).
+    reserved = reserved_names(TensorClass)
+    assert sorted(n for n in SHADOWABLE - FIELD_MAY_HIDE if n not in reserved) == []
+    # The library's own names stay outside it, whichever mixin holds them.
+    assert {"apply", "get", "set", "to", "clone", "reshape", "memmap"}.isdisjoint(SHADOWABLE)
+
+    @tensorclass(shadow=True)
+    class Masked:
+        where: torch.Tensor
+        tensor_split: torch.Tensor
+
+    m = Masked(torch.zeros(2), torch.ones(2), batch_size=[2])
+    assert torch.equal(m.where, torch.zeros(2)) and torch.equal(m[0].tensor_split, torch.ones(()))

@@ -29,7 +29,7 @@ from tensorbox._core.tree import KEEP, as_device, store_of, tensor_leaves
 from tensorbox.errors import BatchSizeError, LockedError, TensorDictKeyError
 
 if TYPE_CHECKING:
-    from tensorbox._core.mixin_base import MixinBase
+    from tensorbox._core.methods.base import MixinBase
 
 __all__ = ["apply", "clone", "map_leaves", "pin_memory", "to"]
 

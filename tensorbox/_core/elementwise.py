@@ -30,7 +30,7 @@ from tensorbox._core.tree import KEEP, is_coll, tensor_leaves
 from tensorbox.errors import TensorDictKeyError
 
 if TYPE_CHECKING:
-    from tensorbox._core.mixin_base import MixinBase
+    from tensorbox._core.methods.base import MixinBase
 
 __all__ = ["binary", "compare", "reduce_bool"]
 

@@ -31,7 +31,7 @@ from tensorbox.errors import KeyCollisionError, LockedError
 
 if TYPE_CHECKING:
     from tensorbox._core.container import TensorCollection
-    from tensorbox._core.mixin_base import C, MixinBase
+    from tensorbox._core.methods.base import C, MixinBase
 
 __all__ = ["exclude", "flatten_keys", "select", "unflatten_keys", "update"]
 

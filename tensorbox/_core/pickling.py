@@ -3,7 +3,8 @@
 A tensor that is a view of a mapped file pickles as a reference to that file
 (see ``_memmap_tensor.shareable``), so DataLoader workers and producer processes
 reach the same bytes instead of copying them. A tensorclass pickles the same way
-and is rebuilt by its class (importable by pickle, as for any object), without
+and is rebuilt by its class (importable by pickle, as for any object), through the
+one rule of ``tree.rebuild`` (the entries checked against the class's fields), without
 running ``__post_init__``.
 
 ``torch.save`` is the exception: a file meant to travel must hold bytes, never
@@ -30,7 +31,7 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.nontensor import NonTensorData
-from tensorbox._core.tree import is_coll
+from tensorbox._core.tree import is_coll, rebuild, type_name
 
 if TYPE_CHECKING:
     from tensorbox._core.container import TensorCollection
@@ -80,6 +81,8 @@ def _rebuild(
         k: (v if isinstance(v, Tensor | NonTensorData) or is_coll(v) else restore(v))
         for k, v in entries.items()
     }
-    td = cls._new_unsafe(store, torch.Size(bs), device)  # type: ignore[attr-defined]
+    # The one rule of what a node becomes (``tree.rebuild``), with the pickled class asked
+    # for by name: a tensorclass checks the entries against its fields.
+    td = rebuild(type_name(cls), store, torch.Size(bs), device, requested=cls)
     td._locked = locked
     return td

@@ -29,7 +29,6 @@ import torch
 from torch import Tensor
 
 from tensorbox._core import jagged as _jagged
-from tensorbox._core.methods_shape import TORCH_FUNCTIONS as SHAPE_METHOD_FUNCTIONS
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.reduce import LOSS_FUNCTIONS, REDUCTIONS
 from tensorbox._core.shape import check_dim, shape_from_args
@@ -37,7 +36,7 @@ from tensorbox.errors import BatchDimError, BatchSizeError, TensorDictKeyError
 
 if TYPE_CHECKING:
     from tensorbox._core.container import TensorCollection
-    from tensorbox._core.mixin_base import C
+    from tensorbox._core.methods.base import C
 
 __all__ = [
     "cat",
@@ -369,13 +368,6 @@ def _into(out: Any, result: Any) -> Any:
     return out
 
 
-def _method_call(name: str) -> Callable[..., Any]:
-    def call(x: Any, *args: Any, **kwargs: Any) -> Any:
-        return getattr(x, name)(*args, **kwargs)
-
-    return call
-
-
 def _stack_fn(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
     return _into(out, stack(tensors, dim))
 
@@ -387,6 +379,32 @@ def _cat_fn(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
 def _concatenate_fn(tensors: Sequence[Any], axis: int = 0, *, out: Any = None) -> Any:
     return _into(out, cat(tensors, axis))
 
+
+def _method(name: str) -> Callable[..., Any]:
+    def call(x: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(x, name)(*args, **kwargs)
+
+    return call
+
+
+#: ``torch.<name>(container, ...)`` answered by the container's method of that name.
+_BY_METHOD = (
+    "swapaxes",
+    "swapdims",
+    "movedim",
+    "moveaxis",
+    "rot90",
+    "fliplr",
+    "flipud",
+    "tile",
+    "broadcast_to",
+    "atleast_1d",
+    "atleast_2d",
+    "atleast_3d",
+    "repeat_interleave",
+    "tensor_split",
+    "masked_select",
+)
 
 _TORCH_FUNCTIONS: dict[Any, Callable[..., Any]] = {
     torch.stack: _stack_fn,
@@ -421,12 +439,11 @@ _TORCH_FUNCTIONS: dict[Any, Callable[..., Any]] = {
     torch.gather: lambda x, dim, index, *, sparse_grad=False, out=None: x.gather(dim, index, out),
     torch.flip: lambda x, dims: x.flip(dims),
     torch.roll: lambda x, shifts, dims: x.roll(shifts, dims),
-    **SHAPE_METHOD_FUNCTIONS,
+    **{getattr(torch, name): _method(name) for name in (*_BY_METHOD, *REDUCTIONS)},
     **LOSS_FUNCTIONS,
     torch.logsumexp: lambda x, dim=None, keepdim=False, *, out=None: x.logsumexp(
         dim, keepdim, out=out
     ),
     torch.softmax: lambda x, dim, dtype=None: x.softmax(dim, dtype),
-    **{getattr(torch, n): _method_call(n) for n in REDUCTIONS},
     torch.log_softmax: lambda x, dim, dtype=None: x.log_softmax(dim, dtype),
 }

@@ -42,7 +42,7 @@ from tensorbox.errors import BatchSizeError, TensorDictKeyError
 
 if TYPE_CHECKING:
     from tensorbox._core.container import TensorCollection
-    from tensorbox._core.mixin_base import MixinBase
+    from tensorbox._core.methods.base import MixinBase
 
 __all__ = [
     "CLASS_REGISTRY",

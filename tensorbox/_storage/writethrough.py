@@ -26,7 +26,7 @@ when another save has replaced the tree since raises instead of dropping that sa
 (['a', 'b'], ['name', 'x', 'y'])
 
 The registry is keyed by ``id`` with a weak reference to each node (containers are
-unhashable: ``==`` is elementwise) and lives in :mod:`tensorbox._core.methods_io`, so
+unhashable: ``==`` is elementwise) and lives in :mod:`tensorbox._core.methods.io`, so
 the container's write gates test it without importing this module.
 """
 
@@ -41,8 +41,8 @@ from typing import Any
 
 from torch import Tensor
 
+from tensorbox._core.backing import OPEN, TREES, sync_open
 from tensorbox._core.keys import format_key
-from tensorbox._core.methods_io import OPEN, TREES, sync_open
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.schema import check_json_value
 from tensorbox._core.tree import is_coll

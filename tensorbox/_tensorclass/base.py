@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self, dataclass_transform, over
 import torch
 
 from tensorbox._core.container import TensorCollection
-from tensorbox._core.methods_entries import EntryMethods
+from tensorbox._core.methods.keys import KeyMethods
 from tensorbox._tensorclass.build import build_class, set_field
 from tensorbox._tensorclass.fields import MISSING, Field, field
 from tensorbox.errors import TensorDictKeyError
@@ -260,7 +260,7 @@ class TensorClass(TensorCollection, metaclass=_Meta):
         ('y', True, torch.Size([3]))
         """
         if args:
-            return EntryMethods.replace(self, *args, **changes)
+            return KeyMethods.replace(self, *args, **changes)
         cls = type(self)
         unknown = sorted(set(changes) - cls.__tc_names__ - {"batch_size", "device"})
         if unknown:

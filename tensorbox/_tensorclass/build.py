@@ -32,8 +32,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from tensorbox._core.backing import OPEN as _OPEN
 from tensorbox._core.container import TensorCollection
-from tensorbox._core.methods_io import OPEN as _OPEN
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.shape import as_batch_size
 from tensorbox._core.tree import CLASS_REGISTRY

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import inspect
 import itertools
 import sys
@@ -30,9 +29,17 @@ from typing import Any, ClassVar, TypeVar, get_origin, overload
 import numpy as np
 from torch import Tensor
 
-from tensorbox._core.methods_shape import FIELD_MAY_HIDE
-
-__all__ = ["MISSING", "Field", "collect_fields", "field", "fields", "reserved_names"]
+__all__ = [
+    "FIELD_MAY_HIDE",
+    "MISSING",
+    "SHADOWABLE",
+    "Field",
+    "collect_fields",
+    "field",
+    "fields",
+    "reserved_names",
+    "shadowable_names",
+]
 
 _T = TypeVar("_T")
 MISSING: Any = dataclasses.MISSING
@@ -253,21 +260,114 @@ def collect_fields(cls: type, kw_only: bool, reserved: Mapping[str, str]) -> tup
     return result
 
 
-@functools.cache
-def shadowable_names() -> frozenset[str]:
-    """Convenience methods a field may hide with ``shadow=True``: the library never calls
-    them on a tensorclass itself, so hiding one only changes what the user sees."""
-    from tensorbox._core.methods_entries import EntryMethods
-    from tensorbox._core.methods_io import DistributedMethods
-    from tensorbox._core.methods_shape import ShapeMethods
-    from tensorbox._core.methods_tensor import TensorMethods
+#: Container members a field may hide with ``shadow=True``: convenience methods the
+#: library never calls on a tensorclass itself, so hiding one only changes what the user
+#: sees. Written out, not derived from which mixin defines a method, so that moving a
+#: method between the container's mixins cannot change which field names users may
+#: declare; adding a name here is a decision about the public API.
+SHADOWABLE: frozenset[str] = frozenset(
+    {
+        "abs",
+        "all_gather",
+        "all_reduce",
+        "all_reduce_",
+        "amax",
+        "amin",
+        "atleast_1d",
+        "atleast_2d",
+        "atleast_3d",
+        "auto_batch_size_",
+        "bfloat16",
+        "bool",
+        "broadcast",
+        "broadcast_",
+        "broadcast_to",
+        "cat_from_tensordict",
+        "cat_tensors",
+        "clamp",
+        "clear",
+        "copy_at_",
+        "create_nested",
+        "data_ptr",
+        "depth",
+        "double",
+        "dtype",
+        "empty",
+        "entry_class",
+        "exp",
+        "expand_as",
+        "filter_empty_",
+        "filter_non_tensor_data",
+        "flip",
+        "fliplr",
+        "flipud",
+        "float",
+        "from_remote_init",
+        "fromkeys",
+        "gather",
+        "get_at",
+        "get_item_shape",
+        "get_non_tensor",
+        "half",
+        "init_remote",
+        "int",
+        "irecv",
+        "is_non_tensor",
+        "isend",
+        "log",
+        "long",
+        "masked_fill",
+        "masked_fill_",
+        "masked_select",
+        "maybe_dense_stack",
+        "mean",
+        "moveaxis",
+        "movedim",
+        "names",
+        "ndimension",
+        "numpy",
+        "recv",
+        "repeat",
+        "repeat_interleave",
+        "replace",
+        "roll",
+        "rot90",
+        "send",
+        "set_at_",
+        "set_non_tensor",
+        "setdefault",
+        "sigmoid",
+        "sorted_keys",
+        "split_keys",
+        "sqrt",
+        "stack_from_tensordict",
+        "stack_tensors",
+        "std",
+        "sum",
+        "swapaxes",
+        "swapdims",
+        "tensor_split",
+        "tile",
+        "tolist",
+        "update_at_",
+        "var",
+        "where",
+    }
+)
 
-    return frozenset(
-        n
-        for mixin in (TensorMethods, ShapeMethods, EntryMethods, DistributedMethods)
-        for n in vars(mixin)
-        if not n.startswith("_")
-    )
+#: Members a field may take even without ``shadow=True``: the library never reads them on a
+#: container, and all are common field names (a depth map, a list of names, a record's
+#: payload: tensordict's own saving guide names a field ``data``). The field then wins.
+FIELD_MAY_HIDE: frozenset[str] = frozenset({"data", "depth", "names"})
+
+
+def shadowable_names() -> frozenset[str]:
+    """The names a field may hide with ``shadow=True`` (:data:`SHADOWABLE`).
+
+    >>> "mean" in shadowable_names(), "apply" in shadowable_names()
+    (True, False)
+    """
+    return SHADOWABLE
 
 
 def reserved_names(base: type) -> Mapping[str, str]:

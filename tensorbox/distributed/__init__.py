@@ -45,10 +45,9 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from tensorbox._core.keys import format_key
 from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.schema import DTYPES, check_json_value, dtype_name, json_bytes, stacked_array
 from tensorbox._core.tensordict import TensorDict, is_tensor_collection
 from tensorbox._core.tree import CLASS_REGISTRY, rebuild, type_name
-from tensorbox._storage.format.spec import DTYPES, check_json_value, dtype_name, stacked_array
-from tensorbox._storage.format.write import _orjson_or_json
 from tensorbox.distributed._shard import shard_indices
 from tensorbox.errors import TensorboxError
 
@@ -275,7 +274,7 @@ def _describe(obj: Any, what: str, values: bool = True) -> _Structure:
     if values and std:  # orjson writes neither NaN, infinities nor ints beyond 64 bits
         raw = json.dumps(desc, ensure_ascii=False).encode("utf-8", "surrogatepass")
     else:
-        raw = _orjson_or_json(desc) if values else b""
+        raw = json_bytes(desc) if values else b""
     s = _Structure(desc, raw, paths, [t.dtype for t in leaves], [tuple(t.shape) for t in leaves])
     s.leaves = leaves
     return s

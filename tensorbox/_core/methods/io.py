@@ -1,12 +1,16 @@
-"""The container methods that reach the disk, model weights and ``torch.distributed``.
+"""The container's methods that reach storage, model weights and ``torch.distributed``:
+the one door from the core to the layers above it.
 
-They are part of the container base (``TensorCollection`` mixes this class in) and
-the only place that imports ``_persist``, ``weights`` and ``distributed``: lazily,
-on first call, so ``import tensorbox`` loads none of them.
+``memmap``/``load_memmap``/``extend_`` (persistence), ``from_module``/``to_module``/
+``state_dict`` (weights), ``send``/``recv``/``all_reduce_``... (transport), and the
+write-through gates every write of the container passes. A method whose job needs
+``tensorbox._storage``, ``tensorbox.weights`` or ``tensorbox.distributed`` belongs here,
+and imports them lazily, inside the method: ``import tensorbox`` loads none of them,
+and no other core module imports them at all (``tests/test_layout.py``).
 
-Every write gate of the container asks here whether the container is a node of a
-saved tree (``TREES``, ``OPEN``); such writes are saved at once by
-:mod:`tensorbox._storage.writethrough`.
+The write gates ask :mod:`tensorbox._core.backing` whether the container is a node of
+a saved tree; such a write goes to the backing hook, which this module installs on
+first use: the storage layer's write-through (:mod:`tensorbox._storage.writethrough`).
 
 >>> from tensorbox import TensorDict
 >>> callable(TensorDict.memmap) and callable(TensorDict.all_gather)
@@ -21,68 +25,20 @@ from typing import Any, Self
 import torch
 from torch import Tensor
 
-from tensorbox._core.entries import prepare_entry
-from tensorbox._core.mixin_base import MixinBase
-from tensorbox._core.nontensor import NonTensorData
-from tensorbox._core.tree import is_coll, set_locked
+from tensorbox._core.backing import TREES, Backing, hook, install, sync_open
+from tensorbox._core.methods.base import MixinBase
+from tensorbox._core.tree import set_locked
 
-__all__ = [
-    "OPEN",
-    "TREES",
-    "UNLOCK",
-    "DistributedMethods",
-    "IOMethods",
-    "copy_other",
-    "put",
-    "sync_open",
-]
-
-#: The nodes of tree-backed containers, by ``id`` (filled by :mod:`._persist_writes`).
-#: The container's write gates test it first: while it is empty they cost one lookup.
-TREES: dict[int, Any] = {}
-#: The ids of those nodes that are unlocked now: ``td[key] = v`` on an unlocked container
-#: looks here, so an in-memory container pays one empty-set test while no tree is unlocked.
-OPEN: set[int] = set()
-
-
-_LEAVES = frozenset((Tensor, NonTensorData))  # skipped by type, before the slower test
-
-
-#: How a locked error ends: the way on, and what it does to a saved tree.
-UNLOCK = ": unlock_() first (on a saved tree, each change is then saved to it at once)"
-
-
-def put(node: Any, key: str, value: Any, path: tuple[str, ...]) -> None:
-    """Add or replace the entry ``key`` (the container's ``_set_str`` past its gates)."""
-    node._tensordict[key] = prepare_entry(node, key, value, path)
-
-
-def copy_other(node: Any, path: tuple[str, ...], value: Any, current: Any) -> None:
-    """``set_`` of a non-tensor entry or a nested container ``current``."""
-    if type(current) is NonTensorData:
-        node._tensordict[path[-1]] = prepare_entry(node, path[-1], value, path)
-    else:
-        current.update_(value)
-
-
-def sync_open(td: Any) -> None:
-    """Record which nodes of saved trees under ``td`` are unlocked (after a lock change)."""
-    todo = [td]
-    while todo:
-        node = todo.pop()
-        if id(node) in TREES:
-            (OPEN.discard if node._locked else OPEN.add)(id(node))
-        for v in node._tensordict.values():
-            if type(v) not in _LEAVES and not isinstance(v, Tensor) and is_coll(v):
-                todo.append(v)
+__all__ = ["IOMethods"]
 
 
 class IOMethods(MixinBase):
-    """Mixin of ``TensorCollection``: persistence and model weights."""
+    """Mixin of ``TensorCollection``: persistence, model weights, transport; the door to
+    the layers above the core (every import of them is lazy, inside a method)."""
 
     __slots__ = ()
 
-    # ------------------------------------------------------------ persistence
+    # ------ the write-through gates (a node of a saved tree commits each write)
 
     def _set_lock(self, flag: bool) -> None:
         if not flag and getattr(self, "_packed", None) is not None:
@@ -96,22 +52,20 @@ class IOMethods(MixinBase):
 
     def _through(self, fn: Any, *args: Any) -> Any:
         """Run the write ``fn(*args)`` on this node of a saved tree and commit the tree
-        (see :mod:`tensorbox._storage.writethrough`)."""
-        from tensorbox._storage import writethrough as _persist_writes
-
-        return _persist_writes.through(self, fn, *args)
+        (through the backing hook, see :mod:`tensorbox._core.backing`)."""
+        return _backing().through(self, fn, *args)
 
     def _write_rows(self, index: Any, value: Any) -> None:
-        """``self[index] = value`` on a node of a saved tree (see ``_persist_writes``)."""
-        from tensorbox._storage import writethrough as _persist_writes
-
-        _persist_writes.write_rows(self, index, value)
+        """``self[index] = value`` on a node of a saved tree (through the backing hook)."""
+        _backing().write_rows(self, index, value)
 
     def _write(self, fn: Any, *args: Any) -> Any:
         """``fn(*args)``, committed at once when this is a node of a saved tree."""
         if TREES and id(self) in TREES:
             return self._through(fn, *args)
         return fn(*args)
+
+    # -------------------------------------------------------------- persistence
 
     def memmap_(
         self,
@@ -195,9 +149,6 @@ class IOMethods(MixinBase):
             done.set_result(out)
             return done  # type: ignore[return-value]
         return out
-
-    save = memmap  # tensordict's other name
-    dumps = memmap
 
     def memmap_like(
         self,
@@ -320,8 +271,6 @@ class IOMethods(MixinBase):
             )
         return out
 
-    load = load_memmap  # tensordict's other name
-
     def consolidate(
         self,
         filename: Any = None,
@@ -409,7 +358,7 @@ class IOMethods(MixinBase):
 
         return bool(_persist.is_memmap(self))
 
-    # ---------------------------------------------------------------- weights
+    # ------------------------------------------------------------ model weights
 
     @classmethod
     def from_module(
@@ -506,21 +455,13 @@ class IOMethods(MixinBase):
         weights.load_state_dict(self, state_dict, strict=strict, chunk_bytes=chunk_bytes)  # type: ignore[arg-type]
         return self
 
-
-class DistributedMethods(MixinBase):
-    """Mixin of ``TensorCollection``: point-to-point and collective transport of a container,
-    with tensordict's spelling (``td.send(dst)``, ``td.all_reduce_()``...) for the functions
-    of ``tensorbox.distributed``. A tensorclass field may shadow these (``shadow=True``)."""
-
-    __slots__ = ()
+    # -------------------------------------------------------- torch.distributed
 
     def send(self, dst: int, *, group: Any = None, tag: int = 0, packed: bool = True) -> None:
         """Send to rank ``dst``; the peer calls ``recv`` or ``from_remote_init``."""
         from tensorbox import distributed
 
         distributed.send(self, dst, group=group, tag=tag, packed=packed)
-
-    init_remote = send  # tensordict's name for a send to a rank that knows no structure
 
     def isend(self, dst: int, *, group: Any = None, tag: int = 0, packed: bool = True) -> Any:
         """Start a send; ``wait()`` on the returned Request."""
@@ -568,15 +509,39 @@ class DistributedMethods(MixinBase):
 
         return distributed.all_reduce_(self, op, group=group, async_op=async_op)
 
-    # tensordict's spelling: it reduces in place too (tensordict returns None, this returns self).
-    all_reduce = all_reduce_
-
     def all_gather(self, *, group: Any = None) -> Self:
         """Every rank's container stacked along a new first dim."""
         from tensorbox import distributed
 
         out: Self = distributed.all_gather(self, group=group)
         return out
+
+    # ----------------------------------------------------------------------------
+    # tensordict's compatibility names: other spellings of methods of this job, and
+    # stand-ins kept so that code written for tensordict runs unchanged. New code and
+    # the docs use the names above.
+
+    save = memmap  # tensordict's other name
+
+    dumps = memmap
+
+    load = load_memmap  # tensordict's other name
+
+    init_remote = send  # tensordict's name for a send to a rank that knows no structure
+
+    # tensordict's spelling: it reduces in place too (tensordict returns None, this returns self).
+    all_reduce = all_reduce_
+
+
+def _backing() -> Backing:
+    """The backing hook; the storage layer's write-through unless another was installed."""
+    found = hook()
+    if found is None:
+        from tensorbox._storage import writethrough
+
+        install(writethrough)
+        found = writethrough
+    return found
 
 
 def _refuse_existing(prefix: Any, existsok: bool) -> None:

@@ -1,0 +1,12 @@
+"""The container's methods, one mixin per job; ``TensorCollection`` mixes them all in.
+
+- ``keys.KeyMethods``: entries by key: reading, writing, restructuring.
+- ``leaves.LeafMethods``: every leaf: apply, to, clone, casts, detach, conversions.
+- ``shape.ShapeMethods``: every batch-shape op.
+- ``math.MathMethods``: operators, elementwise math, reductions.
+- ``io.IOMethods``: persistence, weights, transport: the one door from the core to the
+  layers above it (lazy imports inside its methods).
+
+A new method goes in the mixin of its job; tensordict's other names for a method sit in
+a marked section at the end of the same class. ``base`` holds what the mixins share.
+"""

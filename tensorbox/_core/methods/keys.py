@@ -1,0 +1,908 @@
+"""The container's methods by key: reading, writing and restructuring entries.
+
+``get``/``set``/``update``/``select``/``exclude``/``rename_key_``/``flatten_keys`` and
+their relatives, by key or at a batch index (``set_at_``, ``update_at_``, ``get_at``),
+non-tensor entries, and the key-structure helpers. A method whose job is "which
+entries, under which keys" belongs here. Part of the container base
+(``TensorCollection`` mixes this class in); the key-structure work itself is done by
+the operation module ``_core.keyops``, over the private contract.
+
+Every write that adds, replaces or removes an entry goes through a gate of the
+container (``_set_str``, ``_write``): on a node of a saved tree it is committed at once
+(see ``_core.backing``).
+
+>>> import torch
+>>> from tensorbox import TensorDict
+>>> td = TensorDict({"a": torch.zeros(3, 2), "n": {"b": torch.ones(3)}}, batch_size=[3])
+>>> td.set_at_("a", 1.0, 1)["a"][:, 0].tolist()
+[0.0, 1.0, 0.0]
+>>> td.select(("n", "b")).keys(include_nested=True, leaves_only=True)
+[('n', 'b')]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Self
+
+import torch
+from torch import Tensor
+
+from tensorbox._core import keyops as _keyops
+from tensorbox._core import tree as _tree
+from tensorbox._core.backing import TREES as _TREES
+from tensorbox._core.backing import UNLOCK as _UNLOCK
+from tensorbox._core.entries import copy_leaf, prepare_entry
+from tensorbox._core.keys import NestedKey, format_key, unravel_key
+from tensorbox._core.methods.base import MISSING, MixinBase, is_container
+from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.shape import normalize_index
+from tensorbox._core.tree import KEEP, find_missing, is_coll, missing_key_error
+from tensorbox.errors import BatchSizeError, LockedError, TensorDictKeyError
+
+if TYPE_CHECKING:
+    from tensorbox._core.container import TensorCollection
+
+__all__ = ["KeyMethods", "copy_other", "is_key", "put"]
+
+_NTD = NonTensorData
+_PLAIN = _tree.PLAIN
+
+
+def is_key(index: Any) -> bool:
+    """True for a key (a str, or a non-empty tuple of str and such tuples)."""
+    if type(index) is str:
+        return True
+    if type(index) is tuple and index:
+        return all(type(i) is str or (type(i) is tuple and is_key(i)) for i in index)
+    return False
+
+
+def put(node: Any, key: str, value: Any, path: tuple[str, ...]) -> None:
+    """Add or replace the entry ``key`` (the container's ``_set_str`` past its gates)."""
+    node._tensordict[key] = prepare_entry(node, key, value, path)
+
+
+def copy_other(node: Any, path: tuple[str, ...], value: Any, current: Any) -> None:
+    """``set_`` of a non-tensor entry or a nested container ``current``."""
+    if type(current) is NonTensorData:
+        node._tensordict[path[-1]] = prepare_entry(node, path[-1], value, path)
+    else:
+        current.update_(value)
+
+
+def _parent(obj: Any, path: tuple[str, ...], what: str) -> Any:
+    """The container holding the existing entry ``path``, or a ``TensorDictKeyError``."""
+    node = obj if len(path) == 1 else obj.get(path[:-1], MISSING)
+    if node is MISSING or not is_container(node) or path[-1] not in node:
+        raise TensorDictKeyError(
+            f"{what}: key {format_key(path)} not found; it writes into an existing entry "
+            "(add a new one with set())"
+        )
+    return node
+
+
+class KeyMethods(MixinBase):
+    """Mixin of ``TensorCollection``: entries by key (read, write, restructure)."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ reading
+
+    def get(self, key: NestedKey, default: Any = None) -> Any:
+        """The value at ``key``, or ``default`` (None) when it is missing.
+
+        A malformed key (not a str or tuple of str) raises ``TensorDictKeyError``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2)}}, batch_size=[2])
+        >>> td.get(("n", "b")).tolist(), td.get("missing"), td.get("missing", 0)
+        ([1.0, 1.0], None, 0)
+        """
+        if type(key) is str:
+            v = self._tensordict.get(key, KEEP)
+            if v is KEEP:
+                if default is KEEP:
+                    raise missing_key_error(self, (key,), 0)
+                return default
+            return v.value if type(v) is _NTD else v
+        if type(key) is not tuple:
+            key = unravel_key(key)  # raises for anything but a (str subclass) key
+        try:
+            return self._get_path(key)
+        except TensorDictKeyError:
+            unravel_key(key)  # a malformed key raises, whatever the default
+            if default is KEEP:
+                raise
+            return default
+
+    def _get_path(self, path: Any) -> Any:
+        """The value at a tuple key; the common all-str, all-present case is one loop."""
+        node: Any = self
+        try:
+            for part in path:
+                node = node._tensordict[part]
+        except (KeyError, AttributeError, TypeError):
+            flat = unravel_key(path)
+            if flat != path:
+                return self._get_path(flat)
+            raise find_missing(self, flat) from None
+        return node.value if type(node) is _NTD else node
+
+    def __contains__(self, key: object) -> bool:
+        if type(key) is str:
+            return key in self._tensordict
+        if is_key(key):
+            try:
+                self._get_path(key)
+            except TensorDictKeyError:
+                return False
+            return True
+        raise TypeError(
+            f"'in' looks up keys (str or tuple of str), got {type(key).__name__}; "
+            "to search values compare with == and use .any()"
+        )
+
+    def keys(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        *,
+        is_leaf: Callable[[type], bool] | None = None,
+        sort: bool = False,
+    ) -> Sequence[NestedKey] | Any:
+        """Keys of this level (a live view); with ``include_nested`` or ``leaves_only``
+        a list, with nested keys as tuples."""
+        if sort:
+            keys = list(self.keys(include_nested, leaves_only, is_leaf=is_leaf))
+            return sorted(keys, key=_key_order)
+        if is_leaf is not None:
+            return [k for k, _ in self._items_is_leaf(include_nested, leaves_only, is_leaf, ())]
+        if not include_nested and not leaves_only:
+            return self._tensordict.keys()
+        return _tree.keys_list(self, include_nested, leaves_only)  # type: ignore[arg-type]
+
+    def items(
+        self, include_nested: bool = False, leaves_only: bool = False, *, sort: bool = False
+    ) -> Iterator[tuple[NestedKey, Any]]:
+        """``(key, value)`` pairs; non-tensor entries give their plain value (``sort=True``:
+        in sorted key order)."""
+        if sort:
+            yield from sorted(
+                self.items(include_nested, leaves_only), key=lambda kv: _key_order(kv[0])
+            )
+            return
+        for k, v in _tree.iter_items(self, include_nested, leaves_only):  # type: ignore[arg-type]
+            yield k, (v.value if type(v) is _NTD else v)
+
+    def _items_is_leaf(
+        self,
+        nested: bool,
+        leaves_only: bool,
+        is_leaf: Callable[[type], bool],
+        prefix: tuple[str, ...],
+    ) -> Iterator[tuple[NestedKey, Any]]:
+        """``items`` where ``is_leaf(type(value))`` says what counts as a leaf."""
+        for k, v in self._tensordict.items():
+            key: NestedKey = (*prefix, k) if prefix else k
+            leaf = isinstance(v, Tensor) or type(v) is _NTD or is_leaf(type(v))
+            if leaf or not leaves_only:
+                yield key, _tree.raw(v)
+            if nested and not leaf:
+                yield from v._items_is_leaf(True, leaves_only, is_leaf, (*prefix, k))
+
+    def values(
+        self, include_nested: bool = False, leaves_only: bool = False, *, sort: bool = False
+    ) -> Iterator[Any]:
+        """The values, in key order (see ``items``)."""
+        for _, v in self.items(include_nested, leaves_only, sort=sort):
+            yield v
+
+    def is_empty(self) -> bool:
+        """True when no tensor leaf exists at any depth."""
+        return not _tree.tensor_leaves(self)
+
+    def get_at(self, key: NestedKey, index: Any, default: Any = None) -> Any:
+        """The rows ``index`` of the entry ``key`` (``default`` when ``key`` is missing,
+        as ``get``).
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.arange(4), batch_size=[4]).get_at("a", slice(1, 3)).tolist()
+        [1, 2]
+        """
+        path = unravel_key(key)
+        try:
+            parent = _parent(self, path, "get_at")
+        except TensorDictKeyError:
+            return default
+        index = normalize_index(index, len(self.batch_size))
+        value = parent.get(path[-1])
+        if isinstance(value, Tensor) or is_container(value):
+            return value[index]
+        return parent[index].get(path[-1])  # non-tensor: the rows' values
+
+    def get_item_shape(self, key: NestedKey) -> torch.Size:
+        """Shape of the entry at ``key`` (a nested container's batch size; ``batch_size`` for
+        a non-tensor).
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.zeros(2, 5), batch_size=[2]).get_item_shape("a")
+        torch.Size([2, 5])
+        """
+        v = self._get_or_raise(key)
+        return v.shape if hasattr(v, "shape") else self.batch_size
+
+    def entry_class(self, key: NestedKey) -> type:
+        """Class of the entry at ``key``.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.zeros(2), batch_size=[2]).entry_class("a")
+        <class 'torch.Tensor'>
+        """
+        return type(self._get_or_raise(key))
+
+    def _get_or_raise(self, key: NestedKey) -> Any:
+        v = self.get(key, MISSING)
+        if v is MISSING:
+            raise KeyError(f"key {format_key(key)} not found")
+        return v
+
+    def setdefault(self, key: NestedKey, default: Any) -> Any:
+        """The entry at ``key``; when missing, set it to ``default`` first.
+
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(batch_size=[2])
+        >>> td.setdefault("a", torch.zeros(2)).tolist(), td.setdefault("a", torch.ones(2)).tolist()
+        ([0.0, 0.0], [0.0, 0.0])
+        """
+        if self.get(key, MISSING) is MISSING:
+            self.set(key, default)
+        return self.get(key)
+
+    # ------------------------------------------------------------------ writing
+
+    def set(
+        self, key: NestedKey, value: Any, inplace: bool = False, *, non_blocking: bool = False
+    ) -> Self:
+        """Set ``key`` to ``value``; tuple keys create missing nested levels.
+
+        ``inplace=True`` copies into the existing tensor (allowed when locked).
+        ``non_blocking`` is accepted for tensordict's signature (copies here are synchronous).
+        """
+        if type(key) is str:
+            if inplace and key in self._tensordict:
+                return self._copy_into(self, (key,), value)
+            self._set_str(key, value, (key,))
+            return self
+        path = unravel_key(key)
+        node = self._node_for(path) if len(path) > 1 else self
+        if inplace and path[-1] in node._tensordict:
+            return self._copy_into(node, path, value)
+        node._set_str(path[-1], value, path)
+        return self
+
+    def set_(self, key: NestedKey, value: Any) -> Self:
+        """Copy ``value`` into the existing entry ``key`` (works on locked containers).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2), batch_size=[2]).lock_()
+        >>> x = td["x"]
+        >>> td.set_("x", torch.ones(2))["x"] is x, x.tolist()   # same tensor, new values
+        (True, [1.0, 1.0])
+        """
+        path = unravel_key(key)
+        node = self._existing_parent(path)
+        if path[-1] not in node._tensordict:
+            raise find_missing(self, path)
+        return self._copy_into(node, path, value)
+
+    def _existing_parent(self, path: tuple[str, ...]) -> TensorCollection:
+        """The container holding ``path[-1]``; every level must exist already."""
+        node: Any = self
+        for part in path[:-1]:
+            node = node._tensordict.get(part)
+            if node is None or isinstance(node, Tensor) or type(node) is _NTD:
+                raise find_missing(self, path)
+        return node  # type: ignore[no-any-return]
+
+    def _copy_into(self, node: Any, path: tuple[str, ...], value: Any) -> Self:
+        current = node._tensordict[path[-1]]
+        if isinstance(current, Tensor):
+            try:
+                copy_leaf(current, value)
+            except RuntimeError as err:
+                raise BatchSizeError(f"cannot copy into {format_key(path)}: {err}") from None
+        else:  # a non-tensor value or a node: on a saved tree, committed at once
+            node._write(copy_other, node, path, value, current)
+        return self
+
+    def _node_for(self, path: tuple[str, ...]) -> TensorCollection:
+        """The container that holds ``path[-1]``, creating missing levels."""
+        plain = _PLAIN[0]
+        node: Any = self
+        for part in path[:-1]:  # the common case: every level exists and is a TensorDict
+            nxt = node._tensordict.get(part)
+            if type(nxt) is not plain:
+                break
+            node = nxt
+        else:
+            return node  # type: ignore[no-any-return]
+        node = self
+        for i, part in enumerate(path[:-1]):
+            nxt = node._tensordict.get(part)
+            if nxt is None:
+                if node._locked:
+                    raise LockedError(
+                        f"cannot create {format_key(path[: i + 1])}: the container is locked{_UNLOCK}"
+                    )
+                nxt = _tree.new_plain({}, node._batch_size, node._device)
+                node._set_str(part, nxt, path[: i + 1])
+            elif isinstance(nxt, Tensor) or type(nxt) is _NTD:
+                raise TensorDictKeyError(
+                    f"cannot set {format_key(path)}: {format_key(path[: i + 1])} is a leaf, "
+                    "not a TensorDict"
+                )
+            node = nxt
+        return node  # type: ignore[no-any-return]
+
+    def set_at_(
+        self, key: NestedKey, value: Any, index: Any, *, non_blocking: bool = False
+    ) -> Self:
+        """Write ``value`` into the rows ``index`` of the existing entry ``key``, in place.
+
+        ``index`` addresses this container's batch dims; ``value`` broadcasts to the
+        selected rows (a tensor, a number, a container for a nested entry, or a value
+        for a non-tensor entry). ``non_blocking`` is accepted for tensordict
+        compatibility (copies between devices are synchronous).
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=TensorDict(b=torch.zeros(2, 3), batch_size=[2, 3]), batch_size=[2])
+        >>> td.set_at_(("a", "b"), torch.ones(3), 0)["a", "b"].sum().item()
+        3.0
+        """
+        path = unravel_key(key)
+        parent = _parent(self, path, "set_at_")
+        # ``...`` spans this container's batch dims, not those of a deeper parent
+        parent[normalize_index(index, len(self.batch_size))] = {path[-1]: value}
+        return self
+
+    def update(
+        self,
+        other: Mapping[Any, Any] | TensorCollection | None = None,
+        clone: bool = False,
+        inplace: bool = False,
+        *,
+        non_blocking: bool = False,
+        keys_to_update: Sequence[NestedKey] | None = None,
+        is_leaf: Callable[[type], bool] | None = None,
+        **kwargs: Any,
+    ) -> Self:
+        """Merge ``other`` in, recursing into nested containers present on both sides.
+
+        ``clone=True`` copies the incoming tensors; ``inplace=True`` writes into existing
+        tensors; ``keys_to_update`` limits the merge to those keys. Keyword arguments
+        are more entries (``td.update(b=x)``).
+        """
+        if other is None or kwargs:
+            other = {**(dict(other.items()) if is_coll(other) else other or {}), **kwargs}
+        if clone:
+            other = (
+                other.clone()
+                if is_coll(other)
+                else _tree.new_plain({}, self._batch_size, None).update(other).clone()
+            )
+        if _TREES and id(self) in _TREES:  # a node of a saved tree: one commit
+            self._through(_keyops.update, self, other, inplace, keys_to_update)
+        else:  # the common case, without the gate's extra call
+            _keyops.update(self, other, inplace, keys_to_update)  # type: ignore[arg-type]
+        return self
+
+    def update_(
+        self,
+        other: Mapping[Any, Any] | TensorCollection | None = None,
+        *,
+        keys_to_update: Sequence[NestedKey] | None = None,
+        non_blocking: bool = False,
+        **kwargs: Any,
+    ) -> Self:
+        """Copy the values of ``other`` (and keyword arguments) into the existing entries,
+        in place; every key must exist here (works on locked containers)."""
+        if other is None or kwargs:
+            other = {**(dict(other.items()) if is_coll(other) else other or {}), **kwargs}
+        self._write(_keyops.update, self, other, True, keys_to_update, True)
+        return self
+
+    def update_at_(
+        self,
+        input_dict_or_td: Mapping[NestedKey, Any] | Any,
+        idx: Any,
+        clone: bool = False,
+        *,
+        non_blocking: bool = False,
+        keys_to_update: Sequence[NestedKey] | None = None,
+    ) -> Self:
+        """Write every entry of ``input_dict_or_td`` into the rows ``idx`` of the entry
+        with the same key here, in place; every key must already exist.
+
+        ``keys_to_update`` restricts the write to those keys; ``clone`` copies the input
+        tensors first (for an input that aliases this container).
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(3, 2), b=torch.zeros(3), batch_size=[3])
+        >>> src = TensorDict(a=torch.ones(2), b=torch.tensor(2.0), batch_size=[])
+        >>> td.update_at_(src, 1)["b"].tolist()
+        [0.0, 2.0, 0.0]
+        """
+        wanted = None
+        if keys_to_update is not None:
+            wanted = {unravel_key(k) for k in keys_to_update}
+            if not wanted:
+                return self
+        if is_container(input_dict_or_td):
+            src: Any = input_dict_or_td
+            if wanted is not None:
+                have = {unravel_key(k) for k in src.keys(True)}
+                src = src.select(*(k for k in wanted if k in have))
+            if clone:
+                src = src.clone()
+            missing = [k for k in src.keys(True, True) if k not in self.keys(True)]
+            if missing:
+                raise TensorDictKeyError(
+                    f"update_at_: key {format_key(unravel_key(missing[0]))} is not in the "
+                    "destination; update_at_ writes into existing entries only (set() it first)"
+                )
+            self[idx] = src  # type: ignore[index]
+            return self
+        if not isinstance(input_dict_or_td, Mapping):
+            raise TypeError(
+                "update_at_: expected a TensorDict, a tensorclass or a mapping, got "
+                f"{type(input_dict_or_td).__name__}"
+            )
+        items = [(unravel_key(k), v) for k, v in input_dict_or_td.items()]
+        if wanted is not None:
+            items = [(k, v) for k, v in items if any(k[: len(w)] == w for w in wanted)]
+        for path, _ in items:  # every key checked before anything is written
+            _parent(self, path, "update_at_")
+        for path, v in items:
+            if clone and (isinstance(v, Tensor) or is_container(v)):
+                v = v.clone()
+            self.set_at_(path, v, idx)
+        return self
+
+    def __delitem__(self, key: NestedKey) -> None:
+        self.del_(key)
+
+    def del_(self, key: NestedKey) -> Self:
+        """Remove ``key`` (a tuple key removes a nested entry)."""
+        path = unravel_key(key)
+        node = self._existing_parent(path)
+        store = node._tensordict
+        if path[-1] not in store:
+            raise find_missing(self, path)
+        if node._locked:
+            raise LockedError(f"cannot delete {format_key(path)}: the container is locked{_UNLOCK}")
+        node._write(store.__delitem__, path[-1])  # on a saved tree, committed at once
+        return self
+
+    def pop(self, key: NestedKey, default: Any = KEEP) -> Any:
+        """Remove ``key`` and return its value (or ``default`` when missing)."""
+        try:
+            value = self.get(key, KEEP)
+        except TensorDictKeyError:
+            if default is KEEP:
+                raise
+            return default
+        self.del_(key)
+        return value
+
+    def clear(self) -> Self:
+        """Remove every entry (refused on a locked container).
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2), batch_size=[2])
+        >>> list(td.clear().keys()), td.batch_size
+        ([], torch.Size([2]))
+        """
+        self.exclude(*self.keys(), inplace=True)
+        return self
+
+    # ------------------------------------------------------- non-tensor entries
+
+    def set_non_tensor(self, key: NestedKey, value: Any) -> Self:
+        """Store ``value`` at ``key`` as non-tensor data, as it is (no conversion to a
+        tensor); missing parents are created.
+
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(batch_size=[2]).set_non_tensor(("meta", "n"), 3)
+        >>> td.get_non_tensor(("meta", "n")), td.is_non_tensor(("meta", "n"))
+        (3, True)
+        """
+        from tensorbox._core.nontensor import NonTensorData
+
+        self.set(key, NonTensorData(value))
+        return self
+
+    def get_non_tensor(self, key: NestedKey, default: Any = MISSING) -> Any:
+        """The value at ``key`` (a non-tensor's Python value; any other entry as ``get``
+        gives it); ``default`` when missing, else a ``TensorDictKeyError``.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(tag="train", batch_size=[]).get_non_tensor("tag")
+        'train'
+        """
+        path = unravel_key(key)
+        try:
+            parent = _parent(self, path, "get_non_tensor")
+        except TensorDictKeyError:
+            if default is MISSING:
+                raise TensorDictKeyError(
+                    f"get_non_tensor: key {format_key(path)} not found"
+                ) from None
+            return default
+        return parent.get(path[-1])
+
+    def is_non_tensor(self, key: NestedKey) -> bool:
+        """Whether the entry at ``key`` is non-tensor data (neither a tensor nor a
+        container); a missing key raises ``TensorDictKeyError``.
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(x=torch.zeros(2), tag="train", batch_size=[2])
+        >>> td.is_non_tensor("tag"), td.is_non_tensor("x")
+        (True, False)
+        """
+        path = unravel_key(key)
+        value = _parent(self, path, "is_non_tensor").get(path[-1])
+        return not (isinstance(value, Tensor) or is_container(value))
+
+    def filter_non_tensor_data(self) -> Self:
+        """A copy without the non-tensor entries.
+
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2), tag="x", batch_size=[2])
+        >>> list(td.filter_non_tensor_data().keys())
+        ['a']
+        """
+        drop = [k for k, v in self.items(True, True) if not isinstance(v, Tensor)]
+        return self.exclude(*drop)
+
+    # ------------------------------------------------------------ key structure
+
+    def rename_key_(self, old: NestedKey, new: NestedKey, safe: bool = False) -> Self:
+        """Move the entry ``old`` to ``new``; ``safe=True`` refuses to replace an entry."""
+        if self._locked:
+            raise LockedError(f"cannot rename {old!r}: the container is locked{_UNLOCK}")
+        if safe and new in self:
+            raise KeyError(f"rename_key_: {new!r} exists already (safe=True refuses to replace it)")
+        self._write(lambda: self.set(new, self.pop(old)))  # one commit on a saved tree
+        return self
+
+    def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> Self:
+        """Only the given (possibly nested) keys; missing keys raise unless ``strict=False``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2), "c": torch.ones(2)}}, [2])
+        >>> td.select("a", ("n", "b")).keys(include_nested=True, leaves_only=True)
+        ['a', ('n', 'b')]
+        """
+        if inplace:  # on a saved tree, saved at once
+            return self._write(_keyops.select, self, keys, inplace, strict)  # type: ignore[no-any-return]
+        out: Self = _keyops.select(self, keys, inplace, strict)
+        return out
+
+    def exclude(self, *keys: NestedKey, inplace: bool = False) -> Self:
+        """Everything but the given (possibly nested) keys.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2), "c": torch.ones(2)}}, [2])
+        >>> td.exclude(("n", "b")).keys(include_nested=True, leaves_only=True)
+        ['a', ('n', 'c')]
+        """
+        out: Self = (
+            self._write(_keyops.exclude, self, keys, inplace)
+            if inplace
+            else _keyops.exclude(self, keys, inplace)
+        )
+        return out
+
+    def split_keys(
+        self,
+        *key_sets: Iterable[NestedKey] | Mapping[NestedKey, NestedKey],
+        inplace: bool = False,
+        default: Any = MISSING,
+        strict: bool = True,
+    ) -> tuple[Self, ...]:
+        """One container per key set, then one with the remaining keys.
+
+        A key set given as a mapping renames: ``{old: new}``. ``strict`` (default)
+        refuses a missing key; with ``strict=False`` a missing key is skipped, or set to
+        ``default`` when one is given. ``inplace`` removes the keys from this container,
+        which is then the last result. Nested containers left empty are dropped.
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2), b={"c": torch.zeros(2)}, d=torch.ones(2), batch_size=[2])
+        >>> parts = td.split_keys(["a"], {("b", "c"): "c"})
+        >>> [sorted(p.keys()) for p in parts]
+        [['a'], ['c'], ['d']]
+        """
+        sets = [dict(ks) if isinstance(ks, Mapping) else {k: k for k in ks} for ks in key_sets]
+        have = set(self.keys(True))
+        taken: list[NestedKey] = []
+        out = []
+        for ks in sets:
+            present = [k for k in ks if _as_key(k) in have]
+            missing = [k for k in ks if _as_key(k) not in have]
+            if missing and strict:
+                raise KeyError(
+                    f"split_keys: key {format_key(unravel_key(missing[0]))} not found "
+                    "(pass strict=False to skip missing keys)"
+                )
+            part = self.select(*present)
+            renamed = [src for src in present if _as_key(ks[src]) != _as_key(src)]
+            for src in renamed:
+                part.rename_key_(src, ks[src])
+            _drop_emptied(part, renamed)
+            if default is not MISSING and default is not None:
+                for k in missing:
+                    part.set(ks[k], default)
+            taken.extend(present)
+            out.append(part)
+        if inplace:
+            self.exclude(*taken, inplace=True)
+            rest: Any = self
+        else:
+            rest = self.exclude(*taken)
+        _drop_emptied(rest, taken)
+        return (*out, rest)
+
+    def flatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
+        """One level with keys joined by ``separator``: ``{"a": {"b": x}}`` -> ``{"a.b": x}``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"a": {"b": torch.zeros(2)}}, batch_size=[2])
+        >>> list(td.flatten_keys().keys()), list(td.flatten_keys("/").keys())
+        (['a.b'], ['a/b'])
+        """
+        out: Self = _keyops.flatten_keys(self, separator)
+        if inplace:
+            return self._replace_entries(out)
+        out._writeback = (self, "unflatten_keys", (separator,))
+        return out
+
+    def _replace_entries(self, new: MixinBase) -> Self:
+        """Take ``new``'s entries in place (an ``inplace=True`` key-structure op)."""
+        if self._locked:
+            raise LockedError(f"cannot restructure a locked container in place{_UNLOCK}")
+        self._write(setattr, self, "_tensordict", new._tensordict)
+        return self
+
+    def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
+        """The inverse of ``flatten_keys``."""
+        out: Self = _keyops.unflatten_keys(self, separator)
+        if inplace:
+            return self._replace_entries(out)
+        out._writeback = (self, "flatten_keys", (separator,))
+        return out
+
+    def create_nested(self, key: NestedKey) -> Self:
+        """Set an empty ``TensorDict`` with this batch size and device at ``key``
+        (replacing what was there; missing parents are created).
+
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(batch_size=[3]).create_nested(("a", "b"))
+        >>> td["a", "b"].batch_size
+        torch.Size([3])
+        """
+        from tensorbox import TensorDict
+
+        empty = TensorDict(batch_size=self.batch_size, device=self.device)  # type: ignore[attr-defined]
+        self.set(key, empty)
+        return self
+
+    def filter_empty_(self) -> Self:
+        """Remove, in place, nested containers that hold no tensor at any depth."""
+        for key in list(self.keys()):
+            value = self._tensordict[key]
+            if is_container(value) and value.filter_empty_().is_empty():
+                self.del_(key)
+        return self
+
+    def replace(self, *args: Any, **kwargs: Any) -> Self:
+        """A shallow copy with some entries replaced (tensors shared, this one unchanged).
+
+        Takes one mapping or container of entries, and/or top-level entries as keyword
+        arguments; nested containers present on both sides are merged. With nothing
+        to replace, returns ``self``.
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2), b=torch.zeros(2), batch_size=[2])
+        >>> sorted(td.replace({"a": torch.ones(2)}, c=torch.ones(2)).keys())
+        ['a', 'b', 'c']
+        """
+        if len(args) > 1:
+            raise TypeError(
+                f"replace takes one mapping or container of entries, got {len(args)} "
+                "positional arguments (pass the others as keyword arguments)"
+            )
+        src: Any = args[0] if args else {}
+        if not (is_container(src) or isinstance(src, Mapping)):
+            raise TypeError(
+                f"replace: expected a mapping or a container of entries, got {type(src).__name__}"
+            )
+        if not (list(src.keys()) if is_container(src) else src):
+            src = None
+        if src is None and not kwargs:
+            return self
+        out = self.copy()  # type: ignore[attr-defined]
+        if src is not None:
+            out.update(src)
+        if kwargs:
+            out.update(kwargs)
+        return out  # type: ignore[no-any-return]
+
+    def empty(self, recurse: bool = False) -> Self:
+        """A container with this batch size and device but no entries (``recurse=True``
+        keeps the nested levels, emptied, as tensordict).
+
+        >>> from tensorbox import TensorDict
+        >>> e = TensorDict(a=torch.zeros(2), batch_size=[2]).empty()
+        >>> list(e.keys()), e.batch_size
+        ([], torch.Size([2]))
+        """
+        if recurse:
+            return self.apply(lambda t: None, filter_empty=False)
+        return self.exclude(*self.keys())
+
+    @classmethod
+    def fromkeys(cls, keys: Iterable[str], value: Any = 0) -> Self:
+        """A container (batch size ``[]``) with ``value`` as a tensor at every key.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict.fromkeys(["a", "b"], 1.0)["b"]
+        tensor(1.)
+        """
+        return cls.from_dict({k: torch.as_tensor(value) for k in keys})
+
+    def cat_tensors(
+        self,
+        *keys: NestedKey,
+        out_key: NestedKey,
+        dim: int = 0,
+        keep_entries: bool = False,
+    ) -> Self:
+        """Set ``out_key`` to ``torch.cat`` of the tensors at ``keys`` along tensor dim
+        ``dim``; the entries at ``keys`` are removed unless ``keep_entries``.
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2, 1), b=torch.ones(2, 1), batch_size=[2])
+        >>> td.cat_tensors("a", "b", out_key="c", dim=-1)["c"].tolist(), sorted(td.keys())
+        ([[0.0, 1.0], [0.0, 1.0]], ['c'])
+        """
+        return _merge(self, keys, out_key, keep_entries, "cat_tensors", lambda t: torch.cat(t, dim))  # type: ignore[no-any-return]
+
+    def stack_tensors(
+        self,
+        *keys: NestedKey,
+        out_key: NestedKey,
+        dim: int = 0,
+        keep_entries: bool = False,
+    ) -> Self:
+        """Set ``out_key`` to ``torch.stack`` of the tensors at ``keys`` along tensor dim
+        ``dim``; the entries at ``keys`` are removed unless ``keep_entries``.
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2), b=torch.ones(2), batch_size=[2])
+        >>> td.stack_tensors("a", "b", out_key="ab", dim=1)["ab"].tolist()
+        [[0.0, 1.0], [0.0, 1.0]]
+        """
+        return _merge(  # type: ignore[no-any-return]
+            self, keys, out_key, keep_entries, "stack_tensors", lambda t: torch.stack(t, dim)
+        )
+
+    # ----------------------------------------------------------------------------
+    # tensordict's compatibility names: other spellings of methods of this job, and
+    # stand-ins kept so that code written for tensordict runs unchanged. New code and
+    # the docs use the names above.
+
+    def copy_(self, other: Mapping[str, Any] | TensorCollection) -> Self:
+        """Same as ``update_``."""
+        return self.update_(other)
+
+    def copy_at_(
+        self, tensordict: Any, idx: Any, non_blocking: bool = False, *, fast: bool | None = True
+    ) -> Self:
+        """``update_at_`` under tensordict's copy-oriented name: write the entries of
+        ``tensordict`` into the rows ``idx`` of the same entries here, in place.
+
+        ``fast`` is accepted for compatibility: tensorbox has one path, which handles
+        tensors and non-tensor values alike.
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(3), batch_size=[3])
+        >>> td.copy_at_(TensorDict(a=torch.ones(2), batch_size=[2]), slice(1, 3))["a"].tolist()
+        [0.0, 1.0, 1.0]
+        """
+        return self.update_at_(tensordict, idx, non_blocking=non_blocking)
+
+    @property
+    def sorted_keys(self) -> list[str]:
+        """The top-level keys, sorted.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(b=torch.zeros(1), a=torch.zeros(1)).sorted_keys
+        ['a', 'b']
+        """
+        return sorted(self.keys())
+
+    @property
+    def depth(self) -> int:
+        """How many levels of nesting hold entries: 0 when no entry is nested.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict({"a": {"b": {"c": 0}}, "d": 0}).depth
+        2
+        """
+        keys = self.keys(True, True)
+        return max((len(k) - 1 for k in keys if isinstance(k, tuple)), default=0)
+
+
+def _key_order(key: Any) -> tuple[str, ...]:
+    """Sort key of a nested key: its parts."""
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+def _as_key(key: NestedKey) -> NestedKey:
+    path = unravel_key(key)
+    return path[0] if len(path) == 1 else path
+
+
+def _drop_emptied(obj: Any, removed: Iterable[NestedKey]) -> None:
+    """Remove the nested containers that the removal of ``removed`` left empty."""
+    parents = sorted(
+        {unravel_key(k)[:i] for k in removed for i in range(1, len(unravel_key(k)))},
+        key=len,
+        reverse=True,
+    )
+    for path in parents:
+        node = obj.get(path, None)
+        if is_container(node) and not list(node.keys()) and hasattr(obj, "del_"):
+            obj.del_(path)
+
+
+def _merge(
+    obj: Any,
+    keys: tuple[NestedKey, ...],
+    out_key: NestedKey,
+    keep: bool,
+    what: str,
+    fn: Any,
+) -> Any:
+    tensors = []
+    for key in keys:
+        path = unravel_key(key)
+        value = _parent(obj, path, what).get(path[-1])
+        if not isinstance(value, Tensor):
+            raise TypeError(
+                f"{what}: the entry at {format_key(path)} is a {type(value).__name__}, not a tensor"
+            )
+        tensors.append(value)
+    try:
+        merged = fn(tensors)
+    except (RuntimeError, IndexError) as err:
+        raise ValueError(
+            f"{what}: cannot merge {', '.join(format_key(unravel_key(k)) for k in keys)}: {err}"
+        ) from None
+    obj.set(out_key, merged)  # first, so a refused set loses nothing
+    if not keep:
+        out = unravel_key(out_key)
+        obj.exclude(*(k for k in keys if unravel_key(k) != out), inplace=True)
+    return obj
