@@ -48,7 +48,6 @@ from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.schema import DTYPES, check_json_value, dtype_name, json_bytes, stacked_array
 from tensorbox._core.tensordict import TensorDict, is_tensor_collection
 from tensorbox._core.tree import CLASS_REGISTRY, rebuild, type_name
-from tensorbox.distributed._shard import shard_indices
 from tensorbox.errors import TensorboxError
 
 # fmt: off
@@ -124,6 +123,39 @@ def _pg(group: Any, what: str, peer: Any = None, name: str = "") -> Any:
         why = "this process's own rank" if peer == dist.get_rank() else "not a rank of the group"
         raise DistributedError(f"{what}: {name}={peer} is {why}")
     return pg
+
+
+def shard_indices(
+    n: int,
+    rank: int | None = None,
+    world_size: int | None = None,
+    *,
+    shuffle: bool = False,
+    seed: int = 0,
+    epoch: int = 0,
+    drop_last: bool = False,
+) -> Tensor:
+    """The rows of an ``n``-row dataset that ``rank`` reads (int64), in the order
+    ``DistributedSampler(num_replicas=world_size, ...)`` yields them: shuffled by
+    ``seed + epoch``, padded by repeating the first rows so that every rank gets as
+    many, or with ``drop_last`` cut to a multiple of ``world_size``. ``rank`` and
+    ``world_size`` default to the process group's. Index a memmapped TensorDict with
+    them, a batch at a time, and each rank reads only its own rows from disk.
+    """
+    if rank is None or world_size is None:
+        _pg(None, "shard_indices without rank= and world_size=")  # no group: DistributedError
+        rank = dist.get_rank() if rank is None else rank
+        world_size = dist.get_world_size() if world_size is None else world_size
+    if n < 0 or world_size < 1 or not 0 <= rank < world_size:
+        got = f"n={n!r}, rank={rank!r}, world_size={world_size!r}"
+        raise ValueError(f"shard_indices: need n >= 0 and 0 <= rank < world_size, got {got}")
+    short = drop_last and n % world_size
+    total = math.ceil((n - world_size if short else n) / world_size) * world_size
+    g = torch.Generator().manual_seed(seed + epoch)
+    order = torch.randperm(n, generator=g) if shuffle else torch.arange(n)
+    if total > n:
+        order = torch.cat([order, order.repeat(math.ceil((total - n) / n))[: total - n]])
+    return order[rank:total:world_size]
 
 
 def _device(pg: Any) -> torch.device:

@@ -19,7 +19,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Self
 
 import torch
@@ -29,7 +29,7 @@ from tensorbox._core.backing import TREES, Backing, hook, install, sync_open
 from tensorbox._core.methods.base import MixinBase
 from tensorbox._core.tree import set_locked
 
-__all__ = ["IOMethods"]
+__all__ = ["IOMethods", "file_refs"]
 
 
 class IOMethods(MixinBase):
@@ -542,6 +542,15 @@ def _backing() -> Backing:
         install(writethrough)
         found = writethrough
     return found
+
+
+def file_refs() -> tuple[Callable[[Tensor], Any], Callable[[Any], Any]]:
+    """The storage layer's ``(shareable, restore)``: a tensor that maps a file pickles as
+    a reference to it, and the reference opens the file again (see
+    :mod:`tensorbox._storage.memmap_tensor`). Loaded on the first pickle."""
+    from tensorbox._storage.memmap_tensor import restore, shareable
+
+    return shareable, restore
 
 
 def _refuse_existing(prefix: Any, existsok: bool) -> None:

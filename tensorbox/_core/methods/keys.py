@@ -698,10 +698,7 @@ class KeyMethods(MixinBase):
         >>> td["a", "b"].batch_size
         torch.Size([3])
         """
-        from tensorbox import TensorDict
-
-        empty = TensorDict(batch_size=self.batch_size, device=self.device)  # type: ignore[attr-defined]
-        self.set(key, empty)
+        self.set(key, _tree.new_plain({}, self._batch_size, self._device))
         return self
 
     def filter_empty_(self) -> Self:
