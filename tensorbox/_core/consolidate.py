@@ -40,7 +40,7 @@ from torch import Tensor
 
 from tensorbox._core.keys import format_key
 from tensorbox._core.nontensor import NonTensorData
-from tensorbox._core.tree import is_coll, set_locked
+from tensorbox._core.tree import is_coll, new_plain, set_locked
 
 __all__ = [
     "consolidate",
@@ -116,9 +116,10 @@ def _build(layout: dict[str, Any], storage: Tensor, device: Any, root_cls: Any =
         else:
             store[k] = _build(e, storage, device)
     dev = layout["device"] if device is None else device
-    return cls._new_unsafe(
-        store, torch.Size(layout["batch_size"]), None if dev is None else torch.device(dev)
-    )
+    bs, where = torch.Size(layout["batch_size"]), None if dev is None else torch.device(dev)
+    if cls is None:  # a node read from a file: a plain TensorDict
+        return new_plain(store, bs, where)
+    return cls._new_unsafe(store, bs, where)
 
 
 def _pack(out: Any, storage: Tensor, layout: dict[str, Any]) -> Any:
@@ -250,8 +251,6 @@ def _file_layout(layout: dict[str, Any], what: str) -> bytes:
 
 
 def _from_json(layout: dict[str, Any]) -> dict[str, Any]:
-    from tensorbox._core.tensordict import TensorDict
-
     entries: dict[str, Any] = {}
     for k, e in layout["entries"].items():
         if "tensor" in e:
@@ -261,7 +260,7 @@ def _from_json(layout: dict[str, Any]) -> dict[str, Any]:
             entries[k] = {"value": NonTensorData(data, stacked=e["stacked"])}
         else:
             entries[k] = _from_json(e)
-    return {**layout, "type": TensorDict, "entries": entries}
+    return {**layout, "type": None, "entries": entries}
 
 
 def from_consolidated(cls: type, filename: Any) -> Any:
