@@ -498,6 +498,21 @@ class KeyMethods(MixinBase):
         self.del_(key)
         return value
 
+    def popitem(self) -> tuple[str, Any]:
+        """Remove the entry set last at the top level and return ``(key, value)``, as
+        ``dict.popitem`` (``KeyError`` when empty; refused on a locked container).
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2), b=torch.ones(2))
+        >>> td.popitem()[0], list(td.keys())
+        ('b', ['a'])
+        """
+        if not self._tensordict:
+            raise KeyError(f"popitem(): the {type(self).__name__} is empty")
+        key = next(reversed(self._tensordict))
+        return key, self.pop(key)
+
     def clear(self) -> Self:
         """Remove every entry (refused on a locked container).
 
