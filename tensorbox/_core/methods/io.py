@@ -158,13 +158,16 @@ class IOMethods(MixinBase):
         fsync: bool = False,
         copy_existing: bool = False,
         existsok: bool = True,
-        sparse: bool = False,
+        sparse: bool = True,
         archive: bool | None = None,
     ) -> Self:
         """Files of the same structure, allocated but not filled (no data copied).
 
-        The files' blocks are reserved, so a full disk is an error here, not a crash
-        later; ``sparse=True`` leaves them sparse.
+        The files are sparse (as tensordict): they take disk as rows are written, and a
+        row write through the result (``out[rows] = ...``) reserves its blocks first, so
+        a full disk is an ``OSError`` naming the key and rows. ``sparse=False`` reserves
+        every block now instead. A write through a raw tensor (``out["k"][rows] = v``)
+        reserves nothing: on a full disk it can still crash the process (SIGBUS).
 
         Archives are read-only, so there is no ``memmap_like`` archive: ``archive=True``,
         or a ``prefix`` ending with ``.tdz`` (tensordict's archive suffix), raises.
