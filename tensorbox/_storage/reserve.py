@@ -31,7 +31,7 @@ def _row_span(t: Tensor, index: Any) -> tuple[int, int] | None:
     if t.ndim == 0:
         return (0, 0)
     first = index[0] if type(index) is tuple and index else index
-    if first is Ellipsis or first is None or type(index) is tuple and not index:
+    if first is Ellipsis or first is None or (type(index) is tuple and not index):
         return (0, t.shape[0] - 1)
     if isinstance(first, Tensor) and first.dtype == torch.bool and first.ndim > 1:
         first = first.reshape(first.shape[0], -1).any(1)  # a mask over several batch dims
