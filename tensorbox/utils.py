@@ -54,10 +54,10 @@ def strtobool(val: str) -> int:
 
 
 def unravel_key_list(keys: Sequence[NestedKey]) -> list[NestedKey]:
-    """``unravel_key`` of each key.
+    """``unravel_key`` of each key (a flat tuple each, as tensorbox's ``unravel_key``).
 
     >>> unravel_key_list(["a", ("b", ("c",))])
-    ['a', ('b', 'c')]
+    [('a',), ('b', 'c')]
     """
     return [unravel_key(k) for k in keys]
 
