@@ -390,6 +390,31 @@ class IOMethods(MixinBase):
             module, as_module=as_module, non_persistent=non_persistent, filter_empty=filter_empty
         )
 
+    @classmethod
+    def from_modules(
+        cls, *modules: torch.nn.Module, as_module: bool = False, lazy_stack: bool = False
+    ) -> Any:
+        """The weights of several modules of one architecture, stacked on a new first dim
+        (``torch.stack`` of ``from_module`` of each; copies, as any stack).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> TensorDict.from_modules(torch.nn.Linear(2, 3), torch.nn.Linear(2, 3))["weight"].shape
+        torch.Size([2, 3, 2])
+        """
+        if lazy_stack:
+            raise NotImplementedError(
+                "from_modules(lazy_stack=True): tensorbox stacks are always dense; call it "
+                "without lazy_stack (the modules must share one architecture)"
+            )
+        if not modules:
+            raise ValueError("from_modules: pass at least one module")
+        if as_module:
+            raise NotImplementedError(
+                "from_modules(as_module=True): stacked weights are copies, not parameters of "
+                "a module; wrap the result yourself (tensorbox.weights.ParamTree)"
+            )
+        return torch.stack([cls.from_module(m) for m in modules])
+
     def to_module(
         self,
         module: torch.nn.Module,

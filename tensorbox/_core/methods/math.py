@@ -226,6 +226,20 @@ class MathMethods(MixinBase):
 
     sigmoid = _unary(torch.sigmoid, "sigmoid")
 
+    # tests of each element: bool leaves of the same shapes
+
+    isnan = _unary(torch.isnan, "isnan")
+
+    isinf = _unary(torch.isinf, "isinf")
+
+    isfinite = _unary(torch.isfinite, "isfinite")
+
+    isposinf = _unary(torch.isposinf, "isposinf")
+
+    isneginf = _unary(torch.isneginf, "isneginf")
+
+    isreal = _unary(torch.isreal, "isreal")
+
     def clamp(self, min: Any = None, max: Any = None) -> Self:
         """``torch.clamp(leaf, min, max)`` for every tensor leaf.
 
