@@ -55,7 +55,7 @@ def _reserve(t: Tensor, index: Any, key: tuple[str, ...]) -> None:
         return
     item = t.element_size()
     row = (t.stride(0) if t.ndim else 1) * item
-    start = t.storage_offset() * item + span[0] * row
+    start = int(t.storage_offset()) * item + span[0] * row  # an int on CPU (SymInt: tracing)
     length = (span[1] - span[0] + 1) * row if t.ndim else item
     if length <= 0:
         return

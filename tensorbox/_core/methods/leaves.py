@@ -494,7 +494,7 @@ class LeafMethods(MixinBase):
                 f"new_tensor: data must be a TensorDict or tensorclass, got "
                 f"{type(data).__name__}; for a tensor use tensor.new_tensor(...)"
             )
-        dev = self.device if device is None else device
+        dev = self._device if device is None else device
         out = data.apply(
             lambda t: t.new_tensor(t, dtype=dtype, device=dev, requires_grad=requires_grad)
         )
