@@ -17,7 +17,7 @@ from tensorbox._core.functional import cat, stack
 from tensorbox._core.jagged_pad import to_padded_tensor
 from tensorbox._core.keys import NestedKey, unravel_key
 from tensorbox._core.nontensor import NonTensorData
-from tensorbox._core.tensordict import TensorDict, is_tensor_collection
+from tensorbox._core.tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor
 from tensorbox._tensorclass import TensorClass, field, fields, is_tensorclass, tensorclass
 from tensorbox.errors import (
@@ -46,6 +46,7 @@ __all__ = [
     "NonTensorData",
     "TensorClass",
     "TensorDict",
+    "TensorDictBase",
     "TensorDictKeyError",
     "TensorDictStore",
     "TensorboxError",
@@ -67,8 +68,8 @@ __all__ = [
 if TYPE_CHECKING:
     from tensorbox import buffer as buffer  # the modules too: `tensorbox.data.transforms`
     from tensorbox import data as data
-    from tensorbox._storage.archive.convert import pack, unpack
     from tensorbox._redis import LazyStackedTensorDictStore, TensorDictStore
+    from tensorbox._storage.archive.convert import pack, unpack
     from tensorbox.data import BatchLoader, ImageFolderData
 
 # ``pack``/``unpack`` (folder <-> one-file archive) load the zip code on first use too.

@@ -131,10 +131,12 @@ class FormatError(TensorboxError, ValueError):
 
 
 class IncompleteTreeError(FormatError):
-    """A saved tree has no ``meta.json``: the save that wrote it did not finish.
+    """A saved tree has no ``meta.json``: the save that wrote it did not finish. (An empty
+    folder is no tree at all: ``FileNotFoundError``, as tensordict.)
 
-    >>> import tempfile; from tensorbox import TensorDict, IncompleteTreeError
-    >>> with tempfile.TemporaryDirectory() as d:     # a folder without meta.json
+    >>> import os, tempfile; from tensorbox import TensorDict, IncompleteTreeError
+    >>> with tempfile.TemporaryDirectory() as d:     # files, but no meta.json
+    ...     open(os.path.join(d, "x.memmap"), "wb").close()
     ...     try:
     ...         TensorDict.load_memmap(d)
     ...     except IncompleteTreeError:

@@ -212,8 +212,10 @@ def _report(
 def _leaves(td: Any) -> dict[_Path, Tensor]:
     if isinstance(td, ParamTree):
         td = td.td
-    if not isinstance(td, TensorDict):
-        raise TypeError(f"expected a TensorDict of weights, got {type(td).__name__}")
+    if not is_coll(td):  # a TensorDict or a tensorclass: its fields, as TensorDict.state_dict
+        raise TypeError(
+            f"expected a TensorDict (or tensorclass) of weights, got {type(td).__name__}"
+        )
     return _collect(td, (), {})
 
 

@@ -390,12 +390,32 @@ def test_a_pickled_reference_to_a_fifo_is_refused(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- disks
 
 
-def test_memmap_like_reserves_the_space(tmp_path: Path) -> None:
+def test_memmap_like_is_sparse_and_row_writes_reserve(tmp_path: Path) -> None:
     datum = TensorDict({"x": torch.zeros(1, 1024)}, [1])
-    datum.expand(256).memmap_like(tmp_path / "full")
+    datum.expand(256).memmap_like(tmp_path / "full", sparse=False)
     assert os.stat(tmp_path / "full" / "x.memmap").st_blocks * 512 >= 256 * 4096
-    persist.memmap_like(datum.expand(256), tmp_path / "sparse", sparse=True)
+    like = datum.expand(256).memmap_like(tmp_path / "sparse")  # sparse, as tensordict
     assert os.stat(tmp_path / "sparse" / "x.memmap").st_blocks * 512 < 256 * 4096
+    like[8:16] = TensorDict({"x": torch.ones(8, 1024)}, [8])
+    blocks = os.stat(tmp_path / "sparse" / "x.memmap").st_blocks * 512
+    assert 8 * 4096 <= blocks < 256 * 4096  # the rows written, not the whole file
+    assert TensorDict.load_memmap(tmp_path / "sparse")["x"][8:16].eq(1).all()
+
+
+def test_a_full_disk_during_a_row_write_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    like = TensorDict({"n": {"x": torch.zeros(1, 4)}}, [1]).expand(100).memmap_like(tmp_path / "t")
+
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    with pytest.raises(
+        OSError, match=r"no space left on the device to write rows 3\.\.5 of key \('n', 'x'\)"
+    ):
+        like[3:6] = TensorDict({"n": {"x": torch.ones(3, 4)}}, [3])
+    assert not like["n", "x"].any()  # nothing was written
 
 
 def test_a_full_disk_is_an_error_at_creation(
@@ -411,10 +431,10 @@ def test_a_full_disk_is_an_error_at_creation(
     with pytest.raises(
         OSError, match=r"no space left to reserve 16 bytes for key 'a' at .*pass sparse=True"
     ):
-        _tree(2.0).memmap_like(root)
+        _tree(2.0).memmap_like(root, sparse=False)
     _check(TensorDict.load_memmap(root), 1.0)
     assert _hidden(tmp_path) == []
-    like = persist.memmap_like(_tree(2.0), root, sparse=True)  # sparse never reserves
+    like = persist.memmap_like(_tree(2.0), root)  # sparse (the default) reserves nothing now
     assert like["a"].tolist() == [0.0] * 4
 
 
@@ -425,7 +445,7 @@ def test_a_full_tmpfs_fails_at_creation_and_keeps_the_old_tree(small_tmpfs: Path
     with pytest.raises(
         OSError, match=r"no space left to reserve 16777216 bytes for key 'x' at .*/t/x"
     ):
-        datum.expand(4).memmap_like(root)
+        datum.expand(4).memmap_like(root, sparse=False)
     with pytest.raises(OSError, match="No space left on device"):
         TensorDict({"x": torch.ones(4, 1 << 20)}, [4]).memmap(root)
     _check(TensorDict.load_memmap(root), 1.0)

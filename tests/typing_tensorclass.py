@@ -43,6 +43,11 @@ class Point:
     label: int = 0
 
 
+class Record(TensorClass):
+    data: torch.Tensor  # tensordict's saving guide names a field ``data``
+    metadata: str
+
+
 def check() -> None:
     o = Obs(torch.zeros(4, 2), torch.zeros(4), batch_size=[4])
     o2 = Obs(pixels=torch.zeros(4, 2), reward=torch.zeros(4), tag="v", batch_size=4, device="cpu")
@@ -51,6 +56,9 @@ def check() -> None:
     assert_type(o.tag, str)
     assert_type(o.batch_size, torch.Size)
     assert_type(o.device, torch.device | None)
+    r = Record(torch.zeros(3), metadata="m", batch_size=[])
+    assert_type(r.data, torch.Tensor)
+    assert_type(r.state_dict(), dict[str, torch.Tensor])
 
     # container methods return the user's class
     assert_type(o[0], Obs)

@@ -83,6 +83,7 @@ class TensorCollection(
         "_device",
         "_lock_stack",
         "_locked",
+        "_packed",
         "_prev_lock",
         "_tensordict",
         "_writeback",
@@ -95,6 +96,8 @@ class TensorCollection(
     _locked: bool
     _prev_lock: bool
     _lock_stack: list[bool]
+    #: (storage, layout) of a consolidated container (see _core/consolidate.py), or None
+    _packed: tuple[Tensor, dict[str, Any]] | None
     #: (source, method, args): how a view's in-place changes write back to its source
     _writeback: tuple[Any, str, tuple[Any, ...]]
 
@@ -297,6 +300,10 @@ class TensorCollection(
         return _repr.format_repr(self)
 
     def __reduce__(self) -> tuple[Any, ...]:
+        if getattr(self, "_packed", None) is not None:  # one buffer and its layout
+            from tensorbox._core.consolidate import packed_reduce
+
+            return packed_reduce(self)
         from tensorbox._core import pickling as _pickling
 
         return _pickling.reduce(self)

@@ -54,7 +54,9 @@ def in_torch_save() -> bool:
 
 def safe_globals(*classes: type) -> None:
     """Let ``torch.load(weights_only=True)`` rebuild containers of ``classes``."""
-    torch.serialization.add_safe_globals([_rebuild, NonTensorData, *classes])
+    from tensorbox._core.consolidate import _rebuild_packed
+
+    torch.serialization.add_safe_globals([_rebuild, _rebuild_packed, NonTensorData, *classes])
 
 
 def reduce(td: TensorCollection) -> tuple[Any, ...]:

@@ -30,6 +30,7 @@ from torch import Tensor
 
 from tensorbox._core import jagged as _jagged
 from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.reduce import LOSS_FUNCTIONS, REDUCTIONS
 from tensorbox._core.shape import check_dim, shape_from_args
 from tensorbox.errors import BatchDimError, BatchSizeError, TensorDictKeyError
 
@@ -424,10 +425,10 @@ _TORCH_FUNCTIONS: dict[Any, Callable[..., Any]] = {
     torch.clone: lambda x, memory_format=None: x.clone(),
     torch.eq: lambda x, other: x == other,
     torch.ne: lambda x, other: x != other,
-    torch.where: lambda condition, input, other: (
-        input.where(condition, other)
+    torch.where: lambda condition, input, other, *, out=None: (
+        input.where(condition, other, out=out)
         if hasattr(input, "batch_size")
-        else other.where(~torch.as_tensor(condition), input)
+        else other.where(~torch.as_tensor(condition), input, out=out)
     ),
     torch.zeros_like: lambda x, **kw: x.apply(lambda t: torch.zeros_like(t, **kw)),
     torch.ones_like: lambda x, **kw: x.apply(lambda t: torch.ones_like(t, **kw)),
@@ -435,8 +436,14 @@ _TORCH_FUNCTIONS: dict[Any, Callable[..., Any]] = {
     torch.full_like: lambda x, fill_value, **kw: x.apply(
         lambda t: torch.full_like(t, fill_value, **kw)
     ),
-    torch.gather: lambda x, dim, index: x.gather(dim, index),
+    torch.gather: lambda x, dim, index, *, sparse_grad=False, out=None: x.gather(dim, index, out),
     torch.flip: lambda x, dims: x.flip(dims),
     torch.roll: lambda x, shifts, dims: x.roll(shifts, dims),
-    **{getattr(torch, name): _method(name) for name in _BY_METHOD},
+    **{getattr(torch, name): _method(name) for name in (*_BY_METHOD, *REDUCTIONS)},
+    **LOSS_FUNCTIONS,
+    torch.logsumexp: lambda x, dim=None, keepdim=False, *, out=None: x.logsumexp(
+        dim, keepdim, out=out
+    ),
+    torch.softmax: lambda x, dim, dtype=None: x.softmax(dim, dtype),
+    torch.log_softmax: lambda x, dim, dtype=None: x.log_softmax(dim, dtype),
 }

@@ -28,7 +28,7 @@ from tensorbox._core.entries import fill_entries
 from tensorbox._core.shape import as_batch_size
 from tensorbox._core.tree import as_device, common_batch_size, set_batch_size_nested, set_locked
 
-__all__ = ["TensorDict", "is_tensor_collection"]
+__all__ = ["TensorDict", "TensorDictBase", "is_tensor_collection"]
 
 
 def is_tensor_collection(obj: Any) -> bool:
@@ -42,7 +42,52 @@ def is_tensor_collection(obj: Any) -> bool:
     return getattr(cls, "_is_tensor_collection", False)
 
 
-class TensorDict(TensorCollection):
+class TensorDictBase(TensorCollection):
+    """The abstract base of ``TensorDict``, as tensordict's: for ``isinstance`` checks and
+    annotations. TensorDict instances are instances of it; tensorclass instances are not
+    (test for either with ``is_tensor_collection``). Its classmethods build TensorDicts:
+    ``TensorDictBase.load_memmap(path)`` is ``TensorDict.load_memmap(path)``.
+
+    >>> import torch
+    >>> from tensorbox import TensorDict, TensorDictBase, tensorclass
+    >>> isinstance(TensorDict(a=torch.zeros(2)), TensorDictBase)
+    True
+    >>> @tensorclass
+    ... class Point:
+    ...     x: torch.Tensor
+    >>> isinstance(Point(x=torch.zeros(2)), TensorDictBase)
+    False
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        if cls is TensorDictBase:
+            raise TypeError(
+                "TensorDictBase is abstract: build a TensorDict (or call a classmethod such "
+                "as TensorDictBase.load_memmap, which gives one)"
+            )
+        return super().__new__(cls)
+
+    @classmethod
+    def _concrete(cls) -> type[Any]:
+        return TensorDict if cls is TensorDictBase else cls
+
+    @classmethod
+    def load_memmap(cls, prefix: Any, **kwargs: Any) -> Self:
+        """``TensorDict.load_memmap`` (for ``TensorDictBase.load_memmap(path)``)."""
+        out: Self = TensorCollection.load_memmap.__func__(cls._concrete(), prefix, **kwargs)  # type: ignore[attr-defined]
+        return out
+
+    load = load_memmap
+
+    @classmethod
+    def from_dict(cls, *args: Any, **kwargs: Any) -> Any:
+        """``TensorDict.from_dict`` (for ``TensorDictBase.from_dict(...)``)."""
+        return TensorDict.from_dict.__func__(cls._concrete(), *args, **kwargs)  # type: ignore[attr-defined]
+
+
+class TensorDict(TensorDictBase):
     """A dict of tensors (and nested TensorDicts) sharing leading batch dims.
 
     Args:

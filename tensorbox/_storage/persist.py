@@ -165,15 +165,16 @@ def memmap_like(
     *,
     num_threads: int = 0,
     fsync: bool = False,
-    sparse: bool = False,
+    sparse: bool = True,
     checksum: bool = False,
 ) -> Any:
     """Zero-filled files of ``obj``'s structure; no data is read or copied.
 
-    The files' blocks are reserved (``posix_fallocate``), so a disk too small is an
-    ``OSError`` here, not a crash (SIGBUS) when rows are written later. ``sparse=True``
-    creates sparse files instead: ``memmap_like`` of a container expanded to a million
-    rows then takes no disk until rows are written, and a full disk shows up then.
+    The files are sparse by default (as tensordict): ``memmap_like`` of a container
+    expanded to a million rows takes no disk until rows are written, and each row
+    write through the container reserves its blocks first (``_storage.reserve``), so a
+    full disk is an ``OSError`` then. ``sparse=False`` reserves every block now
+    (``posix_fallocate``): a disk too small is an ``OSError`` here.
     """
     if _remote.is_url(prefix):
         _remote.refuse(

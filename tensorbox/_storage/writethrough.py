@@ -118,9 +118,11 @@ def write_rows(td: Any, index: Any, value: Any) -> None:
     non-tensor entry is checked first, so a value the tree cannot hold raises before any
     row is written; a changed one is then committed with the rows."""
     from tensorbox._core.index import setitem_batch
+    from tensorbox._storage.reserve import reserve_rows
 
     if is_coll(value) or isinstance(value, Mapping):
         _check_values(td, value, ())
+    reserve_rows(td, index)  # sparse files: a full disk is an OSError here, not a SIGBUS
     through(td, setitem_batch, td, index, value)
 
 

@@ -41,6 +41,11 @@ class IOMethods(MixinBase):
     # ------ the write-through gates (a node of a saved tree commits each write)
 
     def _set_lock(self, flag: bool) -> None:
+        if not flag and getattr(self, "_packed", None) is not None:
+            # unlocked entries may be replaced: the one storage no longer holds them all
+            from tensorbox._core.consolidate import drop
+
+            drop(self)
         set_locked(self, flag)
         if TREES:
             sync_open(self)
@@ -159,13 +164,16 @@ class IOMethods(MixinBase):
         fsync: bool = False,
         copy_existing: bool = False,
         existsok: bool = True,
-        sparse: bool = False,
+        sparse: bool = True,
         archive: bool | None = None,
     ) -> Self:
         """Files of the same structure, allocated but not filled (no data copied).
 
-        The files' blocks are reserved, so a full disk is an error here, not a crash
-        later; ``sparse=True`` leaves them sparse.
+        The files are sparse (as tensordict): they take disk as rows are written, and a
+        row write through the result (``out[rows] = ...``) reserves its blocks first, so
+        a full disk is an ``OSError`` naming the key and rows. ``sparse=False`` reserves
+        every block now instead. A write through a raw tensor (``out["k"][rows] = v``)
+        reserves nothing: on a full disk it can still crash the process (SIGBUS).
 
         Archives are read-only, so there is no ``memmap_like`` archive: ``archive=True``,
         or a ``prefix`` ending with ``.tdz`` (tensordict's archive suffix), raises.
@@ -284,6 +292,77 @@ class IOMethods(MixinBase):
             )
         return out
 
+    def consolidate(
+        self,
+        filename: Any = None,
+        *,
+        num_threads: int = 0,
+        device: Any = None,
+        non_blocking: bool = False,
+        inplace: bool = False,
+        return_early: bool = False,
+        use_buffer: bool = False,
+        share_memory: bool = False,
+        pin_memory: bool = False,
+        metadata: bool = False,
+    ) -> Any:
+        """Every tensor leaf copied into one contiguous storage (a file with ``filename``);
+        the result is locked and its leaves are views of that storage.
+
+        ``to(device)`` of the result moves the storage in one copy, and pickling it sends
+        one buffer. Unlocking ends the consolidation. ``return_early=True`` returns a
+        ``concurrent.futures.Future`` of the result; ``num_threads`` copies leaves in
+        parallel; ``device``, ``share_memory`` and ``pin_memory`` place the storage.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"a": torch.zeros(4), "b": {"c": torch.ones(4, 2)}}, batch_size=[4])
+        >>> c = td.consolidate()
+        >>> c.is_consolidated(), (c == td).all()
+        (True, True)
+        """
+        from tensorbox._core import consolidate as _consolidate
+
+        return _consolidate.consolidate(
+            self,
+            filename,
+            num_threads=num_threads,
+            device=device,
+            non_blocking=non_blocking,
+            inplace=inplace,
+            return_early=return_early,
+            use_buffer=use_buffer,
+            share_memory=share_memory,
+            pin_memory=pin_memory,
+            metadata=metadata,
+        )
+
+    def is_consolidated(self) -> bool:
+        """True for the result of ``consolidate()`` (until it is unlocked).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> TensorDict(a=torch.zeros(2)).is_consolidated()
+        False
+        """
+        from tensorbox._core import consolidate as _consolidate
+
+        return _consolidate.is_consolidated(self)
+
+    @classmethod
+    def from_consolidated(cls, filename: Any) -> Self:
+        """Map a file written by ``consolidate(filename=...)`` back (no copy): a locked,
+        consolidated container of this class (nested nodes as TensorDicts).
+
+        >>> import tempfile, os, torch; from tensorbox import TensorDict
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = TensorDict(a=torch.arange(3)).consolidate(os.path.join(d, "td.bin"))
+        ...     TensorDict.from_consolidated(os.path.join(d, "td.bin"))["a"].tolist()
+        [0, 1, 2]
+        """
+        from tensorbox._core import consolidate as _consolidate
+
+        out: Self = _consolidate.from_consolidated(cls, filename)
+        return out
+
     @classmethod
     def _load_mismatch(cls, out: Any) -> str | None:
         """Why a loaded tree does not fit this class (a tensorclass checks its fields)."""
@@ -328,6 +407,31 @@ class IOMethods(MixinBase):
         return weights.from_module(
             module, as_module=as_module, non_persistent=non_persistent, filter_empty=filter_empty
         )
+
+    @classmethod
+    def from_modules(
+        cls, *modules: torch.nn.Module, as_module: bool = False, lazy_stack: bool = False
+    ) -> Any:
+        """The weights of several modules of one architecture, stacked on a new first dim
+        (``torch.stack`` of ``from_module`` of each; copies, as any stack).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> TensorDict.from_modules(torch.nn.Linear(2, 3), torch.nn.Linear(2, 3))["weight"].shape
+        torch.Size([2, 3, 2])
+        """
+        if lazy_stack:
+            raise NotImplementedError(
+                "from_modules(lazy_stack=True): tensorbox stacks are always dense; call it "
+                "without lazy_stack (the modules must share one architecture)"
+            )
+        if not modules:
+            raise ValueError("from_modules: pass at least one module")
+        if as_module:
+            raise NotImplementedError(
+                "from_modules(as_module=True): stacked weights are copies, not parameters of "
+                "a module; wrap the result yourself (tensorbox.weights.ParamTree)"
+            )
+        return torch.stack([cls.from_module(m) for m in modules])
 
     def to_module(
         self,

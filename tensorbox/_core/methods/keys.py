@@ -192,9 +192,19 @@ class KeyMethods(MixinBase):
                 yield from v._items_is_leaf(True, leaves_only, is_leaf, (*prefix, k))
 
     def values(
-        self, include_nested: bool = False, leaves_only: bool = False, *, sort: bool = False
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        *,
+        sort: bool = False,
+        is_leaf: Callable[[type], bool] | None = None,
     ) -> Iterator[Any]:
-        """The values, in key order (see ``items``)."""
+        """The values, in key order (see ``items``); ``is_leaf(type)`` says which nested
+        containers count as leaves (as ``keys(is_leaf=)``)."""
+        if is_leaf is not None:
+            for _, v in self._items_is_leaf(include_nested, leaves_only, is_leaf, ()):
+                yield v
+            return
         for _, v in self.items(include_nested, leaves_only, sort=sort):
             yield v
 
@@ -497,6 +507,21 @@ class KeyMethods(MixinBase):
             return default
         self.del_(key)
         return value
+
+    def popitem(self) -> tuple[str, Any]:
+        """Remove the entry set last at the top level and return ``(key, value)``, as
+        ``dict.popitem`` (``KeyError`` when empty; refused on a locked container).
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2), b=torch.ones(2))
+        >>> td.popitem()[0], list(td.keys())
+        ('b', ['a'])
+        """
+        if not self._tensordict:
+            raise KeyError(f"popitem(): the {type(self).__name__} is empty")
+        key = next(reversed(self._tensordict))
+        return key, self.pop(key)
 
     def clear(self) -> Self:
         """Remove every entry (refused on a locked container).

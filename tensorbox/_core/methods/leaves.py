@@ -93,7 +93,8 @@ class LeafMethods(MixinBase):
         # in place on a saved tree: saved at once (a whole-tree commit, see _persist_writes)
         res: Self = self._write(_apply.apply, self, *a) if inplace else _apply.apply(self, *a)
         if out is not None:
-            out.update(cast(Any, res), inplace=True)  # res is a container (a mixin's Self)
+            # the results replace out's entries (their dtype and shape may differ), as tensordict
+            out.update(cast(Any, res))  # res is a container (a mixin's Self)
             return out  # type: ignore[return-value]
         if filter_empty and not inplace and not _tree.tensor_leaves(res):
             return None  # type: ignore[return-value]
@@ -138,6 +139,12 @@ class LeafMethods(MixinBase):
         (torch.float16, torch.int64)
         """
         inplace = kwargs.pop("inplace", False)
+        if getattr(self, "_packed", None) is not None:  # consolidated: one copy of the storage
+            from tensorbox._core import consolidate as _consolidate
+
+            moved = _consolidate.to(self, args, kwargs)
+            if moved is not None:
+                return moved  # type: ignore[no-any-return]
         out: Self = _apply.to(self, args, kwargs)
         if inplace and out is not self:  # the leaves moved, this container kept
             self._tensordict, self._device = out._tensordict, out._device
@@ -250,11 +257,16 @@ class LeafMethods(MixinBase):
         """Detach every leaf in place."""
         return self.apply(Tensor.detach_, inplace=True)
 
-    @property
-    def data(self) -> Self:
-        """Every leaf's ``.data`` (detached, sharing storage), as ``Tensor.data``."""
-        out: Self = _apply.map_leaves(self, lambda t: t.data)
-        return out
+    if TYPE_CHECKING:
+        # Typed Any for checkers: a tensorclass field may be called ``data`` (a common
+        # name, as in tensordict) and declare its own type.
+        data: Any
+    else:
+
+        @property
+        def data(self) -> Self:
+            """Every leaf's ``.data`` (detached, sharing storage), as ``Tensor.data``."""
+            return _apply.map_leaves(self, lambda t: t.data)
 
     @property
     def requires_grad(self) -> builtins.bool:
@@ -264,6 +276,85 @@ class LeafMethods(MixinBase):
     def requires_grad_(self, requires_grad: builtins.bool = True) -> Self:
         """Set ``requires_grad`` on every leaf, in place."""
         return self.apply(lambda t: t.requires_grad_(requires_grad), inplace=True)
+
+    @property
+    def grad(self) -> Self | None:
+        """The leaves' ``.grad`` in a container of the same structure; None when no leaf
+        has a gradient (as ``Tensor.grad``).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.ones(2)).requires_grad_()
+        >>> (td["a"] * 3).sum().backward()
+        >>> td.grad["a"].tolist()
+        [3.0, 3.0]
+        """
+        grads: Self | None = self.apply(lambda t: t.grad, filter_empty=True)
+        return grads
+
+    def zero_grad(self, set_to_none: builtins.bool = True) -> Self:
+        """Clear every leaf's gradient: ``None`` (default), or zeros in place, as
+        ``nn.Module.zero_grad``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.ones(2)).requires_grad_()
+        >>> td["a"].sum().backward()
+        >>> td.zero_grad().grad is None
+        True
+        """
+        for t in _tree.tensor_leaves(self):
+            if t.grad is not None:
+                if set_to_none:
+                    t.grad = None
+                else:
+                    t.grad.detach_().zero_()
+        return self
+
+    def backward(
+        self,
+        gradient: Any = None,
+        retain_graph: builtins.bool | None = None,
+        create_graph: builtins.bool = False,
+        inputs: Any = None,
+    ) -> None:
+        """``torch.autograd.backward`` over every leaf that requires grad, in one call.
+
+        ``gradient`` is a container matching those leaves by key (it may be left out when
+        every such leaf holds one element); ``inputs`` a container or a sequence of tensors.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> x = TensorDict(a=torch.ones(2)).requires_grad_()
+        >>> (x * 2).backward(TensorDict(a=torch.ones(2)))
+        >>> x.grad["a"].tolist()
+        [2.0, 2.0]
+        """
+        keys = [k for k, t in _leaf_items(self) if t.requires_grad]
+        if not keys:
+            raise RuntimeError(
+                "backward(): no leaf requires grad (call requires_grad_() on the inputs)"
+            )
+        outputs = [self.get(k) for k in keys]
+        grads: list[Tensor] | None = None
+        if gradient is not None:
+            try:
+                grads = [gradient.get(k, KEEP) for k in keys]
+            except KeyError as err:
+                raise KeyError(
+                    f"backward(): gradient has no entry for a leaf that requires grad: {err}"
+                ) from None
+        elif any(t.numel() != 1 for t in outputs):
+            raise RuntimeError(
+                "backward(): gradient can be left out only when every leaf that requires "
+                "grad holds one element; pass gradient=, a container matching the leaves"
+            )
+        if inputs is not None and is_container(inputs):
+            inputs = list(_tree.tensor_leaves(inputs))
+        torch.autograd.backward(
+            outputs,
+            grads,
+            retain_graph=retain_graph,
+            create_graph=create_graph,
+            inputs=inputs,
+        )
 
     # ----------------------------------------------------------------- in place
 
@@ -276,7 +367,199 @@ class LeafMethods(MixinBase):
         self.get(key, KEEP).fill_(value)
         return self
 
+    # ---------------------------------------------------------- new containers
+
+    def _new_filled(
+        self, size: tuple[Any, ...], make: Callable[[Tensor, tuple[builtins.int, ...]], Tensor]
+    ) -> Self:
+        """A container of batch size ``size``, same structure; each leaf ``make(leaf,
+        shape)`` with ``shape`` the new batch dims followed by the leaf's own feature dims."""
+        if len(size) == 1 and not isinstance(size[0], builtins.int):
+            size = tuple(size[0])
+        new_bs = torch.Size(size)
+        nd = len(self.batch_size)
+
+        def build(node: Any) -> Any:
+            out: dict[str, Any] = {}
+            for k, v in node._tensordict.items():
+                if isinstance(v, Tensor):
+                    out[k] = make(v, (*new_bs, *v.shape[nd:]))
+                elif type(v) is NonTensorData:
+                    out[k] = v if not v.stacked else NonTensorData(v.data.flat[0])
+                else:
+                    out[k] = build(v)
+            bs = torch.Size((*new_bs, *node._batch_size[nd:]))
+            return node._new_unsafe(out, bs, node._device)
+
+        res: Self = build(self)
+        return res
+
+    def new_zeros(
+        self,
+        *size: Any,
+        dtype: torch.dtype | None = None,
+        device: Any = None,
+        requires_grad: builtins.bool = False,
+    ) -> Self:
+        """A container of batch size ``size`` with this structure, every leaf zeros (of its
+        own dtype and feature shape unless ``dtype``), as ``Tensor.new_zeros``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> TensorDict(a=torch.ones(4, 3), batch_size=[4]).new_zeros(2, 5)["a"].shape
+        torch.Size([2, 5, 3])
+        """
+        return self._new_filled(
+            size,
+            lambda t, s: t.new_zeros(s, dtype=dtype, device=device, requires_grad=requires_grad),
+        )
+
+    def new_ones(
+        self,
+        *size: Any,
+        dtype: torch.dtype | None = None,
+        device: Any = None,
+        requires_grad: builtins.bool = False,
+    ) -> Self:
+        """``new_zeros`` filled with ones.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> TensorDict(a=torch.zeros(4), batch_size=[4]).new_ones(2)["a"].tolist()
+        [1.0, 1.0]
+        """
+        return self._new_filled(
+            size,
+            lambda t, s: t.new_ones(s, dtype=dtype, device=device, requires_grad=requires_grad),
+        )
+
+    def new_empty(
+        self,
+        *size: Any,
+        dtype: torch.dtype | None = None,
+        device: Any = None,
+        requires_grad: builtins.bool = False,
+    ) -> Self:
+        """``new_zeros`` left uninitialised.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> TensorDict(a=torch.zeros(4), batch_size=[4]).new_empty(3).batch_size
+        torch.Size([3])
+        """
+        return self._new_filled(
+            size,
+            lambda t, s: t.new_empty(s, dtype=dtype, device=device, requires_grad=requires_grad),
+        )
+
+    def new_full(
+        self,
+        size: Any,
+        fill_value: Any,
+        *,
+        dtype: torch.dtype | None = None,
+        device: Any = None,
+        requires_grad: builtins.bool = False,
+    ) -> Self:
+        """``new_zeros`` filled with ``fill_value``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> TensorDict(a=torch.zeros(4), batch_size=[4]).new_full([2], 7.0)["a"].tolist()
+        [7.0, 7.0]
+        """
+        return self._new_filled(
+            (size,) if isinstance(size, builtins.int) else tuple(size),
+            lambda t, s: t.new_full(
+                s, fill_value, dtype=dtype, device=device, requires_grad=requires_grad
+            ),
+        )
+
+    def new_tensor(
+        self,
+        data: Any,
+        *,
+        dtype: torch.dtype | None = None,
+        device: Any = None,
+        requires_grad: builtins.bool = False,
+    ) -> Any:
+        """A copy of ``data`` (a container) on this container's device unless ``device``,
+        as ``Tensor.new_tensor`` (which warns that ``clone().detach()`` is preferred).
+
+        >>> import torch, warnings; from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2), batch_size=[2])
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")
+        ...     td.new_tensor(td + 1)["a"].tolist()
+        [1.0, 1.0]
+        """
+        if not is_container(data):
+            raise TypeError(
+                f"new_tensor: data must be a TensorDict or tensorclass, got "
+                f"{type(data).__name__}; for a tensor use tensor.new_tensor(...)"
+            )
+        dev = self._device if device is None else device
+        out = data.apply(
+            lambda t: t.new_tensor(t, dtype=dtype, device=dev, requires_grad=requires_grad)
+        )
+        return out.to(dev) if dev is not None else out
+
     # -------------------------------------------------------------- conversions
+
+    def to_namedtuple(self) -> Any:
+        """The entries as a namedtuple (nested containers as nested namedtuples), as
+        tensordict's ``to_namedtuple``; ``from_namedtuple`` builds a container back.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> nt = TensorDict(a=torch.zeros(2), n={"b": torch.ones(1)}).to_namedtuple()
+        >>> nt.a.tolist(), nt.n.b.tolist()
+        ([0.0, 0.0], [1.0])
+        """
+        import collections
+
+        def convert(node: Any) -> Any:
+            items = {
+                k: (
+                    convert(v)
+                    if is_container(v)
+                    else v.value
+                    if type(v) is NonTensorData and not v.stacked
+                    else v.data
+                    if type(v) is NonTensorData
+                    else v
+                )
+                for k, v in node._tensordict.items()
+            }
+            cls = collections.namedtuple(type(node).__name__, list(items))  # type: ignore[misc]
+            return cls(**items)
+
+        return convert(self)
+
+    @classmethod
+    def from_namedtuple(
+        cls,
+        named_tuple: Any,
+        *,
+        auto_batch_size: builtins.bool = False,
+        batch_size: Any = None,
+        device: Any = None,
+    ) -> Self:
+        """A container from a (nested) namedtuple, the inverse of ``to_namedtuple``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> nt = TensorDict(a=torch.zeros(2)).to_namedtuple()
+        >>> TensorDict.from_namedtuple(nt, auto_batch_size=True).batch_size
+        torch.Size([2])
+        """
+
+        def as_dict(nt: Any) -> dict[str, Any]:
+            return {
+                k: (as_dict(v) if isinstance(v, tuple) and hasattr(v, "_fields") else v)
+                for k, v in nt._asdict().items()
+            }
+
+        return cls.from_dict(
+            as_dict(named_tuple),
+            batch_size=batch_size,
+            auto_batch_size=auto_batch_size,
+            device=device,
+        )
 
     def to_dict(self, *, retain_none: builtins.bool = True) -> dict[str, Any]:
         """A nested ``dict`` of tensors (plain values for non-tensor entries); tensors shared.
@@ -447,3 +730,17 @@ def _tolist(d: Any) -> Any:
     if isinstance(d, dict):
         return {k: _tolist(v) for k, v in d.items()}
     return d.tolist() if isinstance(d, Tensor) else d
+
+
+def _leaf_items(td: Any) -> list[tuple[tuple[str, ...], Tensor]]:
+    out: list[tuple[tuple[str, ...], Tensor]] = []
+
+    def walk(node: Any, path: tuple[str, ...]) -> None:
+        for k, v in node._tensordict.items():
+            if isinstance(v, Tensor):
+                out.append(((*path, k), v))
+            elif is_container(v):
+                walk(v, (*path, k))
+
+    walk(td, ())
+    return out

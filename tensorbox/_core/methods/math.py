@@ -23,8 +23,9 @@ import torch
 from torch import Tensor
 
 from tensorbox._core import elementwise as _elementwise
+from tensorbox._core import reduce as _red
 from tensorbox._core.keys import NestedKey, format_key
-from tensorbox._core.methods.base import C, MixinBase, batch_dims, is_container
+from tensorbox._core.methods.base import C, MixinBase, is_container
 
 __all__ = ["MathMethods"]
 
@@ -36,6 +37,31 @@ def _leaves(obj: Any) -> Iterable[tuple[NestedKey, Tensor]]:
 def _expand(mask: Tensor, leaf: Tensor) -> Tensor:
     """``mask`` (leading dims of ``leaf``) with trailing dims appended, expanded to ``leaf``."""
     return mask.reshape(*mask.shape, *(1,) * (leaf.ndim - mask.ndim)).expand(leaf.shape)
+
+
+def _where_pad(pad: Any, key: NestedKey, like: Tensor) -> Tensor:
+    if pad is None:
+        raise KeyError(
+            f"where: key {format_key(key)} not found in both containers and no pad value "
+            "provided; pass pad= to fill the missing side"
+        )
+    return torch.full_like(like, pad)
+
+
+def _where_pair(self: Any, cond: Tensor, other: Any, pad: Any) -> Any:
+    """``where`` against a container: keys held by one side only take ``pad``."""
+    mine = dict(_leaves(self))
+    theirs = dict(_leaves(other))
+    out = self.empty(recurse=True) if mine else other.empty(recurse=True)
+    for key in [*mine, *(k for k in theirs if k not in mine)]:
+        a: Any = mine.get(key)
+        b: Any = theirs.get(key)
+        if a is None:
+            a = _where_pad(pad, key, b)
+        elif b is None:
+            b = _where_pad(pad, key, a)
+        out.set(key, torch.where(_expand(cond, a), a, b))
+    return out
 
 
 def _check_mask(obj: Any, mask: Tensor, what: str) -> Tensor:
@@ -200,6 +226,20 @@ class MathMethods(MixinBase):
 
     sigmoid = _unary(torch.sigmoid, "sigmoid")
 
+    # tests of each element: bool leaves of the same shapes
+
+    isnan = _unary(torch.isnan, "isnan")
+
+    isinf = _unary(torch.isinf, "isinf")
+
+    isfinite = _unary(torch.isfinite, "isfinite")
+
+    isposinf = _unary(torch.isposinf, "isposinf")
+
+    isneginf = _unary(torch.isneginf, "isneginf")
+
+    isreal = _unary(torch.isreal, "isreal")
+
     def clamp(self, min: Any = None, max: Any = None) -> Self:
         """``torch.clamp(leaf, min, max)`` for every tensor leaf.
 
@@ -231,89 +271,297 @@ class MathMethods(MixinBase):
         mask = _check_mask(self, mask, "masked_fill_")
         return self.apply(lambda t: t.masked_fill_(_expand(mask, t), value), inplace=True)
 
-    def where(self, condition: Tensor, other: Any) -> Self:
+    def where(self, condition: Tensor, other: Any, *, out: Any = None, pad: Any = None) -> Self:
         """``torch.where(condition, leaf, other)``; ``condition`` spans leading batch dims.
 
-        ``other`` is a container with the same keys, a tensor or a scalar.
+        ``other`` is a container with the same keys, a tensor or a scalar. ``pad`` stands
+        in for a key that only one side holds (without it, such a key is a ``KeyError``);
+        ``out`` receives the result and is returned.
 
         >>> from tensorbox import TensorDict
         >>> td = TensorDict(a=torch.tensor([1.0, 2.0]), batch_size=[2])
         >>> td.where(torch.tensor([True, False]), 0.0)["a"].tolist()
         [1.0, 0.0]
+        >>> td.where(torch.tensor([True, False]), td.empty(), pad=-1)["a"].tolist()
+        [1.0, -1.0]
         """
         cond = _check_mask(self, condition, "where")
+        result: Self
         if is_container(other):
-            return self.apply(lambda t, o: torch.where(_expand(cond, t), t, o), other)
-        return self.apply(lambda t: torch.where(_expand(cond, t), t, other))
+            result = _where_pair(self, cond, other, pad)
+        else:
+            result = self.apply(lambda t: torch.where(_expand(cond, t), t, other))
+        if out is None:
+            return result
+        out.update(result)
+        return out  # type: ignore[no-any-return]
 
     # ----------------------------------------------- reductions over batch dims
 
-    def _reduce(self, name: str, dim: Any, keepdim: builtins.bool, **kw: Any) -> Self:
-        fn = getattr(torch, name)
-        if dim is None:
-            return self.apply(lambda t: fn(t, **kw), batch_size=[])
-        bs = self.batch_size
-        dims = batch_dims(dim, len(bs), name)
-        new = [1 if i in dims else s for i, s in enumerate(bs) if keepdim or i not in dims]
-        return self.apply(lambda t: fn(t, dim=dims, keepdim=keepdim, **kw), batch_size=new)
+    # Reductions (tensordict's semantics, see _core/reduce.py): ``dim`` is batch dim(s),
+    # None (each leaf to one value) or "feature" (the dims after the batch dims);
+    # ``reduce=True`` gives one tensor over every leaf.
 
-    def sum(self, dim: Any = None, keepdim: builtins.bool = False, *, dtype: Any = None) -> Self:
+    def sum(
+        self,
+        dim: Any = None,
+        keepdim: builtins.bool = False,
+        *,
+        dtype: Any = None,
+        reduce: builtins.bool | None = None,
+    ) -> Any:
         """Sum over batch dim(s) ``dim`` (removed); with ``dim=None`` each leaf to a scalar.
 
         >>> from tensorbox import TensorDict
         >>> td = TensorDict(a=torch.ones(2, 3), batch_size=[2])
-        >>> td.sum(0)["a"], td.sum().batch_size
-        (tensor([2., 2., 2.]), torch.Size([]))
+        >>> td.sum(0)["a"], td.sum().batch_size, td.sum(dim="feature")["a"].tolist()
+        (tensor([2., 2., 2.]), torch.Size([]), [3.0, 3.0])
+        >>> td.sum(reduce=True)
+        tensor(6.)
         """
-        kw = {} if dtype is None else {"dtype": dtype}
-        return self._reduce("sum", dim, keepdim, **kw)
+        return _red.reduction(self, "sum", dim, keepdim, reduce, dtype=dtype)
 
-    def mean(self, dim: Any = None, keepdim: builtins.bool = False, *, dtype: Any = None) -> Self:
+    def nansum(
+        self,
+        dim: Any = None,
+        keepdim: builtins.bool = False,
+        *,
+        dtype: Any = None,
+        reduce: builtins.bool | None = None,
+    ) -> Any:
+        """``sum`` treating NaN as zero.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.tensor([1.0, float("nan")]), batch_size=[2]).nansum(0)["a"]
+        tensor(1.)
+        """
+        return _red.reduction(self, "nansum", dim, keepdim, reduce, dtype=dtype)
+
+    def prod(
+        self,
+        dim: Any = None,
+        keepdim: builtins.bool = False,
+        *,
+        dtype: Any = None,
+        reduce: builtins.bool | None = None,
+    ) -> Any:
+        """Product over batch dim(s) ``dim``, or of each whole leaf.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.tensor([2.0, 3.0]), batch_size=[2]).prod(0)["a"]
+        tensor(6.)
+        """
+        return _red.reduction(self, "prod", dim, keepdim, reduce, dtype=dtype)
+
+    def mean(
+        self,
+        dim: Any = None,
+        keepdim: builtins.bool = False,
+        *,
+        dtype: Any = None,
+        reduce: builtins.bool | None = None,
+    ) -> Any:
         """Mean over batch dim(s) ``dim``, or of each whole leaf with ``dim=None``.
 
         >>> from tensorbox import TensorDict
         >>> TensorDict(a=torch.tensor([[1.0, 3.0]]), batch_size=[1, 2]).mean(1)["a"]
         tensor([2.])
         """
-        kw = {} if dtype is None else {"dtype": dtype}
-        return self._reduce("mean", dim, keepdim, **kw)
+        return _red.reduction(self, "mean", dim, keepdim, reduce, dtype=dtype)
+
+    def nanmean(
+        self,
+        dim: Any = None,
+        keepdim: builtins.bool = False,
+        *,
+        dtype: Any = None,
+        reduce: builtins.bool | None = None,
+    ) -> Any:
+        """``mean`` ignoring NaN values.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.tensor([1.0, float("nan")]), batch_size=[2]).nanmean(0)["a"]
+        tensor(1.)
+        """
+        return _red.reduction(self, "nanmean", dim, keepdim, reduce, dtype=dtype)
 
     def std(
-        self, dim: Any = None, keepdim: builtins.bool = False, *, correction: builtins.int = 1
-    ) -> Self:
+        self,
+        dim: Any = None,
+        keepdim: builtins.bool = False,
+        *,
+        correction: builtins.int = 1,
+        reduce: builtins.bool | None = None,
+    ) -> Any:
         """Standard deviation over batch dim(s) ``dim``, or of each whole leaf.
 
         >>> from tensorbox import TensorDict
         >>> TensorDict(a=torch.tensor([1.0, 3.0]), batch_size=[2]).std(0)["a"]
         tensor(1.4142)
         """
-        return self._reduce("std", dim, keepdim, correction=correction)
+        return _red.reduction(self, "std", dim, keepdim, reduce, correction=correction)
 
     def var(
-        self, dim: Any = None, keepdim: builtins.bool = False, *, correction: builtins.int = 1
-    ) -> Self:
+        self,
+        dim: Any = None,
+        keepdim: builtins.bool = False,
+        *,
+        correction: builtins.int = 1,
+        reduce: builtins.bool | None = None,
+    ) -> Any:
         """Variance over batch dim(s) ``dim``, or of each whole leaf.
 
         >>> from tensorbox import TensorDict
         >>> TensorDict(a=torch.tensor([1.0, 3.0]), batch_size=[2]).var(0)["a"]
         tensor(2.)
         """
-        return self._reduce("var", dim, keepdim, correction=correction)
+        return _red.reduction(self, "var", dim, keepdim, reduce, correction=correction)
 
-    def amax(self, dim: Any = None, keepdim: builtins.bool = False) -> Self:
+    def quantile(
+        self,
+        q: Any,
+        dim: Any = None,
+        keepdim: builtins.bool = False,
+        *,
+        interpolation: str = "linear",
+        reduce: builtins.bool | None = None,
+    ) -> Any:
+        """The ``q``-quantile over batch dim ``dim``, or of each whole leaf.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.tensor([1.0, 2.0, 9.0]), batch_size=[3]).quantile(0.5, 0)["a"]
+        tensor(2.)
+        """
+        return _red.reduction(
+            self, "quantile", dim, keepdim, reduce, q=q, interpolation=interpolation
+        )
+
+    def amax(
+        self,
+        dim: Any = None,
+        keepdim: builtins.bool = False,
+        *,
+        reduce: builtins.bool | None = None,
+    ) -> Any:
         """Maximum over batch dim(s) ``dim``, or of each whole leaf.
 
         >>> from tensorbox import TensorDict
         >>> TensorDict(a=torch.tensor([[1, 5], [4, 2]]), batch_size=[2, 2]).amax(0)["a"].tolist()
         [4, 5]
         """
-        return self._reduce("amax", dim, keepdim)
+        return _red.reduction(self, "amax", dim, keepdim, reduce)
 
-    def amin(self, dim: Any = None, keepdim: builtins.bool = False) -> Self:
+    def amin(
+        self,
+        dim: Any = None,
+        keepdim: builtins.bool = False,
+        *,
+        reduce: builtins.bool | None = None,
+    ) -> Any:
         """Minimum over batch dim(s) ``dim``, or of each whole leaf.
 
         >>> from tensorbox import TensorDict
         >>> TensorDict(a=torch.tensor([[1, 5], [4, 2]]), batch_size=[2, 2]).amin(-1)["a"].tolist()
         [1, 2]
         """
-        return self._reduce("amin", dim, keepdim)
+        return _red.reduction(self, "amin", dim, keepdim, reduce)
+
+    def max(
+        self,
+        dim: Any = None,
+        keepdim: builtins.bool = False,
+        *,
+        reduce: builtins.bool | None = None,
+        return_indices: builtins.bool = True,
+    ) -> Any:
+        """Maximum of each leaf; with a batch ``dim``, ``torch.return_types.max`` of two
+        containers (``values``, ``indices``), as ``torch.max`` (values only with
+        ``return_indices=False``).
+
+        >>> from tensorbox import TensorDict
+        >>> r = TensorDict(a=torch.tensor([1.0, 5.0, 2.0]), batch_size=[3]).max(0)
+        >>> r.values["a"].item(), r.indices["a"].item()
+        (5.0, 1)
+        """
+        return _red.extreme(self, "max", dim, keepdim, reduce, return_indices)
+
+    def min(
+        self,
+        dim: Any = None,
+        keepdim: builtins.bool = False,
+        *,
+        reduce: builtins.bool | None = None,
+        return_indices: builtins.bool = True,
+    ) -> Any:
+        """Minimum of each leaf; with a batch ``dim``, ``torch.return_types.min`` of two
+        containers (``values``, ``indices``), as ``torch.min``.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.tensor([3.0, 1.0]), batch_size=[2]).min()["a"]
+        tensor(1.)
+        """
+        return _red.extreme(self, "min", dim, keepdim, reduce, return_indices)
+
+    def cummax(
+        self,
+        dim: builtins.int,
+        *,
+        reduce: builtins.bool | None = None,
+        return_indices: builtins.bool = True,
+    ) -> Any:
+        """Cumulative maximum along batch dim ``dim``: ``torch.return_types.cummax`` of two
+        containers (values only with ``return_indices=False``).
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.tensor([1, 3, 2]), batch_size=[3]).cummax(0).values["a"].tolist()
+        [1, 3, 3]
+        """
+        return _red.cumulative(self, "cummax", dim, reduce, return_indices)
+
+    def cummin(
+        self,
+        dim: builtins.int,
+        *,
+        reduce: builtins.bool | None = None,
+        return_indices: builtins.bool = True,
+    ) -> Any:
+        """Cumulative minimum along batch dim ``dim`` (see ``cummax``).
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.tensor([3, 1, 2]), batch_size=[3]).cummin(0).values["a"].tolist()
+        [3, 1, 1]
+        """
+        return _red.cumulative(self, "cummin", dim, reduce, return_indices)
+
+    def logsumexp(
+        self, dim: Any = None, keepdim: builtins.bool = False, *, out: Any = None
+    ) -> Self:
+        """``torch.logsumexp`` over batch dim(s) ``dim`` (every batch dim when None),
+        written into ``out`` when given.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.zeros(2, 3), batch_size=[2, 3]).logsumexp(1)["a"].shape
+        torch.Size([2])
+        """
+        out_: Self = _red.logsumexp(self, dim, keepdim, out)
+        return out_
+
+    def softmax(self, dim: builtins.int, dtype: torch.dtype | None = None) -> Self:
+        """``torch.softmax`` along batch dim ``dim`` of every leaf.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.zeros(2), batch_size=[2]).softmax(0)["a"].tolist()
+        [0.5, 0.5]
+        """
+        out: Self = _red.softmax(self, "softmax", dim, dtype)
+        return out
+
+    def log_softmax(self, dim: builtins.int, dtype: torch.dtype | None = None) -> Self:
+        """``torch.log_softmax`` along batch dim ``dim`` of every leaf.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.zeros(2), batch_size=[2]).log_softmax(0)["a"].exp().tolist()
+        [0.5, 0.5]
+        """
+        out: Self = _red.softmax(self, "log_softmax", dim, dtype)
+        return out

@@ -31,8 +31,9 @@ import torch
 from torch import Tensor
 
 from tensorbox._core import shapeops as _shapeops
-from tensorbox._core.methods.base import MixinBase, batch_dim, batch_dims
+from tensorbox._core.methods.base import C, MixinBase, batch_dim, batch_dims, is_container
 from tensorbox._core.shape import shape_from_args
+from tensorbox.errors import BatchSizeError, LockedError
 
 _T = TypeVar("_T")
 
@@ -549,8 +550,12 @@ class ShapeMethods(MixinBase):
 
     # ----------------------------------------------------------- selecting rows
 
-    def gather(self, dim: builtins.int, index: Tensor) -> Self:
+    def gather(
+        self, dim: builtins.int, index: Tensor, out: Any = None, *, inplace: builtins.bool = False
+    ) -> Self:
         """``torch.gather`` along batch dim ``dim``; ``index`` spans the batch dims.
+        With ``out``, the result is written into that container's tensors and it is returned;
+        ``inplace=True`` makes this container the result (its entries and batch size).
 
         >>> from tensorbox import TensorDict
         >>> td = TensorDict(a=torch.tensor([[1, 2], [3, 4]]), batch_size=[2, 2])
@@ -559,8 +564,11 @@ class ShapeMethods(MixinBase):
         """
         nd = self.batch_dims
         d = batch_dim(dim, nd, "gather")
+        if inplace and out is not None:
+            raise ValueError("gather: out= and inplace=True are mutually exclusive; pass one")
         if index.ndim != nd:
-            raise ValueError(f"gather: index has {index.ndim} dims, expected {nd} (the batch dims)")
+            err = NotImplementedError if inplace else ValueError
+            raise err(f"gather: index.ndim is {index.ndim}, expected {nd} (the batch dims)")
         bs = self.batch_size
         if any(index.shape[i] > bs[i] for i in range(nd) if i != d):
             raise ValueError(
@@ -575,7 +583,18 @@ class ShapeMethods(MixinBase):
             .expand(index.shape)
             for i in range(nd)
         ]
-        return self[tuple(grids)]  # type: ignore[index, no-any-return]
+        result: Any = self[tuple(grids)]  # type: ignore[index]
+        if inplace:
+            return _take_in_place(self, result)
+        if out is None:
+            return result  # type: ignore[no-any-return]
+        if out.batch_size != result.batch_size:
+            raise BatchSizeError(
+                f"gather: out= has batch_size {tuple(out.batch_size)}, the result has "
+                f"{tuple(result.batch_size)}"
+            )
+        out.update(result, inplace=True)
+        return out  # type: ignore[no-any-return]
 
     def masked_select(self, mask: Tensor) -> Self:
         """The batch elements where ``mask`` (shaped like the whole batch) is true, as one
@@ -676,3 +695,23 @@ def _atleast(obj: _T, n: int) -> _T:
     for _ in range(n - len(out.batch_size)):
         out = out.unsqueeze(0)
     return out  # type: ignore[no-any-return]
+
+
+def _take_in_place(self: C, result: Any) -> C:
+    """``self`` becomes ``result`` (entries and batch size), keeping its nested containers'
+    identities, as tensordict's ``inplace=True`` shape ops."""
+    if self._locked:
+        raise LockedError(f"cannot change a locked {type(self).__name__} in place; unlock_() first")
+
+    def take(node: Any, new: Any) -> None:
+        store = node._tensordict
+        for k, v in new._tensordict.items():
+            cur = store.get(k)
+            if is_container(v) and is_container(cur):
+                take(cur, v)
+            else:
+                store[k] = v
+        node._batch_size = new._batch_size
+
+    self._write(take, self, result)
+    return self

@@ -135,6 +135,10 @@ def read_meta_bytes(directory: str, meta_path: str) -> bytes:
     except FileNotFoundError:
         if not os.path.isdir(directory):
             raise FileNotFoundError(f"no saved tree at {directory!r}: not a directory") from None
+        if not os.listdir(directory):  # nothing was ever saved here: as a missing path
+            raise FileNotFoundError(
+                f"no saved tree at {directory!r}: the folder is empty"
+            ) from None
         raise IncompleteTreeError(
             f"{meta_path} is missing: the save that wrote {directory!r} did not finish "
             "(or this is not a saved tree); save it again"

@@ -1,0 +1,85 @@
+"""Reserve the disk blocks a row write will touch, before it copies into the mapping.
+
+``memmap_like`` creates sparse files (as tensordict): a million-row dataset costs no
+disk until rows are written. A write through a shared mapping into a hole of a sparse
+file on a full disk kills the process with SIGBUS; reserving the byte range first
+(``posix_fallocate``) turns that into an ``OSError`` naming the key and the rows, and
+leaves the file as it was.
+
+The range reserved is the span of rows along the leaf's first dim that the index
+touches (from the first to the last), in the leaf's own file. Blocks already
+allocated cost nothing to reserve again.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from tensorbox._core.keys import format_key
+from tensorbox._core.tree import is_coll
+
+__all__ = ["reserve_rows"]
+
+
+def _row_span(t: Tensor, index: Any) -> tuple[int, int] | None:
+    """First and last row (dim 0) of ``t`` that ``t[index]`` touches; None for none."""
+    if t.ndim == 0:
+        return (0, 0)
+    first = index[0] if type(index) is tuple and index else index
+    if first is Ellipsis or first is None or (type(index) is tuple and not index):
+        return (0, t.shape[0] - 1)
+    if isinstance(first, Tensor) and first.dtype == torch.bool and first.ndim > 1:
+        first = first.reshape(first.shape[0], -1).any(1)  # a mask over several batch dims
+    try:
+        rows = torch.arange(t.shape[0])[first]
+    except (IndexError, TypeError, RuntimeError):
+        return (0, t.shape[0] - 1)  # an index read otherwise: reserve every row
+    if rows.numel() == 0:
+        return None
+    return int(rows.min()), int(rows.max())
+
+
+def _reserve(t: Tensor, index: Any, key: tuple[str, ...]) -> None:
+    if t.device.type != "cpu" or not hasattr(os, "posix_fallocate"):
+        return
+    name = t.untyped_storage().filename
+    if name is None:
+        return
+    span = _row_span(t, index)
+    if span is None:
+        return
+    item = t.element_size()
+    row = (t.stride(0) if t.ndim else 1) * item
+    start = int(t.storage_offset()) * item + span[0] * row  # an int on CPU (SymInt: tracing)
+    length = (span[1] - span[0] + 1) * row if t.ndim else item
+    if length <= 0:
+        return
+    fd = os.open(name, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.posix_fallocate(fd, start, length)
+    except OSError as err:
+        if err.errno == errno.ENOSPC:
+            raise OSError(
+                errno.ENOSPC,
+                f"no space left on the device to write rows {span[0]}..{span[1]} of key "
+                f"{format_key(key)} ({length} bytes of {name}); nothing was written: free "
+                "space and write the rows again",
+            ) from None
+        if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+    finally:
+        os.close(fd)
+
+
+def reserve_rows(td: Any, index: Any, path: tuple[str, ...] = ()) -> None:
+    """Reserve, in every file-backed leaf of ``td``, the rows ``td[index] = ...`` writes."""
+    for k, v in td._tensordict.items():
+        if isinstance(v, Tensor):
+            _reserve(v, index, (*path, k))
+        elif is_coll(v):
+            reserve_rows(v, index, (*path, k))
