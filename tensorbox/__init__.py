@@ -43,6 +43,7 @@ __all__ = [
     "MemoryMappedTensor",
     "NestedKey",
     "NonTensorData",
+    "PersistentTensorDict",
     "TensorClass",
     "TensorDict",
     "TensorDictKeyError",
@@ -50,12 +51,22 @@ __all__ = [
     "cat",
     "field",
     "fields",
+    "from_arrow",
+    "from_csv",
+    "from_h5",
+    "from_json",
+    "from_pandas",
+    "from_parquet",
+    "from_safetensors",
+    "from_zarr",
     "is_tensor_collection",
     "is_tensorclass",
     "pack",
     "stack",
     "tensorclass",
+    "to_arrow",
     "to_padded_tensor",
+    "to_safetensors",
     "unpack",
     "unravel_key",
 ]
@@ -67,6 +78,19 @@ if TYPE_CHECKING:
     from tensorbox import data as data
     from tensorbox._storage.archive.convert import pack, unpack
     from tensorbox.data import BatchLoader, ImageFolderData
+    from tensorbox.interop import (
+        PersistentTensorDict,
+        from_arrow,
+        from_csv,
+        from_h5,
+        from_json,
+        from_pandas,
+        from_parquet,
+        from_safetensors,
+        from_zarr,
+        to_arrow,
+        to_safetensors,
+    )
 
 # ``pack``/``unpack`` (folder <-> one-file archive) load the zip code on first use too.
 _LAZY = {
@@ -74,6 +98,18 @@ _LAZY = {
     "ImageFolderData": "data",
     "pack": "_storage.archive.convert",
     "unpack": "_storage.archive.convert",
+    # the bridges to other formats (pyarrow, h5py, zarr, safetensors load on first call)
+    "PersistentTensorDict": "interop",
+    "from_arrow": "interop",
+    "from_csv": "interop",
+    "from_h5": "interop",
+    "from_json": "interop",
+    "from_pandas": "interop",
+    "from_parquet": "interop",
+    "from_safetensors": "interop",
+    "from_zarr": "interop",
+    "to_arrow": "interop",
+    "to_safetensors": "interop",
 }
 _LAZY_MODULES = ("buffer", "data")
 

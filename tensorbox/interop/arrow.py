@@ -1,0 +1,771 @@
+"""Arrow tables, Parquet, pandas, CSV and JSON to and from containers (pyarrow is the engine).
+
+A table's rows are the first batch dim. Each column becomes one entry:
+
+- fixed-width numbers without nulls: a tensor that *shares* the Arrow buffer (no copy
+  when the column is one chunk; a multi-chunk column is joined once);
+- ``bool``, dictionary (categorical: its integer codes) and temporal columns (their
+  integer representation): a tensor, copied where Arrow's layout differs;
+- fixed-size lists of numbers, and lists that all have one length: a tensor with one
+  more dim per list level;
+- strings, binary and other Python values: non-tensor data, one value per row;
+- structs: a nested container (so nested keys round-trip without a separator).
+
+Anything else (nulls in a number column, ragged lists, decimals, maps, unions) is
+refused with an error naming the column and what was expected.
+
+``to_arrow`` is the inverse; the batch sizes of every node and the dtypes Arrow lacks
+(``bfloat16``) travel in the schema metadata, so ``from_arrow(to_arrow(td))`` gives
+back the same tree.
+
+>>> import pyarrow as pa
+>>> from tensorbox.interop.arrow import from_arrow, to_arrow
+>>> td = from_arrow(pa.table({"obs.x": [0.0, 1.0, 2.0], "name": ["a", "b", "c"]}), separator=".")
+>>> td["obs", "x"].tolist(), td[1]["name"]
+([0.0, 1.0, 2.0], 'b')
+>>> table = to_arrow(td)
+>>> table.column_names
+['obs', 'name']
+>>> from_arrow(table)[2]["name"]
+'c'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import warnings
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from tensorbox._core.nontensor import NonTensorData
+from tensorbox.interop._extras import require
+
+__all__ = [
+    "ParquetRowGroups",
+    "from_arrow",
+    "from_csv",
+    "from_json",
+    "from_pandas",
+    "from_parquet",
+    "to_arrow",
+    "to_csv",
+    "to_json",
+    "to_pandas",
+    "to_parquet",
+]
+
+#: Schema metadata key holding what Arrow cannot say (batch sizes, torch dtypes).
+META_KEY = b"tensorbox"
+
+_TORCH_OF_NUMPY = {
+    np.dtype(np.bool_): torch.bool,
+    np.dtype(np.int8): torch.int8,
+    np.dtype(np.int16): torch.int16,
+    np.dtype(np.int32): torch.int32,
+    np.dtype(np.int64): torch.int64,
+    np.dtype(np.uint8): torch.uint8,
+    np.dtype(np.uint16): torch.uint16,
+    np.dtype(np.uint32): torch.uint32,
+    np.dtype(np.uint64): torch.uint64,
+    np.dtype(np.float16): torch.float16,
+    np.dtype(np.float32): torch.float32,
+    np.dtype(np.float64): torch.float64,
+    np.dtype(np.complex64): torch.complex64,
+    np.dtype(np.complex128): torch.complex128,
+}
+_NUMPY_OF_TORCH = {v: k for k, v in _TORCH_OF_NUMPY.items()}
+#: torch dtypes Arrow has no type for, stored as same-width integers plus a note.
+_STORED_AS = {torch.bfloat16: torch.int16}
+
+_UNSUPPORTED = (
+    "expected fixed-width numbers or bool without nulls, strings/binary, dictionary "
+    "(categorical), temporal, (fixed-size) lists of numbers or structs of those"
+)
+
+
+def _pa() -> Any:
+    return require("pyarrow", "arrow")
+
+
+# ------------------------------------------------------------------ Arrow -> tree
+
+
+def _is_tensor_collection_class(cls: Any) -> bool:
+    return bool(getattr(cls, "_is_tensor_collection", False))
+
+
+def _finish(
+    cls: Any,
+    source: dict[str, Any],
+    batch_size: Any,
+    device: Any,
+    auto_batch_size: bool,
+    batch_dims: int | None,
+    where: str,
+) -> Any:
+    """The container of type ``cls`` (TensorDict or a tensorclass) around ``source``."""
+    from tensorbox import TensorDict, is_tensorclass
+
+    if auto_batch_size and batch_size is not None:
+        raise TypeError(
+            f"{where}: Conflicting batch sizes: pass batch_size or auto_batch_size=True, "
+            "not both"
+        )
+    td = TensorDict(source, batch_size=batch_size, device=device)
+    if auto_batch_size:
+        td.auto_batch_size_(batch_dims=batch_dims)
+    if cls is not None and is_tensorclass(cls):
+        return cls.from_tensordict(td)
+    return td
+
+
+def _frombuffer(buf: Any, dtype: torch.dtype, count: int, offset: int) -> Tensor:
+    """A tensor over ``count`` items of Arrow buffer ``buf`` (no copy)."""
+    if count == 0:
+        return torch.empty(0, dtype=dtype)
+    with warnings.catch_warnings():
+        # An immutable Arrow buffer (a memory-mapped file) exports read-only memory; the
+        # tensor views it all the same (the documented contract: don't write into it).
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.frombuffer(buf, dtype=dtype, count=count, offset=offset)
+
+
+def _primitive(arr: Any, name: str, where: str) -> Tensor:
+    """One Arrow array of fixed-width numbers as a tensor, sharing its buffer."""
+    pa = _pa()
+    if arr.null_count:
+        raise ValueError(
+            f"{where}: column {name!r} has {arr.null_count} null value(s) and a tensor "
+            "has no null: fill them first (pyarrow.compute.fill_null / DataFrame.fillna) "
+            "or drop those rows"
+        )
+    t = arr.type
+    if pa.types.is_boolean(t):  # Arrow packs bools in bits: one copy
+        return torch.from_numpy(arr.to_numpy(zero_copy_only=False).copy())
+    if pa.types.is_dictionary(t):
+        return _primitive(arr.indices, name, where)
+    if pa.types.is_temporal(t):
+        arr = arr.view(pa.int64() if t.bit_width == 64 else pa.int32())
+        t = arr.type
+    try:
+        np_dtype = np.dtype(t.to_pandas_dtype())
+        dtype = _TORCH_OF_NUMPY[np_dtype]
+    except (NotImplementedError, KeyError, TypeError):
+        raise TypeError(
+            f"{where}: column {name!r} has Arrow type {t}, which has no tensor form; "
+            f"{_UNSUPPORTED}"
+        ) from None
+    return _frombuffer(arr.buffers()[1], dtype, len(arr), arr.offset * np_dtype.itemsize)
+
+
+def _one_chunk(col: Any) -> Any:
+    pa = _pa()
+    if isinstance(col, pa.ChunkedArray):
+        if col.num_chunks == 1:
+            return col.chunk(0)
+        if col.num_chunks == 0:
+            return pa.array([], type=col.type)
+        return pa.concat_arrays(col.chunks)  # one copy: a tensor needs one buffer
+    return col
+
+
+def _list_values(arr: Any, name: str, where: str, ragged: str) -> Tensor:
+    """A column of lists: one tensor with one more dim per list level."""
+    pa = _pa()
+    n = len(arr)
+    if arr.null_count:
+        raise ValueError(
+            f"{where}: column {name!r} has {arr.null_count} null list(s); fill them first "
+            "(pyarrow.compute.fill_null) or drop those rows"
+        )
+    if pa.types.is_fixed_size_list(arr.type):
+        width = arr.type.list_size
+        values = arr.flatten()
+    else:
+        lengths = arr.value_lengths().to_numpy(zero_copy_only=False)
+        width = int(lengths[0]) if n else 0
+        if n and (lengths != width).any():
+            if ragged == "jagged":
+                inner = _column_tensor(arr.flatten(), name, where, ragged)
+                offsets = torch.zeros(n + 1, dtype=torch.int64)
+                offsets[1:] = torch.from_numpy(np.cumsum(lengths, dtype=np.int64))
+                return torch.nested.nested_tensor_from_jagged(inner, offsets)
+            raise ValueError(
+                f"{where}: column {name!r} holds lists of different lengths "
+                f"({int(lengths.min())} to {int(lengths.max())}); pad them to one length, "
+                "or pass ragged='jagged' to read the column as a jagged tensor"
+            )
+        values = arr.flatten()
+    inner = _column_tensor(values, name, where, ragged)
+    return inner.reshape(n, width, *inner.shape[1:])
+
+
+def _column_tensor(arr: Any, name: str, where: str, ragged: str) -> Tensor:
+    pa = _pa()
+    t = arr.type
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _list_values(arr, name, where, ragged)
+    return _primitive(arr, name, where)
+
+
+def _is_object_type(t: Any) -> bool:
+    """Columns kept as Python values (one per row): strings, binary, and lists of those."""
+    pa = _pa()
+    if (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_null(t)
+    ):
+        return True
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _is_object_type(t.value_type)
+    return False
+
+
+def _objects(arr: Any, shape: tuple[int, ...]) -> NonTensorData:
+    values = arr.to_pylist()
+    out = np.empty(len(values), dtype=object)
+    out[:] = [None] * len(values)
+    for i, v in enumerate(values):
+        out[i] = v
+    if len(shape) > 1 and all(isinstance(v, list) for v in values):
+        out = np.array(values, dtype=object).reshape(shape)
+    return NonTensorData(out, stacked=True)
+
+
+def _node(
+    arrays: Mapping[str, Any],
+    path: tuple[str, ...],
+    meta: dict[str, Any],
+    where: str,
+    dtype: torch.dtype | None,
+    ragged: str,
+    rows: int,
+) -> dict[str, Any]:
+    pa = _pa()
+    node_bs = tuple(meta.get("nodes", {}).get("/".join(path), (rows,)))
+    out: dict[str, Any] = {}
+    for name, col in arrays.items():
+        key_path = (*path, name)
+        label = ".".join(key_path)
+        arr = _one_chunk(col)
+        t = arr.type
+        if pa.types.is_struct(t):
+            if arr.null_count:
+                raise ValueError(
+                    f"{where}: column {label!r} has {arr.null_count} null struct(s); "
+                    "fill them first or drop those rows"
+                )
+            children = {t.field(i).name: arr.field(i) for i in range(t.num_fields)}
+            out[name] = _node(children, key_path, meta, where, dtype, ragged, rows)
+            continue
+        if _is_object_type(t):
+            out[name] = _objects(arr, node_bs)
+            continue
+        tensor = _column_tensor(arr, label, where, ragged)
+        stored = meta.get("dtypes", {}).get(label)
+        if stored is not None:
+            tensor = tensor.view(getattr(torch, stored))
+        shape = meta.get("shapes", {}).get(label)
+        if shape is not None and list(tensor.shape) != shape:
+            tensor = tensor.reshape(shape)
+        if dtype is not None and tensor.dtype is not torch.bool and not tensor.is_nested:
+            tensor = tensor.to(dtype)
+        out[name] = tensor
+    return _Nested(out, node_bs) if path else out
+
+
+class _Nested(dict):  # type: ignore[type-arg]
+    """A nested node's entries plus its batch size (turned into a TensorDict at the end)."""
+
+    def __init__(self, entries: dict[str, Any], batch_size: tuple[int, ...]) -> None:
+        super().__init__(entries)
+        self.batch_size = batch_size
+
+
+def _build(source: dict[str, Any]) -> dict[str, Any]:
+    from tensorbox import TensorDict
+
+    out: dict[str, Any] = {}
+    for k, v in source.items():
+        if isinstance(v, _Nested):
+            out[k] = TensorDict(_build(v), batch_size=v.batch_size)
+        else:
+            out[k] = v
+    return out
+
+
+def _split(source: dict[str, Any], separator: str | None) -> dict[str, Any]:
+    """Nest flat column names ``"a.b"`` as ``a -> b`` (when a separator is given)."""
+    if not separator:
+        return source
+    out: dict[str, Any] = {}
+    for name, value in source.items():
+        parts = name.split(separator)
+        node = out
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"column {name!r}: {p!r} is both a column and a prefix")
+        node[parts[-1]] = value
+    return out
+
+
+def from_arrow(
+    table: Any,
+    *,
+    batch_size: Any = None,
+    auto_batch_size: bool = False,
+    batch_dims: int | None = None,
+    device: Any = None,
+    separator: str | None = None,
+    dtype: torch.dtype | None = None,
+    ragged: str = "error",
+    cls: Any = None,
+) -> Any:
+    """A container of the columns of an Arrow ``Table`` or ``RecordBatch``, one row per
+    batch element. Fixed-width number columns without nulls are not copied: their tensors
+    view the Arrow buffers (so don't write into them; ``.clone()`` first where you must).
+
+    Args:
+        table: a ``pyarrow.Table`` or ``RecordBatch`` (a Hugging Face dataset's
+            ``.data.table`` is one).
+        batch_size: default ``[num_rows]`` (or what ``to_arrow`` recorded).
+        auto_batch_size: infer the batch size from the leaves instead.
+        batch_dims: with ``auto_batch_size``, at most this many dims.
+        device: move every tensor there.
+        separator: split column names on it into nested keys (``"obs.x"`` -> ``obs/x``).
+        dtype: cast every number column to this dtype (bools are left alone).
+        ragged: ``"error"`` (default) refuses list columns of different lengths;
+            ``"jagged"`` reads them as jagged (nested) tensors.
+        cls: the container class to build (TensorDict, or a tensorclass).
+
+    >>> import pyarrow as pa
+    >>> td = from_arrow(pa.table({"obs.x": [1.0, 2.0], "label": ["cat", "dog"]}), separator=".")
+    >>> td["obs", "x"].tolist(), td[0]["label"]
+    ([1.0, 2.0], 'cat')
+    """
+    pa = _pa()
+    if ragged not in ("error", "jagged"):
+        raise ValueError(f"from_arrow: ragged={ragged!r}; expected 'error' or 'jagged'")
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    if not isinstance(table, pa.Table):
+        raise TypeError(
+            f"from_arrow: expected a pyarrow.Table or RecordBatch, got {type(table).__name__}"
+        )
+    where = "from_arrow"
+    raw = (table.schema.metadata or {}).get(META_KEY)
+    meta: dict[str, Any] = json.loads(raw) if raw else {}
+    rows = table.num_rows
+    columns = dict(zip(table.column_names, table.columns))
+    source = _node(columns, (), meta, where, dtype, ragged, rows)
+    if batch_size is None and not auto_batch_size:
+        batch_size = meta.get("batch_size", [rows])
+    source = _split(_build(source), separator)
+    return _finish(cls, source, batch_size, device, auto_batch_size, batch_dims, where)
+
+
+# ------------------------------------------------------------------ tree -> Arrow
+
+
+def _tensor_array(t: Tensor, rows: int, key: str, meta: dict[str, Any]) -> Any:
+    pa = _pa()
+    t = t.detach()
+    if t.is_nested:
+        raise TypeError(f"to_arrow: entry {key!r} is a jagged tensor; pad it first")
+    t = t.cpu()
+    if t.dtype in _STORED_AS:
+        meta.setdefault("dtypes", {})[key] = str(t.dtype).removeprefix("torch.")
+        t = t.view(_STORED_AS[t.dtype])
+    if t.dtype not in _NUMPY_OF_TORCH or t.is_complex():
+        raise TypeError(
+            f"to_arrow: entry {key!r} has dtype {t.dtype}, which Arrow cannot hold; expected "
+            "bool, integers, float16/32/64 or bfloat16"
+        )
+    if t.dim() == 0 or t.shape[0] != rows:
+        raise ValueError(
+            f"to_arrow: entry {key!r} of shape {list(t.shape)} does not have {rows} rows"
+        )
+    if t.dim() > 2:
+        meta.setdefault("shapes", {})[key] = list(t.shape)
+    values = pa.array(t.contiguous().reshape(-1).numpy())
+    for width in reversed(t.shape[1:]):
+        values = pa.FixedSizeListArray.from_arrays(values, int(width))
+    return values
+
+
+def _object_array(value: NonTensorData, rows: int, key: str) -> Any:
+    pa = _pa()
+    data = value.data.tolist() if value.stacked else [value.data] * rows
+    if value.stacked and value.data.ndim == 0:
+        data = [data] * rows
+    try:
+        return pa.array(data)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:
+        raise TypeError(
+            f"to_arrow: non-tensor entry {key!r} ({type(value.data).__name__}) has no Arrow "
+            f"form; expected str, bytes, numbers, bool, None or lists of them ({err})"
+        ) from None
+
+
+def _arrays(
+    td: Any,
+    rows: int,
+    prefix: tuple[str, ...],
+    meta: dict[str, Any],
+    separator: str | None,
+    out: dict[str, Any],
+) -> dict[str, Any]:
+    pa = _pa()
+    for name, value in td._tensordict.items():
+        path = (*prefix, name)
+        key = ".".join(path)
+        if isinstance(value, Tensor):
+            arr = _tensor_array(value, rows, key, meta)
+        elif isinstance(value, NonTensorData):
+            arr = _object_array(value, rows, key)
+        elif getattr(type(value), "_is_tensor_collection", False):
+            meta.setdefault("nodes", {})["/".join(path)] = list(value.batch_size)
+            if separator is not None:
+                _arrays(value, rows, path, meta, separator, out)
+                continue
+            children = _arrays(value, rows, path, meta, None, {})
+            arr = pa.StructArray.from_arrays(
+                list(children.values()), names=list(children)
+            ) if children else pa.array([{}] * rows, type=pa.struct([]))
+            out[name] = arr
+            continue
+        else:
+            raise TypeError(f"to_arrow: entry {key!r} of type {type(value).__name__}")
+        out[separator.join(path) if separator is not None else name] = arr
+    return out
+
+
+def to_arrow(td: Any, *, separator: str | None = None) -> Any:
+    """The container as a ``pyarrow.Table``, one row per element of the first batch dim.
+
+    Number tensors are handed to Arrow without a copy where their memory allows it
+    (contiguous, on the CPU). Trailing dims become fixed-size list columns, nested
+    containers struct columns (or flat ``"a.b"`` columns with ``separator="."``),
+    non-tensor entries columns of Python values. Batch sizes and ``bfloat16`` are
+    recorded in the schema metadata for ``from_arrow``.
+
+    >>> import torch; from tensorbox import TensorDict
+    >>> t = to_arrow(TensorDict({"a": torch.zeros(2, 3), "b": {"c": torch.ones(2)}}, [2]))
+    >>> [str(f.type) for f in t.schema]
+    ['fixed_size_list<item: float>[3]', 'struct<c: float>']
+    """
+    pa = _pa()
+    bs = list(td.batch_size)
+    if not bs:
+        raise ValueError(
+            "to_arrow: the container has no batch dim, and the first batch dim gives the "
+            "rows; add one (td.unsqueeze(0)) first"
+        )
+    meta: dict[str, Any] = {"batch_size": bs}
+    arrays = _arrays(td, bs[0], (), meta, separator, {})
+    table = pa.table(arrays) if arrays else pa.table({}).append_column(
+        "__rows__", pa.nulls(bs[0])
+    ).drop(["__rows__"])
+    return table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
+
+
+# ------------------------------------------------------------------ pandas
+
+
+def _series_value(s: Any, name: str, where: str) -> Any:
+    pd = require("pandas", "arrow")
+    dt = s.dtype
+    if isinstance(dt, pd.CategoricalDtype):
+        return torch.from_numpy(s.cat.codes.to_numpy().copy())
+    if isinstance(dt, np.dtype):
+        if dt.kind in "biufc":
+            return torch.from_numpy(np.array(s.to_numpy(), copy=True))
+        if dt.kind in "mM":
+            return torch.from_numpy(s.to_numpy().view(np.int64).copy())
+        if dt.kind == "O":
+            return NonTensorData(s.to_numpy(dtype=object).copy(), stacked=True)
+        raise TypeError(
+            f"{where}: column {name!r} has dtype {dt}, which has no tensor form; {_UNSUPPORTED}"
+        )
+    numpy_dtype = getattr(dt, "numpy_dtype", None)
+    if numpy_dtype is not None and numpy_dtype.kind in "biuf":  # nullable Int64, Float64...
+        if s.isna().any():
+            raise ValueError(
+                f"{where}: column {name!r} has {int(s.isna().sum())} missing value(s) and a "
+                "tensor has no null: fill them first (DataFrame.fillna) or drop those rows"
+            )
+        return torch.from_numpy(s.to_numpy(dtype=numpy_dtype).copy())
+    # string dtypes and other extension types: the Python values, one per row
+    return NonTensorData(s.to_numpy(dtype=object).copy(), stacked=True)
+
+
+def from_pandas(
+    dataframe: Any,
+    *,
+    auto_batch_size: bool = False,
+    batch_dims: int | None = None,
+    device: Any = None,
+    batch_size: Any = None,
+    separator: str | None = None,
+    dtype: torch.dtype | None = None,
+    cls: Any = None,
+) -> Any:
+    """A container of a pandas ``DataFrame``'s columns (the index is dropped).
+
+    Number and bool columns become tensors (copied: pandas hands out read-only arrays),
+    categoricals their integer codes, datetimes int64 nanoseconds, strings and objects
+    non-tensor data. ``separator`` nests ``"obs.x"`` as ``obs/x``; ``dtype`` casts every
+    number column.
+
+    >>> import pandas as pd
+    >>> td = from_pandas(pd.DataFrame({"a": [1, 2, 3], "name": ["x", "y", "z"]}))
+    >>> td.batch_size, td["a"].dtype, td[2]["name"]
+    (torch.Size([3]), torch.int64, 'z')
+    """
+    where = "from_pandas"
+    source: dict[str, Any] = {}
+    for col in dataframe.columns:
+        name = str(col)
+        value = _series_value(dataframe[col], name, where)
+        if dtype is not None and isinstance(value, Tensor) and value.dtype is not torch.bool:
+            value = value.to(dtype)
+        source[name] = value
+    if batch_size is None and not auto_batch_size:
+        batch_size = [len(dataframe)]
+    source = _split(source, separator)
+    return _finish(cls, source, batch_size, device, auto_batch_size, batch_dims, where)
+
+
+def _raw_leaves(td: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """``(path, stored value)`` of every leaf, in insertion order."""
+    for name, value in td._tensordict.items():
+        path = (*prefix, name)
+        if isinstance(value, Tensor | NonTensorData) or not getattr(
+            type(value), "_is_tensor_collection", False
+        ):
+            yield path, value
+        else:
+            yield from _raw_leaves(value, path)
+
+
+def _flat(td: Any, separator: str | None, where: str) -> dict[str, Any]:
+    """One 1-D column per leaf: numpy arrays for tensors, lists for non-tensor data."""
+    out: dict[str, Any] = {}
+    rows = td.batch_size[0] if td.batch_dims else 1
+    for path, value in _raw_leaves(td):
+        if len(path) > 1 and separator is None:
+            raise ValueError(
+                f"{where}: entry {path!r} is nested; pass separator='.' (or another) to join "
+                "nested keys into column names"
+            )
+        name = path[0] if separator is None else separator.join(path)
+        if isinstance(value, NonTensorData):
+            out[name] = value.tolist() if value.stacked else [value.data] * rows
+            continue
+        if not isinstance(value, Tensor):
+            raise TypeError(f"{where}: entry {name!r} of type {type(value).__name__}")
+        if value.dim() != 1:
+            raise ValueError(
+                f"{where}: Cannot convert tensor {name!r} of shape {list(value.shape)} "
+                "to a column: expected one dim (the rows); flatten or split it first"
+            )
+        value = value.detach().cpu()
+        if value.dtype is torch.bfloat16:
+            value = value.float()
+        out[name] = value.numpy()
+    return out
+
+
+def to_pandas(td: Any, *, separator: str | None = None) -> Any:
+    """A pandas ``DataFrame`` with one column per leaf (1-D tensors or non-tensor data).
+
+    Nested keys need ``separator`` to name their columns; a tensor with trailing dims is
+    refused (a column holds one value per row).
+
+    >>> import torch; from tensorbox import TensorDict
+    >>> df = to_pandas(TensorDict({"a": torch.arange(2), "n": {"b": torch.ones(2)}}, [2]),
+    ...                separator=".")
+    >>> list(df.columns)
+    ['a', 'n.b']
+    """
+    pd = require("pandas", "arrow")
+    return pd.DataFrame(_flat(td, separator, "to_pandas"))
+
+
+# ------------------------------------------------------------------ files
+
+
+@contextlib.contextmanager
+def _atomic(path: Any, suffix: str) -> Iterator[Any]:
+    """A temporary path beside ``path`` renamed onto it once the write succeeded: a
+    failed write leaves the previous file as it was."""
+    if not isinstance(path, str | os.PathLike):
+        yield path  # a file object or a filesystem-specific target: written directly
+        return
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=folder)
+    os.close(fd)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def from_parquet(path: Any, *, columns: list[str] | None = None, **kwargs: Any) -> Any:
+    """A container of a Parquet file's rows (read whole; see ``ParquetRowGroups`` for a
+    file larger than memory). ``columns`` reads only those; the other keywords are
+    ``from_arrow``'s, and ``read_options`` a dict for ``pyarrow.parquet.read_table``.
+    """
+    pq = require("pyarrow.parquet", "arrow")
+    read_options = kwargs.pop("read_options", {})
+    table = pq.read_table(path, columns=columns, **read_options)
+    return from_arrow(table, **kwargs)
+
+
+def to_parquet(td: Any, path: Any, *, separator: str | None = None, **kwargs: Any) -> None:
+    """Write ``to_arrow(td)`` as a Parquet file (``kwargs`` go to
+    ``pyarrow.parquet.write_table``); written to a temporary name and renamed into place."""
+    pq = require("pyarrow.parquet", "arrow")
+    table = to_arrow(td, separator=separator)
+    with _atomic(path, ".parquet") as target:
+        pq.write_table(table, target, **kwargs)
+
+
+def from_csv(path: Any, **kwargs: Any) -> Any:
+    """A container of a CSV file's columns, parsed by ``pyarrow.csv.read_csv``
+    (``read_options``/``parse_options``/``convert_options`` go to it; the other
+    keywords are ``from_arrow``'s)."""
+    csv = require("pyarrow.csv", "arrow")
+    opts = {k: kwargs.pop(k) for k in ("read_options", "parse_options", "convert_options")
+            if k in kwargs}
+    return from_arrow(csv.read_csv(os.fspath(path), **opts), **kwargs)
+
+
+def to_csv(td: Any, path: Any, *, separator: str | None = None, **kwargs: Any) -> None:
+    """Write one CSV column per leaf (see ``to_pandas`` for what fits in a column);
+    ``kwargs`` go to ``pyarrow.csv.WriteOptions``."""
+    pa = _pa()
+    csv = require("pyarrow.csv", "arrow")
+    table = pa.table(_flat(td, separator, "to_csv"))
+    with _atomic(path, ".csv") as target:
+        csv.write_csv(table, target, write_options=csv.WriteOptions(**kwargs))
+
+
+def from_json(path: Any, *, lines: bool = False, **kwargs: Any) -> Any:
+    """A container of a JSON file: an array of records, or one record per line with
+    ``lines=True``. Nested objects become nested keys; the keywords are ``from_arrow``'s.
+    """
+    import orjson
+
+    pa = _pa()
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        if lines:
+            records = [orjson.loads(line) for line in raw.splitlines() if line.strip()]
+        else:
+            records = orjson.loads(raw)
+    except orjson.JSONDecodeError as err:
+        raise ValueError(f"from_json: {os.fspath(path)!r} is not valid JSON ({err})") from None
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise ValueError(
+            f"from_json: {os.fspath(path)!r} should hold an array of objects (records); "
+            "pass lines=True for one object per line"
+        )
+    return from_arrow(pa.Table.from_pylist(records), **kwargs)
+
+
+def to_json(
+    td: Any, path: Any, *, separator: str | None = None, lines: bool = False, **kwargs: Any
+) -> None:
+    """Write the rows as JSON records (``lines=True``: one per line). Nested containers
+    become nested objects unless ``separator`` joins their keys into names."""
+    import orjson
+
+    if kwargs:
+        raise TypeError(f"to_json: unexpected keyword(s) {sorted(kwargs)}")
+    records = to_arrow(td, separator=separator).to_pylist()
+    with _atomic(path, ".json") as target, open(target, "wb") as f:
+        if lines:
+            for r in records:
+                f.write(orjson.dumps(r) + b"\n")
+        else:
+            f.write(orjson.dumps(records))
+
+
+class ParquetRowGroups:
+    """A Parquet file read lazily, one row group at a time: ``len()`` row groups,
+    ``[i]`` reads row group ``i`` as a container, iteration reads them in order and
+    ``iter_batches(n)`` gives containers of ``n`` rows. Only the row group being read is
+    in memory, so a file larger than memory streams. Picklable (each process reopens
+    the file), so it can be a ``DataLoader`` dataset with ``batch_size=None``.
+
+    Args:
+        path: the Parquet file.
+        columns: read only these columns.
+        **kwargs: ``from_arrow``'s keywords (``separator``, ``dtype``, ``device``, ``cls``).
+
+    >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile, os
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     f = os.path.join(d, "t.parquet")
+    ...     pq.write_table(pa.table({"x": list(range(10))}), f, row_group_size=4)
+    ...     groups = ParquetRowGroups(f)
+    ...     len(groups), groups.num_rows, groups[2]["x"].tolist()
+    (3, 10, [8, 9])
+    """
+
+    def __init__(self, path: Any, *, columns: list[str] | None = None, **kwargs: Any) -> None:
+        self.path = os.fspath(path)
+        self.columns = columns
+        self.kwargs = kwargs
+        self._file: Any = None
+
+    def _pf(self) -> Any:
+        if self._file is None:
+            pq = require("pyarrow.parquet", "arrow")
+            self._file = pq.ParquetFile(self.path)
+        return self._file
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_file": None}
+
+    @property
+    def num_rows(self) -> int:
+        return int(self._pf().metadata.num_rows)
+
+    def __len__(self) -> int:
+        return int(self._pf().num_row_groups)
+
+    def __getitem__(self, i: int) -> Any:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"{self.path!r}: row group {i} of {n}")
+        return from_arrow(self._pf().read_row_group(i % n, columns=self.columns), **self.kwargs)
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def iter_batches(self, batch_size: int) -> Iterator[Any]:
+        """Containers of ``batch_size`` rows (the last may be shorter), read as needed."""
+        pa = _pa()
+        for batch in self._pf().iter_batches(batch_size=batch_size, columns=self.columns):
+            yield from_arrow(pa.Table.from_batches([batch]), **self.kwargs)
+
+    def __repr__(self) -> str:
+        return f"ParquetRowGroups({self.path!r}, row_groups={len(self)}, rows={self.num_rows})"
