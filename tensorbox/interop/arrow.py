@@ -658,12 +658,12 @@ def from_csv(path: Any, **kwargs: Any) -> Any:
 
 def to_csv(td: Any, path: Any, *, separator: str | None = None, **kwargs: Any) -> None:
     """Write one CSV column per leaf (see ``to_pandas`` for what fits in a column);
-    ``kwargs`` go to ``pyarrow.csv.WriteOptions``."""
-    pa = _pa()
-    csv = require("pyarrow.csv", "arrow")
-    table = pa.table(_flat(td, separator, "to_csv"))
+    ``kwargs`` go to ``pandas.DataFrame.to_csv`` (pandas writes floats with their
+    decimal point, so a float column reads back as floats)."""
+    kwargs.setdefault("index", False)
+    frame = to_pandas(td, separator=separator)
     with _atomic(path, ".csv") as target:
-        csv.write_csv(table, target, write_options=csv.WriteOptions(**kwargs))
+        frame.to_csv(target, **kwargs)
 
 
 def from_json(path: Any, *, lines: bool = False, **kwargs: Any) -> Any:
