@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -77,8 +78,11 @@ class Backend:
     def contains(self, group: Any, name: str) -> bool:
         return name in group
 
-    def create_group(self, group: Any, name: str) -> Any:
-        return group.create_group(name)
+    def create_group(self, group: Any, name: str, attrs: dict[str, Any] | None = None) -> Any:
+        g = group.create_group(name)
+        if attrs:
+            g.attrs.update(attrs)
+        return g
 
     def create_array(self, group: Any, name: str, data: np.ndarray, kwargs: dict[str, Any]) -> Any:
         raise NotImplementedError
@@ -118,8 +122,11 @@ class H5Backend(Backend):
     def __init__(self) -> None:
         self.h5py = require("h5py", self.extra)
 
-    def open(self, filename: Any, mode: str) -> Any:
-        return self.h5py.File(os.fspath(filename), mode)
+    def open(self, filename: Any, mode: str, attrs: dict[str, Any] | None = None) -> Any:
+        f = self.h5py.File(os.fspath(filename), mode)
+        if attrs:
+            f.attrs.update(attrs)
+        return f
 
     def is_group(self, obj: Any) -> bool:
         return isinstance(obj, self.h5py.Group)
@@ -163,13 +170,20 @@ class ZarrBackend(Backend):
                 "pip install 'tensorbox[zarr]'"
             )
 
-    def open(self, filename: Any, mode: str) -> Any:
+    def open(self, filename: Any, mode: str, attrs: dict[str, Any] | None = None) -> Any:
         target = os.fspath(filename) if isinstance(filename, str | os.PathLike) else filename
         # Writers read the real metadata (the consolidated copy is rewritten after each
         # structural change); readers take the consolidated copy: one read for the tree.
+        # Attributes are given at creation: a zip store cannot rewrite a member.
         return self.zarr.open_group(
-            store=target, mode=mode, use_consolidated=None if mode == "r" else False
+            store=target,
+            mode=mode,
+            use_consolidated=None if mode == "r" else False,
+            **({"attributes": attrs} if attrs else {}),
         )
+
+    def create_group(self, group: Any, name: str, attrs: dict[str, Any] | None = None) -> Any:
+        return group.create_group(name, attributes=attrs or {})
 
     def is_group(self, obj: Any) -> bool:
         return isinstance(obj, self.zarr.Group)
@@ -212,7 +226,14 @@ class ZarrBackend(Backend):
         return np.asarray(arr[index])
 
     def structure_changed(self, root: Any) -> None:
-        self.zarr.consolidate_metadata(root.store, path=root.path or None)
+        # The consolidated copy of the tree's metadata is rewritten after every structural
+        # change, so that readers (which take it) never see a stale tree. zarr warns
+        # that consolidation is not part of the v3 spec yet: known, and chosen.
+        if isinstance(root.store, self.zarr.storage.ZipStore):
+            return  # a zip member cannot be rewritten; readers list the zip instead
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            self.zarr.consolidate_metadata(root.store, path=root.path or None)
 
 
 def _zarr_move(backend: ZarrBackend, group: Any, src: str, dst: str) -> None:

@@ -259,7 +259,7 @@ class PersistentTensorDict:
         adapter = BACKENDS[backend]()
         if isinstance(filename, str | os.PathLike):
             with _atomic_path(os.fspath(filename)) as tmp:
-                root = adapter.open(tmp, "w")  # type: ignore[attr-defined]
+                root = adapter.open(tmp, "w", _attrs(td))  # type: ignore[attr-defined]
                 try:
                     _write_tree(adapter, root, td, (), kwargs)
                     adapter.structure_changed(root)
@@ -267,7 +267,7 @@ class PersistentTensorDict:
                     if backend == "h5":
                         root.close()
             return cls(filename=filename, mode="r+", backend=backend, device=device, **kwargs)
-        root = adapter.open(filename, "w")  # type: ignore[attr-defined]
+        root = adapter.open(filename, "w", _attrs(td))  # type: ignore[attr-defined]
         _write_tree(adapter, root, td, (), kwargs)
         adapter.structure_changed(root)
         out = cls(group=root, backend=backend, device=device, mode="r+", **kwargs)
@@ -551,7 +551,8 @@ class PersistentTensorDict:
             self._check_batch(name, value.batch_size)
             if exists:
                 b.delete(self._group, name)
-            _write_tree(b, b.create_group(self._group, name), value, (name,), self._kwargs)
+            group = b.create_group(self._group, name, _attrs(value))
+            _write_tree(b, group, value, (name,), self._kwargs)
             b.structure_changed(self._root)
             return
         if not isinstance(value, Tensor):
@@ -665,8 +666,7 @@ class PersistentTensorDict:
         self._writable("create_nested")
         path = _key_path(key)
         node, name = self._node_and_name(path, create=True)
-        g = self._backend.create_group(node._group, name)
-        g.attrs[BATCH_ATTR] = list(node._batch_size)
+        self._backend.create_group(node._group, name, {BATCH_ATTR: list(node._batch_size)})
         self._backend.structure_changed(self._root)
         return self
 
@@ -804,10 +804,14 @@ def _write(backend: Backend, arr: Any, index: Any, value: np.ndarray) -> None:
     backend.write(arr, ..., data)
 
 
+def _attrs(td: Any) -> dict[str, Any]:
+    """The attributes a node is created with (its batch size)."""
+    return {BATCH_ATTR: list(td.batch_size)}
+
+
 def _write_tree(
     backend: Backend, group: Any, td: Any, path: tuple[str, ...], kwargs: dict[str, Any]
 ) -> None:
-    group.attrs[BATCH_ATTR] = list(td.batch_size)
     for name, value in td._tensordict.items():
         key = ".".join((*path, name))
         if isinstance(value, Tensor):
@@ -817,7 +821,8 @@ def _write_tree(
             raw, encoding = encode_non_tensor(data, key)
             backend.write_non_tensor(group, name, raw, encoding)
         elif getattr(type(value), "_is_tensor_collection", False):
-            _write_tree(backend, backend.create_group(group, name), value, (*path, name), kwargs)
+            child = backend.create_group(group, name, _attrs(value))
+            _write_tree(backend, child, value, (*path, name), kwargs)
         else:
             raise TypeError(f"entry {key!r} of type {type(value).__name__} cannot be stored")
 
