@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt
 ARGS   ?=
 
-.PHONY: demo test lint apiref bench tutorials clean
+.PHONY: demo test test-mds lint apiref bench tutorials clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(BIN)/python:
 # torch is installed first and pinned, so resolving the extras never picks a CUDA build.
 $(VENV)/.core: $(BIN)/python pyproject.toml constraints.txt
 	$(PIP) "torch==2.13.0"
-	$(PIP) -e ".[test,images]"
+	$(PIP) -e ".[test,images,interop]"
 	touch $@
 
 $(VENV)/.bench: $(VENV)/.core
@@ -27,6 +27,13 @@ demo: $(VENV)/.bench
 
 test: $(VENV)/.core
 	$(BIN)/python -m pytest $(ARGS)
+
+# MDS (mosaicml-streaming) pins numpy below 2.2: its tests run in a venv of their own.
+test-mds:
+	$(PYTHON) -m venv .venv-mds
+	.venv-mds/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0"
+	.venv-mds/bin/python -m pip install -q --disable-pip-version-check -e ".[test,arrow,mds]"
+	.venv-mds/bin/python -m pytest tests/test_interop_package.py -k mds $(ARGS)
 
 lint: $(VENV)/.core
 	$(BIN)/python -m pip install -q ruff
@@ -46,6 +53,7 @@ bench: $(VENV)/.bench
 	$(BIN)/python benchmarks/weights.py
 	$(BIN)/python benchmarks/dataload.py
 	$(BIN)/python benchmarks/buffer.py
+	$(BIN)/python benchmarks/interop.py
 
 clean:
-	rm -rf $(VENV) .cache
+	rm -rf $(VENV) .venv-mds .cache

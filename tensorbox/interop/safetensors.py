@@ -193,7 +193,7 @@ def from_safetensors(
         raw = torch.frombuffer(mm, dtype=torch.uint8)
     else:
         raw = torch.empty(0, dtype=torch.uint8)
-    out: dict[Any, Tensor] = {}
+    out: dict[str, Tensor] = {}
     for key in wanted:
         dtype, shape, begin, end = entries[key]
         chunk = raw[begin:end]
@@ -203,10 +203,18 @@ def from_safetensors(
         if device is not None:
             t = t.to(device)
         short = key[len(prefix.rstrip(".")) + 1 :] if prefix else key
-        out[tuple(short.split(".")) if nested else short] = t
+        out[short] = t
+    source: dict[str, Any] = out
     if nested:
-        _nest([".".join(k) for k in out], name)
-    td = TensorDict(out, batch_size=batch_size or [])
+        _nest(list(out), name)
+        source = {}
+        for key, t in out.items():
+            *parents, leaf = key.split(".")
+            node = source
+            for p in parents:
+                node = node.setdefault(p, {})
+            node[leaf] = t
+    td = TensorDict(source, batch_size=batch_size or [])
     if cls is not None and is_tensorclass(cls):
         return cls.from_tensordict(td)
     return td
@@ -220,6 +228,7 @@ def to_safetensors(td: Any, path: Any, *, metadata: dict[str, str] | None = None
 
     name = os.fspath(path)
     tensors: list[tuple[str, Tensor]] = []
+    seen: set[str] = set()
     for key_path, value in _raw_leaves(td):
         key = ".".join(key_path)
         if not isinstance(value, Tensor):
@@ -231,6 +240,12 @@ def to_safetensors(td: Any, path: Any, *, metadata: dict[str, str] | None = None
             raise TypeError(f"to_safetensors({name!r}): entry {key!r} has dtype {value.dtype}")
         if value.is_nested or value.layout is not torch.strided:
             raise TypeError(f"to_safetensors({name!r}): entry {key!r} is not a dense tensor")
+        if key in seen:
+            raise KeyCollisionError(
+                f"to_safetensors({name!r}): two entries are both named {key!r} once their "
+                "keys are joined with '.'; rename one"
+            )
+        seen.add(key)
         tensors.append((key, value.detach().cpu().contiguous()))
     _nest([k for k, _ in tensors], f"to_safetensors({name!r})")
     header: dict[str, Any] = {}
