@@ -299,3 +299,18 @@ def test_module_level_functions_on_the_package_face(tmp_path):
     assert tensorbox.from_arrow(tensorbox.to_arrow(TensorDict({"a": torch.ones(1)}, [1])))[
         "a"
     ].tolist() == [1.0]
+
+
+def test_memory_mapped_table_is_viewed_and_copy_gives_own_memory(tmp_path):
+    path = str(tmp_path / "cache.arrow")
+    table = pa.table({"x": np.arange(64, dtype=np.int64)})
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    mapped = pa.ipc.open_file(pa.memory_map(path)).read_all()
+    buf = mapped["x"].chunks[0].buffers()[1]
+    assert not buf.is_mutable
+    assert _inside(from_arrow(mapped)["x"], buf)
+    own = from_arrow(mapped, copy=True)["x"]
+    assert not _inside(own, buf)
+    own += 1  # its own memory: writable
+    assert own[0].item() == 1

@@ -130,11 +130,16 @@ def _frombuffer(buf: Any, dtype: torch.dtype, count: int, offset: int) -> Tensor
     """A tensor over ``count`` items of Arrow buffer ``buf`` (no copy)."""
     if count == 0:
         return torch.empty(0, dtype=dtype)
-    with warnings.catch_warnings():
-        # An immutable Arrow buffer (a memory-mapped file) exports read-only memory; the
-        # tensor views it all the same (the documented contract: don't write into it).
-        warnings.simplefilter("ignore", UserWarning)
+    if buf.is_mutable:
         return torch.frombuffer(buf, dtype=dtype, count=count, offset=offset)
+    # An immutable Arrow buffer (a memory-mapped file, as Hugging Face datasets use) is
+    # read-only memory: the tensor views it all the same (the documented contract: don't
+    # write into it, or read with copy=True).
+    view = np.frombuffer(buf, dtype=_NUMPY_OF_TORCH[dtype], count=count,
+                         offset=offset)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(view)
 
 
 def _primitive(arr: Any, name: str, where: str) -> Tensor:
@@ -292,6 +297,18 @@ class _Nested(dict):  # type: ignore[type-arg]
         self.batch_size = batch_size
 
 
+def _copied(source: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = _Nested({}, source.batch_size) if isinstance(source, _Nested) else {}
+    for k, v in source.items():
+        if isinstance(v, dict):
+            out[k] = _copied(v)
+        elif isinstance(v, Tensor):
+            out[k] = v.clone()
+        else:
+            out[k] = v
+    return out
+
+
 def _build(source: dict[str, Any]) -> dict[str, Any]:
     from tensorbox import TensorDict
 
@@ -330,11 +347,13 @@ def from_arrow(
     separator: str | None = None,
     dtype: torch.dtype | None = None,
     ragged: str = "error",
+    copy: bool = False,
     cls: Any = None,
 ) -> Any:
     """A container of the columns of an Arrow ``Table`` or ``RecordBatch``, one row per
     batch element. Fixed-width number columns without nulls are not copied: their tensors
-    view the Arrow buffers (so don't write into them; ``.clone()`` first where you must).
+    view the Arrow buffers, so don't write into them (a memory-mapped table is read-only
+    memory): pass ``copy=True`` for tensors of their own.
 
     Args:
         table: a ``pyarrow.Table`` or ``RecordBatch`` (a Hugging Face dataset's
@@ -347,6 +366,7 @@ def from_arrow(
         dtype: cast every number column to this dtype (bools are left alone).
         ragged: ``"error"`` (default) refuses list columns of different lengths;
             ``"jagged"`` reads them as jagged (nested) tensors.
+        copy: give every tensor memory of its own instead of a view of the table.
         cls: the container class to build (TensorDict, or a tensorclass).
 
     >>> import pyarrow as pa
@@ -369,6 +389,8 @@ def from_arrow(
     rows = table.num_rows
     columns = dict(zip(table.column_names, table.columns))
     source = _node(columns, (), meta, where, dtype, ragged, rows)
+    if copy:
+        source = _copied(source)
     if batch_size is None and not auto_batch_size:
         batch_size = meta.get("batch_size", [rows])
     source = _split(_build(source), separator)
