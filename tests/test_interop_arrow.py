@@ -309,8 +309,16 @@ def test_memory_mapped_table_is_viewed_and_copy_gives_own_memory(tmp_path):
     mapped = pa.ipc.open_file(pa.memory_map(path)).read_all()
     buf = mapped["x"].chunks[0].buffers()[1]
     assert not buf.is_mutable
-    assert _inside(from_arrow(mapped)["x"], buf)
-    own = from_arrow(mapped, copy=True)["x"]
+    assert _inside(from_arrow(mapped, copy=False)["x"], buf)  # read-only views
+    own = from_arrow(mapped)["x"]  # the default copies immutable memory
     assert not _inside(own, buf)
     own += 1  # its own memory: writable
     assert own[0].item() == 1
+    assert not _inside(from_arrow(table, copy=True)["x"], table["x"].chunks[0].buffers()[1])
+
+
+def test_tables_written_by_tensordict_read_back():
+    td = pytest.importorskip("tensordict")
+    src = td.TensorDict(x=torch.arange(4.0), img=torch.arange(24).view(4, 2, 3), batch_size=[4])
+    back = from_arrow(td.to_arrow(src))
+    assert torch.equal(back["img"], src["img"]) and torch.equal(back["x"], src["x"])

@@ -33,6 +33,7 @@ back the same tree.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import os
 import tempfile
@@ -90,6 +91,10 @@ _UNSUPPORTED = (
 )
 
 
+#: ``from_arrow(copy=False)``: view immutable (memory-mapped) buffers too.
+_VIEW_IMMUTABLE: contextvars.ContextVar[bool] = contextvars.ContextVar("view", default=False)
+
+
 def _pa() -> Any:
     return require("pyarrow", "arrow")
 
@@ -127,14 +132,18 @@ def _finish(
 
 
 def _frombuffer(buf: Any, dtype: torch.dtype, count: int, offset: int) -> Tensor:
-    """A tensor over ``count`` items of Arrow buffer ``buf`` (no copy)."""
+    """A tensor over ``count`` items of Arrow buffer ``buf`` (no copy; a copy of an
+    immutable buffer unless ``from_arrow(copy=False)`` asked for views of everything)."""
     if count == 0:
         return torch.empty(0, dtype=dtype)
     if buf.is_mutable:
         return torch.frombuffer(buf, dtype=dtype, count=count, offset=offset)
-    # An immutable Arrow buffer (a memory-mapped file, as Hugging Face datasets use) is
-    # read-only memory: the tensor views it all the same (the documented contract: don't
-    # write into it, or read with copy=True).
+    if _VIEW_IMMUTABLE.get() is not True:
+        raw = np.frombuffer(buf, dtype=_NUMPY_OF_TORCH[dtype], count=count, offset=offset)
+        return torch.from_numpy(raw.copy())
+    # copy=False: an immutable Arrow buffer (a memory-mapped file, as Hugging Face
+    # datasets use) is read-only memory, viewed all the same (the caller's contract: no
+    # write into it: torch has no read-only tensors and the write would crash).
     view = np.frombuffer(buf, dtype=_NUMPY_OF_TORCH[dtype], count=count,
                          offset=offset)
     with warnings.catch_warnings():
@@ -215,6 +224,9 @@ def _list_values(arr: Any, name: str, where: str, ragged: str) -> Tensor:
 def _column_tensor(arr: Any, name: str, where: str, ragged: str) -> Tensor:
     pa = _pa()
     t = arr.type
+    if isinstance(t, pa.FixedShapeTensorType):  # what tensordict's to_arrow writes
+        flat = _list_values(arr.storage, name, where, ragged)
+        return flat.reshape(len(arr), *t.shape)
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         return _list_values(arr, name, where, ragged)
     return _primitive(arr, name, where)
@@ -347,13 +359,13 @@ def from_arrow(
     separator: str | None = None,
     dtype: torch.dtype | None = None,
     ragged: str = "error",
-    copy: bool = False,
+    copy: bool | None = None,
     cls: Any = None,
 ) -> Any:
     """A container of the columns of an Arrow ``Table`` or ``RecordBatch``, one row per
     batch element. Fixed-width number columns without nulls are not copied: their tensors
-    view the Arrow buffers, so don't write into them (a memory-mapped table is read-only
-    memory): pass ``copy=True`` for tensors of their own.
+    view the Arrow buffers (as tensordict's ``copy=None``: the mutable ones; an immutable
+    buffer, such as a memory-mapped file's, is copied unless ``copy=False``).
 
     Args:
         table: a ``pyarrow.Table`` or ``RecordBatch`` (a Hugging Face dataset's
@@ -366,7 +378,10 @@ def from_arrow(
         dtype: cast every number column to this dtype (bools are left alone).
         ragged: ``"error"`` (default) refuses list columns of different lengths;
             ``"jagged"`` reads them as jagged (nested) tensors.
-        copy: give every tensor memory of its own instead of a view of the table.
+        copy: ``None`` (default) views mutable buffers and copies immutable ones;
+            ``True`` copies every column; ``False`` views every column it can, memory-
+            mapped ones included: a write into such a view then crashes the process
+            (torch has no read-only tensors), so only read them.
         cls: the container class to build (TensorDict, or a tensorclass).
 
     >>> import pyarrow as pa
@@ -388,7 +403,11 @@ def from_arrow(
     meta: dict[str, Any] = json.loads(raw) if raw else {}
     rows = table.num_rows
     columns = dict(zip(table.column_names, table.columns))
-    source = _node(columns, (), meta, where, dtype, ragged, rows)
+    token = _VIEW_IMMUTABLE.set(copy is False)
+    try:
+        source = _node(columns, (), meta, where, dtype, ragged, rows)
+    finally:
+        _VIEW_IMMUTABLE.reset(token)
     if copy:
         source = _copied(source)
     if batch_size is None and not auto_batch_size:
