@@ -204,6 +204,9 @@ class PersistentTensorDict:
         else:
             self._root = self._backend.open(filename, mode)  # type: ignore[attr-defined]
             self._group = self._root
+        # Library objects and sub-nodes by path, shared by every node of this tree (a
+        # lookup in the file costs as much as a small read); cleared on structural edits.
+        self._cache: dict[tuple[str, ...], Any] = {}
         self._batch_size = self._initial_batch_size(batch_size, ())
 
     # ------------------------------------------------------------ construction
@@ -229,6 +232,7 @@ class PersistentTensorDict:
         child._device = self._device
         child._filename = self._filename
         child._root = self._root
+        child._cache = self._cache
         child._group = obj
         child._path = (*self._path, name)
         child._batch_size = child._initial_batch_size(None, tuple(self._batch_size))
@@ -347,11 +351,15 @@ class PersistentTensorDict:
     def _node_and_name(self, path: tuple[str, ...], create: bool = False) -> tuple[Any, str]:
         node: PersistentTensorDict = self
         for part in path[:-1]:
-            if not self._backend.contains(node._group, part):
+            try:
+                sub = node._get_str(part)
+            except KeyError:
                 if not create:
-                    raise TensorDictKeyError(f"key {path!r}: no entry {part!r} in {node._where()}")
+                    raise TensorDictKeyError(
+                        f"key {path!r}: no entry {part!r} in {node._where()}"
+                    ) from None
                 node.create_nested(part)
-            sub = node._get_str(part)
+                sub = node._get_str(part)
             if not isinstance(sub, PersistentTensorDict):
                 raise TensorDictKeyError(f"key {path!r}: {part!r} is a leaf, not a node")
             node = sub
@@ -361,14 +369,32 @@ class PersistentTensorDict:
         base = self._filename if isinstance(self._filename, str | os.PathLike) else self._backend.name
         return f"{os.fspath(base) if isinstance(base, os.PathLike) else base}:/{'/'.join(self._path)}"
 
+    def _member(self, name: str) -> Any:
+        """The library object ``name`` of this node (``KeyError`` when missing)."""
+        key = (*self._path, name)
+        obj = self._cache.get(key)
+        if obj is None:
+            obj = self._cache[key] = self._backend.member(self._group, name)
+        return obj
+
+    def _changed(self) -> None:
+        """After keys were added, removed or renamed anywhere in the tree."""
+        self._cache.clear()
+        self._backend.structure_changed(self._root)
+
     def _get_str(self, name: str, default: Any = _NO_DEFAULT) -> Any:
-        if not self._backend.contains(self._group, name):
+        try:
+            obj = self._member(name)
+        except KeyError:
             if default is not _NO_DEFAULT:
                 return default
-            raise TensorDictKeyError(f"key {name!r} not found in {self._where()}")
-        obj = self._backend.member(self._group, name)
+            raise TensorDictKeyError(f"key {name!r} not found in {self._where()}") from None
         if self._backend.is_group(obj):
-            return self._child(name, obj)
+            key = ("", *self._path, name)  # "" keeps nodes apart from arrays
+            child = self._cache.get(key)
+            if child is None:
+                child = self._cache[key] = self._child(name, obj)
+            return child
         if self._backend.is_non_tensor(obj):
             value = self._backend.read_non_tensor(obj, name, self._where())
             return NonTensorData(value, batch_size=self._batch_size)
@@ -384,9 +410,10 @@ class PersistentTensorDict:
 
     def _array(self, key: Any) -> tuple[PersistentTensorDict, Any]:
         node, name = self._node_and_name(_key_path(key))
-        if not self._backend.contains(node._group, name):
-            raise TensorDictKeyError(f"key {key!r} not found in {node._where()}")
-        obj = self._backend.member(node._group, name)
+        try:
+            obj = node._member(name)
+        except KeyError:
+            raise TensorDictKeyError(f"key {key!r} not found in {node._where()}") from None
         if self._backend.is_group(obj) or self._backend.is_non_tensor(obj):
             raise TypeError(f"key {key!r}: expected an array, found a node or non-tensor value")
         return node, obj
@@ -539,7 +566,7 @@ class PersistentTensorDict:
             if exists:
                 b.delete(self._group, name)
             b.write_non_tensor(self._group, name, raw, encoding)
-            b.structure_changed(self._root)
+            self._changed()
             return
         if isinstance(value, Mapping) or getattr(type(value), "_is_tensor_collection", False):
             if isinstance(value, PersistentTensorDict):
@@ -553,7 +580,7 @@ class PersistentTensorDict:
                 b.delete(self._group, name)
             group = b.create_group(self._group, name, _attrs(value))
             _write_tree(b, group, value, (name,), self._kwargs)
-            b.structure_changed(self._root)
+            self._changed()
             return
         if not isinstance(value, Tensor):
             value = torch.as_tensor(value)
@@ -578,7 +605,7 @@ class PersistentTensorDict:
                 )
             b.delete(self._group, name)
         b.create_array(self._group, name, data, self._kwargs)
-        b.structure_changed(self._root)
+        self._changed()
 
     def __setitem__(self, index: Any, value: Any) -> None:
         if _is_key(index):
@@ -633,7 +660,7 @@ class PersistentTensorDict:
         if not self._backend.contains(node._group, name):
             raise TensorDictKeyError(f"key {key!r} not found in {node._where()}")
         self._backend.delete(node._group, name)
-        self._backend.structure_changed(self._root)
+        self._changed()
         return self
 
     def pop(self, key: Any, default: Any = _NO_DEFAULT) -> Any:
@@ -659,7 +686,7 @@ class PersistentTensorDict:
         else:
             dst_node._set_str(dst, src_node.get(src), inplace=False)
             self._backend.delete(src_node._group, src)
-        self._backend.structure_changed(self._root)
+        self._changed()
         return self
 
     def create_nested(self, key: Any) -> Any:
@@ -667,7 +694,7 @@ class PersistentTensorDict:
         path = _key_path(key)
         node, name = self._node_and_name(path, create=True)
         self._backend.create_group(node._group, name, {BATCH_ATTR: list(node._batch_size)})
-        self._backend.structure_changed(self._root)
+        self._changed()
         return self
 
     def update(self, other: Any, **kwargs: Any) -> Any:
@@ -784,14 +811,19 @@ def _read(backend: Backend, arr: Any, index: Any) -> np.ndarray:
     ):
         # A few rows of many: read only those (sorted, as HDF5 needs), then reorder.
         n = arr.shape[0]
-        rows = np.where(idx < 0, idx + n, idx)
+        rows = np.where(idx < 0, idx + n, idx) if (idx < 0).any() else idx
+        if len(rows) == 1 or bool((rows[1:] > rows[:-1]).all()):  # sorted already
+            return _read_rows(backend, arr, rows)
         uniq, inverse = np.unique(rows, return_inverse=True)
-        if backend.name == "zarr":
-            part = np.asarray(arr.get_orthogonal_selection((uniq,)))
-        else:
-            part = np.asarray(arr[uniq])
-        return part[inverse]
+        return _read_rows(backend, arr, uniq)[inverse]
     return backend.read_all(arr)[idx]
+
+
+def _read_rows(backend: Backend, arr: Any, rows: np.ndarray) -> np.ndarray:
+    """Rows ``rows`` (strictly increasing) of ``arr``, read natively."""
+    if backend.name == "zarr":
+        return np.asarray(arr.get_orthogonal_selection((rows,)))
+    return np.asarray(arr[rows])
 
 
 def _write(backend: Backend, arr: Any, index: Any, value: np.ndarray) -> None:
