@@ -97,8 +97,11 @@ def parquet(tmp: Path, scale: float, rounds: int, td_mod) -> None:
     }
     if td_mod is not None:
         methods["tensordict from_parquet"] = lambda: td_mod.TensorDict.from_parquet(path)
-    report(f"parquet read: {n} rows x 8 columns", interleaved(methods, rounds),
-           "pyarrow read_table + from_numpy")
+    report(
+        f"parquet read: {n} rows x 8 columns",
+        interleaved(methods, rounds),
+        "pyarrow read_table + from_numpy",
+    )
 
     ours = tensorbox.TensorDict.from_parquet(path).clone()
     out = tmp / "out.parquet"
@@ -113,8 +116,9 @@ def parquet(tmp: Path, scale: float, rounds: int, td_mod) -> None:
     if td_mod is not None:
         theirs = td_mod.TensorDict({k: v for k, v in ours.items()}, batch_size=[n])
         methods["tensordict to_parquet"] = lambda: theirs.to_parquet(out)
-    report(f"parquet write: {n} rows x 8 columns", interleaved(methods, rounds),
-           "pyarrow write_table")
+    report(
+        f"parquet write: {n} rows x 8 columns", interleaved(methods, rounds), "pyarrow write_table"
+    )
 
 
 def make_mlp(width: int, layers: int) -> torch.nn.Module:
@@ -153,16 +157,22 @@ def safetensors(tmp: Path, scale: float, rounds: int, td_mod) -> None:
         "tensorbox load_memmap + to_module": tb_load,
     }
     if td_mod is not None:
+
         def td_load():
             td_mod.from_safetensors(path).to_module(target)
             return target
 
         methods["tensordict from_safetensors+to_module"] = td_load
-    report(f"safetensors load to a ready model: {size:.0f} MB", interleaved(methods, rounds),
-           "safetensors load_file + assign")
-    report(f"safetensors load + read every weight: {size:.0f} MB",
-           interleaved({k: read_all(v) for k, v in methods.items()}, rounds),
-           "safetensors load_file + assign")
+    report(
+        f"safetensors load to a ready model: {size:.0f} MB",
+        interleaved(methods, rounds),
+        "safetensors load_file + assign",
+    )
+    report(
+        f"safetensors load + read every weight: {size:.0f} MB",
+        interleaved({k: read_all(v) for k, v in methods.items()}, rounds),
+        "safetensors load_file + assign",
+    )
 
     keys = [f"7.{k}" for k in ("weight", "bias")]
 
@@ -172,17 +182,16 @@ def safetensors(tmp: Path, scale: float, rounds: int, td_mod) -> None:
 
     methods = {
         "safe_open get_tensor (one layer)": so_layer,
-        "tensorbox from_safetensors(prefix)": lambda: tensorbox.from_safetensors(
-            path, prefix="7"
-        ),
+        "tensorbox from_safetensors(prefix)": lambda: tensorbox.from_safetensors(path, prefix="7"),
     }
-    report("safetensors partial: one layer", interleaved(methods, rounds),
-           "safe_open get_tensor (one layer)")
+    report(
+        "safetensors partial: one layer",
+        interleaved(methods, rounds),
+        "safe_open get_tensor (one layer)",
+    )
 
 
 def random_batches(tmp: Path, scale: float, rounds: int, td_mod) -> None:
-    import h5py
-    import zarr
 
     n, width = int(200_000 * scale), 64
     data = torch.randn(n, width)
@@ -209,16 +218,22 @@ def random_batches(tmp: Path, scale: float, rounds: int, td_mod) -> None:
         methods = {f"{backend} library, sorted rows": lib, "tensorbox get_at": tb}
         if td_mod is not None:
             src = td_mod.TensorDict({"x": data}, [n])
-            theirs = (src.to_h5(tmp / f"td.{backend}") if backend == "h5"
-                      else src.to_zarr(tmp / f"td.{backend}", chunks=(1024,)))
+            theirs = (
+                src.to_h5(tmp / f"td.{backend}")
+                if backend == "h5"
+                else src.to_zarr(tmp / f"td.{backend}", chunks=(1024,))
+            )
 
             def tdr(theirs=theirs):
                 idx = batches[next(it) % len(batches)]
                 return theirs.get_at("x", torch.from_numpy(idx))
 
             methods["tensordict get_at"] = tdr
-        report(f"{backend}: 256 random rows of {n} x {width} float32",
-               interleaved(methods, rounds * 4), f"{backend} library, sorted rows")
+        report(
+            f"{backend}: 256 random rows of {n} x {width} float32",
+            interleaved(methods, rounds * 4),
+            f"{backend} library, sorted rows",
+        )
 
 
 def main() -> None:
@@ -236,8 +251,11 @@ def main() -> None:
         print("tensordict not installed: its rows are left out")
     tmp = Path(tempfile.mkdtemp(dir=args.dir))
     try:
-        for name, task in (("parquet", parquet), ("safetensors", safetensors),
-                           ("batches", random_batches)):
+        for name, task in (
+            ("parquet", parquet),
+            ("safetensors", safetensors),
+            ("batches", random_batches),
+        ):
             if args.only in (None, name):
                 task(tmp, args.scale, args.rounds, td_mod)
     finally:

@@ -107,8 +107,10 @@ def test_to_arrow_matches_pyarrow_and_round_trips(data):
 
 @given(columns())
 def test_from_arrow_matches_pyarrow_values(data):
-    rows, cols = data
-    table = pa.table({k: (v.flatten(1)[:, 0] if v.dim() > 1 else v).numpy() for k, v in cols.items()})
+    _rows, cols = data
+    table = pa.table(
+        {k: (v.flatten(1)[:, 0] if v.dim() > 1 else v).numpy() for k, v in cols.items()}
+    )
     td = from_arrow(table)
     for name in cols:
         assert td[name].tolist() == table.column(name).to_pylist()
@@ -203,7 +205,7 @@ def test_to_arrow_needs_a_batch_dim():
 
 
 def test_from_arrow_refuses_other_objects():
-    with pytest.raises(TypeError, match="expected a pyarrow.Table"):
+    with pytest.raises(TypeError, match=r"expected a pyarrow\.Table"):
         from_arrow({"a": [1]})
 
 
@@ -223,7 +225,7 @@ def test_a_failed_parquet_write_leaves_the_old_file(tmp_path):
 
 @given(columns())
 def test_pandas_round_trip_against_pandas(data):
-    rows, cols = data
+    _rows, cols = data
     flat = {k: (v.flatten(1)[:, 0] if v.dim() > 1 else v) for k, v in cols.items()}
     df = pd.DataFrame({k: v.numpy() for k, v in flat.items()})
     td = TensorDict.from_pandas(df)
@@ -278,12 +280,13 @@ def test_json_records_lines_and_nesting(tmp_path):
 
 def test_parquet_row_groups_read_lazily(tmp_path):
     path = tmp_path / "big.parquet"
-    pq.write_table(pa.table({"x": np.arange(100), "y": np.arange(100) * 0.5}), path,
-                   row_group_size=32)
+    pq.write_table(
+        pa.table({"x": np.arange(100), "y": np.arange(100) * 0.5}), path, row_group_size=32
+    )
     groups = ParquetRowGroups(path, columns=["x"])
     assert len(groups) == 4 and groups.num_rows == 100
     assert groups[3]["x"].tolist() == list(range(96, 100))
-    assert "y" not in groups[0].keys()
+    assert "y" not in groups[0]
     assert [b.batch_size[0] for b in groups.iter_batches(40)] == [40, 40, 20]
     again = pickle.loads(pickle.dumps(groups))
     assert torch.equal(torch.cat([g["x"] for g in again]), torch.arange(100))

@@ -59,8 +59,12 @@ _BLOCKED = textwrap.dedent(
 @pytest.mark.parametrize("script", [_FRESH, _BLOCKED], ids=["lazy", "missing"])
 def test_import_tensorbox_loads_no_interop_library(script, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
-        timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 

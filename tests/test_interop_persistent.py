@@ -138,7 +138,7 @@ def test_structural_edits_and_pickling(tmp_path, backend):
     assert (ptd["a2"][0] == 7).all() and (ptd["a2"][1:] != 7).any()
     if backend == "zarr":
         reread = TensorDict.from_zarr(path)
-        assert "a2" in reread.keys() and "a" not in reread.keys()
+        assert "a2" in reread and "a" not in reread
     clone = pickle.loads(pickle.dumps(ptd["b"]))
     assert torch.equal(clone["c"], ptd["b", "c"])
 

@@ -14,14 +14,29 @@ from tensorbox import FormatError, TensorDict, from_safetensors, to_safetensors
 
 st_torch = pytest.importorskip("safetensors.torch")
 
-DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int8, torch.uint8,
-          torch.bool, torch.float64, torch.int32]
+DTYPES = [
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+    torch.float64,
+    torch.int32,
+]
 
 
 @st.composite
 def state_dicts(draw):
-    names = draw(st.lists(st.sampled_from(["w", "b", "l0.w", "l0.b", "l1.x.y", "e"]),
-                          min_size=1, max_size=5, unique=True))
+    names = draw(
+        st.lists(
+            st.sampled_from(["w", "b", "l0.w", "l0.b", "l1.x.y", "e"]),
+            min_size=1,
+            max_size=5,
+            unique=True,
+        )
+    )
     # drop names that nest under another one (a tensor cannot also be a node)
     names = [n for n in names if not any(m != n and n.startswith(m + ".") for m in names)]
     out = {}
@@ -89,17 +104,34 @@ def _write_raw(path, header, data=b""):
 @pytest.mark.parametrize(
     ("header", "data", "match"),
     [
-        ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 4,
-         r"'a' has data_offsets \[0, 8\]"),
-        ({"a": {"dtype": "Q9", "shape": [1], "data_offsets": [0, 4]}}, b"\0" * 4,
-         r"'a' has dtype 'Q9'"),
-        ({"a": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}, b"\0" * 4,
-         r"'a' has shape \[-1\]"),
-        ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, b"\0" * 4,
-         r"'a' spans 4 bytes, and shape \[2\] of F32 needs 8"),
-        ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
-          "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, b"\0" * 8,
-         r"entries 'a' and 'b' overlap"),
+        (
+            {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}},
+            b"\0" * 4,
+            r"'a' has data_offsets \[0, 8\]",
+        ),
+        (
+            {"a": {"dtype": "Q9", "shape": [1], "data_offsets": [0, 4]}},
+            b"\0" * 4,
+            r"'a' has dtype 'Q9'",
+        ),
+        (
+            {"a": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}},
+            b"\0" * 4,
+            r"'a' has shape \[-1\]",
+        ),
+        (
+            {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}},
+            b"\0" * 4,
+            r"'a' spans 4 bytes, and shape \[2\] of F32 needs 8",
+        ),
+        (
+            {
+                "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]},
+            },
+            b"\0" * 8,
+            r"entries 'a' and 'b' overlap",
+        ),
     ],
 )
 def test_damaged_headers_are_refused_naming_the_file(tmp_path, header, data, match):

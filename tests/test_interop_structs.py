@@ -35,8 +35,10 @@ def test_struct_array_round_trip_against_numpy(dtypes, n, data):
 
 
 def test_struct_array_shares_memory_and_keeps_strings():
-    arr = np.array([("Rex", 9, 81.0), ("Fido", 3, 27.0)],
-                   dtype=[("name", "U10"), ("age", "i4"), ("weight", "f4")])
+    arr = np.array(
+        [("Rex", 9, 81.0), ("Fido", 3, 27.0)],
+        dtype=[("name", "U10"), ("age", "i4"), ("weight", "f4")],
+    )
     td = TensorDict.from_struct_array(arr)
     arr["age"] += 1
     assert td["age"].tolist() == [10, 4] and td[1]["name"] == "Fido"

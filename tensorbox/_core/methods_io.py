@@ -436,7 +436,6 @@ class IOMethods(MixinBase):
         weights.load_state_dict(self, state_dict, strict=strict, chunk_bytes=chunk_bytes)  # type: ignore[arg-type]
         return self
 
-
     # ------------------------------------------------------------ interop
     # Thin wrappers: the bridges live in tensorbox.interop (pyarrow, h5py, zarr,
     # safetensors, streaming load there on first call) and tensorbox._core.structs.

@@ -33,8 +33,15 @@ __all__ = [
 ]
 
 
-def _finish(cls: Any, source: dict[str, Any], batch_size: Any, device: Any,
-            auto_batch_size: bool, batch_dims: int | None, where: str) -> Any:
+def _finish(
+    cls: Any,
+    source: dict[str, Any],
+    batch_size: Any,
+    device: Any,
+    auto_batch_size: bool,
+    batch_dims: int | None,
+    where: str,
+) -> Any:
     from tensorbox import TensorDict, is_tensorclass
 
     if auto_batch_size and batch_size is not None:
@@ -57,8 +64,10 @@ def _field_value(arr: np.ndarray) -> Any:
             return torch.from_numpy(arr)  # a view of the structured array: shared memory
         except ValueError:  # a packed record whose strides torch cannot express: a copy
             return torch.from_numpy(np.ascontiguousarray(arr))
-    return NonTensorData(np.array(arr.tolist(), dtype=object).reshape(arr.shape)
-                         if arr.ndim else arr.item(), stacked=bool(arr.ndim))
+    return NonTensorData(
+        np.array(arr.tolist(), dtype=object).reshape(arr.shape) if arr.ndim else arr.item(),
+        stacked=bool(arr.ndim),
+    )
 
 
 def from_struct_array(
@@ -79,14 +88,15 @@ def from_struct_array(
     source = {n: _field_value(struct_array[n]) for n in struct_array.dtype.names}
     if batch_size is None and not auto_batch_size:
         batch_size = struct_array.shape
-    return _finish(cls, source, batch_size, device, auto_batch_size, batch_dims,
-                   "from_struct_array")
+    return _finish(
+        cls, source, batch_size, device, auto_batch_size, batch_dims, "from_struct_array"
+    )
 
 
 def _numpy_leaf(value: Any, batch: tuple[int, ...]) -> tuple[Any, np.ndarray]:
     if isinstance(value, Tensor):
         arr = value.detach().cpu().numpy()
-        return (arr.dtype, arr.shape[len(batch):]), arr
+        return (arr.dtype, arr.shape[len(batch) :]), arr
     if isinstance(value, NonTensorData):
         data = value.data if value.stacked else np.full(batch, value.data, dtype=object)
         arr = np.asarray(data.tolist() if isinstance(data, np.ndarray) else data)
@@ -136,11 +146,8 @@ def from_namedtuple(
 
     source = convert(named_tuple)
     if not isinstance(source, dict):
-        raise TypeError(
-            f"from_namedtuple: expected a namedtuple, got {type(named_tuple).__name__}"
-        )
-    return _finish(cls, source, batch_size, device, auto_batch_size, batch_dims,
-                   "from_namedtuple")
+        raise TypeError(f"from_namedtuple: expected a namedtuple, got {type(named_tuple).__name__}")
+    return _finish(cls, source, batch_size, device, auto_batch_size, batch_dims, "from_namedtuple")
 
 
 def to_namedtuple(td: Any, dest_cls: type | None = None) -> Any:
@@ -184,8 +191,9 @@ def from_dataclass(
             return {f.name: convert(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
         return obj
 
-    return _finish(cls, convert(dataclass), batch_size, device, auto_batch_size, batch_dims,
-                   "from_dataclass")
+    return _finish(
+        cls, convert(dataclass), batch_size, device, auto_batch_size, batch_dims, "from_dataclass"
+    )
 
 
 def from_any(obj: Any, *, cls: Any = None, **kwargs: Any) -> Any:
@@ -216,8 +224,15 @@ def from_any(obj: Any, *, cls: Any = None, **kwargs: Any) -> Any:
     if isinstance(obj, dict):
         auto = kwargs.pop("auto_batch_size", False)
         batch_dims = kwargs.pop("batch_dims", None)
-        return _finish(cls, obj, kwargs.pop("batch_size", None), kwargs.pop("device", None),
-                       auto, batch_dims, "from_any")
+        return _finish(
+            cls,
+            obj,
+            kwargs.pop("batch_size", None),
+            kwargs.pop("device", None),
+            auto,
+            batch_dims,
+            "from_any",
+        )
     raise TypeError(
         f"from_any: cannot make a container of a {kind.__name__}; expected a mapping, "
         "namedtuple, dataclass, structured array, DataFrame, Arrow table or HDF5 object"

@@ -120,8 +120,7 @@ def _finish(
 
     if auto_batch_size and batch_size is not None:
         raise TypeError(
-            f"{where}: Conflicting batch sizes: pass batch_size or auto_batch_size=True, "
-            "not both"
+            f"{where}: Conflicting batch sizes: pass batch_size or auto_batch_size=True, not both"
         )
     td = TensorDict(source, batch_size=batch_size, device=device)
     if auto_batch_size:
@@ -144,8 +143,7 @@ def _frombuffer(buf: Any, dtype: torch.dtype, count: int, offset: int) -> Tensor
     # copy=False: an immutable Arrow buffer (a memory-mapped file, as Hugging Face
     # datasets use) is read-only memory, viewed all the same (the caller's contract: no
     # write into it: torch has no read-only tensors and the write would crash).
-    view = np.frombuffer(buf, dtype=_NUMPY_OF_TORCH[dtype], count=count,
-                         offset=offset)
+    view = np.frombuffer(buf, dtype=_NUMPY_OF_TORCH[dtype], count=count, offset=offset)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         return torch.from_numpy(view)
@@ -173,8 +171,7 @@ def _primitive(arr: Any, name: str, where: str) -> Tensor:
         dtype = _TORCH_OF_NUMPY[np_dtype]
     except (NotImplementedError, KeyError, TypeError):
         raise TypeError(
-            f"{where}: column {name!r} has Arrow type {t}, which has no tensor form; "
-            f"{_UNSUPPORTED}"
+            f"{where}: column {name!r} has Arrow type {t}, which has no tensor form; {_UNSUPPORTED}"
         ) from None
     return _frombuffer(arr.buffers()[1], dtype, len(arr), arr.offset * np_dtype.itemsize)
 
@@ -481,9 +478,11 @@ def _arrays(
                 _arrays(value, rows, path, meta, separator, out)
                 continue
             children = _arrays(value, rows, path, meta, None, {})
-            arr = pa.StructArray.from_arrays(
-                list(children.values()), names=list(children)
-            ) if children else pa.array([{}] * rows, type=pa.struct([]))
+            arr = (
+                pa.StructArray.from_arrays(list(children.values()), names=list(children))
+                if children
+                else pa.array([{}] * rows, type=pa.struct([]))
+            )
             out[name] = arr
             continue
         else:
@@ -515,9 +514,11 @@ def to_arrow(td: Any, *, separator: str | None = None) -> Any:
         )
     meta: dict[str, Any] = {"batch_size": bs}
     arrays = _arrays(td, bs[0], (), meta, separator, {})
-    table = pa.table(arrays) if arrays else pa.table({}).append_column(
-        "__rows__", pa.nulls(bs[0])
-    ).drop(["__rows__"])
+    table = (
+        pa.table(arrays)
+        if arrays
+        else pa.table({}).append_column("__rows__", pa.nulls(bs[0])).drop(["__rows__"])
+    )
     return table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
 
 
@@ -692,8 +693,11 @@ def from_csv(path: Any, **kwargs: Any) -> Any:
     (``read_options``/``parse_options``/``convert_options`` go to it; the other
     keywords are ``from_arrow``'s)."""
     csv = require("pyarrow.csv", "arrow")
-    opts = {k: kwargs.pop(k) for k in ("read_options", "parse_options", "convert_options")
-            if k in kwargs}
+    opts = {
+        k: kwargs.pop(k)
+        for k in ("read_options", "parse_options", "convert_options")
+        if k in kwargs
+    }
     return from_arrow(csv.read_csv(os.fspath(path), **opts), **kwargs)
 
 

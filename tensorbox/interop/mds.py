@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
 from torch import Tensor
 
 from tensorbox._core.nontensor import NonTensorData
@@ -40,8 +39,10 @@ def _row_values(td: Any, i: int) -> dict[str, Any]:
 def _column(key: str, v: Any) -> str:
     if isinstance(v, np.ndarray):
         if v.dtype == np.bool_:
-            raise TypeError(f"to_mds: entry {key!r} is bool, which MDS has no column for; "
-                            "cast it (td[key].to(torch.uint8))")
+            raise TypeError(
+                f"to_mds: entry {key!r} is bool, which MDS has no column for; "
+                "cast it (td[key].to(torch.uint8))"
+            )
         return f"ndarray:{v.dtype.name}"
     if isinstance(v, str):
         return "str"
@@ -91,5 +92,3 @@ def to_mds(
         for i in range(n):
             row = first if i == 0 else _row_values(td, i)
             writer.write({k: (int(v) if columns[k] == "int" else v) for k, v in row.items()})
-
-

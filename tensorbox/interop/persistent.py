@@ -298,12 +298,12 @@ class PersistentTensorDict:
         for name, obj in self._backend.members(self._group):
             if self._backend.is_non_tensor(obj):
                 continue
-            shape = tuple(self._child(name, obj).batch_size if self._backend.is_group(obj)
-                          else obj.shape)
+            shape = tuple(
+                self._child(name, obj).batch_size if self._backend.is_group(obj) else obj.shape
+            )
             if tuple(shape[: len(value)]) != tuple(value):
                 raise BatchSizeError(
-                    f"batch_size {list(value)}: entry {name!r} has leading shape "
-                    f"{list(shape)}"
+                    f"batch_size {list(value)}: entry {name!r} has leading shape {list(shape)}"
                 )
         self._batch_size = value
 
@@ -366,8 +366,12 @@ class PersistentTensorDict:
         return node, path[-1]
 
     def _where(self) -> str:
-        base = self._filename if isinstance(self._filename, str | os.PathLike) else self._backend.name
-        return f"{os.fspath(base) if isinstance(base, os.PathLike) else base}:/{'/'.join(self._path)}"
+        base = (
+            self._filename if isinstance(self._filename, str | os.PathLike) else self._backend.name
+        )
+        return (
+            f"{os.fspath(base) if isinstance(base, os.PathLike) else base}:/{'/'.join(self._path)}"
+        )
 
     def _member(self, name: str) -> Any:
         """The library object ``name`` of this node (``KeyError`` when missing)."""
@@ -438,9 +442,13 @@ class PersistentTensorDict:
         """The rows ``index`` of every leaf, read now, as an in-memory TensorDict."""
         from tensorbox import TensorDict
 
-        probe = torch.empty(self._batch_size, device="meta")[
-            index if not isinstance(index, Tensor) else index.to("meta")
-        ] if not (isinstance(index, Tensor) and index.dtype is torch.bool) else None
+        probe = (
+            torch.empty(self._batch_size, device="meta")[
+                index if not isinstance(index, Tensor) else index.to("meta")
+            ]
+            if not (isinstance(index, Tensor) and index.dtype is torch.bool)
+            else None
+        )
         out: dict[str, Any] = {}
         for name, obj in self._backend.members(self._group):
             if self._backend.is_group(obj):

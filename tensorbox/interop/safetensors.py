@@ -20,6 +20,7 @@ process's copy only, never the file.
 
 from __future__ import annotations
 
+import itertools
 import json
 import mmap
 import os
@@ -100,7 +101,9 @@ def read_header(path: Any) -> tuple[dict[str, Any], dict[str, str], int]:
         if not isinstance(shape, list) or not all(
             isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape
         ):
-            raise FormatError(f"{name}: entry {key!r} has shape {shape!r}; expected a list of sizes")
+            raise FormatError(
+                f"{name}: entry {key!r} has shape {shape!r}; expected a list of sizes"
+            )
         offsets = info.get("data_offsets")
         if (
             not isinstance(offsets, list)
@@ -126,7 +129,7 @@ def read_header(path: Any) -> tuple[dict[str, Any], dict[str, str], int]:
         if nbytes:
             spans.append((offsets[0], offsets[1], key))
     spans.sort()
-    for (_, end, a), (begin, _, b) in zip(spans, spans[1:]):
+    for (_, end, a), (begin, _, b) in itertools.pairwise(spans):
         if begin < end:
             raise FormatError(f"{name}: entries {a!r} and {b!r} overlap")
     return entries, metadata, start
