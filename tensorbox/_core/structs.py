@@ -161,7 +161,7 @@ def to_namedtuple(td: Any, dest_cls: type | None = None) -> Any:
             values[name] = value.value
         else:
             values[name] = value
-    kind = dest_cls if dest_cls is not None else collections.namedtuple("GenericDict", values)  # type: ignore[misc]
+    kind = dest_cls if dest_cls is not None else collections.namedtuple("GenericDict", values)
     return kind(**values)
 
 

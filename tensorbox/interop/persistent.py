@@ -516,7 +516,7 @@ class PersistentTensorDict:
                 out[name] = self._get_str(name)
         return TensorDict(out, batch_size=self._batch_size, device=self._device)
 
-    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+    def __eq__(self, other: Any) -> Any:
         if isinstance(other, PersistentTensorDict):
             other = other.to_tensordict()
         return self.to_tensordict() == other
@@ -824,7 +824,8 @@ def _read(backend: Backend, arr: Any, index: Any) -> np.ndarray:
             return _read_rows(backend, arr, rows)
         uniq, inverse = np.unique(rows, return_inverse=True)
         return _read_rows(backend, arr, uniq)[inverse]
-    return backend.read_all(arr)[idx]
+    out: np.ndarray = backend.read_all(arr)[idx]
+    return out
 
 
 def _read_rows(backend: Backend, arr: Any, rows: np.ndarray) -> np.ndarray:

@@ -270,4 +270,4 @@ def to_safetensors(td: Any, path: Any, *, metadata: dict[str, str] | None = None
         f.write(blob)
         for _, t in tensors:
             if t.numel():
-                f.write(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+                f.write(t.reshape(-1).view(torch.uint8).numpy().data)  # no copy
