@@ -280,16 +280,19 @@ class PersistentTensorDict:
 
     @classmethod
     def from_h5(cls, filename: Any, mode: str = "r", batch_size: Any = None) -> Any:
+        """Open an HDF5 file (read-only by default)."""
         return cls(filename=filename, mode=mode, batch_size=batch_size, backend="h5")
 
     @classmethod
     def from_zarr(cls, filename: Any, mode: str = "r", batch_size: Any = None) -> Any:
+        """Open a zarr v3 store (read-only by default)."""
         return cls(filename=filename, mode=mode, batch_size=batch_size, backend="zarr")
 
     # ------------------------------------------------------------ properties
 
     @property
     def batch_size(self) -> torch.Size:
+        """The leading dims every array of this node shares."""
         return self._batch_size
 
     @batch_size.setter
@@ -309,26 +312,35 @@ class PersistentTensorDict:
 
     @property
     def shape(self) -> torch.Size:
+        """The batch size."""
         return self._batch_size
 
     @property
     def batch_dims(self) -> int:
+        """The number of batch dims."""
         return len(self._batch_size)
 
-    ndim = batch_dims
+    @property
+    def ndim(self) -> int:
+        """The number of batch dims."""
+        return len(self._batch_size)
 
     def dim(self) -> int:
+        """The number of batch dims."""
         return len(self._batch_size)
 
     def numel(self) -> int:
+        """The number of batch elements."""
         return int(np.prod(self._batch_size)) if self._batch_size else 1
 
     @property
     def device(self) -> torch.device | None:
+        """Where the tensors read go (None: the CPU)."""
         return self._device
 
     @property
     def names(self) -> list[None]:
+        """No named dims: ``None`` per batch dim."""
         return [None] * len(self._batch_size)
 
     @property
@@ -338,9 +350,11 @@ class PersistentTensorDict:
 
     @property
     def filename(self) -> Any:
+        """The file or store this tree was opened from."""
         return self._filename
 
     def is_locked(self) -> bool:
+        """True when the file is open read-only."""
         return self._mode == "r"
 
     def __len__(self) -> int:
@@ -471,6 +485,7 @@ class PersistentTensorDict:
         *,
         sort: bool = False,
     ) -> list[Any]:
+        """The keys of this node (``include_nested``: nested keys as tuples too)."""
         out: list[Any] = []
         for name, obj in self._backend.members(self._group):
             if self._backend.is_group(obj):
@@ -487,10 +502,12 @@ class PersistentTensorDict:
         return iter(self.keys())
 
     def items(self, include_nested: bool = False, leaves_only: bool = False) -> Iterator[Any]:
+        """``(key, value)`` pairs, values read as ``get`` reads them."""
         for k in self.keys(include_nested, leaves_only):
             yield k, self.get(k)
 
     def values(self, include_nested: bool = False, leaves_only: bool = False) -> Iterator[Any]:
+        """The values, read as ``get`` reads them."""
         for k in self.keys(include_nested, leaves_only):
             yield self.get(k)
 
@@ -502,6 +519,7 @@ class PersistentTensorDict:
         return self._backend.contains(node._group, name)
 
     def is_empty(self) -> bool:
+        """True when the node has no entry."""
         return not self.keys()
 
     def to_tensordict(self, *, retain_none: bool | None = None) -> Any:
@@ -634,12 +652,14 @@ class PersistentTensorDict:
         return self
 
     def fill_(self, key: Any, value: Any) -> Any:
+        """Set every element of the array at ``key`` to ``value``, in the file."""
         self._writable("fill_")
         _, arr = self._array(key)
         self._backend.write(arr, ..., np.full(arr.shape, value, dtype=arr.dtype))
         return self
 
     def zero_(self) -> Any:
+        """Set every array to zero, in the file."""
         self._writable("zero_")
         for key in self.keys(True, True):
             node, name = self._node_and_name(_key_path(key))
@@ -663,6 +683,7 @@ class PersistentTensorDict:
         return self
 
     def del_(self, key: Any) -> Any:
+        """Remove the entry at ``key`` from the file."""
         self._writable("del_")
         node, name = self._node_and_name(_key_path(key))
         if not self._backend.contains(node._group, name):
@@ -672,6 +693,7 @@ class PersistentTensorDict:
         return self
 
     def pop(self, key: Any, default: Any = _NO_DEFAULT) -> Any:
+        """Read the entry at ``key`` into memory and remove it from the file."""
         if key not in self:
             if default is _NO_DEFAULT:
                 raise TensorDictKeyError(f"key {key!r} not found in {self._where()}")
@@ -683,6 +705,7 @@ class PersistentTensorDict:
         return value
 
     def rename_key_(self, old_key: Any, new_key: Any, safe: bool = False) -> Any:
+        """Rename an entry in the file (refused when ``new_key`` exists)."""
         self._writable("rename_key_")
         old, new = _key_path(old_key), _key_path(new_key)
         if new in self:
@@ -698,6 +721,7 @@ class PersistentTensorDict:
         return self
 
     def create_nested(self, key: Any) -> Any:
+        """Add an empty node (group) at ``key``, with this node's batch size."""
         self._writable("create_nested")
         path = _key_path(key)
         node, name = self._node_and_name(path, create=True)
@@ -706,6 +730,7 @@ class PersistentTensorDict:
         return self
 
     def update(self, other: Any, **kwargs: Any) -> Any:
+        """Write every leaf of ``other`` into the file (in place where the arrays match)."""
         for key in _leaf_keys(other):
             self.set(key, other.get(key), inplace=True)
         return self
@@ -713,6 +738,7 @@ class PersistentTensorDict:
     # ------------------------------------------------------------ whole tree
 
     def auto_batch_size_(self, batch_dims: int | None = None) -> Any:
+        """Set the batch size to the longest leading shape the arrays share (at most ``batch_dims`` dims)."""
         shapes = []
         for _, obj in self._backend.members(self._group):
             if self._backend.is_non_tensor(obj):
@@ -736,6 +762,7 @@ class PersistentTensorDict:
         return type(self).from_dict(td, newfile, backend=self._backend.name, **self._kwargs)
 
     def to(self, device: Any) -> Any:
+        """The same file read onto ``device`` (a device), or ``to_tensordict().to(...)``."""
         if isinstance(device, str | torch.device | int):
             out = self._child_view()
             out._device = torch.device(device)
