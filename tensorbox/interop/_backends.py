@@ -8,20 +8,21 @@ adapters can become stores of it.
 
 >>> sorted(BACKENDS)
 ['h5', 'zarr']
+>>> backend_for("hdf4")
+Traceback (most recent call last):
+ValueError: backend='hdf4'; expected 'h5' or 'zarr'
+
 """
 
 from __future__ import annotations
 
 import json
-import os
-import warnings
+from importlib import import_module
 from typing import Any
 
 import numpy as np
 
-from tensorbox.interop._extras import require
-
-__all__ = ["BACKENDS", "BATCH_ATTR", "NON_TENSOR_ATTR", "Backend", "H5Backend", "ZarrBackend"]
+__all__ = ["BACKENDS", "BATCH_ATTR", "NON_TENSOR_ATTR", "Backend", "backend_for"]
 
 #: Group attribute holding the node's batch size.
 BATCH_ATTR = "tensorbox_batch_size"
@@ -115,151 +116,14 @@ class Backend:
         """Called after keys were added, removed or renamed."""
 
 
-class H5Backend(Backend):
-    name = "h5"
-    extra = "hdf5"
-
-    def __init__(self) -> None:
-        self.h5py = require("h5py", self.extra)
-
-    def open(self, filename: Any, mode: str, attrs: dict[str, Any] | None = None) -> Any:
-        f = self.h5py.File(os.fspath(filename), mode)
-        if attrs:
-            f.attrs.update(attrs)
-        return f
-
-    def is_group(self, obj: Any) -> bool:
-        return isinstance(obj, self.h5py.Group)
-
-    def members(self, group: Any) -> list[tuple[str, Any]]:
-        return list(group.items())
-
-    def create_array(self, group: Any, name: str, data: np.ndarray, kwargs: dict[str, Any]) -> Any:
-        # a scalar dataset takes no chunking or filter options
-        return group.create_dataset(name, data=data, **(kwargs if data.ndim else {}))
-
-    def write_non_tensor(self, group: Any, name: str, raw: bytes, encoding: str) -> None:
-        ds = group.create_dataset(name, data=raw.decode() if encoding == "utf-8" else raw)
-        ds.attrs[NON_TENSOR_ATTR] = encoding
-
-    def read_non_tensor(self, obj: Any, key: str, where: str) -> Any:
-        encoding = obj.attrs[NON_TENSOR_ATTR]
-        raw = obj[()]
-        if encoding == "utf-8":
-            return raw  # h5py reads text as bytes (tensordict's h5 behaviour too)
-        if isinstance(raw, np.ndarray):
-            raw = raw.tobytes()
-        return decode_non_tensor(bytes(raw), encoding, key, where)
-
-    def move(self, group: Any, src: str, dst: str) -> None:
-        group.move(src, dst)
-
-    def filename(self, root: Any) -> str:
-        return str(root.file.filename)
+#: The module of this package holding each backend (imported on first use).
+BACKENDS = {"h5": ("h5", "H5Backend"), "zarr": ("zarr", "ZarrBackend")}
 
 
-class ZarrBackend(Backend):
-    name = "zarr"
-    extra = "zarr"
-
-    def __init__(self) -> None:
-        self.zarr = require("zarr", self.extra)
-        if int(self.zarr.__version__.split(".")[0]) < 3:
-            raise ImportError(
-                f"zarr {self.zarr.__version__} is installed and tensorbox needs zarr>=3: "
-                "pip install 'tensorbox[zarr]'"
-            )
-
-    def open(self, filename: Any, mode: str, attrs: dict[str, Any] | None = None) -> Any:
-        target = os.fspath(filename) if isinstance(filename, str | os.PathLike) else filename
-        # Writers read the real metadata (the consolidated copy is rewritten after each
-        # structural change); readers take the consolidated copy: one read for the tree.
-        # Attributes are given at creation: a zip store cannot rewrite a member.
-        return self.zarr.open_group(
-            store=target,
-            mode=mode,
-            use_consolidated=None if mode == "r" else False,
-            **({"attributes": attrs} if attrs else {}),
-        )
-
-    def create_group(self, group: Any, name: str, attrs: dict[str, Any] | None = None) -> Any:
-        return group.create_group(name, attributes=attrs or {})
-
-    def is_group(self, obj: Any) -> bool:
-        return isinstance(obj, self.zarr.Group)
-
-    def members(self, group: Any) -> list[tuple[str, Any]]:
-        return sorted(group.members(), key=lambda kv: kv[0])
-
-    def create_array(self, group: Any, name: str, data: np.ndarray, kwargs: dict[str, Any]) -> Any:
-        kw = dict(kwargs)
-        chunks = kw.pop("chunks", None)
-        shape = data.shape
-        if chunks is None:
-            chunks = tuple(max(1, s) for s in shape)  # one chunk: a whole-leaf read is one read
-        else:
-            chunks = tuple(chunks)[: len(shape)]
-            chunks = chunks + tuple(max(1, s) for s in shape[len(chunks) :])
-        kw.setdefault("compressors", None)
-        arr = group.create_array(name, shape=shape, dtype=data.dtype, chunks=chunks, **kw)
-        if data.size:
-            arr[...] = data
-        return arr
-
-    def write_non_tensor(self, group: Any, name: str, raw: bytes, encoding: str) -> None:
-        data = np.frombuffer(raw, dtype=np.uint8)
-        arr = group.create_array(
-            name, shape=data.shape, dtype=np.uint8, chunks=(max(1, data.size),), compressors=None
-        )
-        if data.size:
-            arr[...] = data
-        arr.attrs[NON_TENSOR_ATTR] = encoding
-
-    def read_non_tensor(self, obj: Any, key: str, where: str) -> Any:
-        raw = np.asarray(obj[...]).tobytes()
-        return decode_non_tensor(raw, obj.attrs[NON_TENSOR_ATTR], key, where)
-
-    def move(self, group: Any, src: str, dst: str) -> None:
-        _zarr_move(self, group, src, dst)
-
-    def read(self, arr: Any, index: Any) -> np.ndarray:
-        return np.asarray(arr[index])
-
-    def structure_changed(self, root: Any) -> None:
-        # The consolidated copy of the tree's metadata is rewritten after every structural
-        # change, so that readers (which take it) never see a stale tree. zarr warns
-        # that consolidation is not part of the v3 spec yet: known, and chosen.
-        if isinstance(root.store, self.zarr.storage.ZipStore):
-            return  # a zip member cannot be rewritten; readers list the zip instead
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            self.zarr.consolidate_metadata(root.store, path=root.path or None)
-
-
-def _zarr_move(backend: ZarrBackend, group: Any, src: str, dst: str) -> None:
-    """Rename a member of a zarr group: copied under the new name, then deleted."""
-    obj = group[src]
-    _zarr_copy(backend, obj, group, dst)
-    del group[src]
-
-
-def _zarr_copy(backend: ZarrBackend, obj: Any, parent: Any, name: str) -> None:
-    if backend.is_group(obj):
-        g = parent.create_group(name)
-        g.attrs.update(dict(obj.attrs))
-        for child_name, child in obj.members():
-            _zarr_copy(backend, child, g, child_name)
-        return
-    arr = parent.create_array(
-        name,
-        shape=obj.shape,
-        dtype=obj.dtype,
-        chunks=obj.chunks,
-        compressors=obj.compressors or None,
-    )
-    if obj.size:
-        arr[...] = obj[...]
-    arr.attrs.update(dict(obj.attrs))
-
-
-BACKENDS: dict[str, type[Backend]] = {"h5": H5Backend, "zarr": ZarrBackend}
+def backend_for(name: str) -> Backend:
+    """The adapter for ``name`` ("h5" or "zarr"); its library is imported now."""
+    if name not in BACKENDS:
+        raise ValueError(f"backend={name!r}; expected 'h5' or 'zarr'")
+    module, cls = BACKENDS[name]
+    adapter: Backend = getattr(import_module(f"tensorbox.interop.{module}"), cls)()
+    return adapter

@@ -37,12 +37,7 @@ from torch import Tensor
 
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox.errors import BatchSizeError, TensorDictKeyError
-from tensorbox.interop._backends import (
-    BACKENDS,
-    BATCH_ATTR,
-    Backend,
-    encode_non_tensor,
-)
+from tensorbox.interop._backends import BATCH_ATTR, Backend, backend_for, encode_non_tensor
 
 __all__ = ["PersistentTensorDict", "as_class", "from_h5", "from_zarr"]
 
@@ -188,11 +183,9 @@ class PersistentTensorDict:
         device: Any = None,
         **kwargs: Any,
     ) -> None:
-        if backend not in BACKENDS:
-            raise ValueError(f"PersistentTensorDict: backend={backend!r}; expected 'h5' or 'zarr'")
         if (filename is None) == (group is None):
             raise ValueError("PersistentTensorDict: pass filename or group (one of them)")
-        self._backend: Backend = BACKENDS[backend]()
+        self._backend: Backend = backend_for(backend)
         self._mode = mode
         self._kwargs = kwargs
         self._device = None if device is None else torch.device(device)
@@ -260,7 +253,7 @@ class PersistentTensorDict:
         elif batch_size is not None:
             td = td.clone(recurse=False)
             td.batch_size = batch_size
-        adapter = BACKENDS[backend]()
+        adapter = backend_for(backend)
         if isinstance(filename, str | os.PathLike):
             with _atomic_path(os.fspath(filename)) as tmp:
                 root = adapter.open(tmp, "w", _attrs(td))  # type: ignore[attr-defined]
