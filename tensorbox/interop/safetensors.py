@@ -25,8 +25,10 @@ import json
 import mmap
 import os
 import struct
+from collections.abc import Callable
 from typing import Any
 
+import orjson
 import torch
 from torch import Tensor
 
@@ -57,11 +59,14 @@ CODES = {v: k for k, v in DTYPES.items()}
 MAX_HEADER = 100_000_000
 
 
-def read_header(path: Any) -> tuple[dict[str, Any], dict[str, str], int]:
+def read_header(
+    path: Any, wanted: Callable[[str], bool] | None = None
+) -> tuple[dict[str, Any], dict[str, str], int]:
     """``(entries, metadata, data_start)`` of a ``.safetensors`` file, checked.
 
     ``entries`` maps each key to ``(dtype, shape, begin, end)`` (byte offsets into the
-    file).
+    file). With ``wanted``, only the keys it accepts are returned and fully checked; the
+    byte ranges of all are checked (an overlap involves the others too).
     """
     name = os.fspath(path)
     size = os.path.getsize(name)
@@ -77,8 +82,8 @@ def read_header(path: Any) -> tuple[dict[str, Any], dict[str, str], int]:
             )
         raw = f.read(n)
     try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        header = orjson.loads(raw)
+    except orjson.JSONDecodeError as err:
         raise FormatError(f"{name}: the header is not JSON ({err})") from None
     if not isinstance(header, dict):
         raise FormatError(f"{name}: the header is {type(header).__name__}, expected an object")
@@ -92,28 +97,31 @@ def read_header(path: Any) -> tuple[dict[str, Any], dict[str, str], int]:
     for key, info in header.items():
         if not isinstance(info, dict):
             raise FormatError(f"{name}: entry {key!r} is not an object")
+        offsets = info.get("data_offsets")
+        if (
+            type(offsets) is not list
+            or len(offsets) != 2
+            or type(offsets[0]) is not int
+            or type(offsets[1]) is not int
+            or not 0 <= offsets[0] <= offsets[1] <= data_len
+        ):
+            raise FormatError(
+                f"{name}: entry {key!r} has data_offsets {offsets!r}; expected [begin, end] "
+                f"within the {data_len} data bytes"
+            )
+        if offsets[1] > offsets[0]:
+            spans.append((offsets[0], offsets[1], key))
+        if wanted is not None and not wanted(key):
+            continue
         code = info.get("dtype")
         if code not in DTYPES:
             raise FormatError(
                 f"{name}: entry {key!r} has dtype {code!r}; expected one of {sorted(DTYPES)}"
             )
         shape = info.get("shape")
-        if not isinstance(shape, list) or not all(
-            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape
-        ):
+        if type(shape) is not list or not all(type(s) is int and s >= 0 for s in shape):
             raise FormatError(
                 f"{name}: entry {key!r} has shape {shape!r}; expected a list of sizes"
-            )
-        offsets = info.get("data_offsets")
-        if (
-            not isinstance(offsets, list)
-            or len(offsets) != 2
-            or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
-            or not 0 <= offsets[0] <= offsets[1] <= data_len
-        ):
-            raise FormatError(
-                f"{name}: entry {key!r} has data_offsets {offsets!r}; expected [begin, end] "
-                f"within the {data_len} data bytes"
             )
         dtype = DTYPES[code]
         numel = 1
@@ -126,8 +134,6 @@ def read_header(path: Any) -> tuple[dict[str, Any], dict[str, str], int]:
                 f"{shape} of {code} needs {nbytes}"
             )
         entries[key] = (dtype, tuple(shape), start + offsets[0], start + offsets[1])
-        if nbytes:
-            spans.append((offsets[0], offsets[1], key))
     spans.sort()
     for (_, end, a), (begin, _, b) in itertools.pairwise(spans):
         if begin < end:
@@ -176,18 +182,21 @@ def from_safetensors(
     from tensorbox import TensorDict, is_tensorclass
 
     name = os.fspath(path)
-    entries, _meta, _start = read_header(name)
+    p = prefix.rstrip(".") + "." if prefix else ""
+    chosen = None if keys is None else set(keys)
+
+    def accept(key: str) -> bool:
+        return (chosen is None or key in chosen) and key.startswith(p)
+
+    entries, _meta, _start = read_header(name, accept if (chosen or p) else None)
     wanted = list(entries)
-    if keys is not None:
+    if chosen is not None:
         missing = [k for k in keys if k not in entries]
         if missing:
             raise KeyError(f"{name}: no tensor {missing[0]!r} in the file")
         wanted = list(keys)
-    if prefix:
-        p = prefix.rstrip(".") + "."
-        wanted = [k for k in wanted if k.startswith(p)]
-        if not wanted:
-            raise KeyError(f"{name}: no tensor under the prefix {prefix!r}")
+    if prefix and not wanted:
+        raise KeyError(f"{name}: no tensor under the prefix {prefix!r}")
     size = os.path.getsize(name)
     raw: Tensor
     if size:
