@@ -469,43 +469,43 @@ class IOMethods(MixinBase):
     @classmethod
     def from_parquet(cls, path: Any, **kwargs: Any) -> Self:
         """A container of a Parquet file's rows (see ``tensorbox.interop.arrow``)."""
-        from tensorbox.interop import arrow
+        from tensorbox.interop import files
 
-        return arrow.from_parquet(path, cls=cls, **kwargs)  # type: ignore[no-any-return]
+        return files.from_parquet(path, cls=cls, **kwargs)  # type: ignore[no-any-return]
 
     def to_parquet(self, path: Any, *, separator: str | None = None, **kwargs: Any) -> None:
         """Write this container as a Parquet file (see ``tensorbox.interop.arrow``)."""
-        from tensorbox.interop import arrow
+        from tensorbox.interop import files
 
-        arrow.to_parquet(self, path, separator=separator, **kwargs)
+        files.to_parquet(self, path, separator=separator, **kwargs)
 
     @classmethod
     def from_csv(cls, path: Any, **kwargs: Any) -> Self:
         """A container of a CSV file's columns (see ``tensorbox.interop.arrow``)."""
-        from tensorbox.interop import arrow
+        from tensorbox.interop import files
 
-        return arrow.from_csv(path, cls=cls, **kwargs)  # type: ignore[no-any-return]
+        return files.from_csv(path, cls=cls, **kwargs)  # type: ignore[no-any-return]
 
     def to_csv(self, path: Any, *, separator: str | None = None, **kwargs: Any) -> None:
         """Write one CSV column per leaf (see ``tensorbox.interop.arrow``)."""
-        from tensorbox.interop import arrow
+        from tensorbox.interop import files
 
-        arrow.to_csv(self, path, separator=separator, **kwargs)
+        files.to_csv(self, path, separator=separator, **kwargs)
 
     @classmethod
     def from_json(cls, path: Any, *, lines: bool = False, **kwargs: Any) -> Self:
         """A container of a JSON file's records (see ``tensorbox.interop.arrow``)."""
-        from tensorbox.interop import arrow
+        from tensorbox.interop import files
 
-        return arrow.from_json(path, lines=lines, cls=cls, **kwargs)  # type: ignore[no-any-return]
+        return files.from_json(path, lines=lines, cls=cls, **kwargs)  # type: ignore[no-any-return]
 
     def to_json(
         self, path: Any, *, separator: str | None = None, lines: bool = False, **kwargs: Any
     ) -> None:
         """Write the rows as JSON records (see ``tensorbox.interop.arrow``)."""
-        from tensorbox.interop import arrow
+        from tensorbox.interop import files
 
-        arrow.to_json(self, path, separator=separator, lines=lines, **kwargs)
+        files.to_json(self, path, separator=separator, lines=lines, **kwargs)
 
     @classmethod
     def from_h5(cls, filename: Any, **kwargs: Any) -> Any:

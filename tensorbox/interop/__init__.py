@@ -5,8 +5,9 @@ One module per format family; each imports its library (pyarrow, safetensors, h5
 zarr, streaming) on first call, so importing this package loads none of them, and a
 missing one raises an ``ImportError`` naming the ``tensorbox[extra]`` to install.
 
-- :mod:`tensorbox.interop.arrow`: ``from_arrow``/``to_arrow`` and pandas, Parquet
-  (whole, or row group by row group with ``ParquetRowGroups``), CSV and JSON.
+- :mod:`tensorbox.interop.arrow`: ``from_arrow``/``to_arrow`` and pandas;
+  :mod:`tensorbox.interop.files`: Parquet (whole, or row group by row group with
+  ``ParquetRowGroups``), CSV and JSON files, through Arrow.
 - :mod:`tensorbox.interop.safetensors`: ``from_safetensors``/``to_safetensors``.
 - :mod:`tensorbox.interop.persistent`: ``PersistentTensorDict``, a lazy container whose
   leaves live in an HDF5 file (:mod:`~tensorbox.interop.h5`) or a zarr v3 store
@@ -24,15 +25,8 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tensorbox.interop.arrow import (
-        ParquetRowGroups,
-        from_arrow,
-        from_csv,
-        from_json,
-        from_pandas,
-        from_parquet,
-        to_arrow,
-    )
+    from tensorbox.interop.arrow import from_arrow, from_pandas, to_arrow
+    from tensorbox.interop.files import ParquetRowGroups, from_csv, from_json, from_parquet
     from tensorbox.interop.persistent import PersistentTensorDict, from_h5, from_zarr
     from tensorbox.interop.safetensors import from_safetensors, to_safetensors
 
@@ -53,12 +47,12 @@ __all__ = [
 
 #: Which module of this package defines each name (loaded on first use).
 LAZY = {
-    "ParquetRowGroups": "arrow",
+    "ParquetRowGroups": "files",
     "from_arrow": "arrow",
-    "from_csv": "arrow",
-    "from_json": "arrow",
+    "from_csv": "files",
+    "from_json": "files",
     "from_pandas": "arrow",
-    "from_parquet": "arrow",
+    "from_parquet": "files",
     "to_arrow": "arrow",
     "PersistentTensorDict": "persistent",
     "from_h5": "persistent",

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -37,6 +35,19 @@ from torch import Tensor
 
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox.errors import BatchSizeError, TensorDictKeyError
+from tensorbox.interop._arrays import (
+    as_tensor,
+    atomic_path,
+    infer_batch_size,
+    is_key,
+    key_path,
+    leaf_keys,
+    numpy_of,
+    read,
+    tree_attrs,
+    write,
+    write_tree,
+)
 from tensorbox.interop._backends import BATCH_ATTR, Backend, backend_for, encode_non_tensor
 
 __all__ = ["PersistentTensorDict", "as_class", "from_h5", "from_zarr"]
@@ -45,114 +56,16 @@ _NO_DEFAULT: Any = object()
 
 #: Methods that read the whole tree and answer from the in-memory copy (never writes:
 #: a write there would not reach the file, so write methods are defined here or refused).
-_READ_ONLY = frozenset(
-    {
-        "all",
-        "amax",
-        "amin",
-        "any",
-        "apply",
-        "bool",
-        "chunk",
-        "contiguous",
-        "cpu",
-        "cuda",
-        "double",
-        "exclude",
-        "filter_non_tensor_data",
-        "flatten_keys",
-        "float",
-        "half",
-        "int",
-        "long",
-        "mean",
-        "named_apply",
-        "numpy",
-        "select",
-        "split",
-        "state_dict",
-        "std",
-        "sum",
-        "to_arrow",
-        "to_csv",
-        "to_dict",
-        "to_json",
-        "to_mds",
-        "to_module",
-        "to_namedtuple",
-        "to_pandas",
-        "to_parquet",
-        "to_safetensors",
-        "to_struct_array",
-        "tolist",
-        "unbind",
-        "unflatten_keys",
-        "var",
-    }
-)
-
-
-def _key_path(key: Any) -> tuple[str, ...]:
-    if isinstance(key, str):
-        return (key,)
-    if isinstance(key, tuple) and key and all(isinstance(k, str) for k in key):
-        return key
-    raise TensorDictKeyError(f"key {key!r}: expected a string or a tuple of strings")
-
-
-def _is_key(key: Any) -> bool:
-    return isinstance(key, str) or (
-        isinstance(key, tuple) and bool(key) and all(isinstance(k, str) for k in key)
-    )
-
-
-def _np_index(index: Any) -> Any:
-    """A torch/list/range index in numpy's terms (same semantics for these cases)."""
-    if isinstance(index, tuple):
-        return tuple(_np_index(i) for i in index)
-    if isinstance(index, Tensor):
-        return index.cpu().numpy()
-    if isinstance(index, range | list):
-        return np.asarray(index)
-    return index
-
-
-def _is_basic(index: Any) -> bool:
-    """An index every array library reads natively (ints, slices, ``...``, ``None``)."""
-    parts = index if isinstance(index, tuple) else (index,)
-    return all(
-        isinstance(p, int | slice | type(Ellipsis) | np.integer) and not isinstance(p, bool)
-        for p in parts
-    )
-
-
-def _as_tensor(x: Any) -> Tensor:
-    arr = np.asarray(x)
-    if not arr.flags.writeable or not arr.flags.c_contiguous:
-        arr = np.array(arr, copy=True)
-    return torch.from_numpy(arr)
-
-
-def _numpy_of(value: Tensor, key: str, backend: str) -> np.ndarray:
-    t = value.detach().cpu()
-    if t.dtype is torch.bfloat16:
-        raise TypeError(
-            f"entry {key!r}: {backend} has no bfloat16 dtype; cast it first "
-            "(td.float()) or save with memmap()"
-        )
-    return t.contiguous().numpy()
-
-
-def _infer_batch_size(shapes: list[tuple[int, ...]], parent: tuple[int, ...]) -> list[int]:
-    """The longest leading shape all ``shapes`` share (at least the parent's)."""
-    if not shapes:
-        return list(parent)
-    out: list[int] = []
-    for dims in zip(*shapes):
-        if len(set(dims)) != 1:
-            break
-        out.append(dims[0])
-    return out
+# fmt: off
+_READ_ONLY = frozenset([
+    "all", "amax", "amin", "any", "apply", "bool", "chunk", "contiguous", "cpu", "cuda",
+    "double", "exclude", "filter_non_tensor_data", "flatten_keys", "float", "half", "int",
+    "long", "mean", "named_apply", "numpy", "select", "split", "state_dict", "std", "sum",
+    "to_arrow", "to_csv", "to_dict", "to_json", "to_mds", "to_module", "to_namedtuple",
+    "to_pandas", "to_parquet", "to_safetensors", "to_struct_array", "tolist", "unbind",
+    "unflatten_keys", "var",
+])
+# fmt: on
 
 
 class PersistentTensorDict:
@@ -215,7 +128,7 @@ class PersistentTensorDict:
             if self._backend.is_group(obj) or self._backend.is_non_tensor(obj):
                 continue
             shapes.append(tuple(obj.shape))
-        return torch.Size(_infer_batch_size(shapes, parent))
+        return torch.Size(infer_batch_size(shapes, parent))
 
     def _child(self, name: str, obj: Any) -> PersistentTensorDict:
         child = object.__new__(type(self))
@@ -255,17 +168,17 @@ class PersistentTensorDict:
             td.batch_size = batch_size
         adapter = backend_for(backend)
         if isinstance(filename, str | os.PathLike):
-            with _atomic_path(os.fspath(filename)) as tmp:
-                root = adapter.open(tmp, "w", _attrs(td))  # type: ignore[attr-defined]
+            with atomic_path(os.fspath(filename)) as tmp:
+                root = adapter.open(tmp, "w", tree_attrs(td))  # type: ignore[attr-defined]
                 try:
-                    _write_tree(adapter, root, td, (), kwargs)
+                    write_tree(adapter, root, td, (), kwargs)
                     adapter.structure_changed(root)
                 finally:
                     if backend == "h5":
                         root.close()
             return cls(filename=filename, mode="r+", backend=backend, device=device, **kwargs)
-        root = adapter.open(filename, "w", _attrs(td))  # type: ignore[attr-defined]
-        _write_tree(adapter, root, td, (), kwargs)
+        root = adapter.open(filename, "w", tree_attrs(td))  # type: ignore[attr-defined]
+        write_tree(adapter, root, td, (), kwargs)
         adapter.structure_changed(root)
         out = cls(group=root, backend=backend, device=device, mode="r+", **kwargs)
         out._filename = filename
@@ -409,18 +322,18 @@ class PersistentTensorDict:
         if self._backend.is_non_tensor(obj):
             value = self._backend.read_non_tensor(obj, name, self._where())
             return NonTensorData(value, batch_size=self._batch_size)
-        return self._to_device(_as_tensor(self._backend.read_all(obj)))
+        return self._to_device(as_tensor(self._backend.read_all(obj)))
 
     def _to_device(self, t: Tensor) -> Tensor:
         return t if self._device is None else t.to(self._device)
 
     def get(self, key: Any, default: Any = _NO_DEFAULT) -> Any:
         """A tensor (read now), a lazy sub-node, or a ``NonTensorData``."""
-        node, name = self._node_and_name(_key_path(key))
+        node, name = self._node_and_name(key_path(key))
         return node._get_str(name, default)
 
     def _array(self, key: Any) -> tuple[PersistentTensorDict, Any]:
-        node, name = self._node_and_name(_key_path(key))
+        node, name = self._node_and_name(key_path(key))
         try:
             obj = node._member(name)
         except KeyError:
@@ -437,10 +350,10 @@ class PersistentTensorDict:
             if default is not _NO_DEFAULT:
                 return default
             raise
-        return node._to_device(_as_tensor(_read(self._backend, arr, index)))
+        return node._to_device(as_tensor(read(self._backend, arr, index)))
 
     def __getitem__(self, index: Any) -> Any:
-        if _is_key(index):
+        if is_key(index):
             value = self.get(index)
             return value.value if isinstance(value, NonTensorData) else value
         return self._index(index)
@@ -463,7 +376,7 @@ class PersistentTensorDict:
             elif self._backend.is_non_tensor(obj):
                 out[name] = NonTensorData(self._backend.read_non_tensor(obj, name, self._where()))
             else:
-                out[name] = self._to_device(_as_tensor(_read(self._backend, obj, index)))
+                out[name] = self._to_device(as_tensor(read(self._backend, obj, index)))
         if probe is not None:
             bs = probe.shape
         else:
@@ -506,7 +419,7 @@ class PersistentTensorDict:
 
     def __contains__(self, key: Any) -> bool:
         try:
-            node, name = self._node_and_name(_key_path(key))
+            node, name = self._node_and_name(key_path(key))
         except KeyError:
             return False
         return self._backend.contains(node._group, name)
@@ -571,7 +484,7 @@ class PersistentTensorDict:
         shape and dtype is written in place; otherwise it is replaced (with a warning
         when ``inplace=False`` asked for a new array over an existing one)."""
         self._writable("set")
-        path = _key_path(key)
+        path = key_path(key)
         node, name = self._node_and_name(path, create=True)
         node._set_str(name, value, inplace)
         return self
@@ -597,14 +510,14 @@ class PersistentTensorDict:
             self._check_batch(name, value.batch_size)
             if exists:
                 b.delete(self._group, name)
-            group = b.create_group(self._group, name, _attrs(value))
-            _write_tree(b, group, value, (name,), self._kwargs)
+            group = b.create_group(self._group, name, tree_attrs(value))
+            write_tree(b, group, value, (name,), self._kwargs)
             self._changed()
             return
         if not isinstance(value, Tensor):
             value = torch.as_tensor(value)
         self._check_batch(name, value.shape)
-        data = _numpy_of(value, name, b.name)
+        data = numpy_of(value, name, b.name)
         if exists:
             obj = b.member(self._group, name)
             same = (
@@ -627,11 +540,11 @@ class PersistentTensorDict:
         self._changed()
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        if _is_key(index):
+        if is_key(index):
             self.set(index, value, inplace=True)
             return
         self._writable("setitem")
-        for key in _leaf_keys(value):
+        for key in leaf_keys(value):
             self.set_at_(key, value.get(key), index)
 
     def set_at_(self, key: Any, value: Any, index: Any) -> Any:
@@ -640,8 +553,8 @@ class PersistentTensorDict:
         _, arr = self._array(key)
         if not isinstance(value, Tensor):
             value = torch.as_tensor(value)
-        data = _numpy_of(value, str(key), self._backend.name).astype(arr.dtype, copy=False)
-        _write(self._backend, arr, index, data)
+        data = numpy_of(value, str(key), self._backend.name).astype(arr.dtype, copy=False)
+        write(self._backend, arr, index, data)
         return self
 
     def fill_(self, key: Any, value: Any) -> Any:
@@ -655,7 +568,7 @@ class PersistentTensorDict:
         """Set every array to zero, in the file."""
         self._writable("zero_")
         for key in self.keys(True, True):
-            node, name = self._node_and_name(_key_path(key))
+            node, name = self._node_and_name(key_path(key))
             obj = self._backend.member(node._group, name)
             if not self._backend.is_non_tensor(obj):
                 self._backend.write(obj, ..., np.zeros(obj.shape, dtype=obj.dtype))
@@ -666,7 +579,7 @@ class PersistentTensorDict:
         self._writable("masked_fill_")
         m = mask.cpu().numpy()
         for key in self.keys(True, True):
-            node, name = self._node_and_name(_key_path(key))
+            node, name = self._node_and_name(key_path(key))
             obj = self._backend.member(node._group, name)
             if self._backend.is_non_tensor(obj):
                 continue
@@ -678,7 +591,7 @@ class PersistentTensorDict:
     def del_(self, key: Any) -> Any:
         """Remove the entry at ``key`` from the file."""
         self._writable("del_")
-        node, name = self._node_and_name(_key_path(key))
+        node, name = self._node_and_name(key_path(key))
         if not self._backend.contains(node._group, name):
             raise TensorDictKeyError(f"key {key!r} not found in {node._where()}")
         self._backend.delete(node._group, name)
@@ -700,7 +613,7 @@ class PersistentTensorDict:
     def rename_key_(self, old_key: Any, new_key: Any, safe: bool = False) -> Any:
         """Rename an entry in the file (refused when ``new_key`` exists)."""
         self._writable("rename_key_")
-        old, new = _key_path(old_key), _key_path(new_key)
+        old, new = key_path(old_key), key_path(new_key)
         if new in self:
             raise KeyError(f"rename_key_: key {new_key!r} already present in {self._where()}")
         src_node, src = self._node_and_name(old)
@@ -716,7 +629,7 @@ class PersistentTensorDict:
     def create_nested(self, key: Any) -> Any:
         """Add an empty node (group) at ``key``, with this node's batch size."""
         self._writable("create_nested")
-        path = _key_path(key)
+        path = key_path(key)
         node, name = self._node_and_name(path, create=True)
         self._backend.create_group(node._group, name, {BATCH_ATTR: list(node._batch_size)})
         self._changed()
@@ -724,7 +637,7 @@ class PersistentTensorDict:
 
     def update(self, other: Any, **kwargs: Any) -> Any:
         """Write every leaf of ``other`` into the file (in place where the arrays match)."""
-        for key in _leaf_keys(other):
+        for key in leaf_keys(other):
             self.set(key, other.get(key), inplace=True)
         return self
 
@@ -739,7 +652,7 @@ class PersistentTensorDict:
             if self._backend.is_group(obj):
                 continue
             shapes.append(tuple(obj.shape))
-        bs = _infer_batch_size(shapes, ())
+        bs = infer_batch_size(shapes, ())
         self._batch_size = torch.Size(bs[:batch_dims] if batch_dims is not None else bs)
         return self
 
@@ -818,95 +731,6 @@ class PersistentTensorDict:
             node = node._get_str(part)
         self.__dict__.update(node.__dict__)
         self._batch_size = torch.Size(state["batch_size"])
-
-
-def _leaf_keys(value: Any) -> list[Any]:
-    if isinstance(value, PersistentTensorDict):
-        return value.keys(True, True)
-    return list(value.keys(include_nested=True, leaves_only=True))
-
-
-def _read(backend: Backend, arr: Any, index: Any) -> np.ndarray:
-    idx = _np_index(index)
-    if _is_basic(idx):
-        return backend.read(arr, idx)
-    if (
-        isinstance(idx, np.ndarray)
-        and idx.ndim == 1
-        and idx.dtype.kind in "iu"
-        and len(idx)
-        and len(idx) * 4 < (arr.shape[0] if arr.ndim else 1)
-    ):
-        # A few rows of many: read only those (sorted, as HDF5 needs), then reorder.
-        n = arr.shape[0]
-        rows = np.where(idx < 0, idx + n, idx) if (idx < 0).any() else idx
-        if len(rows) == 1 or bool((rows[1:] > rows[:-1]).all()):  # sorted already
-            return _read_rows(backend, arr, rows)
-        uniq, inverse = np.unique(rows, return_inverse=True)
-        return _read_rows(backend, arr, uniq)[inverse]
-    out: np.ndarray = backend.read_all(arr)[idx]
-    return out
-
-
-def _read_rows(backend: Backend, arr: Any, rows: np.ndarray) -> np.ndarray:
-    """Rows ``rows`` (strictly increasing) of ``arr``, read natively."""
-    if backend.name == "zarr":
-        return np.asarray(arr.get_orthogonal_selection((rows,)))
-    return np.asarray(arr[rows])
-
-
-def _write(backend: Backend, arr: Any, index: Any, value: np.ndarray) -> None:
-    idx = _np_index(index)
-    if _is_basic(idx):
-        backend.write(arr, idx, value)
-        return
-    data = backend.read_all(arr).copy()
-    data[idx] = value
-    backend.write(arr, ..., data)
-
-
-def _attrs(td: Any) -> dict[str, Any]:
-    """The attributes a node is created with (its batch size)."""
-    return {BATCH_ATTR: list(td.batch_size)}
-
-
-def _write_tree(
-    backend: Backend, group: Any, td: Any, path: tuple[str, ...], kwargs: dict[str, Any]
-) -> None:
-    for name, value in td._tensordict.items():
-        key = ".".join((*path, name))
-        if isinstance(value, Tensor):
-            backend.create_array(group, name, _numpy_of(value, key, backend.name), kwargs)
-        elif isinstance(value, NonTensorData):
-            data = value.data.tolist() if value.stacked else value.data
-            raw, encoding = encode_non_tensor(data, key)
-            backend.write_non_tensor(group, name, raw, encoding)
-        elif getattr(type(value), "_is_tensor_collection", False):
-            child = backend.create_group(group, name, _attrs(value))
-            _write_tree(backend, child, value, (*path, name), kwargs)
-        else:
-            raise TypeError(f"entry {key!r} of type {type(value).__name__} cannot be stored")
-
-
-@contextlib.contextmanager
-def _atomic_path(path: str) -> Iterator[str]:
-    """A temporary name beside ``path``, renamed onto it once the write succeeded (a
-    folder, as a zarr store is, replaces the old one only then)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=folder)
-    target = os.path.join(tmp, os.path.basename(path) or "store")
-    try:
-        yield target
-        if os.path.isdir(path) and not os.path.islink(path):
-            old = tempfile.mkdtemp(prefix=".old-", dir=folder)
-            os.rename(path, os.path.join(old, "x"))
-            os.rename(target, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(target, path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def as_class(cls: type, ptd: PersistentTensorDict) -> Any:

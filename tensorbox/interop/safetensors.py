@@ -236,7 +236,8 @@ def to_safetensors(td: Any, path: Any, *, metadata: dict[str, str] | None = None
     """Write the tensor leaves of ``td`` as a ``.safetensors`` file, nested keys joined by
     ``.``. Non-tensor entries are refused (the format holds tensors only). Written under
     a temporary name and renamed into place."""
-    from tensorbox.interop.arrow import _atomic, _raw_leaves
+    from tensorbox.interop.arrow import _raw_leaves
+    from tensorbox.interop.files import _atomic
 
     name = os.fspath(path)
     tensors: list[tuple[str, Tensor]] = []
