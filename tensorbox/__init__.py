@@ -44,6 +44,7 @@ __all__ = [
     "MemoryMappedTensor",
     "NestedKey",
     "NonTensorData",
+    "PersistentTensorDict",
     "TensorClass",
     "TensorDict",
     "TensorDictBase",
@@ -53,12 +54,22 @@ __all__ = [
     "cat",
     "field",
     "fields",
+    "from_arrow",
+    "from_csv",
+    "from_h5",
+    "from_json",
+    "from_pandas",
+    "from_parquet",
+    "from_safetensors",
+    "from_zarr",
     "is_tensor_collection",
     "is_tensorclass",
     "pack",
     "stack",
     "tensorclass",
+    "to_arrow",
     "to_padded_tensor",
+    "to_safetensors",
     "unpack",
     "unravel_key",
 ]
@@ -71,6 +82,19 @@ if TYPE_CHECKING:
     from tensorbox._redis import LazyStackedTensorDictStore, TensorDictStore
     from tensorbox._storage.archive.convert import pack, unpack
     from tensorbox.data import BatchLoader, ImageFolderData
+    from tensorbox.interop import (
+        PersistentTensorDict,
+        from_arrow,
+        from_csv,
+        from_h5,
+        from_json,
+        from_pandas,
+        from_parquet,
+        from_safetensors,
+        from_zarr,
+        to_arrow,
+        to_safetensors,
+    )
 
 # ``pack``/``unpack`` (folder <-> one-file archive) load the zip code on first use too.
 _LAZY = {
@@ -80,6 +104,18 @@ _LAZY = {
     "unpack": "_storage.archive.convert",
     "TensorDictStore": "_redis",  # the redis client loads on first use only
     "LazyStackedTensorDictStore": "_redis",
+    # the bridges to other formats (pyarrow, h5py, zarr, safetensors load on first call)
+    "PersistentTensorDict": "interop",
+    "from_arrow": "interop",
+    "from_csv": "interop",
+    "from_h5": "interop",
+    "from_json": "interop",
+    "from_pandas": "interop",
+    "from_parquet": "interop",
+    "from_safetensors": "interop",
+    "from_zarr": "interop",
+    "to_arrow": "interop",
+    "to_safetensors": "interop",
 }
 _LAZY_MODULES = ("buffer", "data")
 

@@ -57,6 +57,14 @@ FULL_CONTAINERS = ("TensorDict", "TensorClass")
 #: Public names whose runnable example is a doc page rather than a doctest (they need
 #: processes or a process group): qualified name -> (page, what its ``python`` blocks use).
 EXAMPLES_ELSEWHERE: dict[str, tuple[str, str]] = {
+    "tensorbox.PersistentTensorDict": ("interop.md", "tensorbox.PersistentTensorDict"),
+    "tensorbox.from_csv": ("interop.md", "from_csv("),
+    "tensorbox.from_h5": ("interop.md", "from_h5("),
+    "tensorbox.from_json": ("interop.md", "from_json("),
+    "tensorbox.from_parquet": ("interop.md", "from_parquet("),
+    "tensorbox.from_safetensors": ("interop.md", "from_safetensors("),
+    "tensorbox.from_zarr": ("interop.md", "from_zarr("),
+    "tensorbox.to_safetensors": ("interop.md", "to_safetensors("),
     "tensorbox.BatchLoader": ("data.md", "BatchLoader("),
     "tensorbox.TensorDictStore": ("remote.md", "TensorDictStore("),
     "tensorbox.LazyStackedTensorDictStore": (

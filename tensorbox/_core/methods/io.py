@@ -19,6 +19,7 @@ True
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from typing import Any, Self
 
@@ -272,6 +273,11 @@ class IOMethods(MixinBase):
         ...     TensorDict.load_memmap(d)["n", "x"].tolist()
         [0, 1, 2]
         """
+        if isinstance(prefix, str | os.PathLike) and os.fspath(prefix).endswith(".safetensors"):
+            # a .safetensors file is a read-only tree of its own (see tensorbox.interop)
+            from tensorbox.interop import safetensors
+
+            return safetensors.from_safetensors(prefix, cls=cls, device=device)  # type: ignore[no-any-return]
         from tensorbox._storage import persist as _persist
 
         out: Self = _persist.load_memmap(
@@ -500,6 +506,166 @@ class IOMethods(MixinBase):
             return self
         weights.load_state_dict(self, state_dict, strict=strict, chunk_bytes=chunk_bytes)  # type: ignore[arg-type]
         return self
+
+    # ------------------------------------------------------------ interop
+    # Thin wrappers: the bridges live in tensorbox.interop (pyarrow, h5py, zarr,
+    # safetensors, streaming load there on first call) and tensorbox.interop.structs.
+
+    @classmethod
+    def from_arrow(cls, table: Any, **kwargs: Any) -> Self:
+        """A container of an Arrow table's columns (see ``tensorbox.interop.arrow``)."""
+        from tensorbox.interop import arrow
+
+        return arrow.from_arrow(table, cls=cls, **kwargs)  # type: ignore[no-any-return]
+
+    def to_arrow(self, *, separator: str | None = None) -> Any:
+        """This container as a ``pyarrow.Table`` (see ``tensorbox.interop.arrow``)."""
+        from tensorbox.interop import arrow
+
+        return arrow.to_arrow(self, separator=separator)
+
+    @classmethod
+    def from_pandas(cls, dataframe: Any, **kwargs: Any) -> Self:
+        """A container of a pandas DataFrame's columns (see ``tensorbox.interop.arrow``)."""
+        from tensorbox.interop import arrow
+
+        return arrow.from_pandas(dataframe, cls=cls, **kwargs)  # type: ignore[no-any-return]
+
+    def to_pandas(self, *, separator: str | None = None) -> Any:
+        """A pandas DataFrame with one column per leaf (see ``tensorbox.interop.arrow``)."""
+        from tensorbox.interop import arrow
+
+        return arrow.to_pandas(self, separator=separator)
+
+    @classmethod
+    def from_parquet(cls, path: Any, **kwargs: Any) -> Self:
+        """A container of a Parquet file's rows (see ``tensorbox.interop.arrow``)."""
+        from tensorbox.interop import files
+
+        return files.from_parquet(path, cls=cls, **kwargs)  # type: ignore[no-any-return]
+
+    def to_parquet(self, path: Any, *, separator: str | None = None, **kwargs: Any) -> None:
+        """Write this container as a Parquet file (see ``tensorbox.interop.arrow``)."""
+        from tensorbox.interop import files
+
+        files.to_parquet(self, path, separator=separator, **kwargs)
+
+    @classmethod
+    def from_csv(cls, path: Any, **kwargs: Any) -> Self:
+        """A container of a CSV file's columns (see ``tensorbox.interop.arrow``)."""
+        from tensorbox.interop import files
+
+        return files.from_csv(path, cls=cls, **kwargs)  # type: ignore[no-any-return]
+
+    def to_csv(self, path: Any, *, separator: str | None = None, **kwargs: Any) -> None:
+        """Write one CSV column per leaf (see ``tensorbox.interop.arrow``)."""
+        from tensorbox.interop import files
+
+        files.to_csv(self, path, separator=separator, **kwargs)
+
+    @classmethod
+    def from_json(cls, path: Any, *, lines: bool = False, **kwargs: Any) -> Self:
+        """A container of a JSON file's records (see ``tensorbox.interop.arrow``)."""
+        from tensorbox.interop import files
+
+        return files.from_json(path, lines=lines, cls=cls, **kwargs)  # type: ignore[no-any-return]
+
+    def to_json(
+        self, path: Any, *, separator: str | None = None, lines: bool = False, **kwargs: Any
+    ) -> None:
+        """Write the rows as JSON records (see ``tensorbox.interop.arrow``)."""
+        from tensorbox.interop import files
+
+        files.to_json(self, path, separator=separator, lines=lines, **kwargs)
+
+    @classmethod
+    def from_h5(cls, filename: Any, **kwargs: Any) -> Any:
+        """Open an HDF5 file as a lazy ``PersistentTensorDict`` (see ``tensorbox.interop``)."""
+        from tensorbox.interop import persistent
+
+        return persistent.from_h5(filename, **kwargs)
+
+    def to_h5(self, filename: Any, **kwargs: Any) -> Any:
+        """Write this container to an HDF5 file; returns it opened as a
+        ``PersistentTensorDict`` (``kwargs`` go to ``h5py``'s ``create_dataset``)."""
+        from tensorbox.interop import persistent
+
+        return persistent.PersistentTensorDict.from_dict(self, filename, backend="h5", **kwargs)
+
+    @classmethod
+    def from_zarr(cls, filename: Any, **kwargs: Any) -> Any:
+        """Open a zarr v3 store as a lazy ``PersistentTensorDict`` (see ``tensorbox.interop``)."""
+        from tensorbox.interop import persistent
+
+        return persistent.from_zarr(filename, **kwargs)
+
+    def to_zarr(self, filename: Any, **kwargs: Any) -> Any:
+        """Write this container to a zarr v3 store; returns it opened as a
+        ``PersistentTensorDict`` (a tensorclass gets its own class back)."""
+        from tensorbox.interop import persistent
+
+        out = persistent.PersistentTensorDict.from_dict(self, filename, backend="zarr", **kwargs)
+        return persistent.as_class(type(self), out)
+
+    @classmethod
+    def from_safetensors(cls, path: Any, **kwargs: Any) -> Self:
+        """The tensors of a ``.safetensors`` file, ``.`` keys nested (no copy)."""
+        from tensorbox.interop import safetensors
+
+        return safetensors.from_safetensors(path, cls=cls, **kwargs)  # type: ignore[no-any-return]
+
+    def to_safetensors(self, path: Any, **kwargs: Any) -> None:
+        """Write the tensor leaves as a ``.safetensors`` file, nested keys joined by ``.``."""
+        from tensorbox.interop import safetensors
+
+        safetensors.to_safetensors(self, path, **kwargs)
+
+    def to_mds(self, *, out: Any, **kwargs: Any) -> None:
+        """Write the rows as a mosaicml-streaming (MDS) dataset (see ``tensorbox.interop.mds``)."""
+        from tensorbox.interop import mds
+
+        mds.to_mds(self, out=out, **kwargs)
+
+    @classmethod
+    def from_struct_array(cls, struct_array: Any, **kwargs: Any) -> Self:
+        """A container over a numpy structured array's fields (shared memory)."""
+        from tensorbox.interop import structs
+
+        return structs.from_struct_array(struct_array, cls=cls, **kwargs)  # type: ignore[no-any-return]
+
+    def to_struct_array(self) -> Any:
+        """A numpy structured array of this container (a copy)."""
+        from tensorbox.interop import structs
+
+        return structs.to_struct_array(self)
+
+    @classmethod
+    def from_namedtuple(cls, named_tuple: Any, **kwargs: Any) -> Self:
+        """A container of a (nested) namedtuple's fields."""
+        from tensorbox.interop import structs
+
+        return structs.from_namedtuple(named_tuple, cls=cls, **kwargs)  # type: ignore[no-any-return]
+
+    def to_namedtuple(self, dest_cls: type | None = None) -> Any:
+        """A (nested) namedtuple of this container's entries."""
+        from tensorbox.interop import structs
+
+        return structs.to_namedtuple(self, dest_cls)
+
+    @classmethod
+    def from_dataclass(cls, dataclass: Any, **kwargs: Any) -> Any:
+        """A container of a dataclass instance's fields."""
+        from tensorbox.interop import structs
+
+        return structs.from_dataclass(dataclass, cls=cls, **kwargs)
+
+    @classmethod
+    def from_any(cls, obj: Any, **kwargs: Any) -> Any:
+        """A container of a mapping, namedtuple, dataclass, structured array, DataFrame,
+        Arrow table or HDF5 object."""
+        from tensorbox.interop import structs
+
+        return structs.from_any(obj, cls=cls, **kwargs)
 
     # -------------------------------------------------------- torch.distributed
 

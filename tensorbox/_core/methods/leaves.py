@@ -502,65 +502,6 @@ class LeafMethods(MixinBase):
 
     # -------------------------------------------------------------- conversions
 
-    def to_namedtuple(self) -> Any:
-        """The entries as a namedtuple (nested containers as nested namedtuples), as
-        tensordict's ``to_namedtuple``; ``from_namedtuple`` builds a container back.
-
-        >>> import torch; from tensorbox import TensorDict
-        >>> nt = TensorDict(a=torch.zeros(2), n={"b": torch.ones(1)}).to_namedtuple()
-        >>> nt.a.tolist(), nt.n.b.tolist()
-        ([0.0, 0.0], [1.0])
-        """
-        import collections
-
-        def convert(node: Any) -> Any:
-            items = {
-                k: (
-                    convert(v)
-                    if is_container(v)
-                    else v.value
-                    if type(v) is NonTensorData and not v.stacked
-                    else v.data
-                    if type(v) is NonTensorData
-                    else v
-                )
-                for k, v in node._tensordict.items()
-            }
-            cls = collections.namedtuple(type(node).__name__, list(items))  # type: ignore[misc]
-            return cls(**items)
-
-        return convert(self)
-
-    @classmethod
-    def from_namedtuple(
-        cls,
-        named_tuple: Any,
-        *,
-        auto_batch_size: builtins.bool = False,
-        batch_size: Any = None,
-        device: Any = None,
-    ) -> Self:
-        """A container from a (nested) namedtuple, the inverse of ``to_namedtuple``.
-
-        >>> import torch; from tensorbox import TensorDict
-        >>> nt = TensorDict(a=torch.zeros(2)).to_namedtuple()
-        >>> TensorDict.from_namedtuple(nt, auto_batch_size=True).batch_size
-        torch.Size([2])
-        """
-
-        def as_dict(nt: Any) -> dict[str, Any]:
-            return {
-                k: (as_dict(v) if isinstance(v, tuple) and hasattr(v, "_fields") else v)
-                for k, v in nt._asdict().items()
-            }
-
-        return cls.from_dict(
-            as_dict(named_tuple),
-            batch_size=batch_size,
-            auto_batch_size=auto_batch_size,
-            device=device,
-        )
-
     def to_dict(self, *, retain_none: builtins.bool = True) -> dict[str, Any]:
         """A nested ``dict`` of tensors (plain values for non-tensor entries); tensors shared.
 

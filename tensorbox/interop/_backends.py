@@ -1,0 +1,129 @@
+"""What ``PersistentTensorDict`` needs from a hierarchical array library: HDF5 (h5py) or
+zarr v3. One small adapter per library; the container is written once over them.
+
+A reader gives, per node (group): its recorded batch size, and its entries, each an
+array (dtype, shape, a way to read all or part of it), a non-tensor value, or a child
+node. That is the shape the storage seam of ``tensorbox._storage`` takes, so these
+adapters can become stores of it.
+
+>>> sorted(BACKENDS)
+['h5', 'zarr']
+>>> backend_for("hdf4")
+Traceback (most recent call last):
+ValueError: backend='hdf4'; expected 'h5' or 'zarr'
+
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import import_module
+from typing import Any
+
+import numpy as np
+
+__all__ = ["BACKENDS", "BATCH_ATTR", "NON_TENSOR_ATTR", "Backend", "backend_for"]
+
+#: Group attribute holding the node's batch size.
+BATCH_ATTR = "tensorbox_batch_size"
+#: Attribute marking a non-tensor entry; the same name tensordict uses on zarr stores, so
+#: that either library recognises the other's non-tensor entries (the value says how the
+#: bytes are encoded: "utf-8" text or "json"; tensordict's pickles are refused).
+NON_TENSOR_ATTR = "__tensordict_non_tensor__"
+
+
+def encode_non_tensor(value: Any, key: str) -> tuple[bytes, str]:
+    """The bytes of a non-tensor value and their encoding (never pickle)."""
+    if isinstance(value, str):
+        return value.encode(), "utf-8"
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    try:
+        return json.dumps(value).encode(), "json"
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"entry {key!r}: a non-tensor value of type {type(value).__name__} cannot be "
+            "stored: expected str or JSON data (numbers, bool, None, lists, dicts); "
+            "tensorbox never pickles"
+        ) from None
+
+
+def decode_non_tensor(raw: bytes, encoding: Any, key: str, where: str) -> Any:
+    if encoding == "utf-8":
+        return raw.decode()
+    if encoding == "json":
+        return json.loads(raw)
+    raise ValueError(
+        f"{where}: entry {key!r} is a non-tensor value encoded as {encoding!r}; expected "
+        "'utf-8' or 'json' (a pickled value, as tensordict writes for arbitrary objects, is "
+        "never unpickled)"
+    )
+
+
+class Backend:
+    """The operations ``PersistentTensorDict`` uses; ``group`` and ``array`` are the
+    library's own objects."""
+
+    name = ""
+    extra = ""
+
+    def is_group(self, obj: Any) -> bool:
+        raise NotImplementedError
+
+    def members(self, group: Any) -> list[tuple[str, Any]]:
+        raise NotImplementedError
+
+    def member(self, group: Any, name: str) -> Any:
+        return group[name]
+
+    def contains(self, group: Any, name: str) -> bool:
+        return name in group
+
+    def create_group(self, group: Any, name: str, attrs: dict[str, Any] | None = None) -> Any:
+        g = group.create_group(name)
+        if attrs:
+            g.attrs.update(attrs)
+        return g
+
+    def create_array(self, group: Any, name: str, data: np.ndarray, kwargs: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def write_non_tensor(self, group: Any, name: str, raw: bytes, encoding: str) -> None:
+        raise NotImplementedError
+
+    def read_non_tensor(self, obj: Any, key: str, where: str) -> Any:
+        raise NotImplementedError
+
+    def is_non_tensor(self, obj: Any) -> bool:
+        return NON_TENSOR_ATTR in obj.attrs
+
+    def delete(self, group: Any, name: str) -> None:
+        del group[name]
+
+    def move(self, group: Any, src: str, dst: str) -> None:
+        raise NotImplementedError
+
+    def read(self, arr: Any, index: Any) -> np.ndarray:
+        return np.asarray(arr[index])
+
+    def read_all(self, arr: Any) -> np.ndarray:
+        return np.asarray(arr[()] if arr.ndim == 0 else arr[...])
+
+    def write(self, arr: Any, index: Any, value: np.ndarray) -> None:
+        arr[index] = value
+
+    def structure_changed(self, root: Any) -> None:
+        """Called after keys were added, removed or renamed."""
+
+
+#: The module of this package holding each backend (imported on first use).
+BACKENDS = {"h5": ("h5", "H5Backend"), "zarr": ("zarr", "ZarrBackend")}
+
+
+def backend_for(name: str) -> Backend:
+    """The adapter for ``name`` ("h5" or "zarr"); its library is imported now."""
+    if name not in BACKENDS:
+        raise ValueError(f"backend={name!r}; expected 'h5' or 'zarr'")
+    module, cls = BACKENDS[name]
+    adapter: Backend = getattr(import_module(f"tensorbox.interop.{module}"), cls)()
+    return adapter

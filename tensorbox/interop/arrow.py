@@ -1,0 +1,631 @@
+"""Arrow tables, Parquet, pandas, CSV and JSON to and from containers (pyarrow is the engine).
+
+A table's rows are the first batch dim. Each column becomes one entry:
+
+- fixed-width numbers without nulls: a tensor that *shares* the Arrow buffer (no copy
+  when the column is one chunk; a multi-chunk column is joined once);
+- ``bool``, dictionary (categorical: its integer codes) and temporal columns (their
+  integer representation): a tensor, copied where Arrow's layout differs;
+- fixed-size lists of numbers, and lists that all have one length: a tensor with one
+  more dim per list level;
+- strings, binary and other Python values: non-tensor data, one value per row;
+- structs: a nested container (so nested keys round-trip without a separator).
+
+Anything else (nulls in a number column, ragged lists, decimals, maps, unions) is
+refused with an error naming the column and what was expected.
+
+``to_arrow`` is the inverse; the batch sizes of every node and the dtypes Arrow lacks
+(``bfloat16``) travel in the schema metadata, so ``from_arrow(to_arrow(td))`` gives
+back the same tree.
+
+>>> import pyarrow as pa
+>>> from tensorbox.interop.arrow import from_arrow, to_arrow
+>>> td = from_arrow(pa.table({"obs.x": [0.0, 1.0, 2.0], "name": ["a", "b", "c"]}), separator=".")
+>>> td["obs", "x"].tolist(), td[1]["name"]
+([0.0, 1.0, 2.0], 'b')
+>>> table = to_arrow(td)
+>>> table.column_names
+['obs', 'name']
+>>> from_arrow(table)[2]["name"]
+'c'
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import warnings
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from tensorbox._core.nontensor import NonTensorData
+from tensorbox.interop._extras import require
+
+__all__ = ["from_arrow", "from_pandas", "to_arrow", "to_pandas"]
+
+#: Schema metadata key holding what Arrow cannot say (batch sizes, torch dtypes).
+META_KEY = b"tensorbox"
+
+_TORCH_OF_NUMPY = {
+    np.dtype(np.bool_): torch.bool,
+    np.dtype(np.int8): torch.int8,
+    np.dtype(np.int16): torch.int16,
+    np.dtype(np.int32): torch.int32,
+    np.dtype(np.int64): torch.int64,
+    np.dtype(np.uint8): torch.uint8,
+    np.dtype(np.uint16): torch.uint16,
+    np.dtype(np.uint32): torch.uint32,
+    np.dtype(np.uint64): torch.uint64,
+    np.dtype(np.float16): torch.float16,
+    np.dtype(np.float32): torch.float32,
+    np.dtype(np.float64): torch.float64,
+    np.dtype(np.complex64): torch.complex64,
+    np.dtype(np.complex128): torch.complex128,
+}
+_NUMPY_OF_TORCH = {v: k for k, v in _TORCH_OF_NUMPY.items()}
+#: torch dtypes Arrow has no type for, stored as same-width integers plus a note.
+_STORED_AS = {torch.bfloat16: torch.int16}
+
+_UNSUPPORTED = (
+    "expected fixed-width numbers or bool without nulls, strings/binary, dictionary "
+    "(categorical), temporal, (fixed-size) lists of numbers or structs of those"
+)
+
+
+#: ``from_arrow(copy=False)``: view immutable (memory-mapped) buffers too.
+_VIEW_IMMUTABLE: contextvars.ContextVar[bool] = contextvars.ContextVar("view", default=False)
+
+
+def _pa() -> Any:
+    return require("pyarrow", "arrow")
+
+
+# ------------------------------------------------------------------ Arrow -> tree
+
+
+def _is_tensor_collection_class(cls: Any) -> bool:
+    return bool(getattr(cls, "_is_tensor_collection", False))
+
+
+def _finish(
+    cls: Any,
+    source: dict[str, Any],
+    batch_size: Any,
+    device: Any,
+    auto_batch_size: bool,
+    batch_dims: int | None,
+    where: str,
+) -> Any:
+    """The container of type ``cls`` (TensorDict or a tensorclass) around ``source``."""
+    from tensorbox._core.tensordict import TensorDict
+    from tensorbox._tensorclass import is_tensorclass
+
+    if auto_batch_size and batch_size is not None:
+        raise TypeError(
+            f"{where}: Conflicting batch sizes: pass batch_size or auto_batch_size=True, not both"
+        )
+    td = TensorDict(source, batch_size=batch_size, device=device)
+    if auto_batch_size:
+        td.auto_batch_size_(batch_dims=batch_dims)
+    if cls is not None and is_tensorclass(cls):
+        return cls.from_tensordict(td)
+    return td
+
+
+def _frombuffer(buf: Any, dtype: torch.dtype, count: int, offset: int) -> Tensor:
+    """A tensor over ``count`` items of Arrow buffer ``buf`` (no copy; a copy of an
+    immutable buffer unless ``from_arrow(copy=False)`` asked for views of everything)."""
+    if count == 0:
+        return torch.empty(0, dtype=dtype)
+    if buf.is_mutable:
+        return torch.frombuffer(buf, dtype=dtype, count=count, offset=offset)
+    if _VIEW_IMMUTABLE.get() is not True:
+        raw = np.frombuffer(buf, dtype=_NUMPY_OF_TORCH[dtype], count=count, offset=offset)
+        return torch.from_numpy(raw.copy())
+    # copy=False: an immutable Arrow buffer (a memory-mapped file, as Hugging Face
+    # datasets use) is read-only memory, viewed all the same (the caller's contract: no
+    # write into it: torch has no read-only tensors and the write would crash).
+    view = np.frombuffer(buf, dtype=_NUMPY_OF_TORCH[dtype], count=count, offset=offset)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(view)
+
+
+def _primitive(arr: Any, name: str, where: str) -> Tensor:
+    """One Arrow array of fixed-width numbers as a tensor, sharing its buffer."""
+    pa = _pa()
+    if arr.null_count:
+        raise ValueError(
+            f"{where}: column {name!r} has {arr.null_count} null value(s) and a tensor "
+            "has no null: fill them first (pyarrow.compute.fill_null / DataFrame.fillna) "
+            "or drop those rows"
+        )
+    t = arr.type
+    if pa.types.is_boolean(t):  # Arrow packs bools in bits: one copy
+        return torch.from_numpy(arr.to_numpy(zero_copy_only=False).copy())
+    if pa.types.is_dictionary(t):
+        return _primitive(arr.indices, name, where)
+    if pa.types.is_temporal(t):
+        arr = arr.view(pa.int64() if t.bit_width == 64 else pa.int32())
+        t = arr.type
+    try:
+        np_dtype = np.dtype(t.to_pandas_dtype())
+        dtype = _TORCH_OF_NUMPY[np_dtype]
+    except (NotImplementedError, KeyError, TypeError):
+        raise TypeError(
+            f"{where}: column {name!r} has Arrow type {t}, which has no tensor form; {_UNSUPPORTED}"
+        ) from None
+    return _frombuffer(arr.buffers()[1], dtype, len(arr), arr.offset * np_dtype.itemsize)
+
+
+def _one_chunk(col: Any) -> Any:
+    pa = _pa()
+    if isinstance(col, pa.ChunkedArray):
+        if col.num_chunks == 1:
+            return col.chunk(0)
+        if col.num_chunks == 0:
+            return pa.array([], type=col.type)
+        return pa.concat_arrays(col.chunks)  # one copy: a tensor needs one buffer
+    return col
+
+
+def _list_values(arr: Any, name: str, where: str, ragged: str) -> Tensor:
+    """A column of lists: one tensor with one more dim per list level."""
+    pa = _pa()
+    n = len(arr)
+    if arr.null_count:
+        raise ValueError(
+            f"{where}: column {name!r} has {arr.null_count} null list(s); fill them first "
+            "(pyarrow.compute.fill_null) or drop those rows"
+        )
+    if pa.types.is_fixed_size_list(arr.type):
+        width = arr.type.list_size
+        values = arr.flatten()
+    else:
+        lengths = arr.value_lengths().to_numpy(zero_copy_only=False)
+        width = int(lengths[0]) if n else 0
+        if n and (lengths != width).any():
+            if ragged == "jagged":
+                inner = _column_tensor(arr.flatten(), name, where, ragged)
+                offsets = torch.zeros(n + 1, dtype=torch.int64)
+                offsets[1:] = torch.from_numpy(np.cumsum(lengths, dtype=np.int64))
+                return torch.nested.nested_tensor_from_jagged(inner, offsets)
+            raise ValueError(
+                f"{where}: column {name!r} holds lists of different lengths "
+                f"({int(lengths.min())} to {int(lengths.max())}); pad them to one length, "
+                "or pass ragged='jagged' to read the column as a jagged tensor"
+            )
+        values = arr.flatten()
+    inner = _column_tensor(values, name, where, ragged)
+    return inner.reshape(n, width, *inner.shape[1:])
+
+
+def _column_tensor(arr: Any, name: str, where: str, ragged: str) -> Tensor:
+    pa = _pa()
+    t = arr.type
+    if isinstance(t, pa.FixedShapeTensorType):  # what tensordict's to_arrow writes
+        flat = _list_values(arr.storage, name, where, ragged)
+        return flat.reshape(len(arr), *t.shape)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _list_values(arr, name, where, ragged)
+    return _primitive(arr, name, where)
+
+
+def _is_object_type(t: Any) -> bool:
+    """Columns kept as Python values (one per row): strings, binary, and lists of those."""
+    pa = _pa()
+    if (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_null(t)
+    ):
+        return True
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _is_object_type(t.value_type)
+    return False
+
+
+def _objects(arr: Any, shape: tuple[int, ...]) -> NonTensorData:
+    values = arr.to_pylist()
+    out = np.empty(len(values), dtype=object)
+    out[:] = [None] * len(values)
+    for i, v in enumerate(values):
+        out[i] = v
+    if len(shape) > 1 and all(isinstance(v, list) for v in values):
+        out = np.array(values, dtype=object).reshape(shape)
+    return NonTensorData(out, stacked=True)
+
+
+def _node(
+    arrays: Mapping[str, Any],
+    path: tuple[str, ...],
+    meta: dict[str, Any],
+    where: str,
+    dtype: torch.dtype | None,
+    ragged: str,
+    rows: int,
+) -> dict[str, Any]:
+    pa = _pa()
+    node_bs = tuple(meta.get("nodes", {}).get("/".join(path), (rows,)))
+    out: dict[str, Any] = {}
+    for name, col in arrays.items():
+        key_path = (*path, name)
+        label = ".".join(key_path)
+        arr = _one_chunk(col)
+        t = arr.type
+        if pa.types.is_struct(t):
+            if arr.null_count:
+                raise ValueError(
+                    f"{where}: column {label!r} has {arr.null_count} null struct(s); "
+                    "fill them first or drop those rows"
+                )
+            children = {t.field(i).name: arr.field(i) for i in range(t.num_fields)}
+            out[name] = _node(children, key_path, meta, where, dtype, ragged, rows)
+            continue
+        if _is_object_type(t):
+            out[name] = _objects(arr, node_bs)
+            continue
+        tensor = _column_tensor(arr, label, where, ragged)
+        stored = meta.get("dtypes", {}).get(label)
+        if stored is not None:
+            tensor = tensor.view(getattr(torch, stored))
+        shape = meta.get("shapes", {}).get(label)
+        if shape is not None and list(tensor.shape) != shape:
+            tensor = tensor.reshape(shape)
+        if dtype is not None and tensor.dtype is not torch.bool and not tensor.is_nested:
+            tensor = tensor.to(dtype)
+        out[name] = tensor
+    return _Nested(out, node_bs) if path else out
+
+
+class _Nested(dict):  # type: ignore[type-arg]
+    """A nested node's entries plus its batch size (turned into a TensorDict at the end)."""
+
+    def __init__(self, entries: dict[str, Any], batch_size: tuple[int, ...]) -> None:
+        super().__init__(entries)
+        self.batch_size = batch_size
+
+
+def _copied(source: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = _Nested({}, source.batch_size) if isinstance(source, _Nested) else {}
+    for k, v in source.items():
+        if isinstance(v, dict):
+            out[k] = _copied(v)
+        elif isinstance(v, Tensor):
+            out[k] = v.clone()
+        else:
+            out[k] = v
+    return out
+
+
+def _build(source: dict[str, Any]) -> dict[str, Any]:
+    from tensorbox._core.tensordict import TensorDict
+
+    out: dict[str, Any] = {}
+    for k, v in source.items():
+        if isinstance(v, _Nested):
+            out[k] = TensorDict(_build(v), batch_size=v.batch_size)
+        else:
+            out[k] = v
+    return out
+
+
+def _split(source: dict[str, Any], separator: str | None) -> dict[str, Any]:
+    """Nest flat column names ``"a.b"`` as ``a -> b`` (when a separator is given)."""
+    if not separator:
+        return source
+    out: dict[str, Any] = {}
+    for name, value in source.items():
+        parts = name.split(separator)
+        node = out
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"column {name!r}: {p!r} is both a column and a prefix")
+        node[parts[-1]] = value
+    return out
+
+
+def from_arrow(
+    table: Any,
+    *,
+    batch_size: Any = None,
+    auto_batch_size: bool = False,
+    batch_dims: int | None = None,
+    device: Any = None,
+    separator: str | None = None,
+    dtype: torch.dtype | None = None,
+    ragged: str = "error",
+    copy: bool | None = None,
+    cls: Any = None,
+) -> Any:
+    """A container of the columns of an Arrow ``Table`` or ``RecordBatch``, one row per
+    batch element. Fixed-width number columns without nulls are not copied: their tensors
+    view the Arrow buffers (as tensordict's ``copy=None``: the mutable ones; an immutable
+    buffer, such as a memory-mapped file's, is copied unless ``copy=False``).
+
+    Args:
+        table: a ``pyarrow.Table`` or ``RecordBatch`` (a Hugging Face dataset's
+            ``.data.table`` is one).
+        batch_size: default ``[num_rows]`` (or what ``to_arrow`` recorded).
+        auto_batch_size: infer the batch size from the leaves instead.
+        batch_dims: with ``auto_batch_size``, at most this many dims.
+        device: move every tensor there.
+        separator: split column names on it into nested keys (``"obs.x"`` -> ``obs/x``).
+        dtype: cast every number column to this dtype (bools are left alone).
+        ragged: ``"error"`` (default) refuses list columns of different lengths;
+            ``"jagged"`` reads them as jagged (nested) tensors.
+        copy: ``None`` (default) views mutable buffers and copies immutable ones;
+            ``True`` copies every column; ``False`` views every column it can, memory-
+            mapped ones included: a write into such a view then crashes the process
+            (torch has no read-only tensors), so only read them.
+        cls: the container class to build (TensorDict, or a tensorclass).
+
+    >>> import pyarrow as pa
+    >>> td = from_arrow(pa.table({"obs.x": [1.0, 2.0], "label": ["cat", "dog"]}), separator=".")
+    >>> td["obs", "x"].tolist(), td[0]["label"]
+    ([1.0, 2.0], 'cat')
+    """
+    pa = _pa()
+    if ragged not in ("error", "jagged"):
+        raise ValueError(f"from_arrow: ragged={ragged!r}; expected 'error' or 'jagged'")
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    if not isinstance(table, pa.Table):
+        raise TypeError(
+            f"from_arrow: expected a pyarrow.Table or RecordBatch, got {type(table).__name__}"
+        )
+    where = "from_arrow"
+    raw = (table.schema.metadata or {}).get(META_KEY)
+    meta: dict[str, Any] = json.loads(raw) if raw else {}
+    rows = table.num_rows
+    columns = dict(zip(table.column_names, table.columns))
+    token = _VIEW_IMMUTABLE.set(copy is False)
+    try:
+        source = _node(columns, (), meta, where, dtype, ragged, rows)
+    finally:
+        _VIEW_IMMUTABLE.reset(token)
+    if copy:
+        source = _copied(source)
+    if batch_size is None and not auto_batch_size:
+        batch_size = meta.get("batch_size", [rows])
+    source = _split(_build(source), separator)
+    return _finish(cls, source, batch_size, device, auto_batch_size, batch_dims, where)
+
+
+# ------------------------------------------------------------------ tree -> Arrow
+
+
+def _tensor_array(t: Tensor, rows: int, key: str, meta: dict[str, Any]) -> Any:
+    pa = _pa()
+    t = t.detach()
+    if t.is_nested:
+        raise TypeError(f"to_arrow: entry {key!r} is a jagged tensor; pad it first")
+    t = t.cpu()
+    if t.dtype in _STORED_AS:
+        meta.setdefault("dtypes", {})[key] = str(t.dtype).removeprefix("torch.")
+        t = t.view(_STORED_AS[t.dtype])
+    if t.dtype not in _NUMPY_OF_TORCH or t.is_complex():
+        raise TypeError(
+            f"to_arrow: entry {key!r} has dtype {t.dtype}, which Arrow cannot hold; expected "
+            "bool, integers, float16/32/64 or bfloat16"
+        )
+    if t.dim() == 0 or t.shape[0] != rows:
+        raise ValueError(
+            f"to_arrow: entry {key!r} of shape {list(t.shape)} does not have {rows} rows"
+        )
+    if t.dim() > 2:
+        meta.setdefault("shapes", {})[key] = list(t.shape)
+    values = pa.array(t.contiguous().reshape(-1).numpy())
+    for width in reversed(t.shape[1:]):
+        values = pa.FixedSizeListArray.from_arrays(values, int(width))
+    return values
+
+
+def _object_array(value: NonTensorData, rows: int, key: str) -> Any:
+    pa = _pa()
+    data = value.data.tolist() if value.stacked else [value.data] * rows
+    if value.stacked and value.data.ndim == 0:
+        data = [data] * rows
+    try:
+        return pa.array(data)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:
+        raise TypeError(
+            f"to_arrow: non-tensor entry {key!r} ({type(value.data).__name__}) has no Arrow "
+            f"form; expected str, bytes, numbers, bool, None or lists of them ({err})"
+        ) from None
+
+
+def _arrays(
+    td: Any,
+    rows: int,
+    prefix: tuple[str, ...],
+    meta: dict[str, Any],
+    separator: str | None,
+    out: dict[str, Any],
+) -> dict[str, Any]:
+    pa = _pa()
+    for name, value in td._tensordict.items():
+        path = (*prefix, name)
+        key = ".".join(path)
+        if isinstance(value, Tensor):
+            arr = _tensor_array(value, rows, key, meta)
+        elif isinstance(value, NonTensorData):
+            arr = _object_array(value, rows, key)
+        elif getattr(type(value), "_is_tensor_collection", False):
+            meta.setdefault("nodes", {})["/".join(path)] = list(value.batch_size)
+            if separator is not None:
+                _arrays(value, rows, path, meta, separator, out)
+                continue
+            children = _arrays(value, rows, path, meta, None, {})
+            arr = (
+                pa.StructArray.from_arrays(list(children.values()), names=list(children))
+                if children
+                else pa.array([{}] * rows, type=pa.struct([]))
+            )
+            out[name] = arr
+            continue
+        else:
+            raise TypeError(f"to_arrow: entry {key!r} of type {type(value).__name__}")
+        out[separator.join(path) if separator is not None else name] = arr
+    return out
+
+
+def to_arrow(td: Any, *, separator: str | None = None) -> Any:
+    """The container as a ``pyarrow.Table``, one row per element of the first batch dim.
+
+    Number tensors are handed to Arrow without a copy where their memory allows it
+    (contiguous, on the CPU). Trailing dims become fixed-size list columns, nested
+    containers struct columns (or flat ``"a.b"`` columns with ``separator="."``),
+    non-tensor entries columns of Python values. Batch sizes and ``bfloat16`` are
+    recorded in the schema metadata for ``from_arrow``.
+
+    >>> import torch; from tensorbox import TensorDict
+    >>> t = to_arrow(TensorDict({"a": torch.zeros(2, 3), "b": {"c": torch.ones(2)}}, [2]))
+    >>> [str(f.type) for f in t.schema]
+    ['fixed_size_list<item: float>[3]', 'struct<c: float>']
+    """
+    pa = _pa()
+    bs = list(td.batch_size)
+    if not bs:
+        raise ValueError(
+            "to_arrow: the container has no batch dim, and the first batch dim gives the "
+            "rows; add one (td.unsqueeze(0)) first"
+        )
+    meta: dict[str, Any] = {"batch_size": bs}
+    arrays = _arrays(td, bs[0], (), meta, separator, {})
+    table = (
+        pa.table(arrays)
+        if arrays
+        else pa.table({}).append_column("__rows__", pa.nulls(bs[0])).drop(["__rows__"])
+    )
+    return table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
+
+
+# ------------------------------------------------------------------ pandas
+
+
+def _series_value(s: Any, name: str, where: str) -> Any:
+    pd = require("pandas", "arrow")
+    dt = s.dtype
+    if isinstance(dt, pd.CategoricalDtype):
+        return torch.from_numpy(s.cat.codes.to_numpy().copy())
+    if isinstance(dt, np.dtype):
+        if dt.kind in "biufc":
+            return torch.from_numpy(np.array(s.to_numpy(), copy=True))
+        if dt.kind in "mM":
+            return torch.from_numpy(s.to_numpy().view(np.int64).copy())
+        if dt.kind == "O":
+            return NonTensorData(s.to_numpy(dtype=object).copy(), stacked=True)
+        raise TypeError(
+            f"{where}: column {name!r} has dtype {dt}, which has no tensor form; {_UNSUPPORTED}"
+        )
+    numpy_dtype = getattr(dt, "numpy_dtype", None)
+    if numpy_dtype is not None and numpy_dtype.kind in "biuf":  # nullable Int64, Float64...
+        if s.isna().any():
+            raise ValueError(
+                f"{where}: column {name!r} has {int(s.isna().sum())} missing value(s) and a "
+                "tensor has no null: fill them first (DataFrame.fillna) or drop those rows"
+            )
+        return torch.from_numpy(s.to_numpy(dtype=numpy_dtype).copy())
+    # string dtypes and other extension types: the Python values, one per row
+    return NonTensorData(s.to_numpy(dtype=object).copy(), stacked=True)
+
+
+def from_pandas(
+    dataframe: Any,
+    *,
+    auto_batch_size: bool = False,
+    batch_dims: int | None = None,
+    device: Any = None,
+    batch_size: Any = None,
+    separator: str | None = None,
+    dtype: torch.dtype | None = None,
+    cls: Any = None,
+) -> Any:
+    """A container of a pandas ``DataFrame``'s columns (the index is dropped).
+
+    Number and bool columns become tensors (copied: pandas hands out read-only arrays),
+    categoricals their integer codes, datetimes int64 nanoseconds, strings and objects
+    non-tensor data. ``separator`` nests ``"obs.x"`` as ``obs/x``; ``dtype`` casts every
+    number column.
+
+    >>> import pandas as pd
+    >>> td = from_pandas(pd.DataFrame({"a": [1, 2, 3], "name": ["x", "y", "z"]}))
+    >>> td.batch_size, td["a"].dtype, td[2]["name"]
+    (torch.Size([3]), torch.int64, 'z')
+    """
+    where = "from_pandas"
+    source: dict[str, Any] = {}
+    for col in dataframe.columns:
+        name = str(col)
+        value = _series_value(dataframe[col], name, where)
+        if dtype is not None and isinstance(value, Tensor) and value.dtype is not torch.bool:
+            value = value.to(dtype)
+        source[name] = value
+    if batch_size is None and not auto_batch_size:
+        batch_size = [len(dataframe)]
+    source = _split(source, separator)
+    return _finish(cls, source, batch_size, device, auto_batch_size, batch_dims, where)
+
+
+def _raw_leaves(td: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """``(path, stored value)`` of every leaf, in insertion order."""
+    for name, value in td._tensordict.items():
+        path = (*prefix, name)
+        if isinstance(value, Tensor | NonTensorData) or not getattr(
+            type(value), "_is_tensor_collection", False
+        ):
+            yield path, value
+        else:
+            yield from _raw_leaves(value, path)
+
+
+def _flat(td: Any, separator: str | None, where: str) -> dict[str, Any]:
+    """One 1-D column per leaf: numpy arrays for tensors, lists for non-tensor data."""
+    out: dict[str, Any] = {}
+    rows = td.batch_size[0] if td.batch_dims else 1
+    for path, value in _raw_leaves(td):
+        if len(path) > 1 and separator is None:
+            raise ValueError(
+                f"{where}: entry {path!r} is nested; pass separator='.' (or another) to join "
+                "nested keys into column names"
+            )
+        name = path[0] if separator is None else separator.join(path)
+        if isinstance(value, NonTensorData):
+            out[name] = value.tolist() if value.stacked else [value.data] * rows
+            continue
+        if not isinstance(value, Tensor):
+            raise TypeError(f"{where}: entry {name!r} of type {type(value).__name__}")
+        if value.dim() != 1:
+            raise ValueError(
+                f"{where}: Cannot convert tensor {name!r} of shape {list(value.shape)} "
+                "to a column: expected one dim (the rows); flatten or split it first"
+            )
+        value = value.detach().cpu()
+        if value.dtype is torch.bfloat16:
+            value = value.float()
+        out[name] = value.numpy()
+    return out
+
+
+def to_pandas(td: Any, *, separator: str | None = None) -> Any:
+    """A pandas ``DataFrame`` with one column per leaf (1-D tensors or non-tensor data).
+
+    Nested keys need ``separator`` to name their columns; a tensor with trailing dims is
+    refused (a column holds one value per row).
+
+    >>> import torch; from tensorbox import TensorDict
+    >>> df = to_pandas(TensorDict({"a": torch.arange(2), "n": {"b": torch.ones(2)}}, [2]),
+    ...                separator=".")
+    >>> list(df.columns)
+    ['a', 'n.b']
+    """
+    pd = require("pandas", "arrow")
+    return pd.DataFrame(_flat(td, separator, "to_pandas"))

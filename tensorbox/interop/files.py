@@ -1,0 +1,195 @@
+"""Parquet, CSV and JSON files to and from containers, through ``tensorbox.interop.arrow``.
+
+Every write goes to a temporary name beside the target and is renamed into place once
+complete: a failed write leaves the previous file as it was. ``ParquetRowGroups`` reads a
+file larger than memory one row group at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+from tensorbox.interop._extras import require
+from tensorbox.interop.arrow import _pa, from_arrow, to_arrow, to_pandas
+
+__all__ = [
+    "ParquetRowGroups",
+    "from_csv",
+    "from_json",
+    "from_parquet",
+    "to_csv",
+    "to_json",
+    "to_parquet",
+]
+
+
+@contextlib.contextmanager
+def _atomic(path: Any, suffix: str) -> Iterator[Any]:
+    """A temporary path beside ``path`` renamed onto it once the write succeeded: a
+    failed write leaves the previous file as it was."""
+    if not isinstance(path, str | os.PathLike):
+        yield path  # a file object or a filesystem-specific target: written directly
+        return
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=folder)
+    os.close(fd)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def from_parquet(path: Any, *, columns: list[str] | None = None, **kwargs: Any) -> Any:
+    """A container of a Parquet file's rows (read whole; see ``ParquetRowGroups`` for a
+    file larger than memory). ``columns`` reads only those; the other keywords are
+    ``from_arrow``'s, and ``read_options`` a dict for ``pyarrow.parquet.read_table``.
+    """
+    pq = require("pyarrow.parquet", "arrow")
+    read_options = kwargs.pop("read_options", {})
+    table = pq.read_table(path, columns=columns, **read_options)
+    return from_arrow(table, **kwargs)
+
+
+def to_parquet(td: Any, path: Any, *, separator: str | None = None, **kwargs: Any) -> None:
+    """Write ``to_arrow(td)`` as a Parquet file (``kwargs`` go to
+    ``pyarrow.parquet.write_table``); written to a temporary name and renamed into place."""
+    pq = require("pyarrow.parquet", "arrow")
+    table = to_arrow(td, separator=separator)
+    with _atomic(path, ".parquet") as target:
+        pq.write_table(table, target, **kwargs)
+
+
+def from_csv(path: Any, **kwargs: Any) -> Any:
+    """A container of a CSV file's columns, parsed by ``pyarrow.csv.read_csv``
+    (``read_options``/``parse_options``/``convert_options`` go to it; the other
+    keywords are ``from_arrow``'s)."""
+    csv = require("pyarrow.csv", "arrow")
+    opts = {
+        k: kwargs.pop(k)
+        for k in ("read_options", "parse_options", "convert_options")
+        if k in kwargs
+    }
+    return from_arrow(csv.read_csv(os.fspath(path), **opts), **kwargs)
+
+
+def to_csv(td: Any, path: Any, *, separator: str | None = None, **kwargs: Any) -> None:
+    """Write one CSV column per leaf (see ``to_pandas`` for what fits in a column);
+    ``kwargs`` go to ``pandas.DataFrame.to_csv`` (pandas writes floats with their
+    decimal point, so a float column reads back as floats)."""
+    kwargs.setdefault("index", False)
+    frame = to_pandas(td, separator=separator)
+    with _atomic(path, ".csv") as target:
+        frame.to_csv(target, **kwargs)
+
+
+def from_json(path: Any, *, lines: bool = False, **kwargs: Any) -> Any:
+    """A container of a JSON file: an array of records, or one record per line with
+    ``lines=True``. Nested objects become nested keys; the keywords are ``from_arrow``'s.
+    """
+    import orjson
+
+    pa = _pa()
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        if lines:
+            records = [orjson.loads(line) for line in raw.splitlines() if line.strip()]
+        else:
+            records = orjson.loads(raw)
+    except orjson.JSONDecodeError as err:
+        raise ValueError(f"from_json: {os.fspath(path)!r} is not valid JSON ({err})") from None
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise ValueError(
+            f"from_json: {os.fspath(path)!r} should hold an array of objects (records); "
+            "pass lines=True for one object per line"
+        )
+    return from_arrow(pa.Table.from_pylist(records), **kwargs)
+
+
+def to_json(
+    td: Any, path: Any, *, separator: str | None = None, lines: bool = False, **kwargs: Any
+) -> None:
+    """Write the rows as JSON records (``lines=True``: one per line). Nested containers
+    become nested objects unless ``separator`` joins their keys into names."""
+    import orjson
+
+    if kwargs:
+        raise TypeError(f"to_json: unexpected keyword(s) {sorted(kwargs)}")
+    records = to_arrow(td, separator=separator).to_pylist()
+    with _atomic(path, ".json") as target, open(target, "wb") as f:
+        if lines:
+            for r in records:
+                f.write(orjson.dumps(r) + b"\n")
+        else:
+            f.write(orjson.dumps(records))
+
+
+class ParquetRowGroups:
+    """A Parquet file read lazily, one row group at a time: ``len()`` row groups,
+    ``[i]`` reads row group ``i`` as a container, iteration reads them in order and
+    ``iter_batches(n)`` gives containers of ``n`` rows. Only the row group being read is
+    in memory, so a file larger than memory streams. Picklable (each process reopens
+    the file), so it can be a ``DataLoader`` dataset with ``batch_size=None``.
+
+    Args:
+        path: the Parquet file.
+        columns: read only these columns.
+        **kwargs: ``from_arrow``'s keywords (``separator``, ``dtype``, ``device``, ``cls``).
+
+    >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile, os
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     f = os.path.join(d, "t.parquet")
+    ...     pq.write_table(pa.table({"x": list(range(10))}), f, row_group_size=4)
+    ...     groups = ParquetRowGroups(f)
+    ...     len(groups), groups.num_rows, groups[2]["x"].tolist()
+    (3, 10, [8, 9])
+    """
+
+    def __init__(self, path: Any, *, columns: list[str] | None = None, **kwargs: Any) -> None:
+        self.path = os.fspath(path)
+        self.columns = columns
+        self.kwargs = kwargs
+        self._file: Any = None
+
+    def _pf(self) -> Any:
+        if self._file is None:
+            pq = require("pyarrow.parquet", "arrow")
+            self._file = pq.ParquetFile(self.path)
+        return self._file
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_file": None}
+
+    @property
+    def num_rows(self) -> int:
+        return int(self._pf().metadata.num_rows)
+
+    def __len__(self) -> int:
+        return int(self._pf().num_row_groups)
+
+    def __getitem__(self, i: int) -> Any:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"{self.path!r}: row group {i} of {n}")
+        return from_arrow(self._pf().read_row_group(i % n, columns=self.columns), **self.kwargs)
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def iter_batches(self, batch_size: int) -> Iterator[Any]:
+        """Containers of ``batch_size`` rows (the last may be shorter), read as needed."""
+        pa = _pa()
+        for batch in self._pf().iter_batches(batch_size=batch_size, columns=self.columns):
+            yield from_arrow(pa.Table.from_batches([batch]), **self.kwargs)
+
+    def __repr__(self) -> str:
+        return f"ParquetRowGroups({self.path!r}, row_groups={len(self)}, rows={self.num_rows})"

@@ -1,0 +1,170 @@
+"""``.safetensors`` read and write, with ``safetensors.torch`` as the oracle."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tensorbox import FormatError, TensorDict, from_safetensors, to_safetensors
+
+st_torch = pytest.importorskip("safetensors.torch")
+
+DTYPES = [
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+    torch.float64,
+    torch.int32,
+]
+
+
+@st.composite
+def state_dicts(draw):
+    names = draw(
+        st.lists(
+            st.sampled_from(["w", "b", "l0.w", "l0.b", "l1.x.y", "e"]),
+            min_size=1,
+            max_size=5,
+            unique=True,
+        )
+    )
+    # drop names that nest under another one (a tensor cannot also be a node)
+    names = [n for n in names if not any(m != n and n.startswith(m + ".") for m in names)]
+    out = {}
+    for n in names:
+        shape = draw(st.lists(st.integers(0, 3), max_size=3))
+        dtype = draw(st.sampled_from(DTYPES))
+        out[n] = torch.randint(0, 2 if dtype is torch.bool else 50, shape).to(dtype)
+    return out
+
+
+@given(state_dicts())
+def test_files_written_by_safetensors_read_the_same(tmp_path_factory, sd):
+    path = tmp_path_factory.mktemp("s") / "m.safetensors"
+    st_torch.save_file(sd, str(path))
+    td = from_safetensors(path)
+    for name, t in sd.items():
+        got = td[tuple(name.split("."))]
+        assert got.dtype == t.dtype and torch.equal(got, t)
+
+
+@given(state_dicts())
+def test_files_we_write_read_the_same_in_safetensors(tmp_path_factory, sd):
+    path = tmp_path_factory.mktemp("s") / "m.safetensors"
+    td = TensorDict()
+    for k, v in sd.items():
+        td.set(tuple(k.split(".")), v)
+    to_safetensors(td, path)
+    back = st_torch.load_file(str(path))
+    assert back.keys() == sd.keys()
+    for name, t in sd.items():
+        assert back[name].dtype == t.dtype and torch.equal(back[name], t)
+
+
+def test_one_mapping_zero_copy_copy_on_write(tmp_path):
+    path = tmp_path / "m.safetensors"
+    st_torch.save_file({"a": torch.zeros(4), "b": torch.ones(4)}, str(path))
+    td = TensorDict.load_memmap(path)  # the same API as a saved tree
+    a, b = td["a"], td["b"]
+    assert a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    a += 5  # a private mapping: the file keeps its bytes
+    assert st_torch.load_file(str(path))["a"].sum() == 0
+
+
+def test_partial_load_into_a_module(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    path = tmp_path / "model.safetensors"
+    st_torch.save_file(model.state_dict(), str(path))
+    layer = from_safetensors(path, prefix="1")
+    assert set(layer.keys()) == {"weight", "bias"}
+    fresh = torch.nn.Linear(4, 2)
+    layer.to_module(fresh)
+    assert torch.equal(fresh.weight, model[1].weight)
+    whole = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    from_safetensors(path).to_module(whole)
+    assert torch.equal(whole[0].bias, model[0].bias)
+    only = from_safetensors(path, keys=["0.bias"])
+    assert list(only.keys(True, True)) == [("0", "bias")]
+
+
+def _write_raw(path, header, data=b""):
+    blob = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(blob)) + blob + data)
+
+
+@pytest.mark.parametrize(
+    ("header", "data", "match"),
+    [
+        (
+            {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}},
+            b"\0" * 4,
+            r"'a' has data_offsets \[0, 8\]",
+        ),
+        (
+            {"a": {"dtype": "Q9", "shape": [1], "data_offsets": [0, 4]}},
+            b"\0" * 4,
+            r"'a' has dtype 'Q9'",
+        ),
+        (
+            {"a": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}},
+            b"\0" * 4,
+            r"'a' has shape \[-1\]",
+        ),
+        (
+            {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}},
+            b"\0" * 4,
+            r"'a' spans 4 bytes, and shape \[2\] of F32 needs 8",
+        ),
+        (
+            {
+                "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]},
+            },
+            b"\0" * 8,
+            r"entries 'a' and 'b' overlap",
+        ),
+    ],
+)
+def test_damaged_headers_are_refused_naming_the_file(tmp_path, header, data, match):
+    path = tmp_path / "bad.safetensors"
+    _write_raw(path, header, data)
+    with pytest.raises(FormatError, match=rf"bad\.safetensors: .*{match}"):
+        from_safetensors(path)
+
+
+def test_truncated_and_non_json_files(tmp_path):
+    path = tmp_path / "t.safetensors"
+    path.write_bytes(b"\x01\x02")
+    with pytest.raises(FormatError, match=r"t\.safetensors: 2 bytes, too short"):
+        from_safetensors(path)
+    path.write_bytes(struct.pack("<Q", 1000) + b"{}")
+    with pytest.raises(FormatError, match=r"header size 1000 does not fit"):
+        from_safetensors(path)
+    path.write_bytes(struct.pack("<Q", 3) + b"{x}")
+    with pytest.raises(FormatError, match="the header is not JSON"):
+        from_safetensors(path)
+
+
+def test_non_tensor_entries_and_collisions_are_refused(tmp_path):
+    with pytest.raises(TypeError, match=r"entry 'note' is a NonTensorData"):
+        to_safetensors(TensorDict({"note": "x", "w": torch.ones(1)}), tmp_path / "x.safetensors")
+    with pytest.raises(KeyError, match=r"key 'a.b' nests under 'a', which is a tensor"):
+        from_safetensors(_collide(tmp_path))
+    td = TensorDict({"a.b": torch.ones(1), "a": {"b": torch.zeros(1)}})
+    with pytest.raises(KeyError, match=r"two entries are both named 'a.b'"):
+        to_safetensors(td, tmp_path / "y.safetensors")
+
+
+def _collide(tmp_path):
+    path = tmp_path / "c.safetensors"
+    st_torch.save_file({"a": torch.ones(1), "a.b": torch.ones(1)}, str(path))
+    return path
