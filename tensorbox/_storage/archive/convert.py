@@ -115,7 +115,8 @@ def _leaf_item(name: str, e: fmt.TensorEntry, method: int) -> tuple[str, Any, bo
         if e.nbytes
         else b""
     )
-    return name, data if method == _zip.STORED else _zip.compress([data], method), True
+    packed = _zip.compress_loadable(lambda: [data], method) if method != _zip.STORED else data
+    return name, packed, True
 
 
 def unpack(file: str, directory: str, *, fsync: bool = False) -> tuple[int, int]:

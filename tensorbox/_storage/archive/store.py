@@ -335,10 +335,10 @@ def _tensor(
     ze = ar.entries.get(name)
     if ze is None:
         raise FormatError(f"{ar.where(name)} is missing ({where})")
-    if ze.usize < need:
+    if ze.usize != need:  # stored: csize == usize (checked with the index)
         raise FormatError(
             f"{ar.where(name)} is {ze.usize} bytes, but {dtype} of shape {list(shp)} needs "
-            f"{need}: the entry is truncated or belongs to another tree"
+            f"{need}: the entry is truncated (or longer: damaged) or belongs to another tree"
         )
     return ArchiveTensor(torch_dtype, shp, ar.where(name), need, name)
 
@@ -521,10 +521,13 @@ def count(ar: Archive, e: Entry, tensors: int, total: int, read: bool) -> tuple[
     """``(tensors, bytes)`` with the leaf ``e`` counted (anything else: unchanged); with
     ``read``, its bytes checked (:meth:`Archive.check`), and a jagged leaf's offsets."""
     if type(e) is ArchiveTensor:
+        ar.index.data_offset(ar.entries[e.name])  # its local header, as a load checks it
         if read:
             ar.check(e)
         return tensors + 1, total + e.nbytes
     if type(e) is ArchiveJagged:
+        for part in e:
+            ar.index.data_offset(ar.entries[part.name])
         if read:
             ar.check(e.values)
             ar.check(e.offsets)
@@ -638,7 +641,7 @@ def _plan(
             name = path[cut:].replace(os.sep, "/")
             nbytes = t.numel() * t.element_size()
             if method != _zip.STORED:
-                items.append((name, _zip.compress(byte_chunks(t), method), True))
+                items.append((name, _zip.compress_loadable(lambda t=t: byte_chunks(t), method), True))
             elif t.device.type == "cpu" and t.is_contiguous() and not (t.is_conj() or t.is_neg()):
                 items.append((name, as_bytes(t.detach()), True))
             else:

@@ -55,7 +55,9 @@ __all__ = [
     "Packed",
     "ZipEntry",
     "ZipIndex",
+    "check_inflate",
     "compress",
+    "compress_loadable",
     "compression_method",
     "crc32",
     "crc32_combine",
@@ -152,6 +154,17 @@ def compress(pieces: Any, method: int, level: int | None = None) -> Packed:
         out.append(comp.compress(view))
     out.append(comp.flush())
     return Packed(b"".join(out), method, usize, crc)
+
+
+def compress_loadable(pieces: Any, method: int) -> Packed:
+    """:func:`compress` a callable's pieces, in deflate instead when ``method`` would pass
+    the ratio a reader accepts by default (:data:`MAX_RATIO`; bzip2 and lzma do on zeros,
+    deflate cannot): what tensorbox writes loads without raising a limit."""
+    packed = compress(pieces(), method)
+    if method != DEFLATED and packed.usize > _RATIO_FLOOR:
+        if packed.usize > MAX_RATIO * len(packed.data):
+            return compress(pieces(), DEFLATED)
+    return packed
 
 
 def _dos_time() -> tuple[int, int]:
@@ -515,7 +528,7 @@ class ZipIndex:
         buf, h = self.buf, e.header
         if h + _LOCAL.size > e.bound:
             raise self.fail(e.name, f"its local header at {h} runs into the next entry")
-        sig, _, _, method, _, _, _, _, _, nlen, xlen = _LOCAL.unpack_from(buf, h)
+        sig, _, flags, method, _, _, crc, csize, usize, nlen, xlen = _LOCAL.unpack_from(buf, h)
         if sig != _SIG_LOCAL:
             raise self.fail(e.name, f"no local header at offset {h} (damaged or truncated)")
         start = h + _LOCAL.size
@@ -528,6 +541,17 @@ class ZipIndex:
                 f"its {e.csize} bytes at offset {data} overlap the next entry or the central "
                 f"directory (at {e.bound}): the archive is damaged",
             )
+        if not flags & 8:  # sizes in the local header (else in a descriptor after the data)
+            if _U32 in (csize, usize):
+                extra = bytes(buf[start + nlen : data])
+                usize, csize = _local_zip64(extra, usize, csize)
+            if (csize, usize, crc) != (e.csize, e.usize, e.crc):
+                raise self.fail(
+                    e.name,
+                    f"its local header says {csize} bytes ({usize} uncompressed, CRC-32 "
+                    f"{crc:08x}), the central directory {e.csize} ({e.usize}, {e.crc:08x}): "
+                    "the archive is damaged",
+                )
         return data
 
     def read(self, e: ZipEntry, check_crc: bool = True) -> bytes:
@@ -553,6 +577,7 @@ class ZipIndex:
                 f"compressed with zip method {e.method}; tensorbox reads stored, deflate, bzip2 "
                 "and lzma entries: extract it with another tool and load the folder",
             )
+        check_inflate(e, self.path)  # before a byte is allocated for it
         try:
             if e.method == DEFLATED:
                 d: Any = zlib.decompressobj(-15)
@@ -562,6 +587,9 @@ class ZipIndex:
                 psize = struct.unpack_from("<H", raw, 2)[0]
                 props = bytes(raw[4 : 4 + psize])
                 lc_lp_pb, dict_size = props[0], struct.unpack_from("<I", props, 1)[0]
+                # No match reaches further back than the entry's own size: a larger declared
+                # dictionary (4 GiB in 40 bytes) would only allocate memory.
+                dict_size = min(dict_size, max(e.usize, 1 << 12))
                 filt = {
                     "id": lzma.FILTER_LZMA1,
                     "dict_size": dict_size,
@@ -577,6 +605,46 @@ class ZipIndex:
         if len(out) != e.usize:
             raise self.fail(e.name, f"decompresses to {len(out)} bytes, not the recorded {e.usize}")
         return bytes(out)
+
+
+#: Limits on compressed entries, checked before decompressing (a small file must not
+#: claim gigabytes): an entry expands to at most MAX_INFLATE bytes, and one over
+#: _RATIO_FLOOR bytes to at most MAX_RATIO times its compressed size (deflate cannot pass
+#: 1032:1; bzip2 and lzma can, on data such as zeros). The environment variables
+#: TENSORBOX_ZIP_MAX_BYTES and TENSORBOX_ZIP_MAX_RATIO override them.
+MAX_INFLATE = 1 << 34
+MAX_RATIO = 1100
+_RATIO_FLOOR = 1 << 20
+
+
+def _limit(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 1:
+        raise ValueError(f"{name}={raw!r}: expected a positive integer")
+    return value
+
+
+def check_inflate(e: ZipEntry, path: str) -> None:
+    """Refuse a compressed entry that declares more bytes than the limits allow."""
+    most = _limit("TENSORBOX_ZIP_MAX_BYTES", MAX_INFLATE)
+    ratio = _limit("TENSORBOX_ZIP_MAX_RATIO", MAX_RATIO)
+    if e.usize > most:
+        raise FormatError(
+            f"{path}, entry {e.name!r}: declares {e.usize} bytes uncompressed, over the limit "
+            f"of {most}; if the archive is trusted, raise TENSORBOX_ZIP_MAX_BYTES"
+        )
+    if e.usize > _RATIO_FLOOR and e.usize > ratio * max(e.csize, 1):
+        raise FormatError(
+            f"{path}, entry {e.name!r}: declares {e.usize} bytes uncompressed from "
+            f"{e.csize}, a ratio over the limit of {ratio}:1 (a decompression bomb?); if the "
+            "archive is trusted, raise TENSORBOX_ZIP_MAX_RATIO"
+        )
 
 
 #: Names every tensorbox and tensordict writer makes: plain parts, none starting with a dot.
@@ -681,6 +749,12 @@ def read_index(buf: Any, path: str) -> ZipIndex:
                 continue
         if name in rows:
             raise FormatError(f"{path}, entry {name!r}: appears twice")
+        if method == STORED and csize != usize:
+            raise FormatError(
+                f"{path}, entry {name!r}: stored (not compressed), yet its central directory "
+                f"record says {csize} bytes in the file and {usize} uncompressed: the archive "
+                "is damaged"
+            )
         if hoff >= cd_off:
             raise FormatError(
                 f"{path}, entry {name!r}: its offset {hoff} points past the data (the central "
@@ -704,6 +778,18 @@ def read_index(buf: Any, path: str) -> ZipIndex:
             _INDEXES.pop(next(iter(_INDEXES)))
     _INDEXES[key] = (entries, dirs)
     return ZipIndex(path, buf, entries, dirs)
+
+
+def _local_zip64(extra: bytes, usize: int, csize: int) -> tuple[int, int]:
+    """The sizes of a local header's ZIP64 extra block (both, in this order), else as given."""
+    at = 0
+    while at + 4 <= len(extra):
+        tag, length = struct.unpack_from("<HH", extra, at)
+        if tag == 1 and length >= 16 and at + 20 <= len(extra):
+            big_u, big_c = struct.unpack_from("<QQ", extra, at + 4)
+            return big_u, big_c
+        at += 4 + length
+    return usize, csize
 
 
 def _zip64_fields(
