@@ -71,7 +71,7 @@ def _refused_everywhere(path: Path, tmp_path: Path, match: str) -> None:
 def test_a_stored_entry_claiming_more_than_it_holds_is_refused(tmp_path: Path) -> None:
     path, raw = _saved(tmp_path)
     bad = bytearray(raw)
-    cd, local = _records(raw)[b"a.memmap"]
+    cd, _ = _records(raw)[b"a.memmap"]
     _set_meta_shape(bad, [9])  # 36 bytes: the next entry's header would follow the 16
     struct.pack_into("<I", bad, cd + 24, 36)  # the central directory's uncompressed size
     path.write_bytes(bad)
@@ -111,18 +111,13 @@ def test_overlapping_entries_are_refused_by_every_reader(tmp_path: Path) -> None
 def _bomb(tmp_path: Path, method: str, claim: int) -> Path:
     """An archive whose compressed 'a' claims ``claim`` bytes (its meta.json agrees)."""
     path, raw = _saved(tmp_path, method)
-    bad = bytearray(raw)
-    cd, local = _records(raw)[b"a.memmap"]
     n = claim // 4
-    text_shape = [n]
     cdm, lm = _records(raw)[b"meta.json"]
     nlen, xlen = struct.unpack_from("<HH", raw, lm + 26)
     data = lm + 30 + nlen + xlen
     size = struct.unpack_from("<I", raw, cdm + 20)[0]
     text = bytes(raw[data : data + size]).replace(b'"shape":[4]', b'"shape":[%d]' % n)
-    grown = len(text) - size
-    # Rebuild the file with the longer meta.json: simplest through zipfile-free surgery is
-    # to write the archive again by hand.
+    # The archive written again by hand, with the longer meta.json and the claim.
     entries = []
     for name, (c, lo) in sorted(_records(raw).items(), key=lambda kv: kv[1][1]):
         nl, xl = struct.unpack_from("<HH", raw, lo + 26)
@@ -137,7 +132,6 @@ def _bomb(tmp_path: Path, method: str, claim: int) -> Path:
         if name == b"a.memmap":
             us = claim
         entries.append((name, meth, body, cs, us, crc))
-    del bad, cd, local, text_shape, grown
     out, central = bytearray(), bytearray()
     for name, meth, body, cs, us, crc in entries:
         off = len(out)

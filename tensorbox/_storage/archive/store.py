@@ -641,7 +641,9 @@ def _plan(
             name = path[cut:].replace(os.sep, "/")
             nbytes = t.numel() * t.element_size()
             if method != _zip.STORED:
-                items.append((name, _zip.compress_loadable(lambda t=t: byte_chunks(t), method), True))
+                items.append(
+                    (name, _zip.compress_loadable(lambda t=t: byte_chunks(t), method), True)
+                )
             elif t.device.type == "cpu" and t.is_contiguous() and not (t.is_conj() or t.is_neg()):
                 items.append((name, as_bytes(t.detach()), True))
             else:

@@ -161,9 +161,9 @@ def compress_loadable(pieces: Any, method: int) -> Packed:
     the ratio a reader accepts by default (:data:`MAX_RATIO`; bzip2 and lzma do on zeros,
     deflate cannot): what tensorbox writes loads without raising a limit."""
     packed = compress(pieces(), method)
-    if method != DEFLATED and packed.usize > _RATIO_FLOOR:
-        if packed.usize > MAX_RATIO * len(packed.data):
-            return compress(pieces(), DEFLATED)
+    big = method != DEFLATED and packed.usize > _RATIO_FLOOR
+    if big and packed.usize > MAX_RATIO * len(packed.data):
+        return compress(pieces(), DEFLATED)
     return packed
 
 
