@@ -170,13 +170,19 @@ def test_only_the_container_base_reaches_persistence_weights_and_distributed() -
 
 
 def test_data_and_buffer_use_the_public_api() -> None:
-    users = [m for m in GRAPH if m.startswith(("tensorbox.data", "tensorbox.buffer"))]
+    users = [
+        m
+        for m in GRAPH
+        if m.startswith(("tensorbox.data", "tensorbox.buffer"))
+    ]
     assert users, "the data and buffer packages were not found"
     private = {
         m: sorted(
             d
             for d in load | lazy
-            if not d.startswith(("tensorbox.data", "tensorbox.buffer"))
+            if not d.startswith(
+                ("tensorbox.data", "tensorbox.buffer")
+            )
             and any(part.startswith("_") for part in d.split(".")[1:])
         )
         for m, (load, lazy) in GRAPH.items()
