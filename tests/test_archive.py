@@ -486,7 +486,9 @@ def test_cli_pack_unpack_show_verify(tmp_path: Path, capsys: pytest.CaptureFixtu
         assert (again / p.relative_to(folder)).read_bytes() == p.read_bytes()
     assert_same(TensorDict.load_memmap(again), td)
     # unpacking over a tree replaces it whole; a sub-tree unpacks alone
-    assert main(["unpack", f"{file}::info", str(again)]) == 0
+    assert main(["unpack", f"{file}::info", str(again)]) == 1  # a tree is there
+    assert "a folder is there and not empty" in capsys.readouterr().err
+    assert main(["unpack", "--force", f"{file}::info", str(again)]) == 0
     capsys.readouterr()
     assert list(TensorDict.load_memmap(again).keys()) == ["step", "deep"]
     assert sorted(os.listdir(tmp_path)) == ["again", "tree", "tree.tbx"]

@@ -221,6 +221,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_unpack = sub.add_parser("unpack", help="extract the archive FILE into the folder DIR")
     p_unpack.add_argument("file")
     p_unpack.add_argument("dir")
+    p_unpack.add_argument(
+        "--force", action="store_true", help="replace the tree at DIR (other files there stay)"
+    )
     args = parser.parse_args(argv)
     out: list[str] = []
     try:
@@ -238,13 +241,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             code = 0
         else:
-            nodes, files = _archive_convert.unpack(args.file, args.dir)
+            nodes, files = _archive_convert.unpack(args.file, args.dir, force=args.force)
             out.append(
                 f"unpacked {files} file{'s' * (files != 1)} ({nodes} node"
                 f"{'s' * (nodes != 1)}) into {_clean(args.dir)}"
             )
             code = 0
-    except (FormatError, OSError) as err:
+    except (FormatError, OSError, ValueError) as err:
         if out:  # what was shown before the damage was found
             print("\n".join(out))
         reason = f"damaged: {err}" if isinstance(err, FormatError) else f"error: {err}"
