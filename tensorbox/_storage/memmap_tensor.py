@@ -631,6 +631,9 @@ class FileRef(NamedTuple):
     mode: str
     ident: tuple[int, int] | None  # (st_dev, st_ino) of the file when it was mapped
     gen: str | None = None  # the file's generation id in its tree (format version 2)
+    #: (size, mtime, ctime in ns) of a read-only file (an archive) when it was mapped: a
+    #: file rewritten in place keeps its inode, never its ctime
+    stamp: tuple[int, int, int] | None = None
 
     def open(self) -> Tensor:
         """Map the file again and rebuild the view; FormatError if it is not the same file.
@@ -667,12 +670,24 @@ class FileRef(NamedTuple):
                     f"{self.filename} was replaced after a tensor mapping it was pickled; "
                     "open the tree again (load_memmap) and send that"
                 )
+            if self.stamp is not None and _stamp(st) != tuple(self.stamp):
+                raise FormatError(
+                    f"{self.filename} was rewritten in place after a tensor mapping it was "
+                    f"pickled (size, modification and change times now {_stamp(st)}, "
+                    f"{tuple(self.stamp)} then): its bytes are not the ones referenced. Open "
+                    "it again (load_memmap) and send that"
+                )
             if st.st_size < self.nbytes:
                 raise FormatError(
                     f"{self.filename} is {st.st_size} bytes, shorter than the {self.nbytes} "
                     "bytes it had when the tensor was pickled"
                 )
-            storage = mapped(self.filename, self.mode, self.nbytes, st, self.gen)
+            storage = mapped(self.filename, self.mode, self.nbytes, st, self.gen, self.stamp)
+            if self.stamp is not None and _stamp(os.stat(self.filename)) != tuple(self.stamp):
+                raise FormatError(  # rewritten while it was being mapped
+                    f"{self.filename} was rewritten in place while a pickled reference to it "
+                    "was being opened; open it again (load_memmap) and send that"
+                )
         finally:
             read_unlock(lock)
         t = torch.empty(0, dtype=DTYPES[self.dtype]).set_(
@@ -749,7 +764,34 @@ def shareable(t: Tensor) -> Tensor | FileRef:
         mode,
         ident,
         getattr(storage, "_tbx_gen", None),
+        getattr(storage, "_tbx_stamp", None),
     )
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int, int]:
+    """What changes when a file is rewritten in place (its inode stays): size, mtime, ctime."""
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _bytes_of(t: Tensor) -> tuple[bytes, str, tuple[int, ...]]:
+    """``t``'s values as bytes (C order), for :func:`_from_bytes`."""
+    from tensorbox._core.chunks import as_bytes
+
+    flat = t.detach().resolve_conj().resolve_neg().contiguous()
+    raw = bytes(as_bytes(flat)) if flat.numel() else b""
+    return raw, dtype_name(t.dtype), tuple(t.shape)
+
+
+def _from_bytes(raw: bytes, dtype: str, shape: tuple[int, ...]) -> Tensor:
+    out = torch.empty(shape, dtype=DTYPES[dtype])
+    if raw:
+        out.view(-1).view(torch.uint8).numpy()[:] = memoryview(raw)
+    return out
+
+
+def _file_backed(t: Tensor) -> bool:
+    storage = t.untyped_storage()
+    return storage.filename is not None or getattr(storage, "_tbx_ro", None) is not None
 
 
 _DTYPE_OK = frozenset(DTYPES.values())
@@ -779,7 +821,15 @@ def _install_process_reducer() -> None:
 
     def reduce(t: Tensor) -> Any:
         ref = shareable(t)
-        return (restore, (ref,)) if type(ref) is FileRef else torch_reduce(t)
+        if type(ref) is FileRef:
+            return (restore, (ref,))
+        if t.device.type == "cpu" and t.dtype in _DTYPE_OK and _file_backed(t):
+            # A file mapping whose file was replaced since (a tree saved over): its name
+            # leads elsewhere now, and torch would share the mapping by a descriptor it
+            # does not have (EBADF, in a queue's feeder thread). Its bytes go in the
+            # message itself: a copy in shared memory would have to outlive the send.
+            return (_from_bytes, _bytes_of(t))
+        return torch_reduce(t)
 
     reduce._tbx = True  # type: ignore[attr-defined]
     ForkingPickler.register(Tensor, reduce)

@@ -246,6 +246,9 @@ def _map(path: str) -> tuple[torch.UntypedStorage, tuple[int, int]]:
     storage._tbx_id = ident
     storage._tbx_gen = None
     storage._tbx_ro = path
+    # What a reference checks before mapping the file again: rewritten in place (cp,
+    # rsync --inplace), an archive keeps its inode, never its size, mtime and ctime.
+    storage._tbx_stamp = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     return storage, ident
 
 
