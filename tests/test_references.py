@@ -103,3 +103,27 @@ def test_dataloader_workers_start_after_the_tree_was_saved_over(
     loader = DataLoader(_Rows(old), batch_size=None, num_workers=2, multiprocessing_context=context)
     got = sorted(float(x) for batch in loader for x in batch)
     assert got == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_r_plus_on_a_file_the_process_may_not_write_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tensorbox._storage import memmap_tensor as mt
+
+    root = tmp_path / "t"
+    TensorDict({"a": torch.arange(3.0)}, [3]).memmap(root)
+    real = mt._from_file
+
+    def refuse_shared(path: str, shared: bool, nbytes: int) -> object:
+        if shared:  # what a file without write permission gives a non-root process
+            raise RuntimeError("Permission denied")
+        return real(path, shared, nbytes)
+
+    monkeypatch.setattr(mt, "_from_file", refuse_shared)
+    monkeypatch.setattr(mt.os, "access", lambda path, how: False)
+    with pytest.raises(
+        PermissionError, match=r"t/a\.memmap is not writable: open it with mode='r'"
+    ):
+        TensorDict.load_memmap(root, mode="r+")
+    assert TensorDict.load_memmap(root)["a"].tolist() == [0.0, 1.0, 2.0]  # default: falls back
+    assert TensorDict.load_memmap(root, mode="r")["a"].tolist() == [0.0, 1.0, 2.0]

@@ -98,3 +98,17 @@ def test_an_existing_folder_is_replaced_only_with_force(
     with pytest.raises(FileExistsError, match=r"a folder that is not a saved tree"):
         unpack(str(path), str(other), force=True)
     assert sorted(os.listdir(other)) == ["notes.txt"]
+
+
+def test_verify_read_says_what_it_did_not_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    td = TensorDict({"a": torch.zeros(2), "b": torch.ones(2)}, [2])
+    td.memmap(tmp_path / "plain")
+    td.memmap(tmp_path / "summed", checksum=True)
+    assert main(["verify", "--read", str(tmp_path / "plain")]) == 0
+    assert "note: 2 of 2 tensors have no checksums recorded: bytes not verified" in (
+        capsys.readouterr().out
+    )
+    assert main(["verify", "--read", str(tmp_path / "summed")]) == 0
+    assert "no checksums" not in capsys.readouterr().out

@@ -76,6 +76,7 @@ class _Loader:
     ) -> None:
         self.root, self.registry, self.device = root, registry, device
         self.non_blocking, self.mode, self.fit = non_blocking, mode, fit
+        self.strict = False  # mode="r+" given: a file we may not write raises
 
     def node(self, node: fmt.Node, cls: type | None, depth: int) -> Any:
         store: dict[str, Any] = {}
@@ -116,7 +117,10 @@ class _Loader:
             return map_file(e.path, e.dtype, e.shape, "r", e.nbytes, e.ident, e.gen)
         try:
             return map_file(e.path, e.dtype, e.shape, "r+", e.nbytes, e.ident, e.gen)
-        except PermissionError:  # a tree we may read but not write: copy-on-write mapping
+        except PermissionError:
+            if self.strict:  # mode="r+" asked for writes to reach the file: they could not
+                raise
+            # mode=None: a tree we may read but not write maps copy-on-write
             return map_file(e.path, e.dtype, e.shape, "r", e.nbytes, e.ident, e.gen)
 
     def rebuild(

@@ -181,8 +181,9 @@ def load_memmap(
     A file at ``prefix`` (or ``FILE::DIR``, a sub-tree) is an archive, opened by
     :mod:`tensorbox._storage.archive.store`: read-only, ``mode`` None or ``"r"``.
 
-    ``mode="r+"`` maps the files shared (writes reach them; files this process may
-    not write open as ``"r"``), ``mode="r"`` copy-on-write (the files never change:
+    ``mode="r+"`` maps the files shared (writes reach them; a file this process may
+    not write raises ``PermissionError`` naming it), ``mode=None`` (the default) the
+    same but files it may not write open as ``"r"``, ``mode="r"`` copy-on-write (the files never change:
     fine-tuning loaded weights in place leaves the checkpoint alone). With
     ``device``, every leaf is copied there (``"cpu"``: read into memory).
     ``verify=True`` first reads every byte and checks the checksums the save recorded
@@ -208,11 +209,13 @@ def load_memmap(
             verify=verify,
             strict=strict,
         )
+    strict_rw = mode == "r+"
     mode = "r+" if mode is None else mode
     _check_mode(mode)
     root = os.path.realpath(os.fspath(prefix))
     dev = None if device is None else torch.device(device)
     loader = _Loader(root, CLASS_REGISTRY, dev, non_blocking, mode, _fit(cls, strict))
+    loader.strict = strict_rw
     lock = _commit.read_lock(root)
     try:
         top = fmt.read_node(root, root, lock)
