@@ -49,26 +49,25 @@ def test_foreign_files_in_a_tree_survive_a_save(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t"]
 
 
-def test_a_folder_that_is_not_a_tree_is_refused(tmp_path: Path) -> None:
+def test_a_folder_that_is_not_a_tree_keeps_everything(tmp_path: Path) -> None:
     root = tmp_path / "proj"
     (root / "src").mkdir(parents=True)
     (root / "meta.json").write_text('{"name": "my project"}')
     (root / "model.memmap").write_bytes(b"weights")
+    (root / "build.tmp").write_text("tmp")
+    (root / "README").write_text("readme")
     (root / "src" / "meta.json").write_text("{}")
-    with pytest.raises(FileExistsError, match=r"proj/meta.json' is not a saved tree's"):
-        _tree(1.0).memmap(root)
-    (root / "meta.json").unlink()
-    with pytest.raises(
-        FileExistsError, match=r"a folder that is not a saved tree .*'model.memmap'"
-    ):
-        _tree(1.0).memmap(root)
+    with pytest.raises(FileExistsError, match=r"proj/meta.json' is not a file of the saved tree"):
+        _tree(1.0).memmap(root)  # its meta.json is not a tree's, and the tree needs the name
+    (root / "meta.json").rename(tmp_path / "project.json")
+    with pytest.raises(FileExistsError, match=r"proj/model.memmap' is not a file of the saved"):
+        _tree(1.0, frozenset({"model"})).memmap(root)
+    _tree(1.0).memmap(root)  # no name in common: saved, and everything kept
     assert (root / "model.memmap").read_bytes() == b"weights"
+    assert (root / "build.tmp").read_text() == "tmp" and (root / "README").exists()
     assert (root / "src" / "meta.json").read_text() == "{}"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["proj"]
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    _tree(1.0).memmap(empty)  # an empty folder is fine
-    assert TensorDict.load_memmap(empty)["a"].tolist() == [1.0, 1.0]
+    assert TensorDict.load_memmap(root)["a"].tolist() == [1.0, 1.0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["proj", "project.json"]
 
 
 def test_a_foreign_file_whose_name_the_new_tree_needs_is_refused(tmp_path: Path) -> None:
@@ -124,17 +123,12 @@ class KeepsForeignFiles(RuleBasedStateMachine):
     @rule(keys=st.frozensets(st.sampled_from(KEYS), min_size=1), v=st.integers(0, 99))
     def save(self, keys: frozenset[str], v: int) -> None:
         clash = self._clash(keys)
-        if clash is None and self.value is None and self._occupied():
-            clash = "not a tree"
         if clash is None:
             _tree(float(v), keys).memmap(self.root)
             self.value, self.keys = float(v), keys
             return
-        with pytest.raises(FileExistsError, match=r"cannot save a tree|is not a file of the saved"):
+        with pytest.raises(FileExistsError, match=r"is not a file of the saved tree there"):
             _tree(float(v), keys).memmap(self.root)
-
-    def _occupied(self) -> bool:
-        return os.path.isdir(self.root) and bool(os.listdir(self.root))
 
     def _clash(self, keys: frozenset[str]) -> str | None:
         """A foreign path that the new tree would need (a file it writes)."""

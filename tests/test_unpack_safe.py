@@ -95,9 +95,9 @@ def test_an_existing_folder_is_replaced_only_with_force(
     other = tmp_path / "proj"
     other.mkdir()
     (other / "notes.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match=r"a folder that is not a saved tree"):
-        unpack(str(path), str(other), force=True)
-    assert sorted(os.listdir(other)) == ["notes.txt"]
+    unpack(str(path), str(other), force=True)  # not a tree: all of it kept
+    assert (other / "notes.txt").read_text() == "mine"
+    assert TensorDict.load_memmap(other)["a"].tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
 def test_verify_read_says_what_it_did_not_check(

@@ -12,10 +12,10 @@ The commit model (the spec in :mod:`tensorbox._storage.format.spec` says what it
   files themselves) and tensorbox's temporary files (``.tbx-<pid>-<tid>-<n>.tmp``);
   every other entry (a user's file or folder, a folder holding a ``meta.json`` of
   its own that no node lists, ``*.tmp``...) moves to the same place in the new tree.
-  Before anything changes, a save is refused (``FileExistsError`` naming the file)
-  where that cannot be done: a foreign entry whose path the new tree needs, a
-  non-empty folder at the path that is not a tree (no ``meta.json``, or one that is
-  not a tree's).
+  A folder that is not a tree (no ``meta.json`` of a tree) lists nothing: all of it
+  is kept. Before anything changes, a save is refused (``FileExistsError`` naming
+  the file) where that cannot be done: a foreign entry whose path the new tree
+  needs (a file the new tree links in, an in-place save's, is the same file).
 - Writers of one path take an exclusive ``flock`` on ``<parent>/.<name>.tbx-lock``
   for the whole save, so they run one after the other; the lock file is removed
   when the save ends. A lock file left behind means a save was killed: the next
@@ -299,6 +299,7 @@ class Listed(NamedTuple):
 
     files: frozenset[str]
     nodes: frozenset[str]
+    tree: bool = True  # the directory's meta.json is a tree's (so it is the save's too)
 
 
 def listed(fd: int) -> Listed | None:
@@ -366,45 +367,28 @@ def _kind(name: str, is_dir: bool, names: Listed) -> str:
     or link it lists, a tensorbox temporary file) or "carry" (moved to the new tree)."""
     if is_dir:
         return "node" if name in names.nodes else "carry"
-    if name == "meta.json" or name in names.files or name in names.nodes or _TEMP(name):
+    listed_here = name in names.files or name in names.nodes
+    if (name == "meta.json" and names.tree) or listed_here or _TEMP(name):
         return "ours"
     return "carry"
 
 
+_NONE = Listed(frozenset(), frozenset(), tree=False)
+
+
 def check_replace(root: str, stage: str) -> None:
     """Refuse, before anything changes, a save of the tree in ``stage`` over ``root``
-    that could not keep every file at ``root`` that is not the old tree's: a non-empty
-    folder that is not a tree, or a foreign entry whose name the new tree takes."""
+    that could not keep every entry at ``root`` that is not the old tree's: one whose
+    path the new tree needs. A folder that is not a tree (no ``meta.json`` of a tree)
+    lists nothing: all of it is kept."""
     try:
         fd = os.open(root, _DIR | _NOFOLLOW)
     except OSError:
         return  # not a directory: the commit's own errors say why
     try:
-        names = listed(fd)
-        if names is None:
-            with os.scandir(fd) as it:
-                here = sorted(e.name for e in it)
-            if "meta.json" in here:
-                raise FileExistsError(
-                    f"cannot save a tree at {root!r}: {os.path.join(root, 'meta.json')!r} is not "
-                    "a saved tree's (damaged, or another program's), so a save cannot tell the "
-                    "tree's files from others, and keeps them all. Remove the folder (or move "
-                    "what you keep out of it), or choose another path"
-                )
-            if here:
-                shown = ", ".join(repr(n) for n in here[:5]) + (", ..." if len(here) > 5 else "")
-                raise FileExistsError(
-                    f"cannot save a tree at {root!r}: it is a folder that is not a saved tree "
-                    f"(no meta.json) and holds {shown}. A save replaces only a tree, or an "
-                    "empty folder: choose another path, or empty it"
-                )
-            return
-        _check_dir(fd, names, root, stage)
+        _check_dir(fd, listed(fd) or _NONE, root, stage)
     finally:
         os.close(fd)
-
-
-_NONE = Listed(frozenset(), frozenset())
 
 
 def _entries(fd: int) -> list[tuple[str, bool]]:
@@ -426,11 +410,12 @@ def _check_dir(fd: int, names: Listed, old: str, new: str) -> None:
             continue
         target = os.path.join(new, name)
         if kind == "carry" and not (is_dir and _is_real_dir(target)):
-            if os.path.lexists(target):
+            if os.path.lexists(target) and not _same_entry(fd, name, target):
                 raise FileExistsError(
                     f"cannot save the tree at {old!r}: {os.path.join(old, name)!r} is not a "
-                    "file of the saved tree (no meta.json lists it), and the new tree needs "
-                    "its name. A save keeps such files: rename or move it, then save again"
+                    "file of the saved tree there (no tree's meta.json lists it), and the new "
+                    "tree needs its name. A save keeps such files: rename or move it, then "
+                    "save again"
                 )
             continue
         # A node of the old tree, or a user's folder whose name the new tree uses as a
@@ -480,8 +465,24 @@ def _dispose_dir(fd: int, names: Listed, old: str, new: str) -> bool:
                     continue
             kept = True
             continue
+        if not is_dir and _same_entry(fd, name, target):
+            # The new tree holds this very file (an in-place save linked it in): only this
+            # name of it goes, nothing is lost.
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=fd)
+            continue
         kept |= not _carry(old, name, new)
     return not kept
+
+
+def _same_entry(fd: int, name: str, target: str) -> bool:
+    """Whether ``name`` in directory ``fd`` and ``target`` are one regular file."""
+    try:
+        a = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        b = os.stat(target, follow_symlinks=False)
+    except OSError:
+        return False
+    return stat.S_ISREG(a.st_mode) and _same(a, b)
 
 
 def _carry(old: str, name: str, new: str) -> bool:
