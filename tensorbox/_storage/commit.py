@@ -55,7 +55,7 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from tensorbox.errors import IncompleteTreeError
 
@@ -330,8 +330,8 @@ def listed(fd: int) -> Listed | None:
         return None
     if not isinstance(doc, dict):
         return None
-    files: set[str] = set()
-    nodes: set[str] = set()
+    files: set[Any] = set()  # names as the file gives them: plain names kept below
+    nodes: set[Any] = set()
     if doc.get("format") == "tensorbox":
         entries = doc.get("entries")
         for e in entries.values() if isinstance(entries, dict) else ():

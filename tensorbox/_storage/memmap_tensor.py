@@ -773,27 +773,6 @@ def _stamp(st: os.stat_result) -> tuple[int, int, int]:
     return (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _bytes_of(t: Tensor) -> tuple[bytes, str, tuple[int, ...]]:
-    """``t``'s values as bytes (C order), for :func:`_from_bytes`."""
-    from tensorbox._core.chunks import as_bytes
-
-    flat = t.detach().resolve_conj().resolve_neg().contiguous()
-    raw = bytes(as_bytes(flat)) if flat.numel() else b""
-    return raw, dtype_name(t.dtype), tuple(t.shape)
-
-
-def _from_bytes(raw: bytes, dtype: str, shape: tuple[int, ...]) -> Tensor:
-    out = torch.empty(shape, dtype=DTYPES[dtype])
-    if raw:
-        out.view(-1).view(torch.uint8).numpy()[:] = memoryview(raw)
-    return out
-
-
-def _file_backed(t: Tensor) -> bool:
-    storage = t.untyped_storage()
-    return storage.filename is not None or getattr(storage, "_tbx_ro", None) is not None
-
-
 _DTYPE_OK = frozenset(DTYPES.values())
 
 
@@ -802,37 +781,7 @@ def restore(obj: Any) -> Any:
     return obj.open() if type(obj) is FileRef else obj
 
 
-def _install_process_reducer() -> None:
-    """Send file-backed tensors between processes by reference, even bare views.
+# Sending file-backed tensors between processes (by reference, or by bytes when stale).
+from tensorbox._storage import process_reduce as _process_reduce  # noqa: E402
 
-    ``torch.multiprocessing`` (DataLoader workers, queues) shares CPU storages through
-    file descriptors, which a file mapping made by ``from_file`` does not keep: a
-    worker returning a view of a memory-mapped file fails with EBADF and the loader
-    hangs. Tensors of a file-backed storage go as a :class:`FileRef` instead; every
-    other tensor goes to torch's own reducer, unchanged.
-    """
-    from multiprocessing.reduction import ForkingPickler
-
-    import torch.multiprocessing  # noqa: F401  (torch's reducers are registered on import)
-
-    torch_reduce = ForkingPickler._extra_reducers.get(Tensor)  # type: ignore[attr-defined]
-    if torch_reduce is None or getattr(torch_reduce, "_tbx", False):
-        return
-
-    def reduce(t: Tensor) -> Any:
-        ref = shareable(t)
-        if type(ref) is FileRef:
-            return (restore, (ref,))
-        if t.device.type == "cpu" and t.dtype in _DTYPE_OK and _file_backed(t):
-            # A file mapping whose file was replaced since (a tree saved over): its name
-            # leads elsewhere now, and torch would share the mapping by a descriptor it
-            # does not have (EBADF, in a queue's feeder thread). Its bytes go in the
-            # message itself: a copy in shared memory would have to outlive the send.
-            return (_from_bytes, _bytes_of(t))
-        return torch_reduce(t)
-
-    reduce._tbx = True  # type: ignore[attr-defined]
-    ForkingPickler.register(Tensor, reduce)
-
-
-_install_process_reducer()
+_process_reduce.install()

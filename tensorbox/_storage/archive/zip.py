@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from tensorbox._storage.archive.crc32 import _CRC32, crc32, crc32_combine
+from tensorbox._storage.archive.limits import _RATIO_FLOOR, MAX_RATIO, check_inflate
 from tensorbox.errors import FormatError
 
 __all__ = [
@@ -605,46 +606,6 @@ class ZipIndex:
         if len(out) != e.usize:
             raise self.fail(e.name, f"decompresses to {len(out)} bytes, not the recorded {e.usize}")
         return bytes(out)
-
-
-#: Limits on compressed entries, checked before decompressing (a small file must not
-#: claim gigabytes): an entry expands to at most MAX_INFLATE bytes, and one over
-#: _RATIO_FLOOR bytes to at most MAX_RATIO times its compressed size (deflate cannot pass
-#: 1032:1; bzip2 and lzma can, on data such as zeros). The environment variables
-#: TENSORBOX_ZIP_MAX_BYTES and TENSORBOX_ZIP_MAX_RATIO override them.
-MAX_INFLATE = 1 << 34
-MAX_RATIO = 1100
-_RATIO_FLOOR = 1 << 20
-
-
-def _limit(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 1:
-        raise ValueError(f"{name}={raw!r}: expected a positive integer")
-    return value
-
-
-def check_inflate(e: ZipEntry, path: str) -> None:
-    """Refuse a compressed entry that declares more bytes than the limits allow."""
-    most = _limit("TENSORBOX_ZIP_MAX_BYTES", MAX_INFLATE)
-    ratio = _limit("TENSORBOX_ZIP_MAX_RATIO", MAX_RATIO)
-    if e.usize > most:
-        raise FormatError(
-            f"{path}, entry {e.name!r}: declares {e.usize} bytes uncompressed, over the limit "
-            f"of {most}; if the archive is trusted, raise TENSORBOX_ZIP_MAX_BYTES"
-        )
-    if e.usize > _RATIO_FLOOR and e.usize > ratio * max(e.csize, 1):
-        raise FormatError(
-            f"{path}, entry {e.name!r}: declares {e.usize} bytes uncompressed from "
-            f"{e.csize}, a ratio over the limit of {ratio}:1 (a decompression bomb?); if the "
-            "archive is trusted, raise TENSORBOX_ZIP_MAX_RATIO"
-        )
 
 
 #: Names every tensorbox and tensordict writer makes: plain parts, none starting with a dot.
