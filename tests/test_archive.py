@@ -281,6 +281,10 @@ def _entry(raw: bytes, name: bytes) -> tuple[int, int]:
         at += 4
 
 
+def _zip_index(path: Path) -> _zip.ZipIndex:
+    return _zip.read_index(path.read_bytes(), str(path))
+
+
 def test_truncated_archive(tmp_path: Path) -> None:
     path, raw = _saved(tmp_path)
     for cut in (0, 10, len(raw) // 2, len(raw) - 1):
@@ -312,10 +316,12 @@ def test_overlapping_entries(tmp_path: Path) -> None:
     struct.pack_into("<I", bad, cd_a + 20, 10_000)  # a claims more bytes than it has
     struct.pack_into("<I", bad, cd_a + 24, 10_000)
     path.write_bytes(bad)
+    with pytest.raises(FormatError, match=r"a\.memmap is 10000 bytes, but float32 of shape \[4\]"):
+        TensorDict.load_memmap(path)
     with pytest.raises(
         FormatError, match=r"entry 'a\.memmap': its 10000 bytes at offset \d+ overlap"
     ):
-        TensorDict.load_memmap(path)
+        _zip_index(path).data_offset(_zip_index(path).entries["a.memmap"])
 
 
 def test_bad_crc_on_meta_json(tmp_path: Path) -> None:
@@ -480,6 +486,8 @@ def test_cli_pack_unpack_show_verify(tmp_path: Path, capsys: pytest.CaptureFixtu
         assert (again / p.relative_to(folder)).read_bytes() == p.read_bytes()
     assert_same(TensorDict.load_memmap(again), td)
     # unpacking over a tree replaces it whole; a sub-tree unpacks alone
+    assert main(["unpack", f"{file}::info", str(again)]) == 1  # a tree is there
+    assert "a folder is there and not empty" in capsys.readouterr().err
     assert main(["unpack", "--force", f"{file}::info", str(again)]) == 0
     capsys.readouterr()
     assert list(TensorDict.load_memmap(again).keys()) == ["step", "deep"]

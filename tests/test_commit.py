@@ -176,11 +176,11 @@ def test_user_files_in_the_tree_are_carried_over(tmp_path: Path) -> None:
     (root / "README.txt").write_text("mine")
     (root / "b" / "notes").mkdir()
     (root / "b" / "notes" / "n.txt").write_text("mine too")
-    (root / "stray.memmap").write_bytes(b"x")  # named like a leaf: the old tree's
+    (root / "stray.memmap").write_bytes(b"x")  # named like a leaf, but no meta.json lists it
     _tree(2.0).memmap(root)
     assert (root / "README.txt").read_text() == "mine"
     assert (root / "b" / "notes" / "n.txt").read_text() == "mine too"
-    assert not (root / "stray.memmap").exists()
+    assert (root / "stray.memmap").read_bytes() == b"x"
     TensorDict({"x": torch.zeros(1)}, [1]).memmap(root)  # the node "b" is gone, not its notes
     assert (root / "b" / "notes" / "n.txt").read_text() == "mine too"
     assert not (root / "b" / "meta.json").exists() and not (root / "b" / "c.memmap").exists()
@@ -358,8 +358,13 @@ def test_a_fifo_instead_of_meta_json_is_refused_without_blocking(tmp_path: Path)
         persist.load_memmap(TensorDict, root, verify=True)
     assert main(["show", str(root)]) == 1 and main(["verify", str(root)]) == 1
     assert time.monotonic() - start < 5
-    _tree(2.0).memmap(root)  # saving over it works, and never opens the FIFO
-    _check(TensorDict.load_memmap(root), 2.0)
+    # Not a tree any more (its meta.json is not one): a save refuses it, and never
+    # opens the FIFO.
+    with pytest.raises(
+        FileExistsError, match=r".(json|memmap)' is not a file of the saved tree there"
+    ):
+        _tree(2.0).memmap(root)
+    assert (root / "meta.json").is_fifo() and (root / "a.memmap").exists()
 
 
 def test_a_fifo_or_device_instead_of_a_leaf_is_refused(tmp_path: Path) -> None:

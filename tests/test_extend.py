@@ -770,6 +770,7 @@ def test_int32_offsets_that_would_overflow_are_refused(
 
     original = _extend._disk_spec
     monkeypatch.setattr(_extend, "_disk_spec", disk)
+    monkeypatch.setattr(_extend, "check_offsets", lambda *args: None)  # no such file
     with pytest.raises(BatchSizeError, match=r"key 'tok' has int32 offsets, which cannot pass"):
         td.extend_(_jagged_rows([2], 1, torch.int32))
     monkeypatch.undo()

@@ -231,10 +231,14 @@ def test_memmap_twice_without_prefix_keeps_the_storage(tmp_path: Path) -> None:
 def test_same_prefix_keeps_files_and_rewrites_meta(tmp_path: Path) -> None:
     td = _sample().memmap_(tmp_path)
     leaf = td["obs"]
-    (tmp_path / "meta.json").write_text("damaged")
     td.memmap_(tmp_path)
     assert td["obs"] is leaf  # nothing rewritten: the files are the data
-    assert_same(TensorDict.load_memmap(tmp_path), td)
+    (tmp_path / "meta.json").write_text("damaged")  # which files are the tree's? unknown now
+    with pytest.raises(FileExistsError, match=r"\.(json|memmap)' is not a file of the saved tree"):
+        td.memmap_(tmp_path)
+    with pytest.raises(FileExistsError, match=r"\.(json|memmap)' is not a file of the saved tree"):
+        td.memmap(tmp_path)
+    assert (tmp_path / "meta.json").read_text() == "damaged" and td["obs"] is leaf
 
 
 def test_different_prefix_needs_copy_existing(tmp_path: Path) -> None:

@@ -237,7 +237,7 @@ def verify(
     progress: bool | None = None,
 ) -> int:
     """Check the tree at ``path``; the counts into ``out`` (or ``doc``); FormatError if damaged."""
-    nodes = tensors = total = 0
+    nodes = tensors = total = unchecked = 0
     # Without --read the check reads only meta.json files: quick, so no bar, no summary.
     shown = progress if read else False
     task = _progress.Progress("verify", _tree_bytes(path, shown), progress=shown, log=read)
@@ -249,6 +249,9 @@ def verify(
                 if not n:
                     continue
                 tensors, total = tensors + n, total + b
+                # files read without a recorded checksum to compare with
+                if not store.checksummed:
+                    unchecked += (e.values if type(e) is JaggedEntry else e).sha256 is None  # type: ignore[union-attr]
                 if read:  # every byte, its checksums, a jagged leaf's offsets
                     check_entry(store, e)
                 task.update(b, files=2 if type(e) is JaggedEntry else 1)
@@ -256,6 +259,11 @@ def verify(
         doc.update(ok=True, path=path, read=read, nodes=nodes, tensors=tensors, nbytes=total)
     else:
         _ok(out, nodes, tensors, total)
+        if read and unchecked:
+            out.append(
+                f"note: {unchecked} of {tensors} tensors have no checksums recorded: bytes not "
+                "verified (read to the end only; save with checksum=True to record them)"
+            )
     return 0
 
 
@@ -394,12 +402,10 @@ def _run(args: argparse.Namespace, out: list[str]) -> int:
             f"{'s' * (tensors != 1)} into {_clean(args.file)}"
         )
         return 0
-    if not args.force:
-        _refuse_existing(args.dir, "unpack")
     with _progress.Progress(
         "unpack", _tree_bytes(args.file, args.progress), progress=args.progress
     ):
-        nodes, files = _archive_convert.unpack(args.file, args.dir)
+        nodes, files = _archive_convert.unpack(args.file, args.dir, force=args.force)
     out.append(
         f"unpacked {files} file{'s' * (files != 1)} ({nodes} node"
         f"{'s' * (nodes != 1)}) into {_clean(args.dir)}"

@@ -6,9 +6,16 @@ The commit model (the spec in :mod:`tensorbox._storage.format.spec` says what it
   tree, ``<parent>/.<name>.tbx-new-<random>``, then swaps it with the tree at
   ``<parent>/<name>`` in one ``renameat2(RENAME_EXCHANGE)`` (Linux: ext4, xfs,
   btrfs, tmpfs...). A tree that did not exist appears by one ``rename``. The old
-  tree, now under the staging name, is then taken apart: its ``meta.json``,
-  ``*.memmap`` and ``.tbx-*`` files are deleted, anything else in it (a user's
-  file) is moved into the new tree.
+  tree, now under the staging name, is then taken apart (:func:`dispose`).
+- A save touches only what it wrote. It deletes the names the old tree's own
+  ``meta.json`` files list (leaf files, node directories, the ``meta.json``
+  files themselves) and tensorbox's temporary files (``.tbx-<pid>-<tid>-<n>.tmp``);
+  every other entry (a user's file or folder, a folder holding a ``meta.json`` of
+  its own that no node lists, ``*.tmp``...) moves to the same place in the new tree.
+  A folder that is not a tree (no ``meta.json`` of a tree) lists nothing: all of it
+  is kept. Before anything changes, a save is refused (``FileExistsError`` naming
+  the file) where that cannot be done: a foreign entry whose path the new tree
+  needs (a file the new tree links in, an in-place save's, is the same file).
 - Writers of one path take an exclusive ``flock`` on ``<parent>/.<name>.tbx-lock``
   for the whole save, so they run one after the other; the lock file is removed
   when the save ends. A lock file left behind means a save was killed: the next
@@ -41,22 +48,29 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import json
 import os
+import re
 import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 from tensorbox.errors import IncompleteTreeError
 
 __all__ = [
+    "Listed",
+    "check_replace",
     "commit",
     "dispose",
     "exchange",
     "new_stage",
     "read_lock",
     "read_unlock",
+    "listed",
     "remove_stage",
+    "rename_new",
     "writing",
 ]
 
@@ -65,7 +79,6 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NO_EXCHANGE = frozenset(
     (errno.EINVAL, errno.ENOSYS, getattr(errno, "EOPNOTSUPP", -1), getattr(errno, "ENOTSUP", -1))
 )
-_OWNED_SUFFIXES = (".memmap", ".tmp")
 
 try:
     import fcntl
@@ -91,7 +104,21 @@ def _load_renameat2() -> Callable[..., int] | None:
 
 _renameat2 = _load_renameat2()
 _AT_FDCWD = -100
-_RENAME_EXCHANGE = 2
+_RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
+
+
+def rename_new(a: str, b: str) -> None:
+    """Rename ``a`` to ``b``, never replacing an entry at ``b`` (FileExistsError then):
+    ``renameat2(RENAME_NOREPLACE)`` where the file system has it, else a check first."""
+    if _renameat2 is not None:
+        if not _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_NOREPLACE):
+            return
+        code = ctypes.get_errno()
+        if code not in _NO_EXCHANGE:
+            raise OSError(code, os.strerror(code), a, None, b)
+    if os.path.lexists(b):  # pragma: no cover - file systems without RENAME_NOREPLACE
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), b)
+    os.rename(a, b)
 
 
 def exchange(a: str, b: str) -> None:
@@ -194,31 +221,43 @@ def commit(stage: str, root: str, node_dirs: Callable[[], list[str]]) -> str | N
     Returns the directory that now holds the old tree, to :func:`dispose` of, or None.
     """
     try:
-        os.rename(stage, root)  # no tree there yet (or an empty directory): one rename
-        return None
-    except OSError as err:
-        if err.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-            raise
-    fds = _lock_all([root, *node_dirs()])
-    try:
         try:
-            exchange(stage, root)
-            return stage
+            os.rename(stage, root)  # no tree there yet (or an empty directory): one rename
+            return None
         except OSError as err:
-            if err.errno not in _NO_EXCHANGE:
+            if err.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                 raise
-        parent, name = _names(root)
-        old = os.path.join(parent, f".{name}.tbx-old-{os.urandom(8).hex()}")
-        os.rename(root, old)
+        check_replace(root, stage)  # before anything changes
+        fds = _lock_all([root, *node_dirs()])
         try:
-            os.rename(stage, root)
-        except BaseException:
-            os.rename(old, root)
-            raise
-        return old
-    finally:
-        for fd in fds:
-            os.close(fd)  # closing releases the lock
+            try:
+                exchange(stage, root)
+                return stage
+            except OSError as err:
+                if err.errno not in _NO_EXCHANGE:
+                    raise
+            parent, name = _names(root)
+            old = os.path.join(parent, f".{name}.tbx-old-{os.urandom(8).hex()}")
+            os.rename(root, old)
+            try:
+                os.rename(stage, root)
+            except BaseException:
+                os.rename(old, root)
+                raise
+            return old
+        finally:
+            for fd in fds:
+                os.close(fd)  # closing releases the lock
+    except OSError as err:
+        if err.errno == errno.EXDEV:
+            raise OSError(
+                errno.EXDEV,
+                f"cannot save the tree at {root!r}: the file system refuses to rename folders "
+                "there (EXDEV: an overlayfs lower layer, a bind mount, a different device). "
+                "A save builds the new tree beside the old one and renames it in: save to a "
+                "path on a writable file system, or copy the folder there first (cp -a)",
+            ) from err
+        raise
 
 
 def _lock_all(dirs: list[str]) -> list[int]:
@@ -234,81 +273,227 @@ def _lock_all(dirs: list[str]) -> list[int]:
 
 
 def dispose(old: str, root: str) -> None:
-    """Take apart an old tree after a commit: delete what tensorbox wrote there (its
-    ``meta.json``, ``*.memmap`` and temporary files, node directories), move anything else
-    into the tree now at ``root``. Never follows a symlink; leaves what it cannot move."""
+    """Take apart an old tree after a commit: delete the names its ``meta.json`` files
+    list (and those files themselves, and tensorbox's temporary files), move every other
+    entry into the tree now at ``root``. Never follows a symlink; what it cannot move
+    stays, with the ``meta.json`` of its node, for the next writer's recovery."""
     try:
         fd = os.open(old, _DIR | _NOFOLLOW)
     except OSError:
         return
     try:
-        _dispose_dir(fd, old, root)
+        _dispose_dir(fd, listed(fd) or _NONE, old, root)
     finally:
         os.close(fd)
     with contextlib.suppress(OSError):
         os.rmdir(old)
 
 
-def _owned(name: str, is_dir: bool) -> bool:
+#: A temporary file tensorbox names (:func:`tensorbox._storage.format.write.temp_name`).
+_TEMP = re.compile(r"\.tbx-[0-9]+-[0-9]+-[0-9]+\.tmp").fullmatch
+_LEGACY_NODE_TYPES = ("TensorDict", "NonTensorData", "NonTensorStack")
+
+
+class Listed(NamedTuple):
+    """The names one node's ``meta.json`` gives: its leaf files and node directories."""
+
+    files: frozenset[str]
+    nodes: frozenset[str]
+    tree: bool = True  # the directory's meta.json is a tree's (so it is the save's too)
+
+
+def listed(fd: int) -> Listed | None:
+    """The names the ``meta.json`` of the directory ``fd`` lists; None when it has none
+    that a tensorbox or tensordict writer would have written (missing, damaged, foreign)."""
+    from tensorbox._storage.format.names import is_plain_name, legacy_name
+
+    try:
+        mfd = os.open(
+            "meta.json", os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+        )
+    except OSError:
+        return None
+    try:
+        st = os.fstat(mfd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 1 << 28:
+            return None
+        chunks = []
+        while chunk := os.read(mfd, 1 << 20):
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(mfd)
+    try:
+        doc = json.loads(b"".join(chunks))
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    files: set[Any] = set()  # names as the file gives them: plain names kept below
+    nodes: set[Any] = set()
+    if doc.get("format") == "tensorbox":
+        entries = doc.get("entries")
+        for e in entries.values() if isinstance(entries, dict) else ():
+            if not isinstance(e, dict):
+                continue
+            if e.get("kind") == "node":
+                nodes.add(e.get("dir"))
+            for part in (e, e.get("values"), e.get("offsets")):  # a tensor, a jagged leaf
+                if isinstance(part, dict):
+                    files.add(part.get("file"))
+    elif "_type" in doc or "shape" in doc:  # tensordict's (see format/legacy.py)
+        for key, e in doc.items():
+            if not isinstance(e, dict) or not isinstance(key, str):
+                continue
+            names = {legacy_name(key), key}
+            if "dtype" in e:
+                files.update(n + ".memmap" for n in names)
+            elif e.get("type") in _LEGACY_NODE_TYPES:
+                nodes.update(names)
+        if isinstance(doc.get("_type"), str) and "_tensordict" in os.listdir(fd):
+            nodes.add("_tensordict")  # a tensorclass's tensors
+    else:
+        return None
+    return Listed(
+        frozenset(n for n in files if is_plain_name(n)),
+        frozenset(n for n in nodes if is_plain_name(n)),
+    )
+
+
+def _kind(name: str, is_dir: bool, names: Listed) -> str:
+    """What a save does with one entry of an old tree's node: "node" (a node directory the
+    ``meta.json`` lists: taken apart in turn), "ours" (deleted: that ``meta.json``, a file
+    or link it lists, a tensorbox temporary file) or "carry" (moved to the new tree)."""
     if is_dir:
-        return False
-    return name == "meta.json" or name.endswith(_OWNED_SUFFIXES) or name.startswith(".tbx-")
+        return "node" if name in names.nodes else "carry"
+    listed_here = name in names.files or name in names.nodes
+    if (name == "meta.json" and names.tree) or listed_here or _TEMP(name):
+        return "ours"
+    return "carry"
 
 
-def _dispose_dir(fd: int, old: str, new: str) -> None:
+_NONE = Listed(frozenset(), frozenset(), tree=False)
+
+
+def check_replace(root: str, stage: str) -> None:
+    """Refuse, before anything changes, a save of the tree in ``stage`` over ``root``
+    that could not keep every entry at ``root`` that is not the old tree's: one whose
+    path the new tree needs. A folder that is not a tree (no ``meta.json`` of a tree)
+    lists nothing: all of it is kept."""
+    try:
+        fd = os.open(root, _DIR | _NOFOLLOW)
+    except OSError:
+        return  # not a directory: the commit's own errors say why
+    try:
+        _check_dir(fd, listed(fd) or _NONE, root, stage)
+    finally:
+        os.close(fd)
+
+
+def _entries(fd: int) -> list[tuple[str, bool]]:
     with os.scandir(fd) as it:
-        entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+        return [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+
+
+def _is_real_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(path, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _check_dir(fd: int, names: Listed, old: str, new: str) -> None:
+    for name, is_dir in _entries(fd):
+        kind = _kind(name, is_dir, names)
+        if kind == "ours":
+            continue
+        target = os.path.join(new, name)
+        if kind == "carry" and not (is_dir and _is_real_dir(target)):
+            if os.path.lexists(target) and not _same_entry(fd, name, target):
+                raise FileExistsError(
+                    f"cannot save the tree at {old!r}: {os.path.join(old, name)!r} is not a "
+                    "file of the saved tree there (no tree's meta.json lists it), and the new "
+                    "tree needs its name. A save keeps such files: rename or move it, then "
+                    "save again"
+                )
+            continue
+        # A node of the old tree, or a user's folder whose name the new tree uses as a
+        # folder too: their entries are checked one by one (a user's: all kept).
+        try:
+            sub = os.open(name, _DIR | _NOFOLLOW, dir_fd=fd)
+        except OSError:
+            continue
+        try:
+            inner = (listed(sub) or _NONE) if kind == "node" else _NONE
+            _check_dir(sub, inner, os.path.join(old, name), target)
+        finally:
+            os.close(sub)
+
+
+def _dispose_dir(fd: int, names: Listed, old: str, new: str) -> bool:
+    """Take apart one directory of the old tree (see :func:`dispose`); True when it
+    could be emptied."""
+    entries = _entries(fd)
     # meta.json last: a disposal killed midway leaves each node it has not finished
-    # with its meta.json, so the next writer's recovery knows it as a node and finishes.
+    # with its meta.json, so the next writer's recovery knows what it lists and finishes.
     entries.sort(key=lambda entry: entry[0] == "meta.json")
+    kept = False
     for name, is_dir in entries:
-        if _owned(name, is_dir):
+        kind = _kind(name, is_dir, names)
+        if kind == "ours":
+            if name == "meta.json" and kept:
+                continue  # something here could not be moved: keep what tells it apart
             with contextlib.suppress(OSError):
                 os.unlink(name, dir_fd=fd)
             continue
-        if is_dir:
+        target = os.path.join(new, name)
+        if kind == "node" or (is_dir and _is_real_dir(target)):
             try:
                 sub = os.open(name, _DIR | _NOFOLLOW, dir_fd=fd)
             except OSError:
+                kept = True
                 continue
             try:
-                node = _has_meta(sub)
-                if node:  # a node of the old tree: take it apart, keep what is not ours
-                    _dispose_dir(sub, os.path.join(old, name), os.path.join(new, name))
+                inner = (listed(sub) or _NONE) if kind == "node" else _NONE
+                emptied = _dispose_dir(sub, inner, os.path.join(old, name), target)
             finally:
                 os.close(sub)
-            if node:
+            if emptied:
                 with contextlib.suppress(OSError):
                     os.rmdir(name, dir_fd=fd)
                     continue
-        _carry(fd, old, name, new)
+            kept = True
+            continue
+        if not is_dir and _same_entry(fd, name, target):
+            # The new tree holds this very file (an in-place save linked it in): only this
+            # name of it goes, nothing is lost.
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=fd)
+            continue
+        kept |= not _carry(old, name, new)
+    return not kept
 
 
-def _has_meta(fd: int) -> bool:
+def _same_entry(fd: int, name: str, target: str) -> bool:
+    """Whether ``name`` in directory ``fd`` and ``target`` are one regular file."""
     try:
-        os.stat("meta.json", dir_fd=fd, follow_symlinks=False)
-        return True
+        a = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        b = os.stat(target, follow_symlinks=False)
     except OSError:
         return False
+    return stat.S_ISREG(a.st_mode) and _same(a, b)
 
 
-def _carry(fd: int, old: str, name: str, new: str) -> None:
-    """Move a user's entry of the old tree into the new one, when its name is free there."""
-    target = os.path.join(new, name)
+def _carry(old: str, name: str, new: str) -> bool:
+    """Move a user's entry of the old tree to the same place in the new one (creating
+    the folders that lead there); False when it cannot (the name was taken meanwhile)."""
     try:
-        os.stat(target, follow_symlinks=False)
-    except FileNotFoundError:
-        with contextlib.suppress(OSError):
-            os.rename(os.path.join(old, name), target)
-        return
+        os.makedirs(new, exist_ok=True)
+        rename_new(os.path.join(old, name), os.path.join(new, name))
     except OSError:
-        return
-    with contextlib.suppress(OSError):
-        mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
-        if stat.S_ISLNK(mode):
-            os.unlink(name, dir_fd=fd)  # a symlink whose name the new tree uses: only the link goes
-        elif stat.S_ISDIR(mode):  # an empty one: what a disposal killed midway left of a node
-            os.rmdir(name, dir_fd=fd)
+        return False
+    return True
 
 
 def recover(root: str) -> None:
@@ -337,33 +522,35 @@ def recover(root: str) -> None:
 
 
 def remove_stage(path: str) -> None:
+    """Remove a staging directory that holds no finished tree (no ``meta.json`` at its
+    top): everything in it is what the save building it wrote, under a random name no
+    one else uses. Never follows a symlink."""
     try:
         fd = os.open(path, _DIR | _NOFOLLOW)
     except OSError:
         return
     try:
-        _remove_owned(fd)
+        _remove_all(fd)
     finally:
         os.close(fd)
     with contextlib.suppress(OSError):
         os.rmdir(path)
 
 
-def _remove_owned(fd: int) -> None:
+def _remove_all(fd: int) -> None:
     with os.scandir(fd) as it:
         entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
     for name, is_dir in entries:
         if not is_dir:
-            if _owned(name, False):
-                with contextlib.suppress(OSError):
-                    os.unlink(name, dir_fd=fd)
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=fd)
             continue
         try:
             sub = os.open(name, _DIR | _NOFOLLOW, dir_fd=fd)
         except OSError:
             continue
         try:
-            _remove_owned(sub)
+            _remove_all(sub)
         finally:
             os.close(sub)
         with contextlib.suppress(OSError):

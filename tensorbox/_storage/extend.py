@@ -53,6 +53,7 @@ from tensorbox._storage import backed as _backed
 from tensorbox._storage import commit as _commit
 from tensorbox._storage.folder import FolderStore
 from tensorbox._storage.format.spec import META, SUFFIX
+from tensorbox._storage.jagged_io import check_offsets
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor, _blank, map_file
 from tensorbox._storage.save import Saver
 from tensorbox._storage.store import (
@@ -445,6 +446,39 @@ def _disk_spec(node: Node, root: str, path: tuple[str, ...] = ()) -> Spec:
     return Spec(None if node.legacy else node.type, node.batch_size, entries, node)
 
 
+def _check_files(disk: Spec) -> None:
+    """Before anything is written: every leaf has a file of its own (a symlink inside the
+    tree, or two entries naming one file, would have one leaf's rows overwrite the
+    other's), and each jagged leaf's committed offsets are whole (FormatError naming the
+    file: appending after damaged offsets would commit rows that cannot be read)."""
+    owners: dict[tuple[int, int], str] = {}
+    todo: list[tuple[Spec, tuple[str, ...]]] = [(disk, ())]
+    while todo:
+        spec, path = todo.pop()
+        for k, have in spec.entries.items():
+            if isinstance(have, Spec):
+                todo.append((have, (*path, k)))
+                continue
+            if have is None:
+                continue
+            e = have[1]
+            where = format_key((*path, k))
+            files = (e.values, e.offsets) if type(e) is JaggedEntry else (e,)
+            for f in files:
+                other = owners.setdefault(f.ident, where)
+                if other != where or (type(e) is JaggedEntry and e.values.ident == e.offsets.ident):
+                    raise RuntimeError(
+                        f"extend_: key {where} and key {other} are one file ({f.path}: a "
+                        "symlink, a hard link, or two entries naming it); rows appended to one "
+                        "would overwrite the other's. Save the tree again (td.memmap(path)) to "
+                        "give each leaf a file of its own, then extend_"
+                    )
+            if type(e) is JaggedEntry:
+                o = e.offsets
+                offsets = map_file(o.path, o.dtype, o.shape, "r", o.nbytes, o.ident)
+                check_offsets(offsets, e.values.shape[0], o.path)
+
+
 def _check_same_tree(td: Any, disk: Spec, root: str, path: tuple[str, ...] = ()) -> None:
     """``td`` maps the tree on disk (the same keys, the same files): else the tree was
     saved again since ``td`` was loaded, and its rows would be lost."""
@@ -538,6 +572,7 @@ def _extend_tree(td: Any, root: str, rows: Any, fsync: bool) -> None:
             )
         _check_same_tree(td, disk, root)
         check_rows(disk, rows)
+        _check_files(disk)
         if not rows._batch_size[0]:
             return  # checked: nothing to write, nothing to commit
         plan = _Plan(fsync)

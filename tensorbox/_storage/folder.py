@@ -53,7 +53,8 @@ _STAT_DIR_FD = os.stat in os.supports_dir_fd and os.stat in os.supports_follow_s
 class FolderStore(Store):
     """The tree in directory ``root`` (any node of a tree opens as a tree of its own)."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, must_write: bool = False) -> None:
+        self.must_write = must_write  # mode="r+" asked for: an unwritable file raises
         self.root = os.path.abspath(root)
         self.name = self.root
         self.real = os.path.realpath(self.root)  # leaves reached by a symlink stay inside
@@ -73,7 +74,10 @@ class FolderStore(Store):
             return map_file(e.path, e.dtype, e.shape, "r", e.nbytes, e.ident, e.gen)
         try:
             return map_file(e.path, e.dtype, e.shape, "r+", e.nbytes, e.ident, e.gen)
-        except PermissionError:  # a tree we may read but not write: copy-on-write mapping
+        except PermissionError:
+            if self.must_write:  # writes were asked to reach the file: they could not
+                raise
+            # mode=None: a tree we may read but not write maps copy-on-write
             return map_file(e.path, e.dtype, e.shape, "r", e.nbytes, e.ident, e.gen)
 
     def check(self, e: TensorEntry) -> None:

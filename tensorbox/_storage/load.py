@@ -76,6 +76,7 @@ class Loader:
     ) -> None:
         self.store, self.registry, self.device = store, registry, device
         self.non_blocking, self.mode, self.fit = non_blocking, mode, fit
+        self.strict = False  # mode="r+" given: a file we may not write raises
 
     def node(self, node: Node, cls: type | None, depth: int) -> Any:
         out: dict[str, Any] = {}

@@ -633,6 +633,9 @@ class FileRef(NamedTuple):
     mode: str
     ident: tuple[int, int] | None  # (st_dev, st_ino) of the file when it was mapped
     gen: str | None = None  # the file's generation id in its tree (format version 2)
+    #: (size, mtime, ctime in ns) of a read-only file (an archive) when it was mapped: a
+    #: file rewritten in place keeps its inode, never its ctime
+    stamp: tuple[int, int, int] | None = None
 
     def open(self) -> Tensor:
         """Map the file again and rebuild the view; FormatError if it is not the same file.
@@ -668,12 +671,26 @@ class FileRef(NamedTuple):
                     f"{self.filename} was replaced after a tensor mapping it was pickled; "
                     "open the tree again (load_memmap) and send that"
                 )
+            if self.stamp is not None and _stamp(st) != tuple(self.stamp):
+                raise FormatError(
+                    f"{self.filename} was rewritten in place after a tensor mapping it was "
+                    f"pickled (size, modification and change times now {_stamp(st)}, "
+                    f"{tuple(self.stamp)} then): its bytes are not the ones referenced. Open "
+                    "it again (load_memmap) and send that"
+                )
             if st.st_size < self.nbytes:
                 raise FormatError(
                     f"{self.filename} is {st.st_size} bytes, shorter than the {self.nbytes} "
                     "bytes it had when the tensor was pickled"
                 )
-            storage = mapped(self.filename, self.mode, self.nbytes, st, self.gen, _map_storage)
+            storage = mapped(
+                self.filename, self.mode, self.nbytes, st, self.gen, _map_storage, self.stamp
+            )
+            if self.stamp is not None and _stamp(os.stat(self.filename)) != tuple(self.stamp):
+                raise FormatError(  # rewritten while it was being mapped
+                    f"{self.filename} was rewritten in place while a pickled reference to it "
+                    "was being opened; open it again (load_memmap) and send that"
+                )
         finally:
             read_unlock(lock)
         t = torch.empty(0, dtype=DTYPES[self.dtype]).set_(
@@ -751,7 +768,13 @@ def shareable(t: Tensor) -> Tensor | FileRef:
         mode,
         ident,
         getattr(storage, "_tbx_gen", None),
+        getattr(storage, "_tbx_stamp", None),
     )
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int, int]:
+    """What changes when a file is rewritten in place (its inode stays): size, mtime, ctime."""
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 _DTYPE_OK = frozenset(DTYPES.values())
@@ -760,31 +783,3 @@ _DTYPE_OK = frozenset(DTYPES.values())
 def restore(obj: Any) -> Any:
     """Inverse of :func:`shareable`: a FileRef becomes a tensor again; anything else is kept."""
     return obj.open() if type(obj) is FileRef else obj
-
-
-def _install_process_reducer() -> None:
-    """Send file-backed tensors between processes by reference, even bare views.
-
-    ``torch.multiprocessing`` (DataLoader workers, queues) shares CPU storages through
-    file descriptors, which a file mapping made by ``from_file`` does not keep: a
-    worker returning a view of a memory-mapped file fails with EBADF and the loader
-    hangs. Tensors of a file-backed storage go as a :class:`FileRef` instead; every
-    other tensor goes to torch's own reducer, unchanged.
-    """
-    from multiprocessing.reduction import ForkingPickler
-
-    import torch.multiprocessing  # noqa: F401  (torch's reducers are registered on import)
-
-    torch_reduce = ForkingPickler._extra_reducers.get(Tensor)  # type: ignore[attr-defined]
-    if torch_reduce is None or getattr(torch_reduce, "_tbx", False):
-        return
-
-    def reduce(t: Tensor) -> Any:
-        ref = shareable(t)
-        return (restore, (ref,)) if type(ref) is FileRef else torch_reduce(t)
-
-    reduce._tbx = True  # type: ignore[attr-defined]
-    ForkingPickler.register(Tensor, reduce)
-
-
-_install_process_reducer()

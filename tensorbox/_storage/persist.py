@@ -204,8 +204,9 @@ def load_memmap(
     A file at ``prefix`` (or ``FILE::DIR``, a sub-tree) is an archive
     (:mod:`tensorbox._storage.archive.store`): read-only, ``mode`` None or ``"r"``.
 
-    ``mode="r+"`` maps the files shared (writes reach them; files this process may
-    not write open as ``"r"``), ``mode="r"`` copy-on-write (the files never change:
+    ``mode="r+"`` maps the files shared (writes reach them; a file this process may
+    not write raises ``PermissionError`` naming it), ``mode=None`` (the default) the
+    same but files it may not write open as ``"r"``, ``mode="r"`` copy-on-write (the files never change:
     fine-tuning loaded weights in place leaves the checkpoint alone). With
     ``device``, every leaf is copied there (``"cpu"``: read into memory).
     ``verify=True`` first reads every byte and checks the checksums the save recorded
@@ -236,13 +237,14 @@ def load_memmap(
         return load_from(
             _archive.ArchiveStore(file), inner, cls, dev, non_blocking, "r", verify, fit
         )
+    must_write = mode == "r+"  # asked for: an unwritable file raises (None falls back)
     mode = "r+" if mode is None else mode
     _check_mode(mode)
     root = os.path.realpath(os.fspath(prefix))
     lock = _commit.read_lock(root)
     try:
         obj = load_from(
-            FolderStore(root), "", cls, dev, non_blocking, mode, verify, fit, lock=False
+            FolderStore(root, must_write), "", cls, dev, non_blocking, mode, verify, fit, lock=False
         )
         backed = mode == "r+" and dev is None  # writes reach this tree: mode="r" is a copy
         gen = _backed.generation(root) if backed else None  # this one, while locked

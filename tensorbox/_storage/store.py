@@ -144,8 +144,8 @@ class ListedFiles(NodeFiles):
     central directory, a dict of bytes, an object store's listing): ``sizes`` maps each
     ``"/"``-joined name of the tree to its size in bytes; ``show`` names one in messages."""
 
-    def __init__(self, sizes: Any, rel: str, show: Any) -> None:
-        self.sizes, self.show = sizes, show
+    def __init__(self, sizes: Any, rel: str, show: Any, exact: bool = False) -> None:
+        self.sizes, self.show, self.exact = sizes, show, exact  # exact: no longer either
         self.pre = f"{rel}/" if rel else ""
 
     def leaf(self, spec: LeafSpec, where: str, key: str = "") -> TensorEntry:
@@ -153,11 +153,11 @@ class ListedFiles(NodeFiles):
         size = self.sizes.get(name)
         if size is None:
             raise FormatError(f"{self.show(name)} is missing ({where}: entry {key!r})")
-        if size < spec.nbytes:
+        if size < spec.nbytes or (self.exact and size != spec.nbytes):
             raise FormatError(
                 f"{self.show(name)} is {size} bytes, but {str(spec.dtype).removeprefix('torch.')} "
-                f"of shape {list(spec.shape)} needs {spec.nbytes}: the entry is truncated or "
-                "belongs to another tree"
+                f"of shape {list(spec.shape)} needs {spec.nbytes}: the entry is truncated "
+                f"{'(or longer: damaged) ' if self.exact else ''}or belongs to another tree"
             )
         return TensorEntry(
             spec.dtype, spec.shape, self.show(name), spec.nbytes, name, spec.gen, spec.sha256
@@ -178,6 +178,9 @@ class Store(abc.ABC):
 
     #: The tree as users name it (a path, ``FILE``, a URL): for messages.
     name: str
+    #: Whether the store records a checksum of every file itself (an archive's CRC-32s),
+    #: so :meth:`check` verifies bytes even where the save recorded no SHA-256.
+    checksummed = False
 
     @abc.abstractmethod
     def where(self, rel: str) -> str:

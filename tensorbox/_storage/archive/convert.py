@@ -34,9 +34,10 @@ from tensorbox._storage.archive import zip as _zip
 from tensorbox._storage.folder import FolderStore, old_node_dirs
 from tensorbox._storage.format.metafile import fsync_dir
 from tensorbox._storage.format.parse import parse_json
-from tensorbox._storage.format.spec import META
+from tensorbox._storage.format.spec import MAX_DEPTH, META
 from tensorbox._storage.memmap_tensor import map_file
 from tensorbox._storage.store import JaggedEntry, TensorEntry, iter_nodes
+from tensorbox.errors import FormatError
 from tensorbox.progress import advance
 
 __all__ = ["pack", "unpack"]
@@ -122,14 +123,27 @@ def _leaf_item(name: str, e: TensorEntry, method: int) -> tuple[str, Any, bool]:
         if e.nbytes
         else b""
     )
-    return name, data if method == _zip.STORED else _zip.compress([data], method), True
+    packed = _zip.compress_loadable(lambda: [data], method) if method != _zip.STORED else data
+    return name, packed, True
 
 
-def unpack(file: str, directory: str, *, fsync: bool = False) -> tuple[int, int]:
+#: The deepest and longest entry name :func:`unpack` writes: a tree's files lie at most
+#: ``MAX_DEPTH`` folders down, and a path longer than Linux's PATH_MAX cannot be opened.
+MAX_NAME_PARTS = MAX_DEPTH + 1
+MAX_NAME_BYTES = 4095
+
+
+def unpack(
+    file: str, directory: str, *, fsync: bool = False, force: bool = False
+) -> tuple[int, int]:
     """Extract the archive ``file`` (``FILE::DIR`` for a sub-tree) into the folder
-    ``directory``, replacing the tree there in one step; (nodes, files written).
+    ``directory``, in one step like a save; (nodes, files written).
 
-    Every node is checked first, and every entry's CRC-32 while it is written.
+    Every node is checked first, every entry name (at most :data:`MAX_NAME_PARTS`
+    parts and :data:`MAX_NAME_BYTES` bytes), and every entry's CRC-32 while it is
+    written. A folder already at ``directory`` (not empty) is refused unless
+    ``force=True``, which replaces the tree there as a save does (the files of the tree
+    go, any other file stays). A failed unpack leaves nothing behind.
 
     >>> import tempfile, torch
     >>> from tensorbox import TensorDict, unpack
@@ -149,10 +163,25 @@ def unpack(file: str, directory: str, *, fsync: bool = False) -> tuple[int, int]
     nodes = sum(1 for _ in iter_nodes(store, inner))  # the whole tree, checked
     pre = f"{inner}/" if inner else ""
     names = [n for n in ar.entries if n.startswith(pre)]
+    for name in names:
+        rel = name[len(pre) :]
+        if rel.count("/") >= MAX_NAME_PARTS or len(rel.encode("utf-8", "surrogatepass")) > (
+            MAX_NAME_BYTES
+        ):
+            raise FormatError(
+                f"{ar.where(name[:60])}...: an entry name of {rel.count('/') + 1} parts and "
+                f"{len(rel)} characters; unpack writes names of at most {MAX_NAME_PARTS} parts "
+                f"and {MAX_NAME_BYTES} bytes (a saved tree nests at most {MAX_DEPTH} deep)"
+            )
     root = os.path.realpath(directory)
     if os.path.isfile(root):
         raise FileExistsError(f"cannot unpack into {root!r}: it is a file")
     with _commit.writing(root):
+        if not force and os.path.isdir(root) and os.listdir(root):
+            raise FileExistsError(
+                f"cannot unpack into {root!r}: a folder is there and not empty. Pass "
+                "force=True (--force) to replace the tree there, or choose another folder"
+            )
         stage = _commit.new_stage(root)
         try:
             made = {stage}
@@ -169,7 +198,7 @@ def unpack(file: str, directory: str, *, fsync: bool = False) -> tuple[int, int]
                     fsync_dir(d)
             old = _commit.commit(stage, root, lambda: old_node_dirs(root))
         except BaseException:
-            _commit.remove_stage(stage)
+            _commit.remove_stage(stage)  # all of it this unpack's: removed at once
             raise
         if old is not None:
             _commit.dispose(old, root)

@@ -193,6 +193,9 @@ def _map(path: str) -> tuple[torch.UntypedStorage, tuple[int, int]]:
     storage._tbx_id = ident
     storage._tbx_gen = None
     storage._tbx_ro = path
+    # What a reference checks before mapping the file again: rewritten in place (cp,
+    # rsync --inplace), an archive keeps its inode, never its size, mtime and ctime.
+    storage._tbx_stamp = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     return storage, ident
 
 
@@ -201,6 +204,8 @@ def _map(path: str) -> tuple[torch.UntypedStorage, tuple[int, int]]:
 
 class ArchiveStore(Store):
     """The tree in the archive ``path``, mapped once (a sub-tree: nodes below ``DIR``)."""
+
+    checksummed = True  # every entry has its CRC-32
 
     def __init__(self, path: str) -> None:
         self.root = self.name = path
@@ -233,7 +238,9 @@ class ArchiveStore(Store):
         return bytes(ar.index.read(ze))
 
     def open_node(self, rel: str) -> ListedFiles:
-        return ListedFiles(self.ar.sizes, rel, self.where)
+        # exact: an archive entry holds its tensor's bytes, no more (pack and saves write
+        # the committed bytes only), so a longer entry is damage, not a grown file
+        return ListedFiles(self.ar.sizes, rel, self.where, exact=True)
 
     def tensor(self, e: TensorEntry, mode: str) -> torch.Tensor:
         return self.ar.leaf(e)
@@ -301,7 +308,9 @@ class ArchiveWriter(Writer):
             for i, name, t in self.leaves.get(d, ()):
                 at[i] = len(items)
                 if method != _zip.STORED:
-                    items.append((name, _zip.compress(byte_chunks(t), method), True))
+                    items.append(
+                        (name, _zip.compress_loadable(lambda t=t: byte_chunks(t), method), True)
+                    )
                 elif (
                     t.device.type == "cpu" and t.is_contiguous() and not (t.is_conj() or t.is_neg())
                 ):

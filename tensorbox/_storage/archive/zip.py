@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from tensorbox._storage.archive.crc32 import _CRC32, crc32, crc32_combine
+from tensorbox._storage.archive.limits import _RATIO_FLOOR, MAX_RATIO, check_inflate
 from tensorbox.errors import FormatError
 
 __all__ = [
@@ -55,7 +56,9 @@ __all__ = [
     "Packed",
     "ZipEntry",
     "ZipIndex",
+    "check_inflate",
     "compress",
+    "compress_loadable",
     "compression_method",
     "crc32",
     "crc32_combine",
@@ -152,6 +155,17 @@ def compress(pieces: Any, method: int, level: int | None = None) -> Packed:
         out.append(comp.compress(view))
     out.append(comp.flush())
     return Packed(b"".join(out), method, usize, crc)
+
+
+def compress_loadable(pieces: Any, method: int) -> Packed:
+    """:func:`compress` a callable's pieces, in deflate instead when ``method`` would pass
+    the ratio a reader accepts by default (:data:`MAX_RATIO`; bzip2 and lzma do on zeros,
+    deflate cannot): what tensorbox writes loads without raising a limit."""
+    packed = compress(pieces(), method)
+    big = method != DEFLATED and packed.usize > _RATIO_FLOOR
+    if big and packed.usize > MAX_RATIO * len(packed.data):
+        return compress(pieces(), DEFLATED)
+    return packed
 
 
 def _dos_time() -> tuple[int, int]:
@@ -515,7 +529,7 @@ class ZipIndex:
         buf, h = self.buf, e.header
         if h + _LOCAL.size > e.bound:
             raise self.fail(e.name, f"its local header at {h} runs into the next entry")
-        sig, _, _, method, _, _, _, _, _, nlen, xlen = _LOCAL.unpack_from(buf, h)
+        sig, _, flags, method, _, _, crc, csize, usize, nlen, xlen = _LOCAL.unpack_from(buf, h)
         if sig != _SIG_LOCAL:
             raise self.fail(e.name, f"no local header at offset {h} (damaged or truncated)")
         start = h + _LOCAL.size
@@ -528,6 +542,17 @@ class ZipIndex:
                 f"its {e.csize} bytes at offset {data} overlap the next entry or the central "
                 f"directory (at {e.bound}): the archive is damaged",
             )
+        if not flags & 8:  # sizes in the local header (else in a descriptor after the data)
+            if _U32 in (csize, usize):
+                extra = bytes(buf[start + nlen : data])
+                usize, csize = _local_zip64(extra, usize, csize)
+            if (csize, usize, crc) != (e.csize, e.usize, e.crc):
+                raise self.fail(
+                    e.name,
+                    f"its local header says {csize} bytes ({usize} uncompressed, CRC-32 "
+                    f"{crc:08x}), the central directory {e.csize} ({e.usize}, {e.crc:08x}): "
+                    "the archive is damaged",
+                )
         return data
 
     def read(self, e: ZipEntry, check_crc: bool = True) -> bytes:
@@ -553,6 +578,7 @@ class ZipIndex:
                 f"compressed with zip method {e.method}; tensorbox reads stored, deflate, bzip2 "
                 "and lzma entries: extract it with another tool and load the folder",
             )
+        check_inflate(e, self.path)  # before a byte is allocated for it
         try:
             if e.method == DEFLATED:
                 d: Any = zlib.decompressobj(-15)
@@ -562,6 +588,9 @@ class ZipIndex:
                 psize = struct.unpack_from("<H", raw, 2)[0]
                 props = bytes(raw[4 : 4 + psize])
                 lc_lp_pb, dict_size = props[0], struct.unpack_from("<I", props, 1)[0]
+                # No match reaches further back than the entry's own size: a larger declared
+                # dictionary (4 GiB in 40 bytes) would only allocate memory.
+                dict_size = min(dict_size, max(e.usize, 1 << 12))
                 filt = {
                     "id": lzma.FILTER_LZMA1,
                     "dict_size": dict_size,
@@ -681,6 +710,12 @@ def read_index(buf: Any, path: str) -> ZipIndex:
                 continue
         if name in rows:
             raise FormatError(f"{path}, entry {name!r}: appears twice")
+        if method == STORED and csize != usize:
+            raise FormatError(
+                f"{path}, entry {name!r}: stored (not compressed), yet its central directory "
+                f"record says {csize} bytes in the file and {usize} uncompressed: the archive "
+                "is damaged"
+            )
         if hoff >= cd_off:
             raise FormatError(
                 f"{path}, entry {name!r}: its offset {hoff} points past the data (the central "
@@ -704,6 +739,18 @@ def read_index(buf: Any, path: str) -> ZipIndex:
             _INDEXES.pop(next(iter(_INDEXES)))
     _INDEXES[key] = (entries, dirs)
     return ZipIndex(path, buf, entries, dirs)
+
+
+def _local_zip64(extra: bytes, usize: int, csize: int) -> tuple[int, int]:
+    """The sizes of a local header's ZIP64 extra block (both, in this order), else as given."""
+    at = 0
+    while at + 4 <= len(extra):
+        tag, length = struct.unpack_from("<HH", extra, at)
+        if tag == 1 and length >= 16 and at + 20 <= len(extra):
+            big_u, big_c = struct.unpack_from("<QQ", extra, at + 4)
+            return big_u, big_c
+        at += 4 + length
+    return usize, csize
 
 
 def _zip64_fields(

@@ -99,9 +99,12 @@ A save is atomic for the whole tree (:mod:`tensorbox._storage.commit` implements
    there was none, else ``renameat2(RENAME_EXCHANGE)`` of the two directories
    (Linux: ext4, xfs, btrfs, tmpfs), under an exclusive ``flock`` of each node
    directory of the old tree.
-4. The old tree, now under the staging name, is taken apart: its ``meta.json``,
-   ``*.memmap`` and ``.tbx-*`` files and node directories go, any other entry (a
-   user's file) moves into the new tree. Nothing is followed through a symlink.
+4. The old tree, now under the staging name, is taken apart: the names its
+   ``meta.json`` files list (and those files, and tensorbox's ``.tbx-*.tmp`` files)
+   go, any other entry (a user's file, a folder no node lists) moves into the new
+   tree. A save that could not keep such an entry (the new tree needs its path), or
+   whose path holds a non-empty folder that is not a tree, is refused before step 2.
+   Nothing is followed through a symlink.
 
 Readers open a directory once, take a shared ``flock`` on it and check it is
 still the one at its path, then read that one generation: at any moment a reader
