@@ -112,9 +112,8 @@ def test_pack_and_unpack_refuse_existing_targets(
     (target / "notes.txt").write_text("keep me")
     assert main(["unpack", str(file), str(target)]) == 1
     err = capsys.readouterr().err
-    assert "error: cannot unpack into" in err and "a folder is there and not empty. Pass force=True (--force)" in err
-        "error: cannot unpack into" in err and "is a folder that is not empty; pass --force" in err
-    )
+    assert "error: cannot unpack into" in err
+    assert "a folder is there and not empty. Pass force=True (--force)" in err
     assert sorted(p.name for p in target.iterdir()) == ["notes.txt"]
     # --force replaces the saved tree there and leaves other files alone
     assert main(["unpack", "--force", str(file), str(target)]) == 0
