@@ -154,3 +154,24 @@ def test_utils() -> None:
     assert expand_as_right(torch.ones(2), torch.zeros(2, 3)).shape == (2, 3)
     with pytest.raises(RuntimeError, match=r"expand_as_right: a shape \(3,\) cannot be"):
         expand_as_right(torch.ones(3), torch.zeros(2, 3))
+
+
+def test_consolidate_keeps_jagged_leaves_in_the_one_storage(tmp_path) -> None:
+    nt = torch.nested.nested_tensor([torch.arange(3.0), torch.arange(1.0)], layout=torch.jagged)
+    td = TensorDict({"a": nt, "b": torch.ones(2, 3)}, batch_size=[2])
+    c = td.consolidate()
+    assert c.is_consolidated()
+    assert c["a"].values().untyped_storage().data_ptr() == c["b"].untyped_storage().data_ptr()
+    for out in (c, pickle.loads(pickle.dumps(c)), td.consolidate(filename=tmp_path / "c")):
+        assert [r.tolist() for r in out["a"].unbind()] == [[0.0, 1.0, 2.0], [0.0]]
+    back = TensorDict.from_consolidated(tmp_path / "c")
+    assert [r.tolist() for r in back["a"].unbind()] == [[0.0, 1.0, 2.0], [0.0]]
+
+
+def test_a_damaged_consolidated_layout_is_refused(tmp_path) -> None:
+    path = tmp_path / "c"
+    TensorDict(a=torch.arange(4), batch_size=[4]).consolidate(filename=path)
+    raw = path.read_bytes().replace(b'"int64", [4], 0, 32', b'"int64", [8], 0, 32')  # same length
+    path.write_bytes(raw)
+    with pytest.raises(ValueError, match=r"does not fit its 32-byte storage .*the file is damaged"):
+        TensorDict.from_consolidated(path)

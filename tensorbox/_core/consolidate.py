@@ -29,6 +29,7 @@ True
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -38,8 +39,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from tensorbox._core.jagged import NJT, from_parts, parts
 from tensorbox._core.keys import format_key
 from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.schema import DTYPES
 from tensorbox._core.tree import is_coll, new_plain, set_locked
 
 __all__ = [
@@ -68,19 +71,15 @@ def _plan(
     entries: dict[str, Any] = {}
     for k, v in td._tensordict.items():
         key = (*path, k)
-        if isinstance(v, Tensor):
+        if type(v) is NJT:  # a jagged leaf: its values and offsets, each a dense leaf
+            entries[k] = {"jagged": [_place(p, leaves, at) for p in parts(v)]}
+        elif isinstance(v, Tensor):
             if v.layout is not torch.strided or v.is_nested:
                 raise TypeError(
                     f"consolidate: key {format_key(key)} is a {v.layout} tensor; only dense "
-                    "tensors go into one storage (pad it with to_padded_tensor first)"
+                    "and jagged tensors go into one storage"
                 )
-            nbytes = v.numel() * v.element_size()
-            off = at[0]
-            at[0] = off + -(-nbytes // _ALIGN) * _ALIGN
-            leaves.append((v, off, nbytes))
-            entries[k] = {
-                "tensor": [_dtype_name(v.dtype), list(v.shape), off, nbytes],
-            }
+            entries[k] = {"tensor": _place(v, leaves, at)}
         elif type(v) is _NTD:
             entries[k] = {"value": v}
         else:
@@ -93,6 +92,16 @@ def _plan(
     }
 
 
+def _place(v: Tensor, leaves: list[tuple[Tensor, int, int]], at: list[int]) -> list[Any]:
+    """The spec ``[dtype, shape, offset, nbytes]`` of dense ``v`` at the next aligned
+    offset ``at[0]`` (advanced past it); ``v`` joins ``leaves``."""
+    nbytes = v.numel() * v.element_size()
+    off = at[0]
+    at[0] = off + -(-nbytes // _ALIGN) * _ALIGN
+    leaves.append((v, off, nbytes))
+    return [_dtype_name(v.dtype), list(v.shape), off, nbytes]
+
+
 def _copy_in(storage: Tensor, leaf: Tensor, off: int, nbytes: int) -> None:
     if nbytes:
         flat = leaf.detach().contiguous().reshape(-1).view(torch.uint8)
@@ -100,8 +109,26 @@ def _copy_in(storage: Tensor, leaf: Tensor, off: int, nbytes: int) -> None:
 
 
 def _view(storage: Tensor, spec: list[Any]) -> Tensor:
+    """The leaf ``spec`` describes, a view of ``storage``; ValueError for a spec that does
+    not fit it (a damaged or foreign file)."""
     dtype_name, shape, off, nbytes = spec
-    dtype = getattr(torch, dtype_name)
+    dtype = DTYPES.get(dtype_name) if type(dtype_name) is str else None
+    ok = (
+        dtype is not None
+        and type(shape) is list
+        and all(type(d) is int and d >= 0 for d in shape)
+        and type(off) is int
+        and type(nbytes) is int
+        and off >= 0
+        and off + nbytes <= storage.numel()
+        and math.prod(shape) * dtype.itemsize == nbytes
+    )
+    if not ok:
+        raise ValueError(
+            f"consolidated layout entry {spec!r} does not fit its {storage.numel()}-byte "
+            "storage (dtype, shape, offset and size must agree): the file is damaged"
+        )
+    assert dtype is not None
     return storage[off : off + nbytes].view(dtype).view(shape)
 
 
@@ -111,6 +138,9 @@ def _build(layout: dict[str, Any], storage: Tensor, device: Any, root_cls: Any =
     for k, e in layout["entries"].items():
         if "tensor" in e:
             store[k] = _view(storage, e["tensor"])
+        elif "jagged" in e:
+            values, offsets = (_view(storage, spec) for spec in e["jagged"])
+            store[k] = from_parts(values, offsets)
         elif "value" in e:
             store[k] = e["value"]
         else:
@@ -225,7 +255,7 @@ def _leaf_device(leaves: list[tuple[Tensor, int, int]], td: Any) -> torch.device
 def _json_layout(layout: dict[str, Any], path: tuple[str, ...], what: str) -> dict[str, Any]:
     entries: dict[str, Any] = {}
     for k, e in layout["entries"].items():
-        if "tensor" in e:
+        if "tensor" in e or "jagged" in e:
             entries[k] = e
         elif "value" in e:
             v: NonTensorData = e["value"]
@@ -253,7 +283,7 @@ def _file_layout(layout: dict[str, Any], what: str) -> bytes:
 def _from_json(layout: dict[str, Any]) -> dict[str, Any]:
     entries: dict[str, Any] = {}
     for k, e in layout["entries"].items():
-        if "tensor" in e:
+        if "tensor" in e or "jagged" in e:
             entries[k] = e
         elif "value" in e:
             data = np.array(e["value"], dtype=object) if e["stacked"] else e["value"]
