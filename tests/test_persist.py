@@ -706,3 +706,15 @@ def test_mutated_meta_json_loads_consistently_or_raises_format_error(data: st.Da
             if isinstance(t, torch.Tensor):
                 assert t.numel() * t.element_size() <= os.path.getsize(t.filename)
                 t.clone()
+
+
+def test_a_save_with_progress_ends_with_a_summary_line(tmp_path: Path, capsys) -> None:
+    td = TensorDict({"a": torch.zeros(1 << 16), "n": {"b": torch.ones(1 << 16)}}, [1 << 16])
+    td.memmap(tmp_path / "t", progress=True, num_threads=2)
+    td.memmap(tmp_path / "a.tdz", progress=True)
+    err = capsys.readouterr().err.splitlines()
+    summaries = [line for line in err if line.startswith("save: 512.0 KiB in 2 files")]
+    assert len(summaries) == 2, err
+    td.memmap(tmp_path / "quiet", progress=False)
+    td.memmap(tmp_path / "small")  # None: a small save opens no bar and writes no line
+    assert capsys.readouterr().err == ""

@@ -41,6 +41,7 @@ from tensorbox._storage.format.spec import FORMAT, META
 from tensorbox._storage.memmap_tensor import map_file, write_file
 from tensorbox._storage.store import NodeFiles, Store, TensorEntry, Writer
 from tensorbox.errors import FormatError
+from tensorbox.progress import advance
 
 __all__ = ["FolderStore", "FolderWriter", "linkable", "old_node_dirs"]
 
@@ -239,7 +240,10 @@ class FolderWriter(Writer):
             threads = ThreadPoolExecutor(num_threads) if num_threads > 0 else None
             with threads or contextlib.nullcontext():
                 run = threads.map if threads is not None else map
-                self.idents = list(run(write, self.files))
+                self.idents = []
+                for (_, t, _, _), ident in zip(self.files, run(write, self.files), strict=True):
+                    self.idents.append(ident)
+                    advance(t.numel() * t.element_size())  # in this thread: the bar's
                 list(run(meta, self.metas))
                 if fsync:  # the files' directory entries, once per directory
                     list(run(fsync_dir, [staged(d) for d in self.dirs]))

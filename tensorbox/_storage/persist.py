@@ -90,6 +90,7 @@ def memmap_(
     copy_existing: bool = False,
     fsync: bool = False,
     checksum: bool = False,
+    progress: bool | None = None,
     _expect: tuple[int, int] | None = None,
 ) -> Any:
     """Convert ``obj`` in place: every tensor leaf becomes a MemoryMappedTensor; lock it.
@@ -106,6 +107,7 @@ def memmap_(
             _persist_writes.commit(*found, num_threads=num_threads, fsync=fsync, checksum=checksum)
             return obj.lock_()
     saver = Saver(_folder(prefix), "inplace", copy_existing, fsync, checksum=checksum)
+    saver.progress = progress
     run(saver, obj, num_threads, expect=_expect)
     return obj
 
@@ -117,6 +119,7 @@ def memmap(
     num_threads: int = 0,
     fsync: bool = False,
     checksum: bool = False,
+    progress: bool | None = None,
     archive: bool = False,
     compression: Any = None,
     storage_options: dict[str, Any] | None = None,
@@ -141,6 +144,7 @@ def memmap(
                 tmp,
                 num_threads=num_threads,
                 checksum=checksum,
+                progress=progress,
                 archive=True,
                 compression=compression,
             )
@@ -155,8 +159,10 @@ def memmap(
             raise ValueError("archive=True needs a file path to write (prefix is None)")
         store: Store = _archive.ArchiveStore(os.path.realpath(os.fspath(prefix)))
         saver = Saver(store, "copy", True, fsync, checksum=checksum, compression=compression)
-        return run(saver, obj, num_threads)
-    return run(Saver(_folder(prefix), "copy", True, fsync, checksum=checksum), obj, num_threads)
+    else:
+        saver = Saver(_folder(prefix), "copy", True, fsync, checksum=checksum)
+    saver.progress = progress
+    return run(saver, obj, num_threads)
 
 
 def memmap_like(
@@ -167,6 +173,7 @@ def memmap_like(
     fsync: bool = False,
     sparse: bool = True,
     checksum: bool = False,
+    progress: bool | None = None,
 ) -> Any:
     """Zero-filled files of ``obj``'s structure; no data is read or copied.
 
@@ -185,6 +192,7 @@ def memmap_like(
             "memmap(url, archive=True)",
         )
     saver = Saver(_folder(prefix), "like", True, fsync, sparse=sparse, checksum=checksum)
+    saver.progress = progress
     return run(saver, obj, num_threads)
 
 

@@ -23,6 +23,7 @@ structure). With no store, leaves move to anonymous shared memory.
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -39,6 +40,7 @@ from tensorbox._storage.format.names import encode_key
 from tensorbox._storage.format.spec import MAX_DEPTH, SUFFIX, node_meta
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor, _shared_memory
 from tensorbox._storage.store import Store, Writer
+from tensorbox.progress import LARGE_BYTES, Progress
 
 __all__ = ["Saver", "new_id"]
 
@@ -77,6 +79,9 @@ class Saver:
         self.options = options  # for the store's writer (compression=...)
         self.types: dict[int, str] = {}  # type names to write, by id(node), over the classes'
         self.gen: tuple[int, int] | None = None  # the tree's generation after the save
+        # A bar for the writes (tensorbox.progress): True, False, or None: shown when
+        # stderr is a terminal and the save is large
+        self.progress: bool | None = None
         self.writes: list[_Job] = []
         self.keeps: list[_Job] = []  # already mapped there
         self.dirs: list[str] = []  # node paths in the tree, parents first
@@ -132,7 +137,12 @@ class Saver:
         except BaseException:
             writer.abort()
             raise
-        writer.commit(num_threads)
+        total = sum(t.numel() * t.element_size() for _, t, *_ in self.writes)
+        # Small saves (every write-through commit, every append) open nothing: a bar and a
+        # summary line are for the saves a person waits for.
+        watch = self.progress or (self.progress is None and total >= LARGE_BYTES)
+        with Progress("save", total, progress=self.progress) if watch else nullcontext():
+            writer.commit(num_threads)
         for (_, t, store, key, _), i in zip(self.writes, index, strict=True):
             store[key] = writer.opened(i, t)
         for _, t, _, _, entry in self.keeps:

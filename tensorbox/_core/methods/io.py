@@ -77,6 +77,7 @@ class IOMethods(MixinBase):
         fsync: bool = False,
         existsok: bool = True,
         checksum: bool = False,
+        progress: bool | None = None,
     ) -> Self:
         """Write every tensor under ``prefix`` (one file each), map them back, and lock.
 
@@ -100,6 +101,7 @@ class IOMethods(MixinBase):
             copy_existing=copy_existing,
             fsync=fsync,
             checksum=checksum,
+            progress=progress,
         )
         return out
 
@@ -112,6 +114,7 @@ class IOMethods(MixinBase):
         copy_existing: bool = False,
         existsok: bool = True,
         checksum: bool = False,
+        progress: bool | None = None,
         return_early: bool = False,
         archive: bool | None = None,
         compression: str | int | None = None,
@@ -145,6 +148,7 @@ class IOMethods(MixinBase):
             num_threads=num_threads,
             fsync=fsync,
             checksum=checksum,
+            progress=progress,
             archive=archive,
             compression=compression,
             storage_options=storage_options,
@@ -166,6 +170,7 @@ class IOMethods(MixinBase):
         copy_existing: bool = False,
         existsok: bool = True,
         sparse: bool = True,
+        progress: bool | None = None,
         archive: bool | None = None,
     ) -> Self:
         """Files of the same structure, allocated but not filled (no data copied).
@@ -204,7 +209,7 @@ class IOMethods(MixinBase):
             )
         _refuse_existing(prefix, existsok)
         out: Self = _persist.memmap_like(
-            self, prefix, num_threads=num_threads, fsync=fsync, sparse=sparse
+            self, prefix, num_threads=num_threads, fsync=fsync, sparse=sparse, progress=progress
         )
         return out
 

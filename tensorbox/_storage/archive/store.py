@@ -53,6 +53,7 @@ from tensorbox._storage.format.spec import MAX_META_BYTES, META
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor, _blank
 from tensorbox._storage.store import ListedFiles, Store, TensorEntry, Writer
 from tensorbox.errors import FormatError, IncompleteTreeError
+from tensorbox.progress import advance
 
 __all__ = ["SUFFIX", "Archive", "ArchiveStore", "ArchiveWriter", "split", "wanted"]
 
@@ -319,6 +320,7 @@ class ArchiveWriter(Writer):
                     items.append((name, lambda t=t: byte_chunks(t), True))
                 sizes.append(t.numel() * t.element_size())
         starts = write_file(self.root, items, sizes, num_threads, self.fsync)
+        advance(sum(n for n in sizes if n is not None), files=self.count)  # written whole
         self.starts = {i: starts[j] for i, j in at.items()}
         # Mapped while the lock is held: the file is the one just written.
         if method != _zip.STORED:
