@@ -87,11 +87,7 @@ def _pa() -> Any:
 # ------------------------------------------------------------------ Arrow -> tree
 
 
-def _is_tensor_collection_class(cls: Any) -> bool:
-    return bool(getattr(cls, "_is_tensor_collection", False))
-
-
-def _finish(
+def container_of(
     cls: Any,
     source: dict[str, Any],
     batch_size: Any,
@@ -100,7 +96,8 @@ def _finish(
     batch_dims: int | None,
     where: str,
 ) -> Any:
-    """The container of type ``cls`` (TensorDict or a tensorclass) around ``source``."""
+    """The container of type ``cls`` (TensorDict, or a tensorclass) around ``source``,
+    its batch size given or found (``auto_batch_size``); ``where`` names the caller."""
     from tensorbox._core.tensordict import TensorDict
     from tensorbox._tensorclass import is_tensorclass
 
@@ -114,6 +111,10 @@ def _finish(
     if cls is not None and is_tensorclass(cls):
         return cls.from_tensordict(td)
     return td
+
+
+def _is_tensor_collection_class(cls: Any) -> bool:
+    return bool(getattr(cls, "_is_tensor_collection", False))
 
 
 def _frombuffer(buf: Any, dtype: torch.dtype, count: int, offset: int) -> Tensor:
@@ -396,7 +397,7 @@ def from_arrow(
     if batch_size is None and not auto_batch_size:
         batch_size = meta.get("batch_size", [rows])
     source = _split(_build(source), separator)
-    return _finish(cls, source, batch_size, device, auto_batch_size, batch_dims, where)
+    return container_of(cls, source, batch_size, device, auto_batch_size, batch_dims, where)
 
 
 # ------------------------------------------------------------------ tree -> Arrow
@@ -572,7 +573,7 @@ def from_pandas(
     if batch_size is None and not auto_batch_size:
         batch_size = [len(dataframe)]
     source = _split(source, separator)
-    return _finish(cls, source, batch_size, device, auto_batch_size, batch_dims, where)
+    return container_of(cls, source, batch_size, device, auto_batch_size, batch_dims, where)
 
 
 def _raw_leaves(td: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.nontensor import NonTensorData
+from tensorbox.interop.arrow import container_of
 
 __all__ = [
     "from_any",
@@ -31,30 +32,6 @@ __all__ = [
     "to_namedtuple",
     "to_struct_array",
 ]
-
-
-def _finish(
-    cls: Any,
-    source: dict[str, Any],
-    batch_size: Any,
-    device: Any,
-    auto_batch_size: bool,
-    batch_dims: int | None,
-    where: str,
-) -> Any:
-    from tensorbox._core.tensordict import TensorDict
-    from tensorbox._tensorclass import is_tensorclass
-
-    if auto_batch_size and batch_size is not None:
-        raise TypeError(
-            f"{where}: Conflicting batch sizes: pass batch_size or auto_batch_size=True, not both"
-        )
-    td = TensorDict(source, batch_size=batch_size, device=device)
-    if auto_batch_size:
-        td.auto_batch_size_(batch_dims=batch_dims)
-    if cls is not None and is_tensorclass(cls):
-        return cls.from_tensordict(td)
-    return td
 
 
 def _field_value(arr: np.ndarray) -> Any:
@@ -89,7 +66,7 @@ def from_struct_array(
     source = {n: _field_value(struct_array[n]) for n in struct_array.dtype.names}
     if batch_size is None and not auto_batch_size:
         batch_size = struct_array.shape
-    return _finish(
+    return container_of(
         cls, source, batch_size, device, auto_batch_size, batch_dims, "from_struct_array"
     )
 
@@ -148,7 +125,9 @@ def from_namedtuple(
     source = convert(named_tuple)
     if not isinstance(source, dict):
         raise TypeError(f"from_namedtuple: expected a namedtuple, got {type(named_tuple).__name__}")
-    return _finish(cls, source, batch_size, device, auto_batch_size, batch_dims, "from_namedtuple")
+    return container_of(
+        cls, source, batch_size, device, auto_batch_size, batch_dims, "from_namedtuple"
+    )
 
 
 def to_namedtuple(td: Any, dest_cls: type | None = None) -> Any:
@@ -192,7 +171,7 @@ def from_dataclass(
             return {f.name: convert(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
         return obj
 
-    return _finish(
+    return container_of(
         cls, convert(dataclass), batch_size, device, auto_batch_size, batch_dims, "from_dataclass"
     )
 
@@ -225,7 +204,7 @@ def from_any(obj: Any, *, cls: Any = None, **kwargs: Any) -> Any:
     if isinstance(obj, dict):
         auto = kwargs.pop("auto_batch_size", False)
         batch_dims = kwargs.pop("batch_dims", None)
-        return _finish(
+        return container_of(
             cls,
             obj,
             kwargs.pop("batch_size", None),
