@@ -22,7 +22,9 @@ from torch.utils.data import DataLoader
 import tensorbox
 from tensorbox import TensorDict
 from tensorbox._core.jagged import cat_rows, from_parts, select_rows, shifted_offsets
+from tensorbox._storage.folder import FolderStore
 from tensorbox._storage.jagged_io import map_jagged
+from tensorbox._storage.store import verify
 from tensorbox.errors import BatchDimError, BatchSizeError, FormatError
 
 
@@ -346,7 +348,7 @@ def test_damaged_trees_are_found_by_verify(tmp_path: Path) -> None:
     t = _saved(tmp_path)
     _write_offsets(t, [0, 3, 2, 5])
     with pytest.raises(FormatError, match=r"offsets decrease at row 1"):
-        tensorbox._storage.persist.verify_tree(str(t))  # type: ignore[attr-defined]
+        verify(FolderStore(str(t)))
     os.truncate(t / "x.values.memmap", 8)
     with pytest.raises(FormatError, match=r"x\.values\.memmap is 8 bytes, but float32 of shape"):
         TensorDict.load_memmap(t)

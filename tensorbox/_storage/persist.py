@@ -75,7 +75,6 @@ __all__ = [
     "opened",
     "save_to",
     "saved_type",
-    "verify_tree",
 ]
 
 
@@ -290,12 +289,6 @@ def load_from(
 def save_to(obj: Any, store: Store, *, num_threads: int = 0, checksum: bool = False) -> Any:
     """Save a copy of ``obj`` into ``store`` (any store with a writer); the saved copy."""
     return Saver(store, "copy", True, False, checksum=checksum).run(obj, num_threads).lock_()
-
-
-def verify_tree(root: str, top: Any = None) -> tuple[int, int, int]:
-    """Check every node of the folder tree at ``root`` and read every byte, checking
-    recorded checksums; returns (nodes, tensors, bytes). The caller holds the read lock."""
-    return verify(FolderStore(root), "", top)
 
 
 def is_memmap(obj: Any) -> bool:

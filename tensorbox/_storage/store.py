@@ -17,7 +17,7 @@ questions about a node and its files, and writes a new tree through a staged
 - :meth:`Store.check`: read every byte of a file and compare the recorded checksums.
 
 Everything above that is written once, here and in :mod:`tensorbox._storage.load`:
-:func:`read_node` (parse, resolve, check a child against its parent),
+:meth:`Store.node` (parse, resolve), :func:`read_child` (a child checked against its parent),
 :func:`iter_nodes`, :func:`verify`, and one loader that builds containers.
 
 A backend whose nodes are not ``meta.json`` files (an HDF5 group, a zarr group)
@@ -31,7 +31,7 @@ does not hold saved trees and sits on the container's backing hook instead
 ...     b'"type": "TensorDict", "batch_size": [2], "device": null, "entries": '
 ...     b'{"x": {"kind": "tensor", "dtype": "int16", "shape": [2], "file": "x.memmap"}}}',
 ...     "x.memmap": torch.tensor([7, 8], dtype=torch.int16).numpy().tobytes()})
->>> node = read_node(store)
+>>> node = store.node()
 >>> store.tensor(node.entries["x"], "r").tolist()
 [7, 8]
 """
@@ -73,7 +73,6 @@ __all__ = [
     "count",
     "iter_nodes",
     "read_child",
-    "read_node",
     "verify",
 ]
 
@@ -311,11 +310,6 @@ class Writer(abc.ABC):
     @abc.abstractmethod
     def opened(self, i: int, t: torch.Tensor) -> torch.Tensor:
         """After the commit: leaf ``i`` (written from ``t``) read back as a load gives it."""
-
-
-def read_node(store: Store, rel: str = "") -> Node:
-    """The checked node ``rel`` of ``store`` (see :meth:`Store.node`)."""
-    return store.node(rel)
 
 
 def read_child(store: Store, parent: Node, e: NodeEntry, depth: int) -> Node:
