@@ -13,6 +13,8 @@ missing one raises an ``ImportError`` naming the ``tensorbox[extra]`` to install
   leaves live in an HDF5 file (:mod:`~tensorbox.interop.h5`) or a zarr v3 store
   (:mod:`~tensorbox.interop.zarr`).
 - :mod:`tensorbox.interop.mds`: ``to_mds`` for mosaicml-streaming.
+- :mod:`tensorbox.interop.schema`: ``from_schema``, zeros allocated in the storage that
+  will hold them (memory, memmap, HDF5, zarr, Redis).
 
 >>> import tensorbox.interop as interop
 >>> sorted(interop.__all__)[:3]
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from tensorbox.interop.files import ParquetRowGroups, from_csv, from_json, from_parquet
     from tensorbox.interop.persistent import PersistentTensorDict, from_h5, from_zarr
     from tensorbox.interop.safetensors import from_safetensors, to_safetensors
+    from tensorbox.interop.schema import from_schema
 
 __all__ = [
     "ParquetRowGroups",
@@ -40,6 +43,7 @@ __all__ = [
     "from_pandas",
     "from_parquet",
     "from_safetensors",
+    "from_schema",
     "from_zarr",
     "to_arrow",
     "to_safetensors",
@@ -58,6 +62,7 @@ LAZY = {
     "from_h5": "persistent",
     "from_zarr": "persistent",
     "from_safetensors": "safetensors",
+    "from_schema": "schema",
     "to_safetensors": "safetensors",
 }
 

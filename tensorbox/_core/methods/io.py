@@ -517,6 +517,25 @@ class IOMethods(MixinBase):
     # safetensors, streaming load there on first call) and tensorbox.interop.structs.
 
     @classmethod
+    def from_schema(
+        cls,
+        schema: Any,
+        *,
+        batch_size: Any = None,
+        storage: str | None = None,
+        device: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """A zero-filled container from ``{key: (element shape, dtype)}``, allocated in
+        ``storage`` (memory, ``"memmap"``, ``"h5"``, ``"zarr"``, ``"redis"``; see
+        ``tensorbox.interop.schema``)."""
+        from tensorbox.interop import schema as _schema
+
+        return _schema.from_schema(
+            schema, batch_size=batch_size, storage=storage, device=device, **kwargs
+        )
+
+    @classmethod
     def from_arrow(cls, table: Any, **kwargs: Any) -> Self:
         """A container of an Arrow table's columns (see ``tensorbox.interop.arrow``)."""
         from tensorbox.interop import arrow
