@@ -168,3 +168,43 @@ def _collide(tmp_path):
     path = tmp_path / "c.safetensors"
     st_torch.save_file({"a": torch.ones(1), "a.b": torch.ones(1)}, str(path))
     return path
+
+
+def test_a_checkpoint_is_a_store_on_the_seam(tmp_path):
+    """show, verify and load_memmap read a .safetensors file through the one loader."""
+    import subprocess
+    import sys
+
+    from tensorbox._storage.store import iter_nodes, verify
+    from tensorbox.interop._safetensors_store import SafetensorsStore
+
+    path = tmp_path / "model.safetensors"
+    sd = {"enc.0.weight": torch.randn(4, 3), "enc.0.bias": torch.randn(4), "head": torch.ones(2)}
+    st_torch.save_file(sd, str(path))
+    store = SafetensorsStore(path)
+    assert [keys for keys, _ in iter_nodes(store)] == [(), ("enc",), ("enc", "0")]
+    assert verify(store) == (3, 3, 4 * 3 * 4 + 4 * 4 + 2 * 4)
+    td = TensorDict.load_memmap(path)
+    assert td.is_locked and torch.equal(td["enc", "0", "weight"], sd["enc.0.weight"])
+    on_meta = TensorDict.load_memmap(path, device="meta")
+    assert on_meta["head"].device.type == "meta"
+    out = subprocess.run(
+        [sys.executable, "-m", "tensorbox", "show", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "(format safetensors)" in out and "'weight': float32 [4, 3]" in out
+
+
+def test_a_checkpoint_opens_read_only(tmp_path):
+    path = tmp_path / "model.safetensors"
+    st_torch.save_file({"a": torch.zeros(2)}, str(path))
+    with pytest.raises(
+        ValueError, match=r"model.safetensors is a .safetensors file, which opens read-only"
+    ):
+        TensorDict.load_memmap(path, mode="r+")
+    with pytest.raises(KeyError, match=r"no tensor under the prefix 'b'"):
+        from_safetensors(path, prefix="b")
+    with pytest.raises(KeyError, match=r"no tensor 'zz' in the file"):
+        from_safetensors(path, keys=["zz"])

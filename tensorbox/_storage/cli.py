@@ -98,7 +98,7 @@ def show(path: str, out: list[str], doc: dict[str, Any] | None = None) -> int:
     with _persist.opened(path) as (store, rel):
         node = store.node(rel)
         form = ", archive" if isinstance(store, _archive.ArchiveStore) else ""
-        _header(path, node, out, form, doc)
+        _header(path, node, out, form, doc, store.foreign)
 
         def child(parent: Node, e: NodeEntry, depth: int) -> Node:
             return read_child(store, parent, e, depth)
@@ -116,9 +116,14 @@ def _total(out: list[str], total: int, doc: dict[str, Any] | None) -> None:
 
 
 def _header(
-    path: str, node: Node, out: list[str], form: str, doc: dict[str, Any] | None = None
+    path: str,
+    node: Node,
+    out: list[str],
+    form: str,
+    doc: dict[str, Any] | None = None,
+    foreign: str | None = None,
 ) -> None:
-    origin = "tensordict" if node.legacy else "tensorbox"
+    origin = foreign or ("tensordict" if node.legacy else "tensorbox")
     if doc is not None:
         doc.update(
             path=path,
@@ -129,7 +134,8 @@ def _header(
         return
     out.append(
         f"{_clean(path)}: {_clean(node.type)} batch_size={list(node.batch_size)} "
-        f"device={_clean(node.device)} (format {origin} v{node.version}{form})"
+        f"device={_clean(node.device)} (format {origin}"
+        f"{'' if foreign else f' v{node.version}'}{form})"
     )
 
 

@@ -228,9 +228,18 @@ def load_memmap(
     """
     if _remote.is_url(prefix):  # read from the local cache of the object
         prefix, mode = _remote.local_path(prefix, storage_options, mode), "r"
-    found = _archive.split(prefix)
     dev = None if device is None else torch.device(device)
     fit = _fit(cls, strict)
+    if _is_safetensors(prefix):
+        if mode not in (None, "r"):
+            _check_mode(mode)
+            raise ValueError(
+                f"{os.fspath(prefix)} is a .safetensors file, which opens read-only: "
+                "mode='r+' would let writes reach it. Open it with mode='r' (copy-on-write), "
+                "or save it as a tree (td.memmap(DIR)) and open that with mode='r+'"
+            )
+        return load_from(_safetensors(prefix), "", cls, dev, non_blocking, "r", verify, fit)
+    found = _archive.split(prefix)
     if found is not None:
         file, inner = found
         if mode not in (None, "r"):
@@ -313,6 +322,9 @@ def opened(prefix: Any) -> Iterator[tuple[Store, str]]:
     meanwhile (one generation)."""
     if _remote.is_url(prefix):
         prefix = _remote.local_path(prefix)
+    if _is_safetensors(prefix):
+        yield _safetensors(prefix), ""
+        return
     found = _archive.split(prefix)
     if found is not None:
         yield _archive.ArchiveStore(found[0]), found[1]
@@ -332,3 +344,15 @@ def _folder(prefix: Any) -> FolderStore | None:
     if os.path.isfile(os.fspath(prefix)):
         _archive.refuse_folder_over(prefix)
     return FolderStore(os.path.realpath(os.fspath(prefix)))
+
+
+def _is_safetensors(prefix: Any) -> bool:
+    """A ``.safetensors`` file: a read-only tree of its own (``tensorbox.interop``)."""
+    name = os.fspath(prefix)
+    return name.endswith(".safetensors") and os.path.isfile(name)
+
+
+def _safetensors(prefix: Any) -> Store:
+    from tensorbox.interop._safetensors_store import SafetensorsStore
+
+    return SafetensorsStore(prefix)

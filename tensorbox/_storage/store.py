@@ -180,6 +180,8 @@ class Store(abc.ABC):
     #: Whether the store records a checksum of every file itself (an archive's CRC-32s),
     #: so :meth:`check` verifies bytes even where the save recorded no SHA-256.
     checksummed = False
+    #: The format of a store that is not a saved tree (``"safetensors"``), for ``show``.
+    foreign: str | None = None
 
     @abc.abstractmethod
     def where(self, rel: str) -> str:

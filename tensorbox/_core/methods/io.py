@@ -19,7 +19,6 @@ True
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from typing import Any, Self
 
@@ -278,11 +277,6 @@ class IOMethods(MixinBase):
         ...     TensorDict.load_memmap(d)["n", "x"].tolist()
         [0, 1, 2]
         """
-        if isinstance(prefix, str | os.PathLike) and os.fspath(prefix).endswith(".safetensors"):
-            # a .safetensors file is a read-only tree of its own (see tensorbox.interop)
-            from tensorbox.interop import safetensors
-
-            return safetensors.from_safetensors(prefix, cls=cls, device=device)  # type: ignore[no-any-return]
         from tensorbox._storage import persist as _persist
 
         out: Self = _persist.load_memmap(
