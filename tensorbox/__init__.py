@@ -12,6 +12,10 @@ torch.Size([2, 8])
 
 from typing import TYPE_CHECKING, Any
 
+# tensordict's submodule of the same name, loaded before the decorator is bound below so
+# that ``tensorbox.tensorclass`` stays the decorator (importing a submodule later would
+# rebind the package attribute to the module).
+from tensorbox import tensorclass as _tensorclass_module  # noqa: F401
 from tensorbox._core import pytree as _pytree  # noqa: F401  (registers TensorDict with torch's pytree and collate)
 from tensorbox._core.functional import cat, stack
 from tensorbox._core.jagged_pad import to_padded_tensor

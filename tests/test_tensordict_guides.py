@@ -154,3 +154,31 @@ def test_load_memmap_of_nothing_is_file_not_found(tmp_path: Path) -> None:
         TensorDictBase.load_memmap(tmp_path / "missing")
     with pytest.raises(TypeError, match=r"TensorDictBase is abstract"):
         TensorDictBase()
+
+
+def test_tensordict_submodules_switch_by_the_package_name() -> None:
+    """``from tensordict.X import Y`` becomes ``from tensorbox.X import Y`` for the
+    submodules users import from; ``tensorbox.tensorclass`` stays the decorator."""
+    import subprocess
+    import sys
+
+    code = (
+        "import tensorbox\n"
+        "from tensorbox.tensordict import TensorDict as A, TensorDictBase\n"
+        "from tensorbox.base import TensorDictBase as B, is_tensor_collection\n"
+        "from tensorbox.tensorclass import NonTensorData, TensorClass, tensorclass\n"
+        "from tensorbox.memmap import MemoryMappedTensor as M\n"
+        "from tensorbox.persistent import PersistentTensorDict as P\n"
+        "from tensorbox.tensordict import stack\n"  # any public name, forwarded
+        "import sys\n"
+        "assert A is tensorbox.TensorDict and B is TensorDictBase is tensorbox.TensorDictBase\n"
+        "assert M is tensorbox.MemoryMappedTensor and P is tensorbox.PersistentTensorDict\n"
+        "assert tensorbox.tensorclass is tensorclass and callable(tensorclass)\n"
+        "assert stack is tensorbox.stack\n"
+        "assert not {'h5py', 'zarr', 'pyarrow'} & set(sys.modules)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    import tensorbox.base
+
+    with pytest.raises(AttributeError, match="has no attribute '_private'"):
+        tensorbox.base._private  # noqa: B018
