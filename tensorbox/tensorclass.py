@@ -20,4 +20,3 @@ from tensorbox._core.nontensor import NonTensorData
 from tensorbox._tensorclass import TensorClass, is_tensorclass, tensorclass
 
 __all__ = ["NonTensorData", "TensorClass", "is_tensorclass", "tensorclass"]
-

@@ -33,6 +33,11 @@ def test_in_memory_matches_torch_zeros(schema: dict, batch: list[int]) -> None:
         torch.testing.assert_close(td[key], torch.zeros([*batch, *shape], dtype=dtype))
 
 
+def test_shared_memory() -> None:
+    td = TensorDict.from_schema({"a": ([2], torch.float32)}, batch_size=[3], storage="shared")
+    assert td["a"].is_shared() and td["a"].shape == (3, 2)
+
+
 def test_nested_keys_and_default_batch() -> None:
     td = TensorDict.from_schema({("next", "obs"): ([2], torch.float32)})
     assert td.batch_size == torch.Size([])

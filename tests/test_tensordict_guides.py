@@ -169,13 +169,15 @@ def test_tensordict_submodules_switch_by_the_package_name() -> None:
         "from tensorbox.tensorclass import NonTensorData, TensorClass, tensorclass\n"
         "from tensorbox.memmap import MemoryMappedTensor as M\n"
         "from tensorbox.persistent import PersistentTensorDict as P\n"
+        "from tensorbox.store import TensorDictStore as S\n"
         "from tensorbox.tensordict import stack\n"  # any public name, forwarded
         "import sys\n"
         "assert A is tensorbox.TensorDict and B is TensorDictBase is tensorbox.TensorDictBase\n"
         "assert M is tensorbox.MemoryMappedTensor and P is tensorbox.PersistentTensorDict\n"
+        "assert S is tensorbox.TensorDictStore\n"
         "assert tensorbox.tensorclass is tensorclass and callable(tensorclass)\n"
         "assert stack is tensorbox.stack\n"
-        "assert not {'h5py', 'zarr', 'pyarrow'} & set(sys.modules)\n"
+        "assert not {'h5py', 'zarr', 'pyarrow', 'redis'} & set(sys.modules)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
     import tensorbox.base

@@ -17,7 +17,7 @@ memory), and the chosen storage materialises it: sparse files for ``"memmap"``
 (torch.Size([8, 4]), torch.int64)
 >>> TensorDict.from_schema({"a": ([1], torch.float32)}, storage="nope")
 Traceback (most recent call last):
-ValueError: from_schema: unknown storage 'nope'; expected one of None (in memory), 'memory', 'memmap', 'h5', 'zarr', 'redis', 'dragonfly'
+ValueError: from_schema: unknown storage 'nope'; expected one of None (in memory), 'memory', 'shared', 'memmap', 'h5', 'zarr', 'redis', 'dragonfly'
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import torch
 __all__ = ["STORAGES", "from_schema"]
 
 #: The storages ``from_schema`` knows, in the order its error lists them.
-STORAGES = ("memory", "memmap", "h5", "zarr", "redis", "dragonfly")
+STORAGES = ("memory", "shared", "memmap", "h5", "zarr", "redis", "dragonfly")
 
 
 def _shapes(schema: Any, batch_size: torch.Size) -> list[tuple[Any, torch.Size, torch.dtype]]:
@@ -70,7 +70,8 @@ def from_schema(
 ) -> Any:
     """A zero-filled container of ``[*batch_size, *shape]`` leaves, held by ``storage``.
 
-    ``storage``: ``None``/``"memory"`` (a ``TensorDict``),
+    ``storage``: ``None``/``"memory"`` (a ``TensorDict``), ``"shared"`` (the same, in
+    shared memory: ``share_memory_``),
     ``"memmap"`` (``prefix=`` a folder; other keywords go to ``memmap_like``; files are
     sparse), ``"h5"``/``"zarr"`` (``filename=``; a ``PersistentTensorDict``, opened
     ``"r+"``), ``"redis"``/``"dragonfly"`` (a ``TensorDictStore``; ``host``, ``port`` and
@@ -85,7 +86,7 @@ def from_schema(
         )
     bs = torch.Size(batch_size if batch_size is not None else ())
     entries = _shapes(schema, bs)
-    if storage in (None, "memory"):
+    if storage in (None, "memory", "shared"):
         if kwargs:
             raise TypeError(
                 f"from_schema: unexpected arguments {sorted(kwargs)} for storage in memory"
@@ -93,7 +94,8 @@ def from_schema(
         out = TensorDict({}, batch_size=bs, device=device)
         for key, shape, dtype in entries:
             out.set(key, torch.zeros(shape, dtype=dtype, device=device))
-        return out
+        # "shared": in shared memory, so that worker processes see one buffer
+        return out.share_memory_() if storage == "shared" else out
     # One zero broadcast to the full shape: the storage below materialises it.
     lazy = TensorDict({}, batch_size=bs)
     for key, shape, dtype in entries:
