@@ -67,6 +67,8 @@ EXAMPLES_ELSEWHERE: dict[str, tuple[str, str]] = {
     "tensorbox.to_safetensors": ("interop.md", "to_safetensors("),
     "tensorbox.BatchLoader": ("data.md", "BatchLoader("),
     "tensorbox.TensorDictStore": ("remote.md", "TensorDictStore("),
+    "tensorbox.buffer.RedisAugmentBuffer": ("buffer.md", "RedisAugmentBuffer("),
+    "tensorbox.buffer.run_producer": ("buffer.md", "target=run_producer"),
     "tensorbox.LazyStackedTensorDictStore": (
         "remote.md",
         "LazyStackedTensorDictStore.from_lazy_stack(",

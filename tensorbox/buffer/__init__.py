@@ -48,6 +48,10 @@ the signal, at once, never a hang. Leaving a ``with`` block, ``close()``, or gar
 collection stop the producers and delete the slot files; producers that find the
 training process dead delete them too.
 
+Other machines. :class:`RedisAugmentBuffer` is the same buffer with its slots in a Redis
+server, filled by :func:`run_producer` on CPU machines: the same schedule, seeds and
+fault rules (``docs/buffer.md``).
+
 Processes. The default start method is ``"forkserver"`` (safe with threads; after the
 first start a new producer is a fork of a server with torch already imported). With
 ``"forkserver"`` and ``"spawn"`` the dataset, ``transform``, ``batch_transform`` and
@@ -61,6 +65,7 @@ from __future__ import annotations
 
 from tensorbox.buffer._core import AugmentBuffer
 from tensorbox.buffer._plan import KeyTransforms, batch_seed, sample_seed
+from tensorbox.buffer._redis import RedisAugmentBuffer, run_producer
 from tensorbox.buffer._runtime import ProducerError
 from tensorbox.buffer._stats import BufferStats
 
@@ -69,6 +74,8 @@ __all__ = [
     "BufferStats",
     "KeyTransforms",
     "ProducerError",
+    "RedisAugmentBuffer",
     "batch_seed",
+    "run_producer",
     "sample_seed",
 ]
