@@ -85,7 +85,7 @@ class ShapeMethods(MixinBase):
 
     # ------------------------------------- new shapes (views where torch's are)
 
-    def reshape(self, *shape: Any, size: Any = None) -> Self:
+    def reshape(self, *shape: Any, size: Any = None, inplace: builtins.bool = False) -> Self:
         """New batch shape, as ``Tensor.reshape`` over the batch dims (``size=`` also works).
 
         >>> import torch; from tensorbox import TensorDict
@@ -94,10 +94,12 @@ class ShapeMethods(MixinBase):
         (torch.Size([2, 3, 5]), torch.Size([3, 2]))
         """
         out: Self = _shapeops.reshape(self, shape if size is None else (size,), "reshape")
+        if inplace:  # tensordict's keyword: this container becomes the result
+            return _take_in_place(self, out)
         out._writeback = (self, "reshape", (tuple(self._batch_size),))
         return out
 
-    def view(self, *shape: Any) -> Self:
+    def view(self, *shape: Any, batch_size: Any = None) -> Self:
         """New batch shape without copying, as ``Tensor.view`` over the batch dims.
 
         >>> import torch; from tensorbox import TensorDict
@@ -105,6 +107,17 @@ class ShapeMethods(MixinBase):
         >>> td.view(3, 2)["x"].data_ptr() == td["x"].data_ptr()
         True
         """
+        if len(shape) == 1 and isinstance(shape[0], torch.dtype):
+            # ``view(dtype)``: each leaf reinterpreted, as Tensor.view(dtype); the last
+            # dim of a leaf changes size, so ``batch_size`` may name the result's
+            dtype = shape[0]
+            viewed: Self = self.apply(
+                lambda t: t.view(dtype),
+                batch_size=self.batch_size if batch_size is None else batch_size,
+            )
+            return viewed
+        if batch_size is not None:
+            shape = (batch_size,)
         out: Self = _shapeops.reshape(self, shape, "view")
         out._writeback = (self, "reshape", (tuple(self._batch_size),))
         return out
@@ -117,7 +130,9 @@ class ShapeMethods(MixinBase):
         out._writeback = (self, "reshape", (tuple(self._batch_size),))
         return out
 
-    def unflatten(self, dim: int, unflattened_size: Sequence[int]) -> Self:
+    def unflatten(
+        self, dim: int, unflattened_size: Sequence[int], *, inplace: builtins.bool = False
+    ) -> Self:
         """Split batch dim ``dim`` into ``unflattened_size``.
 
         >>> import torch; from tensorbox import TensorDict
@@ -126,6 +141,8 @@ class ShapeMethods(MixinBase):
         torch.Size([2, 3, 5])
         """
         out: Self = _shapeops.unflatten(self, dim, unflattened_size)
+        if inplace:
+            return _take_in_place(self, out)
         out._writeback = (self, "reshape", (tuple(self._batch_size),))
         return out
 
@@ -444,6 +461,8 @@ class ShapeMethods(MixinBase):
         self,
         shifts: builtins.int | Sequence[builtins.int],
         dims: builtins.int | Sequence[builtins.int],
+        *,
+        inplace: builtins.bool = False,
     ) -> Self:
         """Roll along batch dims ``dims`` by ``shifts`` (as ``torch.roll``).
 
@@ -456,16 +475,17 @@ class ShapeMethods(MixinBase):
         if len(s) != len(d):
             raise ValueError(f"roll: got {len(s)} shifts for {len(d)} dims {dims!r}")
         if _tensors_only(self):
-            return self.apply(lambda t: torch.roll(t, s, d))
-        out: Any = self
-        for dim, shift in zip(d, s, strict=True):
-            n = self.batch_size[dim]
-            out = index_along(out, dim, (torch.arange(n) - shift) % builtins.max(n, 1))
-        return out  # type: ignore[no-any-return]
+            out: Any = self.apply(lambda t: torch.roll(t, s, d))
+        else:
+            out = self
+            for dim, shift in zip(d, s, strict=True):
+                n = self.batch_size[dim]
+                out = index_along(out, dim, (torch.arange(n) - shift) % builtins.max(n, 1))
+        return _take_in_place(self, out) if inplace else out  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------------ growing
 
-    def repeat(self, *repeats: Any) -> Self:
+    def repeat(self, *repeats: Any, inplace: builtins.bool = False) -> Self:
         """Tile the batch dims ``repeats`` times each (one count per batch dim).
 
         >>> from tensorbox import TensorDict
@@ -477,7 +497,8 @@ class ShapeMethods(MixinBase):
         bs = self.batch_size
         if len(repeats) != len(bs):
             raise ValueError(f"repeat: got {len(repeats)} counts for batch_size {tuple(bs)}")
-        return self.tile(repeats)
+        out = self.tile(repeats)
+        return _take_in_place(self, out) if inplace else out
 
     def tile(self, dims: Any) -> Self:
         """Repeat the batch ``dims[i]`` times along each batch dim (as ``torch.tile``).
