@@ -18,6 +18,7 @@ from tensorbox._core.functional import cat, stack
 from tensorbox._core.jagged_pad import to_padded_tensor
 from tensorbox._core.keys import NestedKey, unravel_key
 from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.padding import pad, pad_sequence
 from tensorbox._core.tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor
 from tensorbox._tensorclass import TensorClass, field, fields, is_tensorclass, tensorclass
@@ -66,6 +67,8 @@ __all__ = [
     "is_tensor_collection",
     "is_tensorclass",
     "pack",
+    "pad",
+    "pad_sequence",
     "stack",
     "tensorclass",
     "to_arrow",

@@ -30,6 +30,7 @@ from typing import Any, Self, TypeVar
 import torch
 from torch import Tensor
 
+from tensorbox._core import padding as _padding
 from tensorbox._core import shapeops as _shapeops
 from tensorbox._core.methods.base import C, MixinBase, batch_dim, batch_dims, is_container
 from tensorbox._core.shape import shape_from_args
@@ -484,6 +485,26 @@ class ShapeMethods(MixinBase):
         return _take_in_place(self, out) if inplace else out  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------------ growing
+
+    def pad(
+        self,
+        pad_size: Sequence[builtins.int],
+        value: builtins.float = 0.0,
+        *,
+        inplace: builtins.bool = False,
+        safe: builtins.bool = True,
+    ) -> Self:
+        """Pad the batch dims: ``pad_size`` is ``[before0, after0, before1, after1, ...]``
+        from the first batch dim on (negative sizes crop), filled with ``value``.
+        ``inplace=True`` makes this container the result. ``safe`` is accepted for
+        tensordict's signature: the sizes are always checked before anything changes.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.ones(2), batch_size=[2]).pad([0, 1])["a"].tolist()
+        [1.0, 1.0, 0.0]
+        """
+        out: Self = _padding.padded(self, pad_size, value)
+        return _take_in_place(self, out) if inplace else out
 
     def repeat(self, *repeats: Any, inplace: builtins.bool = False) -> Self:
         """Tile the batch dims ``repeats`` times each (one count per batch dim).
