@@ -17,6 +17,7 @@ from tensorbox._core import subview as _subview  # noqa: F401  (registers td._ge
 from tensorbox._core.functional import cat, stack
 from tensorbox._core.jagged_pad import to_padded_tensor
 from tensorbox._core.keys import NestedKey, unravel_key
+from tensorbox._core.lazystack import LazyStackedTensorDict, lazy_stack
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.padding import pad, pad_sequence
 from tensorbox._core.tensordict import TensorDict, TensorDictBase, is_tensor_collection
@@ -41,6 +42,7 @@ __all__ = [
     "ImageFolderData",
     "IncompleteTreeError",
     "KeyCollisionError",
+    "LazyStackedTensorDict",
     "LazyStackedTensorDictStore",
     "LockedError",
     "MemoryMappedTensor",
@@ -66,6 +68,7 @@ __all__ = [
     "from_zarr",
     "is_tensor_collection",
     "is_tensorclass",
+    "lazy_stack",
     "pack",
     "pad",
     "pad_sequence",

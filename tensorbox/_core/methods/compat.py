@@ -40,11 +40,13 @@ from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.tree import KEEP, iter_shaped
 from tensorbox.errors import BatchSizeError, TensorDictKeyError
 
-__all__ = ["SUBVIEW", "CompatMethods"]
+__all__ = ["LAZYSTACK", "SUBVIEW", "CompatMethods"]
 
 #: The class of ``_get_sub_tensordict``'s views, registered by ``_core/subview.py``
 #: (a subclass of TensorDict: naming it here would be an import cycle).
 SUBVIEW: list[type] = []
+#: ``LazyStackedTensorDict``, registered by ``_core/lazystack.py`` (for ``to_lazystack``).
+LAZYSTACK: list[type] = []
 
 
 class CompatMethods(MixinBase):
@@ -187,3 +189,8 @@ class CompatMethods(MixinBase):
         writes (``set``, ``update``, ``sub[key] = v``) land in these rows, and a new key
         is created here too, zeros in the other rows (public: ``td[idx] = value``)."""
         return SUBVIEW[0](self, idx)
+
+    def to_lazystack(self, dim: int = 0) -> Any:
+        """This container as a lazy stack of its slices along ``dim`` (tensordict's
+        public name; the slices share this container's tensors)."""
+        return LAZYSTACK[0].lazy_stack(list(self.unbind(dim)), dim)  # type: ignore[attr-defined]
