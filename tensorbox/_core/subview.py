@@ -188,7 +188,7 @@ class SubTensorDict(TensorDict):
         source's entry (write into it with ``set_``, ``sub[key] = v`` or ``update``).
         """
         path = unravel_key(key)
-        if not inplace and path in self._source.keys(True):
+        if not inplace and path in self._source:
             raise RuntimeError(
                 f"cannot replace {format_key(path)} through rows of a TensorDict (a "
                 "sub-TensorDict view): write into it with set_(), sub[key] = value or "
