@@ -65,7 +65,15 @@ class _Entries(dict[str, Any]):
 
 
 class LazyStackedTensorDict(TensorDict):
-    """Containers stacked along ``stack_dim`` without copying (see the module doc)."""
+    """Containers stacked along ``stack_dim`` without copying (see the module doc).
+
+    >>> import torch
+    >>> from tensorbox import LazyStackedTensorDict, TensorDict
+    >>> a, b = TensorDict(x=torch.zeros(3)), TensorDict(x=torch.ones(4))
+    >>> s = LazyStackedTensorDict(a, b, stack_dim=0)
+    >>> s.batch_size, [t["x"].shape[0] for t in s.tensordicts]
+    (torch.Size([2]), [3, 4])
+    """
 
     __slots__ = ("_members", "_stack_dim")
 
@@ -295,11 +303,13 @@ class LazyStackedTensorDict(TensorDict):
         )
 
     def repeat(self, *repeats: Any, inplace: bool = False) -> Self:
+        """``TensorDict.repeat`` (dense); ``inplace=True`` raises ``NotImplementedError``."""
         if inplace:
             self._no_inplace("repeat")
-        return super().repeat(*repeats)
+        return super().repeat(*repeats)  # the dense result
 
     def repeat_interleave(self, *args: Any, inplace: bool = False, **kwargs: Any) -> Self:
+        """``TensorDict.repeat_interleave`` (dense); ``inplace=True`` raises."""
         if inplace:
             self._no_inplace("repeat_interleave")
         return super().repeat_interleave(*args, **kwargs)  # type: ignore[no-any-return]
@@ -307,11 +317,13 @@ class LazyStackedTensorDict(TensorDict):
     def unflatten(
         self, dim: int, unflattened_size: Sequence[int], *, inplace: bool = False
     ) -> Self:
+        """``TensorDict.unflatten`` (dense); ``inplace=True`` raises."""
         if inplace:
             self._no_inplace("unflatten")
         return super().unflatten(dim, unflattened_size)
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1, **kwargs: Any) -> Self:
+        """``TensorDict.flatten`` (dense); ``inplace=True`` raises."""
         if kwargs.get("inplace"):
             self._no_inplace("flatten")
         return super().flatten(start_dim, end_dim)

@@ -51,6 +51,11 @@ def pad(
     Raises ``BatchDimError`` for an odd number of sizes or more pairs than batch dims,
     and ``BatchSizeError`` when a dim would get a negative size, before anything changes
     (``safe`` is accepted for tensordict's signature: the sizes are always checked).
+
+    >>> import torch
+    >>> from tensorbox import TensorDict, pad
+    >>> pad(TensorDict(a=torch.ones(2, 2), batch_size=[2, 2]), [0, 1, 1, 0]).batch_size
+    torch.Size([3, 3])
     """
     return td.pad(pad_size, value, inplace=inplace, safe=safe)
 
@@ -103,6 +108,12 @@ def pad_sequence(
     longest along each batch dim. ``return_mask=True`` (or a key name) adds, under
     ``"masks"`` (or that key), a boolean leaf per leaf that is true on real entries
     (shaped like the leaf up to ``pad_dim``).
+
+    >>> import torch
+    >>> from tensorbox import TensorDict, pad_sequence
+    >>> tds = [TensorDict(a=torch.ones(n), batch_size=[n]) for n in (1, 3)]
+    >>> pad_sequence(tds)["a"].tolist()
+    [[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]]
     """
     if not batch_first:
         raise ValueError("pad_sequence: batch_first=False is not supported (as in tensordict)")
