@@ -18,6 +18,7 @@ from tensorbox._core.functional import cat, stack
 from tensorbox._core.jagged_pad import to_padded_tensor
 from tensorbox._core.keys import NestedKey, unravel_key
 from tensorbox._core.lazystack import LazyStackedTensorDict, lazy_stack
+from tensorbox._core.merge import merge_tensordicts
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.padding import pad, pad_sequence
 from tensorbox._core.tensordict import TensorDict, TensorDictBase, is_tensor_collection
@@ -69,6 +70,7 @@ __all__ = [
     "is_tensor_collection",
     "is_tensorclass",
     "lazy_stack",
+    "merge_tensordicts",
     "pack",
     "pad",
     "pad_sequence",

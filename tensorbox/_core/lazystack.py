@@ -50,6 +50,7 @@ from tensorbox.errors import BatchSizeError, LockedError
 __all__ = ["LazyStackedTensorDict", "lazy_stack"]
 
 _NTD = NonTensorData
+_UPDATE_OPTIONS = ("clone", "inplace", "non_blocking", "keys_to_update", "is_leaf")
 
 
 class _Entries(dict[str, Any]):
@@ -364,6 +365,33 @@ class LazyStackedTensorDict(TensorDict):
         else:
             for td in self._members:
                 td.set(path, value, inplace=inplace)
+        return self
+
+    def update(
+        self, other: Any = None, clone: bool = False, inplace: bool = False, **kw: Any
+    ) -> Self:
+        """Split ``other`` along the stack dim and update each member with its slice
+        (see ``TensorDict.update``)."""
+        return self._split_update("update", other, clone=clone, inplace=inplace, **kw)
+
+    def update_(self, other: Any = None, **kw: Any) -> Self:
+        """``update_`` of each member with its slice of ``other``."""
+        return self._split_update("update_", other, **kw)
+
+    def _split_update(self, method: str, other: Any, **kw: Any) -> Self:
+        extra = {k: kw.pop(k) for k in list(kw) if k not in _UPDATE_OPTIONS}
+        if other is None or extra:
+            other = {**(dict(other.items()) if is_coll(other) else other or {}), **extra}
+        if not is_coll(other):
+            other = TensorDict(dict(other), batch_size=self._batch_size)
+        if isinstance(other, LazyStackedTensorDict) and other._stack_dim == self._stack_dim:
+            parts: Sequence[Any] = other._members
+        else:
+            if other.batch_size != self._batch_size:
+                other = other.expand(self._batch_size)
+            parts = other.unbind(self._stack_dim)
+        for td, part in zip(self._members, parts, strict=True):
+            getattr(td, method)(part, **kw)
         return self
 
     def del_(self, key: NestedKey) -> Self:
