@@ -57,6 +57,7 @@ class _Entries(dict[str, Any]):
     """The stack's entries, stacked on read; a write into this dict goes to the members."""
 
     __slots__ = ("owner",)
+    owner: Any
 
     def __setitem__(self, key: str, value: Any) -> None:
         self.owner._set_str(key, value, (key,))
@@ -158,7 +159,7 @@ class LazyStackedTensorDict(TensorDict):
             "(td = td.to_tensordict()) and set the batch size of the copy"
         )
 
-    @property  # type: ignore[override]
+    @property
     def _locked(self) -> bool:
         return bool(self._members) and all(td.is_locked for td in self._members)
 
@@ -171,8 +172,8 @@ class LazyStackedTensorDict(TensorDict):
         for td in self._members:
             td._set_lock(flag)
 
-    @property  # type: ignore[override]
-    def _tensordict(self) -> dict[str, Any]:
+    @property
+    def _tensordict(self) -> dict[str, Any]:  # type: ignore[override]
         out = _Entries()
         out.owner = self
         put = dict.__setitem__
@@ -313,7 +314,7 @@ class LazyStackedTensorDict(TensorDict):
         """``TensorDict.repeat_interleave`` (dense); ``inplace=True`` raises."""
         if inplace:
             self._no_inplace("repeat_interleave")
-        return super().repeat_interleave(*args, **kwargs)  # type: ignore[no-any-return]
+        return super().repeat_interleave(*args, **kwargs)
 
     def unflatten(
         self, dim: int, unflattened_size: Sequence[int], *, inplace: bool = False

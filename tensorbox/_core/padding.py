@@ -161,7 +161,8 @@ def _sequence_node(
             out[k] = torch.stack(padded)
             mask = torch.zeros((len(items), *out[k].shape[1 : pad_dim + 2]), dtype=torch.bool)
             for i, t in enumerate(items):
-                mask[(i, *(slice(0, n) for n in t.shape[: pad_dim + 1]))] = True
+                rows: Any = (i, *(slice(0, n) for n in t.shape[: pad_dim + 1]))
+                mask[rows] = True
             masks[(*prefix, k)] = mask.to(out[k].device)
         elif type(v) is _NTD:
             out[k] = NonTensorData.stack(items, 0, first._batch_size) if items else v

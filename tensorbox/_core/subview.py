@@ -53,6 +53,7 @@ class _Rows(dict[str, Any]):
     """The view's entries, read from the source; a write into this dict writes the rows."""
 
     __slots__ = ("view",)
+    view: Any
 
     def __setitem__(self, key: str, value: Any) -> None:
         self.view._set_str(key, value, (key,))
@@ -94,8 +95,8 @@ class SubTensorDict(TensorDict):
         """The index of the rows in the source (normalized: ``...`` expanded)."""
         return self._idx
 
-    @property  # type: ignore[override]
-    def _tensordict(self) -> dict[str, Any]:
+    @property
+    def _tensordict(self) -> dict[str, Any]:  # type: ignore[override]
         idx = self._idx
         out = _Rows()
         out.view = self
@@ -109,7 +110,7 @@ class SubTensorDict(TensorDict):
                 put(out, k, _index.getitem(v, idx) if is_coll(v) else v[idx])
         return out
 
-    @property  # type: ignore[override]
+    @property
     def _locked(self) -> bool:
         return bool(self._source._locked)
 

@@ -498,7 +498,7 @@ class LeafMethods(MixinBase):
             # batch size data's shape, on data's device unless ``device``
             shape = data.shape if isinstance(data, Tensor) else torch.as_tensor(data).shape
             on = device if device is not None else getattr(data, "device", None)
-            made: Self = self.apply(
+            made: Any = self.apply(
                 lambda t: t.new_tensor(
                     data, dtype=dtype or t.dtype, device=on or t.device, requires_grad=requires_grad
                 ),

@@ -482,7 +482,7 @@ class ShapeMethods(MixinBase):
             for dim, shift in zip(d, s, strict=True):
                 n = self.batch_size[dim]
                 out = index_along(out, dim, (torch.arange(n) - shift) % builtins.max(n, 1))
-        return _take_in_place(self, out) if inplace else out  # type: ignore[no-any-return]
+        return _take_in_place(self, out) if inplace else out
 
     # ------------------------------------------------------------------ growing
 
