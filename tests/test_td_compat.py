@@ -256,3 +256,24 @@ def test_autograd_grad_over_containers() -> None:
     y = x * 2
     g = torch.autograd.grad(y, x, torch.ones_like(y))
     assert isinstance(g, TensorDict) and (g == 2).all()
+
+
+def test_in_place_writes_through_views() -> None:
+    td = TensorDict({"a": torch.zeros(4, 3), "n": {"b": torch.zeros(4)}}, batch_size=[4])
+    sub = td._get_sub_tensordict(torch.tensor([0, 2]))
+    sub.fill_("a", 7)
+    sub.masked_fill_(torch.tensor([True, False]), 4.0)
+    assert td["a"][:, 0].tolist() == [4.0, 0.0, 7.0, 0.0]
+    s = lazy_stack([td.clone(), td.clone()])
+    s.fill_("a", 3)
+    s.set_(("n", "b"), torch.full((2, 4), 8.0))
+    s.masked_fill_(torch.tensor([[True] * 4, [False] * 4]), 5.0)
+    assert s.tensordicts[0]["a"].eq(5).all() and s.tensordicts[1]["a"].eq(3).all()
+    assert s.tensordicts[1]["n", "b"].eq(8).all()
+    s[:, 1] = TensorDict({"a": torch.ones(2, 3), "n": {"b": torch.ones(2)}}, [2])
+    assert s.tensordicts[1]["a"][:, 0].tolist() == [3.0, 1.0, 3.0, 3.0]
+    s.zero_()
+    assert all(t["a"].eq(0).all() for t in s.tensordicts)
+    rows = s._get_sub_tensordict(0)  # rows of a lazy stack: written into its member
+    rows.update({"new": torch.ones(4)})
+    assert s.tensordicts[0]["new"].tolist() == [1.0] * 4 and s.tensordicts[1]["new"].eq(0).all()

@@ -289,9 +289,18 @@ class LazyStackedTensorDict(TensorDict):
         or a new ``batch_size``)."""
         if others or kwargs.get("batch_size") is not None or kwargs.get("out") is not None:
             return self.densify().apply(fn, *others, **kwargs)
-        if kwargs.get("inplace"):
-            for td in self._members:
-                td.apply(fn, **kwargs)
+        if kwargs.pop("inplace", False):
+            # on the dense stack (fn may use stack-shaped values, as masked_fill_ does),
+            # the results copied back into the members; per member where shapes differ
+            try:
+                dense = self.densify()
+            except BatchSizeError:
+                for td in self._members:
+                    td.apply(fn, inplace=True, **kwargs)
+                return self
+            res = dense.apply(fn, **kwargs)
+            if res is not None:
+                self.update(res, inplace=True)
             return self
         res = [td.apply(fn, **kwargs) for td in self._members]
         if any(r is None for r in res):
@@ -395,11 +404,39 @@ class LazyStackedTensorDict(TensorDict):
             getattr(td, method)(part, **kw)
         return self
 
+    def _copy_into(self, node: Any, path: tuple[str, ...], value: Any) -> Self:
+        if not isinstance(node, LazyStackedTensorDict):
+            super()._copy_into(node, path, value)
+            return self
+        if isinstance(value, Tensor) or is_coll(value):
+            parts: Sequence[Any] = value.unbind(node._stack_dim)
+        else:
+            parts = [value] * len(node._members)
+        for td, part in zip(node._members, parts, strict=True):
+            td.set_(path[-1], part)
+        return self
+
+    def fill_(self, key: NestedKey, value: float | bool) -> Self:
+        """Fill the leaf ``key`` of every member with ``value``, in place."""
+        for td in self._members:
+            td.fill_(key, value)
+        return self
+
     def del_(self, key: NestedKey) -> Self:
         """Remove ``key`` from every member."""
         for td in self._members:
             td.del_(key)
         return self
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if type(index) is str or (type(index) is tuple and index and type(index[0]) is str):
+            self.set(index, value)
+        elif self._stack_dim == 0 and type(index) is int:
+            self._members[index].update(value)  # a member: its new keys are created too
+        else:
+            rows = self.densify()
+            rows[index] = value
+            self.update(rows)
 
     def append(self, tensordict: Any) -> None:
         """Add a member at the end of the stack dim."""

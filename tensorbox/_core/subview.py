@@ -41,7 +41,7 @@ from tensorbox._core.methods.compat import SUBVIEW
 from tensorbox._core.nontensor import NonTensorData, cpu_index
 from tensorbox._core.shape import normalize_index
 from tensorbox._core.tensordict import TensorDict
-from tensorbox._core.tree import is_coll, store_of
+from tensorbox._core.tree import KEEP, is_coll, store_of
 from tensorbox.errors import BatchSizeError, LockedError
 
 __all__ = ["SubTensorDict"]
@@ -144,7 +144,9 @@ class SubTensorDict(TensorDict):
             cur = src._tensordict[key]
             if type(cur) is _NTD and not isinstance(value, Tensor) and not is_coll(value):
                 return  # a non-tensor value: the whole column holds it already
-        if type(src) is SubTensorDict:  # rows of rows: read, write the rows, write back
+        if type(src._tensordict) is not dict:
+            # the source is a view itself (rows of rows, a lazy stack): its entries are
+            # built on read, so read, write these rows, and write the entry back
             rows = src._tensordict[key]
             if isinstance(rows, Tensor):
                 rows[self._idx] = value
@@ -211,6 +213,11 @@ class SubTensorDict(TensorDict):
             node.set(path[-1], value, inplace=True)
             self._set_str(path[0], self._tensordict[path[0]], path[:1])
         return self
+
+    def fill_(self, key: NestedKey, value: float | bool) -> Self:
+        """Fill the leaf ``key`` in these rows of the source with ``value``."""
+        path = unravel_key(key)
+        return self._put(path, torch.full_like(self.get(path, KEEP), value))
 
     def get_parent_tensordict(self) -> Any:
         """The container these rows belong to."""
