@@ -53,6 +53,19 @@ def _cast(dtype: torch.dtype, name: str) -> Callable[[Any], Any]:
     return cast
 
 
+def _canonical(t: Tensor) -> Tensor:
+    """``t`` with row-major strides (a copy only when its strides differ)."""
+    strides, step = [], 1
+    for n in reversed(t.shape):
+        strides.append(step)
+        step *= n
+    if t.is_contiguous() and tuple(t.stride()) == tuple(reversed(strides)):
+        return t
+    return t.clone(memory_format=torch.contiguous_format).as_strided(
+        t.shape, tuple(reversed(strides))
+    )
+
+
 class LeafMethods(MixinBase):
     """Mixin of ``TensorCollection``: leaf-wise operations and conversions."""
 
@@ -183,10 +196,20 @@ class LeafMethods(MixinBase):
         """True when every tensor leaf is in shared memory."""
         return all(v.is_shared() for v in _tree.tensor_leaves(self))  # type: ignore[no-untyped-call]
 
-    def contiguous(self, *, inplace: builtins.bool = False) -> Self:
+    def contiguous(
+        self, *, inplace: builtins.bool = False, canonical: builtins.bool = False
+    ) -> Self:
         """Every leaf contiguous; ``inplace=True`` puts the contiguous leaves in this
-        container (the old storage is released when nothing else holds it)."""
-        out: Self = _apply.map_leaves(self, Tensor.contiguous)
+        container (the old storage is released when nothing else holds it).
+        ``canonical=True`` also copies a leaf that torch calls contiguous but whose
+        strides are not the row-major ones (a size-1 dim with another stride).
+
+        >>> from tensorbox import TensorDict
+        >>> odd = torch.empty_strided((1, 4), (9, 1))
+        >>> TensorDict(a=odd).contiguous(canonical=True)["a"].stride()
+        (4, 1)
+        """
+        out: Self = _apply.map_leaves(self, _canonical if canonical else Tensor.contiguous)
         if inplace:
             self.update(out)
             return self
