@@ -30,6 +30,11 @@ def merge_tensordicts(
     input; the values are not copied. A leaf several inputs hold takes the first input's
     value, unless every input holds it and ``callback_exist`` (a function, or a dict of
     functions by key) combines them: ``callback_exist(*values)``.
+
+    >>> import torch
+    >>> from tensorbox import TensorDict, merge_tensordicts
+    >>> merge_tensordicts(TensorDict(a=torch.zeros(1)), TensorDict(b=torch.ones(1))).keys()
+    dict_keys(['a', 'b'])
     """
     if len(tensordicts) < 2:
         raise ValueError(f"merge_tensordicts takes at least two containers, got {len(tensordicts)}")
