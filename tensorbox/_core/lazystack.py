@@ -267,14 +267,15 @@ class LazyStackedTensorDict(TensorDict):
                 "(read them one by one, or use get_nestedtensor / densify(layout=torch.jagged))"
             ) from None
 
-    def contiguous(self, *, inplace: bool = False) -> Any:
+    def contiguous(self, *, inplace: bool = False, canonical: bool = False) -> Any:
         """The dense stack (see ``densify``)."""
         if inplace:
             raise NotImplementedError(
                 "contiguous(inplace=True) on a lazy stack: a lazy stack cannot become dense "
                 "in place; use td = td.contiguous()"
             )
-        return self.densify()
+        dense = self.densify()
+        return dense.contiguous(canonical=True) if canonical else dense
 
     def to_tensordict(self, *, retain_none: Any = None) -> Any:
         """The dense stack, its leaves copied (see ``densify``)."""
