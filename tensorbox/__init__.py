@@ -17,10 +17,14 @@ from typing import TYPE_CHECKING, Any
 # rebind the package attribute to the module).
 from tensorbox import tensorclass as _tensorclass_module  # noqa: F401
 from tensorbox._core import pytree as _pytree  # noqa: F401  (registers TensorDict with torch's pytree and collate)
+from tensorbox._core import subview as _subview  # noqa: F401  (registers td._get_sub_tensordict's view class)
 from tensorbox._core.functional import cat, stack
 from tensorbox._core.jagged_pad import to_padded_tensor
 from tensorbox._core.keys import NestedKey, unravel_key
+from tensorbox._core.lazystack import LazyStackedTensorDict, lazy_stack
+from tensorbox._core.merge import merge_tensordicts
 from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.padding import pad, pad_sequence
 from tensorbox._core.tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor
 from tensorbox._tensorclass import TensorClass, field, fields, is_tensorclass, tensorclass
@@ -43,6 +47,7 @@ __all__ = [
     "ImageFolderData",
     "IncompleteTreeError",
     "KeyCollisionError",
+    "LazyStackedTensorDict",
     "LazyStackedTensorDictStore",
     "LockedError",
     "MemoryMappedTensor",
@@ -68,7 +73,11 @@ __all__ = [
     "from_zarr",
     "is_tensor_collection",
     "is_tensorclass",
+    "lazy_stack",
+    "merge_tensordicts",
     "pack",
+    "pad",
+    "pad_sequence",
     "stack",
     "tensorclass",
     "to_arrow",

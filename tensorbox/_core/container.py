@@ -48,6 +48,7 @@ from tensorbox._core.backing import TREES as _TREES
 from tensorbox._core.backing import UNLOCK as _UNLOCK
 from tensorbox._core.entries import prepare_entry
 from tensorbox._core.keys import format_key
+from tensorbox._core.methods.compat import CompatMethods
 from tensorbox._core.methods.io import IOMethods
 from tensorbox._core.methods.keys import KeyMethods, is_key, put
 from tensorbox._core.methods.leaves import LeafMethods
@@ -74,6 +75,7 @@ class TensorCollection(
     ShapeMethods,
     MathMethods,
     IOMethods,
+    CompatMethods,
 ):
     """The container behaviour shared by ``TensorDict`` and tensorclasses (not built directly)."""
 

@@ -33,6 +33,7 @@ from tensorbox._core import jagged as _jagged
 from tensorbox._core.jagged_gather import as_rows
 from tensorbox._core.nontensor import NonTensorData, cpu_index, per_row
 from tensorbox._core.shape import normalize_index
+from tensorbox._core.tree import KEEP
 from tensorbox.errors import BatchSizeError, TensorDictKeyError
 
 if TYPE_CHECKING:
@@ -94,6 +95,8 @@ def getitem(td: TensorCollection, index: Any) -> Any:
     elif t is list or t is range:
         return getitem(td, as_index(index))
     elif t is tuple:
+        if index and type(index[0]) is tuple and all(isinstance(p, (str, tuple)) for p in index):
+            return td.get(index, KEEP)  # a key with nested tuples: ((a, b), c)
         _check_no_keys(index)
     return _generic(td, index)
 

@@ -368,6 +368,50 @@ def _into(out: Any, result: Any) -> Any:
     return out
 
 
+def _like(x: Any, fn: Callable[..., Tensor], args: tuple[Any, ...], kw: dict[str, Any]) -> Any:
+    """``torch.zeros_like(td, ...)`` and friends; a ``device=`` is the result's device too."""
+    out = x.apply(lambda t: fn(t, *args, **kw))
+    if kw.get("device") is not None:
+        out._device = torch.device(kw["device"])
+    return out
+
+
+def _grad(outputs: Any, inputs: Any, grad_outputs: Any = None, **kw: Any) -> Any:
+    """``torch.autograd.grad`` over containers: leaves matched by key; the gradients come
+    back as a container shaped like ``inputs`` (a tuple when ``inputs`` is not one)."""
+
+    def one(obj: Any) -> Any:  # torch passes (td,) for a tensor-like td
+        if isinstance(obj, (tuple, list)) and len(obj) == 1 and hasattr(obj[0], "_tensordict"):
+            return obj[0]
+        return obj
+
+    outputs, inputs, grad_outputs = one(outputs), one(inputs), one(grad_outputs)
+
+    def leaves(obj: Any, keys: list[Any]) -> Any:
+        if obj is None or not hasattr(obj, "_tensordict"):
+            return obj
+        return [obj.get(k) for k in keys]
+
+    if not hasattr(inputs, "_tensordict"):
+        keys = [k for k, _ in _leaves(outputs)]
+        return torch.autograd.grad(leaves(outputs, keys), inputs, leaves(grad_outputs, keys), **kw)
+    pairs = list(_leaves(inputs))
+    keys = [k for k, _ in pairs]
+    grads = torch.autograd.grad(
+        leaves(outputs, keys), [t for _, t in pairs], leaves(grad_outputs, keys), **kw
+    )
+    by_id = {id(t): g for (_, t), g in zip(pairs, grads, strict=True)}
+    return inputs.apply(lambda t: by_id[id(t)])
+
+
+def _leaves(td: Any, prefix: tuple[str, ...] = ()) -> Any:
+    for k, v in td._tensordict.items():
+        if isinstance(v, Tensor):
+            yield (*prefix, k), v
+        elif type(v) is not NonTensorData:
+            yield from _leaves(v, (*prefix, k))
+
+
 def _stack_fn(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
     return _into(out, stack(tensors, dim))
 
@@ -430,12 +474,11 @@ _TORCH_FUNCTIONS: dict[Any, Callable[..., Any]] = {
         if hasattr(input, "batch_size")
         else other.where(~torch.as_tensor(condition), input, out=out)
     ),
-    torch.zeros_like: lambda x, **kw: x.apply(lambda t: torch.zeros_like(t, **kw)),
-    torch.ones_like: lambda x, **kw: x.apply(lambda t: torch.ones_like(t, **kw)),
-    torch.empty_like: lambda x, **kw: x.apply(lambda t: torch.empty_like(t, **kw)),
-    torch.full_like: lambda x, fill_value, **kw: x.apply(
-        lambda t: torch.full_like(t, fill_value, **kw)
-    ),
+    torch.zeros_like: lambda x, **kw: _like(x, torch.zeros_like, (), kw),
+    torch.ones_like: lambda x, **kw: _like(x, torch.ones_like, (), kw),
+    torch.empty_like: lambda x, **kw: _like(x, torch.empty_like, (), kw),
+    torch.full_like: lambda x, fill_value, **kw: _like(x, torch.full_like, (fill_value,), kw),
+    torch.autograd.grad: lambda outputs, inputs, *a, **kw: _grad(outputs, inputs, *a, **kw),
     torch.gather: lambda x, dim, index, *, sparse_grad=False, out=None: x.gather(dim, index, out),
     torch.flip: lambda x, dims: x.flip(dims),
     torch.roll: lambda x, shifts, dims: x.roll(shifts, dims),

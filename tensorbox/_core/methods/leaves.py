@@ -53,6 +53,19 @@ def _cast(dtype: torch.dtype, name: str) -> Callable[[Any], Any]:
     return cast
 
 
+def _canonical(t: Tensor) -> Tensor:
+    """``t`` with row-major strides (a copy only when its strides differ)."""
+    strides, step = [], 1
+    for n in reversed(t.shape):
+        strides.append(step)
+        step *= n
+    if t.is_contiguous() and tuple(t.stride()) == tuple(reversed(strides)):
+        return t
+    return t.clone(memory_format=torch.contiguous_format).as_strided(
+        t.shape, tuple(reversed(strides))
+    )
+
+
 class LeafMethods(MixinBase):
     """Mixin of ``TensorCollection``: leaf-wise operations and conversions."""
 
@@ -183,9 +196,23 @@ class LeafMethods(MixinBase):
         """True when every tensor leaf is in shared memory."""
         return all(v.is_shared() for v in _tree.tensor_leaves(self))  # type: ignore[no-untyped-call]
 
-    def contiguous(self) -> Self:
-        """Every leaf contiguous."""
-        out: Self = _apply.map_leaves(self, Tensor.contiguous)
+    def contiguous(
+        self, *, inplace: builtins.bool = False, canonical: builtins.bool = False
+    ) -> Self:
+        """Every leaf contiguous; ``inplace=True`` puts the contiguous leaves in this
+        container (the old storage is released when nothing else holds it).
+        ``canonical=True`` also copies a leaf that torch calls contiguous but whose
+        strides are not the row-major ones (a size-1 dim with another stride).
+
+        >>> from tensorbox import TensorDict
+        >>> odd = torch.empty_strided((1, 4), (9, 1))
+        >>> TensorDict(a=odd).contiguous(canonical=True)["a"].stride()
+        (4, 1)
+        """
+        out: Self = _apply.map_leaves(self, _canonical if canonical else Tensor.contiguous)
+        if inplace:
+            self.update(out)
+            return self
         return out
 
     # -------------------------------------------------------------------- casts
@@ -490,10 +517,18 @@ class LeafMethods(MixinBase):
         [1.0, 1.0]
         """
         if not is_container(data):
-            raise TypeError(
-                f"new_tensor: data must be a TensorDict or tensorclass, got "
-                f"{type(data).__name__}; for a tensor use tensor.new_tensor(...)"
+            # a tensor or array-like: every leaf's ``leaf.new_tensor(data)`` (its dtype),
+            # batch size data's shape, on data's device unless ``device``
+            shape = data.shape if isinstance(data, Tensor) else torch.as_tensor(data).shape
+            on = device if device is not None else getattr(data, "device", None)
+            made: Any = self.apply(
+                lambda t: t.new_tensor(
+                    data, dtype=dtype or t.dtype, device=on or t.device, requires_grad=requires_grad
+                ),
+                batch_size=shape,
+                device=on,
             )
+            return made
         dev = self._device if device is None else device
         out = data.apply(
             lambda t: t.new_tensor(t, dtype=dtype, device=dev, requires_grad=requires_grad)
@@ -638,6 +673,16 @@ class LeafMethods(MixinBase):
     # tensordict's compatibility names: other spellings of methods of this job, and
     # stand-ins kept so that code written for tensordict runs unchanged. New code and
     # the docs use the names above.
+
+    def type(self, dst_type: torch.dtype) -> Self:
+        """Every tensor leaf cast to ``dst_type`` (integer leaves too), as ``Tensor.type``.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.zeros(2), b=torch.arange(2)).type(torch.int32)["a"].dtype
+        torch.int32
+        """
+        out: Self = _apply.map_leaves(self, lambda t: t.type(dst_type))
+        return out
 
     def data_ptr(self, *, storage: builtins.bool = False) -> Self:
         """Same structure, batch size ``[]``: each leaf's ``data_ptr()`` as an int64 tensor

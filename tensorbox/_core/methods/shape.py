@@ -30,6 +30,7 @@ from typing import Any, Self, TypeVar
 import torch
 from torch import Tensor
 
+from tensorbox._core import padding as _padding
 from tensorbox._core import shapeops as _shapeops
 from tensorbox._core.methods.base import C, MixinBase, batch_dim, batch_dims, is_container
 from tensorbox._core.shape import shape_from_args
@@ -85,7 +86,7 @@ class ShapeMethods(MixinBase):
 
     # ------------------------------------- new shapes (views where torch's are)
 
-    def reshape(self, *shape: Any, size: Any = None) -> Self:
+    def reshape(self, *shape: Any, size: Any = None, inplace: builtins.bool = False) -> Self:
         """New batch shape, as ``Tensor.reshape`` over the batch dims (``size=`` also works).
 
         >>> import torch; from tensorbox import TensorDict
@@ -94,10 +95,12 @@ class ShapeMethods(MixinBase):
         (torch.Size([2, 3, 5]), torch.Size([3, 2]))
         """
         out: Self = _shapeops.reshape(self, shape if size is None else (size,), "reshape")
+        if inplace:  # tensordict's keyword: this container becomes the result
+            return _take_in_place(self, out)
         out._writeback = (self, "reshape", (tuple(self._batch_size),))
         return out
 
-    def view(self, *shape: Any) -> Self:
+    def view(self, *shape: Any, batch_size: Any = None) -> Self:
         """New batch shape without copying, as ``Tensor.view`` over the batch dims.
 
         >>> import torch; from tensorbox import TensorDict
@@ -105,6 +108,17 @@ class ShapeMethods(MixinBase):
         >>> td.view(3, 2)["x"].data_ptr() == td["x"].data_ptr()
         True
         """
+        if len(shape) == 1 and isinstance(shape[0], torch.dtype):
+            # ``view(dtype)``: each leaf reinterpreted, as Tensor.view(dtype); the last
+            # dim of a leaf changes size, so ``batch_size`` may name the result's
+            dtype = shape[0]
+            viewed: Self = self.apply(
+                lambda t: t.view(dtype),
+                batch_size=self.batch_size if batch_size is None else batch_size,
+            )
+            return viewed
+        if batch_size is not None:
+            shape = (batch_size,)
         out: Self = _shapeops.reshape(self, shape, "view")
         out._writeback = (self, "reshape", (tuple(self._batch_size),))
         return out
@@ -117,7 +131,9 @@ class ShapeMethods(MixinBase):
         out._writeback = (self, "reshape", (tuple(self._batch_size),))
         return out
 
-    def unflatten(self, dim: int, unflattened_size: Sequence[int]) -> Self:
+    def unflatten(
+        self, dim: int, unflattened_size: Sequence[int], *, inplace: builtins.bool = False
+    ) -> Self:
         """Split batch dim ``dim`` into ``unflattened_size``.
 
         >>> import torch; from tensorbox import TensorDict
@@ -126,6 +142,8 @@ class ShapeMethods(MixinBase):
         torch.Size([2, 3, 5])
         """
         out: Self = _shapeops.unflatten(self, dim, unflattened_size)
+        if inplace:
+            return _take_in_place(self, out)
         out._writeback = (self, "reshape", (tuple(self._batch_size),))
         return out
 
@@ -444,6 +462,8 @@ class ShapeMethods(MixinBase):
         self,
         shifts: builtins.int | Sequence[builtins.int],
         dims: builtins.int | Sequence[builtins.int],
+        *,
+        inplace: builtins.bool = False,
     ) -> Self:
         """Roll along batch dims ``dims`` by ``shifts`` (as ``torch.roll``).
 
@@ -456,16 +476,37 @@ class ShapeMethods(MixinBase):
         if len(s) != len(d):
             raise ValueError(f"roll: got {len(s)} shifts for {len(d)} dims {dims!r}")
         if _tensors_only(self):
-            return self.apply(lambda t: torch.roll(t, s, d))
-        out: Any = self
-        for dim, shift in zip(d, s, strict=True):
-            n = self.batch_size[dim]
-            out = index_along(out, dim, (torch.arange(n) - shift) % builtins.max(n, 1))
-        return out  # type: ignore[no-any-return]
+            out: Any = self.apply(lambda t: torch.roll(t, s, d))
+        else:
+            out = self
+            for dim, shift in zip(d, s, strict=True):
+                n = self.batch_size[dim]
+                out = index_along(out, dim, (torch.arange(n) - shift) % builtins.max(n, 1))
+        return _take_in_place(self, out) if inplace else out
 
     # ------------------------------------------------------------------ growing
 
-    def repeat(self, *repeats: Any) -> Self:
+    def pad(
+        self,
+        pad_size: Sequence[builtins.int],
+        value: builtins.float = 0.0,
+        *,
+        inplace: builtins.bool = False,
+        safe: builtins.bool = True,
+    ) -> Self:
+        """Pad the batch dims: ``pad_size`` is ``[before0, after0, before1, after1, ...]``
+        from the first batch dim on (negative sizes crop), filled with ``value``.
+        ``inplace=True`` makes this container the result. ``safe`` is accepted for
+        tensordict's signature: the sizes are always checked before anything changes.
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict(a=torch.ones(2), batch_size=[2]).pad([0, 1])["a"].tolist()
+        [1.0, 1.0, 0.0]
+        """
+        out: Self = _padding.padded(self, pad_size, value)
+        return _take_in_place(self, out) if inplace else out
+
+    def repeat(self, *repeats: Any, inplace: builtins.bool = False) -> Self:
         """Tile the batch dims ``repeats`` times each (one count per batch dim).
 
         >>> from tensorbox import TensorDict
@@ -477,7 +518,8 @@ class ShapeMethods(MixinBase):
         bs = self.batch_size
         if len(repeats) != len(bs):
             raise ValueError(f"repeat: got {len(repeats)} counts for batch_size {tuple(bs)}")
-        return self.tile(repeats)
+        out = self.tile(repeats)
+        return _take_in_place(self, out) if inplace else out
 
     def tile(self, dims: Any) -> Self:
         """Repeat the batch ``dims[i]`` times along each batch dim (as ``torch.tile``).
