@@ -51,6 +51,8 @@ Decisions (see docs/weights.md):
 
 from __future__ import annotations
 
+import contextlib
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -393,16 +395,75 @@ def to_module(
 # ----------------------------------------------------------------- state dicts
 
 
-def state_dict(td: TensorDict | ParamTree, *, keep_vars: bool = False) -> dict[str, Tensor]:
+def state_dict(
+    td: TensorDict | ParamTree,
+    *,
+    keep_vars: bool = False,
+    flatten: bool = True,
+    destination: dict[str, Any] | None = None,
+    prefix: str = "",
+) -> dict[str, Any]:
     """A flat ``{"dotted.key": tensor}`` dict, as ``nn.Module.state_dict()`` gives it.
 
     Tensors are detached unless ``keep_vars=True`` (then parameters stay parameters).
+    As in tensordict, the result is an ``OrderedDict`` whose ``_metadata`` attribute
+    maps each node's dotted prefix (``""`` the root) to its ``batch_size`` and
+    ``device``; ``flatten=False`` nests a dict per node instead of dotted keys;
+    ``destination`` is filled in place, ``prefix`` is put before every key.
 
     >>> import torch; from tensorbox import TensorDict; from tensorbox.weights import state_dict
-    >>> state_dict(TensorDict({"enc": {"w": torch.zeros(2)}, "b": torch.zeros(1)}))
+    >>> td = TensorDict({"enc": {"w": torch.zeros(2)}, "b": torch.zeros(1)})
+    >>> dict(state_dict(td))
     {'enc.w': tensor([0., 0.]), 'b': tensor([0.])}
+    >>> state_dict(td)._metadata["enc"]
+    {'batch_size': torch.Size([]), 'device': None}
+    >>> state_dict(td, flatten=False)["enc"]["w"]
+    tensor([0., 0.])
     """
-    return {_dotted(p): (t if keep_vars else t.detach()) for p, t in _leaves(td).items()}
+    out: Any = OrderedDict() if destination is None else destination
+    meta: OrderedDict[str, dict[str, Any]] = OrderedDict()
+    root = td.td if isinstance(td, ParamTree) else td
+    _leaves(root)  # the type check, with its message
+
+    def walk(node: Any, path: _Path, into: Any) -> None:
+        meta[_dotted(path)] = {"batch_size": node.batch_size, "device": node.device}
+        for k, v in node._tensordict.items():
+            if isinstance(v, Tensor):
+                v = v if keep_vars else v.detach()
+                if flatten:
+                    into[prefix + _dotted((*path, k))] = v
+                else:
+                    into[k if path else prefix + k] = v
+            elif is_coll(v):
+                if flatten:
+                    walk(v, (*path, k), into)
+                else:
+                    sub: Any = OrderedDict()
+                    walk(v, (*path, k), sub)
+                    into[k if path else prefix + k] = sub
+
+    walk(root, (), out)
+    with contextlib.suppress(AttributeError):  # a plain dict destination takes no attribute
+        out._metadata = meta
+    return out  # type: ignore[no-any-return]
+
+
+def _flat_input(state_dict: Mapping[str, Any]) -> dict[str, Any]:
+    """A state dict in any of tensordict's forms, as flat dotted keys: nested dicts are
+    joined with ``.``; the legacy ``__batch_size``/``__device`` entries are dropped."""
+    out: dict[str, Any] = {}
+
+    def walk(d: Mapping[str, Any], pre: str) -> None:
+        for k, v in d.items():
+            if k in ("__batch_size", "__device"):
+                continue
+            if isinstance(v, Mapping) and not is_coll(v):
+                walk(v, f"{pre}{k}.")
+            else:
+                out[pre + k] = v
+
+    walk(state_dict, "")
+    return out
 
 
 def load_state_dict(
@@ -429,6 +490,8 @@ def load_state_dict(
     """
     if isinstance(state_dict, TensorDict | ParamTree):
         state_dict = _flat(state_dict, keep_vars=True)
+    elif any(isinstance(v, Mapping) for v in state_dict.values()) or "__batch_size" in state_dict:
+        state_dict = _flat_input(state_dict)  # nested (flatten=False) or legacy form
     leaves = {_dotted(p): t for p, t in _leaves(td).items()}
     missing = [k for k in leaves if k not in state_dict]
     unexpected = [k for k in state_dict if k not in leaves]

@@ -463,3 +463,24 @@ def test_inplace_load_leaves_the_files_alone(tmp_path: Path) -> None:
         model2.weight.add_(1)  # training the copy ...
     on_disk = TensorDict.load_memmap(tmp_path / "w")["weight"]
     assert torch.equal(on_disk, model.weight.detach())  # ... does not touch the checkpoint
+
+
+def test_state_dict_forms_of_tensordict() -> None:
+    """tensordict's forms: an OrderedDict with _metadata, nested with flatten=False, a
+    prefix, and load_state_dict taking flat, nested and legacy dicts alike."""
+    from collections import OrderedDict
+
+    td = TensorDict({"a": torch.tensor(1), "b": {"c": torch.tensor([2, 3])}}, [])
+    sd = td.state_dict()
+    assert isinstance(sd, OrderedDict) and list(sd) == ["a", "b.c"]
+    assert sd._metadata["b"] == {"batch_size": torch.Size([]), "device": None}  # type: ignore[attr-defined]
+    nested = td.state_dict(flatten=False)
+    assert list(nested) == ["a", "b"] and torch.equal(nested["b"]["c"], td["b", "c"])
+    assert list(td.state_dict(prefix="model.")) == ["model.a", "model.b.c"]
+    legacy = {"a": torch.tensor(1), "b": {"c": torch.tensor([2, 3]), "__batch_size": []}}
+    for form in (sd, nested, legacy):
+        zero = td.clone().zero_()
+        zero.load_state_dict(form)
+        assert (zero == td).all()
+    with pytest.raises(WeightsMismatchError, match=r"1 unexpected"):
+        td.clone().load_state_dict({**nested, "z": {"y": torch.zeros(1)}})

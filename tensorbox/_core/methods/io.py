@@ -20,7 +20,7 @@ True
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Self
+from typing import Any, Literal, Self, overload
 
 import torch
 from torch import Tensor
@@ -467,8 +467,35 @@ class IOMethods(MixinBase):
             chunk_bytes=chunk_bytes,
         )
 
-    def state_dict(self, *, keep_vars: bool = False) -> dict[str, Tensor]:
-        """A flat ``{"dotted.key": tensor}`` dict, as ``nn.Module.state_dict()``.
+    @overload
+    def state_dict(
+        self,
+        destination: dict[str, Any] | None = None,
+        prefix: str = "",
+        keep_vars: bool = False,
+        flatten: Literal[True] = True,
+    ) -> dict[str, Tensor]: ...
+
+    @overload
+    def state_dict(
+        self,
+        destination: dict[str, Any] | None = None,
+        prefix: str = "",
+        keep_vars: bool = False,
+        *,
+        flatten: bool,
+    ) -> dict[str, Any]: ...
+
+    def state_dict(
+        self,
+        destination: dict[str, Any] | None = None,
+        prefix: str = "",
+        keep_vars: bool = False,
+        flatten: bool = True,
+    ) -> dict[str, Any]:
+        """A flat ``{"dotted.key": tensor}`` dict, as ``nn.Module.state_dict()``
+        (tensordict's form: an ``OrderedDict`` with ``_metadata``; ``flatten=False``
+        nests it, see ``tensorbox.weights.state_dict``).
 
         >>> import torch; from tensorbox import TensorDict
         >>> td = TensorDict({"layer": {"weight": torch.zeros(2)}}, batch_size=[])
@@ -477,7 +504,13 @@ class IOMethods(MixinBase):
         """
         from tensorbox import weights
 
-        return weights.state_dict(self, keep_vars=keep_vars)  # type: ignore[arg-type]
+        return weights.state_dict(
+            self,  # type: ignore[arg-type]
+            keep_vars=keep_vars,
+            flatten=flatten,
+            destination=destination,
+            prefix=prefix,
+        )
 
     def load_state_dict(
         self,
