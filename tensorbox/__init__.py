@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tensorbox._core import pytree as _pytree  # noqa: F401  (registers TensorDict with torch's pytree and collate)
 from tensorbox._core.functional import cat, stack
+from tensorbox._core.future import TensorDictFuture
 from tensorbox._core.jagged_pad import to_padded_tensor
 from tensorbox._core.keys import NestedKey, unravel_key
 from tensorbox._core.nontensor import NonTensorData
@@ -48,6 +49,7 @@ __all__ = [
     "TensorClass",
     "TensorDict",
     "TensorDictBase",
+    "TensorDictFuture",
     "TensorDictKeyError",
     "TensorDictStore",
     "TensorboxError",

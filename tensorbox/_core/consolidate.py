@@ -32,13 +32,14 @@ import json
 import math
 import os
 import struct
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from tensorbox._core.future import run_in_thread
 from tensorbox._core.jagged import NJT, from_parts, parts
 from tensorbox._core.keys import format_key
 from tensorbox._core.nontensor import NonTensorData
@@ -106,6 +107,11 @@ def _copy_in(storage: Tensor, leaf: Tensor, off: int, nbytes: int) -> None:
     if nbytes:
         flat = leaf.detach().contiguous().reshape(-1).view(torch.uint8)
         storage[off : off + nbytes].copy_(flat)
+    # the alignment padding is zeroed: the buffer (pickled, compared, written to a file)
+    # never carries stale memory, and two consolidations of one tree are byte-equal
+    pad_end = off + -(-nbytes // _ALIGN) * _ALIGN
+    if pad_end > off + nbytes:
+        storage[off + nbytes : pad_end].zero_()
 
 
 def _view(storage: Tensor, spec: list[Any]) -> Tensor:
@@ -190,19 +196,17 @@ def consolidate(
                 "consolidate(return_early=True) does not take use_buffer=True; call it "
                 "without return_early"
             )
-        pool = ThreadPoolExecutor(1)
-        fut: Future[Any] = pool.submit(
-            consolidate,
-            td,
-            filename,
-            num_threads=num_threads,
-            device=device,
-            inplace=inplace,
-            share_memory=share_memory,
-            pin_memory=pin_memory,
+        return run_in_thread(
+            lambda: consolidate(
+                td,
+                filename,
+                num_threads=num_threads,
+                device=device,
+                inplace=inplace,
+                share_memory=share_memory,
+                pin_memory=pin_memory,
+            )
         )
-        pool.shutdown(wait=False)
-        return fut
     leaves: list[tuple[Tensor, int, int]] = []
     at = [0]
     layout = _plan(td, (), leaves, at)

@@ -129,7 +129,7 @@ class IOMethods(MixinBase):
         ``prefix`` ends with ``.tdz``, as tensordict does. ``compression`` (archives only:
         ``"deflate"``, ``"bzip2"``, ``"lzma"``, or ``"stored"``, the default) compresses the
         tensor entries: a smaller file whose leaves load by copying. ``return_early=True``
-        returns a finished ``concurrent.futures.Future`` (tensordict's spelling; the save
+        returns a finished ``TensorDictFuture`` (tensordict's spelling; the save
         is synchronous).
 
         ``prefix`` may be a URL (``s3://``, ``gs://``, ``memory://``...; see docs/remote.md)
@@ -154,11 +154,9 @@ class IOMethods(MixinBase):
             storage_options=storage_options,
         )
         if return_early:  # tensordict's future: here the save is done when this returns
-            from concurrent.futures import Future
+            from tensorbox._core.future import done
 
-            done: Future[Self] = Future()
-            done.set_result(out)
-            return done  # type: ignore[return-value]
+            return done(out)  # type: ignore[return-value]
         return out
 
     def memmap_like(
@@ -322,7 +320,7 @@ class IOMethods(MixinBase):
 
         ``to(device)`` of the result moves the storage in one copy, and pickling it sends
         one buffer. Unlocking ends the consolidation. ``return_early=True`` returns a
-        ``concurrent.futures.Future`` of the result; ``num_threads`` copies leaves in
+        ``TensorDictFuture`` of the result; ``num_threads`` copies leaves in
         parallel; ``device``, ``share_memory`` and ``pin_memory`` place the storage.
 
         >>> import torch; from tensorbox import TensorDict
@@ -357,6 +355,19 @@ class IOMethods(MixinBase):
         from tensorbox._core import consolidate as _consolidate
 
         return _consolidate.is_consolidated(self)
+
+    @property
+    def _consolidated(self) -> dict[str, Any]:
+        """tensordict's marker of a consolidated container: ``{"storage": the uint8 buffer
+        every leaf views, "metadata": its layout}``. A container that is not consolidated
+        has no such attribute (``hasattr`` is False), as in tensordict."""
+        packed = getattr(self, "_packed", None)
+        if packed is None:
+            raise AttributeError(
+                f"'{type(self).__name__}' object has no attribute '_consolidated' (it is "
+                "not consolidated: call consolidate())"
+            )
+        return {"storage": packed[0], "metadata": packed[1]}
 
     @classmethod
     def from_consolidated(cls, filename: Any) -> Self:
