@@ -105,5 +105,5 @@ def test_pickling_sends_one_buffer() -> None:
     back = pickle.loads(blob)
     assert back.is_consolidated() and (back == td).all()
     assert len(blob) < len(plain)  # one storage instead of 200 tensors
-    leaf_ptrs = {back[k].untyped_storage().data_ptr() for k in back}
+    leaf_ptrs = {v.untyped_storage().data_ptr() for v in back.values()}
     assert len(leaf_ptrs) == 1
