@@ -416,7 +416,7 @@ def test_legacy_trees_are_checked_too(legacy: Path) -> None:
     meta["_class"] = "tensordict:TensorDict"
     meta["obs"] = {"type": "LazyStackedTensorDict"}
     (root / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(FormatError, match="obs is missing .*meta.json: entry 'obs'"):
+    with pytest.raises(FormatError, match=r"obs is missing .*meta\.json: entry 'obs'"):
         _read(str(root))
     meta["obs"] = {"dtype": "torch.float32", "shape": [3, 4], "file": "x", "is_nested": True}
     (root / "meta.json").write_text(json.dumps(meta))

@@ -76,14 +76,14 @@ def test_lazy_stacks_load_as_dense_stacks(trees: Path) -> None:
 
 
 def test_a_lazy_stack_is_a_copy_so_r_plus_is_refused(trees: Path) -> None:
-    with pytest.raises(FormatError, match="lazy stack loads as a dense copy.*mode='r'"):
+    with pytest.raises(FormatError, match=r"lazy stack loads as a dense copy.*mode='r'"):
         TensorDict.load_memmap(trees / "lazy_same", mode="r+")
     copy = TensorDict.load_memmap(trees / "lazy_same", mode="r")
     assert copy["a"].sum() == 3.0
 
 
 def test_a_ragged_lazy_stack_says_what_to_do(trees: Path) -> None:
-    with pytest.raises(FormatError, match="do not stack densely.*load each element on its own"):
+    with pytest.raises(FormatError, match=r"do not stack densely.*load each element on its own"):
         TensorDict.load_memmap(trees / "lazy_ragged")
     one = TensorDict.load_memmap(trees / "lazy_ragged" / "1")
     assert one["a"].tolist() == [1.0] * 4

@@ -123,6 +123,7 @@ def memmap(
     archive: bool = False,
     compression: Any = None,
     storage_options: dict[str, Any] | None = None,
+    layout: str = "tensorbox",
 ) -> Any:
     """A memory-mapped copy of ``obj`` (locked); ``obj`` is unchanged.
 
@@ -131,8 +132,14 @@ def memmap(
     (off by default: hashing runs slower than writing). ``archive=True`` writes one
     file instead of a folder (:mod:`tensorbox._storage.archive.store`), ``compression``
     compresses its leaves. A URL ``prefix`` takes archives only
-    (:mod:`tensorbox._storage.remote`).
+    (:mod:`tensorbox._storage.remote`). ``layout="tensordict"`` writes tensordict's own
+    folder layout (:mod:`tensorbox._storage.format.legacy`).
     """
+    if layout != "tensorbox" and (archive or _remote.is_url(prefix)):
+        raise ValueError(
+            f"format={layout!r} writes a folder: pass a local folder path without "
+            "archive=True (tensorbox's archives use tensorbox's format)"
+        )
     found = _remote.split_url(prefix)
     if found is not None:
         if not archive:
@@ -160,7 +167,12 @@ def memmap(
         store: Store = _archive.ArchiveStore(os.path.realpath(os.fspath(prefix)))
         saver = Saver(store, "copy", True, fsync, checksum=checksum, compression=compression)
     else:
-        saver = Saver(_folder(prefix), "copy", True, fsync, checksum=checksum)
+        if layout != "tensorbox" and checksum:
+            raise ValueError(
+                f"format={layout!r} has nowhere to record checksums: save with "
+                "tensorbox's format for checksum=True"
+            )
+        saver = Saver(_folder(prefix), "copy", True, fsync, checksum=checksum, layout=layout)
     saver.progress = progress
     return run(saver, obj, num_threads)
 

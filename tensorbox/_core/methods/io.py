@@ -119,6 +119,7 @@ class IOMethods(MixinBase):
         archive: bool | None = None,
         compression: str | int | None = None,
         storage_options: dict[str, Any] | None = None,
+        format: str = "tensorbox",
     ) -> Self:
         """A memory-mapped copy written under ``prefix`` (this one is unchanged).
 
@@ -135,6 +136,11 @@ class IOMethods(MixinBase):
         ``prefix`` may be a URL (``s3://``, ``gs://``, ``memory://``...; see docs/remote.md)
         with ``archive=True``: one object, uploaded whole, credentials from the usual
         configuration or ``storage_options``. A folder save to a URL is refused.
+
+        ``format="tensordict"`` writes tensordict's own folder layout, which tensordict
+        0.14/0.15 reads with ``TensorDict.load_memmap``: tensorclass nodes become
+        TensorDict nodes, and jagged leaves or keys that layout cannot hold are refused
+        (docs/migrating.md says what else the layout lacks).
         """
         from tensorbox._storage import persist as _persist
         from tensorbox._storage.archive import store as _archive
@@ -152,6 +158,7 @@ class IOMethods(MixinBase):
             archive=archive,
             compression=compression,
             storage_options=storage_options,
+            layout=format,
         )
         if return_early:  # tensordict's future: here the save is done when this returns
             from tensorbox._core.future import done

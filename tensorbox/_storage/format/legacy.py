@@ -25,7 +25,7 @@ from tensorbox._storage.format.parse import (
 from tensorbox._storage.format.spec import META, SUFFIX
 from tensorbox.errors import FormatError
 
-__all__ = ["parse_legacy"]
+__all__ = ["check_legacy_key", "legacy_node_meta", "legacy_value_meta", "parse_legacy"]
 
 # Node fields of tensordict's meta.json, mixed with its entries: a field whose
 # value is an object is an entry of that name (tensordict's own rule).
@@ -167,3 +167,76 @@ def _registered_name(dotted: str) -> str:
     module, _, name = dotted.rpartition(".")
     same = [k for k, c in CLASS_REGISTRY.items() if c.__qualname__.rpartition(".")[2] == name]
     return same[0] if len(same) == 1 else f"{module}:{name}"
+
+
+# ---------------------------------------------------------------- writing (format="tensordict")
+
+_TD_TYPE = "<class 'tensordict._td.TensorDict'>"
+
+
+def check_legacy_key(key: str, suffix: str, names: set[str], where: str) -> str:
+    """The file-system name tensordict gives ``key`` (``suffix`` added), or ValueError
+    for a key its layout cannot hold: a node field's name (its ``meta.json`` mixes
+    entries with fields), a name the file system refuses, or one that ``names`` (the
+    names of the node's other entries) already holds."""
+    name = legacy_name(key) + suffix
+    problem = None
+    if key in _LEGACY_FIELDS:
+        problem = f"is the name of a field of tensordict's meta.json {sorted(_LEGACY_FIELDS)}"
+    elif len(name.encode("utf-8", "surrogatepass")) > 255 or "\0" in key:
+        problem = "gives a file name too long for the file system"
+    elif name == META or name in names:
+        problem = f"gives the file name {name!r}, which another entry of the node has"
+    if problem is not None:
+        raise ValueError(
+            f"format='tensordict': {where} {problem}; tensordict's layout cannot store it. "
+            "Rename the key, or save with tensorbox's format (the default)"
+        )
+    return name
+
+
+def legacy_node_meta(batch_size: Any, entries: dict[str, Any]) -> dict[str, Any]:
+    """tensordict's ``meta.json`` of a node (format version 1) from the tensorbox entries
+    the saver planned (tensors, nodes, JSON values); every node is a TensorDict."""
+    out: dict[str, Any] = {}
+    for k, e in entries.items():
+        kind = e["kind"]
+        if kind == "tensor":
+            out[k] = {
+                "device": "cpu",
+                "shape": e["shape"],
+                "dtype": f"torch.{e['dtype']}",
+                "is_nested": False,
+            }
+        elif kind == "node":
+            out[k] = {"type": "TensorDict"}
+        else:
+            out[k] = {"type": "NonTensorStack" if e.get("stacked") else "NonTensorData"}
+    out.update(
+        shape=[int(d) for d in batch_size],
+        device="cpu",  # what tensordict writes: a memory-mapped tree lives on the CPU
+        _type=_TD_TYPE,
+        _format_version=1,
+        _class="tensordict:TensorDict",
+    )
+    return out
+
+
+def legacy_value_meta(entry: dict[str, Any]) -> dict[str, Any]:
+    """tensordict's ``meta.json`` of a ``NonTensorData``/``NonTensorStack`` sub-node
+    holding a JSON entry the saver planned."""
+    if entry.get("stacked"):
+        return {
+            "_type": "<class 'tensordict.tensorclass.NonTensorStack'>",
+            "_format_version": 1,
+            "_class": "tensordict:NonTensorStack",
+            "stack_dim": 0,
+            "device": None,
+            "data": entry["value"],
+        }
+    return {
+        "_type": "<class 'tensordict.tensorclass.NonTensorData'>",
+        "data": entry["value"],
+        "_metadata": None,
+        "_is_non_tensor": True,
+    }
