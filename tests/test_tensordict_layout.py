@@ -188,3 +188,19 @@ def test_what_the_layout_cannot_hold_is_refused(tmp_path: Path) -> None:
         saved["device"] = torch.zeros(2)  # a commit that cannot be written: undone
     assert saved.get("device", None) is None
     assert TensorDict.load_memmap(tmp_path / "g").get("device", None) is None
+
+
+def test_references_to_its_files_pickle_without_ids(tmp_path: Path) -> None:
+    import io
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # registers torch's reductions
+
+    t = TensorDict(a=torch.arange(3.0), batch_size=[3]).memmap(tmp_path / "t", format="tensordict")
+    with t.unlock_():
+        t["b"] = torch.ones(3)  # a commit: the files are those of the new tree
+    buf = io.BytesIO()
+    ForkingPickler(buf).dump(t)  # what DataLoader workers receive: references to the files
+    back = pickle.loads(buf.getvalue())
+    assert back["a"].tolist() == [0.0, 1.0, 2.0] and back["b"].tolist() == [1.0] * 3

@@ -144,8 +144,11 @@ class Saver:
                 for job in (*self.writes, *self.keeps):
                     zeros = like and id(job[4]) not in structure
                     job[4]["sha256"] = _checksum.tensor_sha256(None if zeros else job[1], job[1])
+            legacy = self.legacy  # tensordict's layout records no ids: none to check
             index = [
-                writer.leaf(p, t, like and id(e) not in structure, e.get("id"), k)
+                writer.leaf(
+                    p, t, like and id(e) not in structure, None if legacy else e.get("id"), k
+                )
                 for p, t, _, k, e in self.writes
             ]
         except BaseException:
@@ -160,7 +163,7 @@ class Saver:
         for (_, t, store, key, _), i in zip(self.writes, index, strict=True):
             store[key] = writer.opened(i, t)
         for _, t, _, _, entry in self.keeps:
-            t.untyped_storage()._tbx_gen = entry["id"]  # type: ignore[attr-defined]
+            t.untyped_storage()._tbx_gen = None if self.legacy else entry["id"]  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------ the walk
 
