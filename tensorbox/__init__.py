@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from tensorbox._core import pytree as _pytree  # noqa: F401  (registers TensorDict with torch's pytree and collate)
 from tensorbox._core.functional import cat, stack
-from tensorbox._core.future import TensorDictFuture
 from tensorbox._core.jagged_pad import to_padded_tensor
 from tensorbox._core.keys import NestedKey, unravel_key
 from tensorbox._core.nontensor import NonTensorData
@@ -81,6 +80,7 @@ __all__ = [
 if TYPE_CHECKING:
     from tensorbox import buffer as buffer  # the modules too: `tensorbox.data.transforms`
     from tensorbox import data as data
+    from tensorbox._core.future import TensorDictFuture
     from tensorbox._redis import LazyStackedTensorDictStore, TensorDictStore
     from tensorbox._storage.archive.convert import pack, unpack
     from tensorbox.data import BatchLoader, ImageFolderData
@@ -118,6 +118,7 @@ _LAZY = {
     "from_zarr": "interop",
     "to_arrow": "interop",
     "to_safetensors": "interop",
+    "TensorDictFuture": "_core.future",  # the return_early result: loaded when first used
 }
 _LAZY_MODULES = ("buffer", "data")
 

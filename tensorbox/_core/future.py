@@ -25,7 +25,14 @@ _T = TypeVar("_T")
 
 class TensorDictFuture(Future[_T]):
     """A container still being written by a background thread: ``result()`` waits for
-    it and returns it (or raises the error the writes met)."""
+    it and returns it (or raises the error the writes met).
+
+    >>> import torch
+    >>> from tensorbox import TensorDict
+    >>> fut = TensorDict(a=torch.arange(3)).consolidate(num_threads=2, return_early=True)
+    >>> fut.result()["a"].tolist()
+    [0, 1, 2]
+    """
 
 
 def done(value: _T) -> TensorDictFuture[_T]:
