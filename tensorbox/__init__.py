@@ -57,6 +57,7 @@ __all__ = [
     "TensorClass",
     "TensorDict",
     "TensorDictBase",
+    "TensorDictFuture",
     "TensorDictKeyError",
     "TensorDictStore",
     "TensorboxError",
@@ -92,6 +93,7 @@ __all__ = [
 if TYPE_CHECKING:
     from tensorbox import buffer as buffer  # the modules too: `tensorbox.data.transforms`
     from tensorbox import data as data
+    from tensorbox._core.future import TensorDictFuture
     from tensorbox._redis import LazyStackedTensorDictStore, TensorDictStore
     from tensorbox._storage.archive.convert import pack, unpack
     from tensorbox.data import BatchLoader, ImageFolderData
@@ -129,6 +131,7 @@ _LAZY = {
     "from_zarr": "interop",
     "to_arrow": "interop",
     "to_safetensors": "interop",
+    "TensorDictFuture": "_core.future",  # the return_early result: loaded when first used
 }
 _LAZY_MODULES = ("buffer", "data")
 

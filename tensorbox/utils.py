@@ -16,12 +16,14 @@ from typing import Any, TypeVar
 import torch  # noqa: F401  (the examples use it)
 from torch import Tensor
 
+from tensorbox._core.future import TensorDictFuture
 from tensorbox._core.keys import NestedKey, unravel_key
 from tensorbox._core.tensordict import is_tensor_collection
 from tensorbox._tensorclass import is_tensorclass
 
 __all__ = [
     "NestedKey",
+    "TensorDictFuture",
     "expand_as_right",
     "expand_right",
     "is_tensor_collection",

@@ -359,6 +359,8 @@ def to_module(
         if p in leaves:
             groups.setdefault(id(s.tensor), []).append(p)
     old: dict[_Path, Tensor] = {}
+    if inplace:  # memory-mapped destinations: a full disk raises before the first copy
+        _reserve_all((slots[ps[0]].tensor, (_dotted(ps[0]),)) for ps in groups.values())
     with torch.no_grad():
         for paths in groups.values():
             first = slots[paths[0]]
@@ -509,13 +511,22 @@ def load_state_dict(
             "compare the keys with list(td.state_dict()); strict=False skips missing and "
             "unexpected keys",
         )
-    for k, v in state_dict.items():
-        if k in leaves and v is not leaves[k]:
-            copy_chunked(leaves[k], v, chunk_bytes)
+    todo = [(leaves[k], v, k) for k, v in state_dict.items() if k in leaves and v is not leaves[k]]
+    _reserve_all((t, (k,)) for t, _, k in todo)  # a full disk raises before the first copy
+    for t, v, _ in todo:
+        copy_chunked(t, v, chunk_bytes)
     return IncompatibleKeys(missing, unexpected)
 
 
 _flat = state_dict  # load_state_dict's argument shadows the function's name
+
+
+def _reserve_all(pairs: Any) -> None:
+    """Reserve the file bytes of each memory-mapped ``(tensor, key)`` destination: on a
+    sparse file, a full disk is an ``OSError`` naming the key before anything is copied."""
+    from tensorbox._storage.reserve import reserve_all as reserve
+
+    reserve(pairs)
 
 
 # ------------------------------------------------------------------ as_module

@@ -404,13 +404,19 @@ def test_legacy_trees_are_checked_too(legacy: Path) -> None:
     meta["_class"] = "tensordict:LazyStackedTensorDict"
     (root / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(
-        FormatError, match="of class 'tensordict:LazyStackedTensorDict'; tensorbox reads"
+        FormatError, match=r"a lazy stack without elements \(no sub-directory '0'\)"
+    ):
+        _read(str(root))
+    meta["_class"] = "tensordict:LazyStackedTensorDictOfTheFuture"
+    (root / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(
+        FormatError, match="of class 'tensordict:LazyStackedTensorDictOfTheFuture'; tensorbox reads"
     ):
         _read(str(root))
     meta["_class"] = "tensordict:TensorDict"
     meta["obs"] = {"type": "LazyStackedTensorDict"}
     (root / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(FormatError, match="entry 'obs' has type 'LazyStackedTensorDict'"):
+    with pytest.raises(FormatError, match=r"obs is missing .*meta\.json: entry 'obs'"):
         _read(str(root))
     meta["obs"] = {"dtype": "torch.float32", "shape": [3, 4], "file": "x", "is_nested": True}
     (root / "meta.json").write_text(json.dumps(meta))

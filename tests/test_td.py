@@ -364,8 +364,8 @@ def test_setitem_writes_rows_in_place(td: TensorDict) -> None:
     td[torch.tensor([0])] = src
     assert td["action"][0] == 4
     assert td["obs"] is obs  # never replaced, only written into
-    with pytest.raises(TensorDictKeyError, match="cannot write key 'zz' into selected rows"):
-        td[0] = {"zz": torch.zeros(())}
+    td[0] = {"zz": torch.ones(())}  # a missing key is created, zeros in the other rows
+    assert td["zz"].tolist() == [1.0, 0.0, 0.0, 0.0]
     with pytest.raises(BatchSizeError, match="cannot write into key 'action'"):
         td[0:2] = {"action": torch.zeros(3)}
     with pytest.raises(TypeError, match="non-tensor value 'x' into tensor 'action'"):

@@ -39,7 +39,7 @@ from torch import Tensor
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.tree import is_coll
 
-__all__ = ["OPEN", "TREES", "UNLOCK", "Backing", "hook", "install", "sync_open"]
+__all__ = ["OPEN", "RESERVE", "TREES", "UNLOCK", "Backing", "hook", "install", "sync_open"]
 
 #: The nodes of tree-backed containers, by ``id``, each with the storage layer's record
 #: of its tree (filled by the storage layer). The container's write gates test it first.
@@ -67,6 +67,11 @@ class Backing(Protocol):
 
 
 _HOOK: list[Backing] = []
+
+#: ``reserve(leaf, key)``, set by the storage layer: reserves a file-backed leaf's bytes
+#: before an in-place copy into it (``set_``, ``update_``), so that a full disk under a
+#: sparse file is an ``OSError``, not a SIGBUS. Empty until storage is imported.
+RESERVE: list[Callable[[Tensor, tuple[str, ...]], None]] = []
 
 
 def install(backing: Backing) -> None:

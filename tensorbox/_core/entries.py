@@ -24,6 +24,7 @@ from torch import Tensor
 
 from tensorbox._core import chunks as _chunks
 from tensorbox._core import jagged as _jagged
+from tensorbox._core.backing import RESERVE
 from tensorbox._core.keys import check_str_key, format_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.shape import check_leaf_shape, leads_with
@@ -165,7 +166,7 @@ def _fits_under(value: Any, bs: torch.Size) -> bool:
     )
 
 
-def copy_leaf(dst: Tensor, src: Any) -> None:
+def copy_leaf(dst: Tensor, src: Any, key: tuple[str, ...] = ()) -> None:
     """``dst.copy_(src)`` for in-place writes (``set_``, ``update_``, ``set(inplace=True)``).
 
     A large copy (over ``CHUNK_BYTES``) goes in slices through ``copy_chunked``, so converting dtypes or filling a memory-mapped
@@ -174,6 +175,8 @@ def copy_leaf(dst: Tensor, src: Any) -> None:
     """
     if not isinstance(src, Tensor):
         src = torch.as_tensor(src)
+    if RESERVE and type(dst) is not Tensor:  # a mapped leaf: its file's bytes reserved first
+        RESERVE[0](dst, key)
     if (
         dst.nbytes > _chunks.CHUNK_BYTES
         and src.shape == dst.shape

@@ -32,6 +32,7 @@ from torch import Tensor
 from tensorbox._core import jagged as _jagged
 from tensorbox._core.jagged_gather import as_rows
 from tensorbox._core.nontensor import NonTensorData, cpu_index, per_row
+from tensorbox._core.row_keys import create_missing
 from tensorbox._core.shape import normalize_index
 from tensorbox._core.tree import KEEP
 from tensorbox.errors import BatchSizeError, TensorDictKeyError
@@ -191,14 +192,9 @@ def setitem_batch(td: TensorCollection, index: Any, value: Any) -> None:
     elif getattr(type(value), "_is_tensor_collection", False):
         store = value._tensordict
     if store is not None:
+        create_missing(td, store, index)  # keys `td` lacks: made whole, then written
         for k, v in store.items():
-            cur = td._tensordict.get(k)
-            if cur is None:
-                raise TensorDictKeyError(
-                    f"cannot write key {k!r} into selected rows: the destination has no such "
-                    f"key (existing keys: {sorted(td._tensordict)!r}); set it first"
-                )
-            _write_rows(td, k, cur, index, v)
+            _write_rows(td, k, td._tensordict[k], index, v)
         return
     for k, cur in td._tensordict.items():
         if type(cur) is not _NTD:

@@ -69,7 +69,7 @@ def update(
             td._set_str(k, v, (k,))
         elif isinstance(cur, Tensor):
             if inplace and not (is_coll(v) or isinstance(v, Mapping) or type(v) is _NTD):
-                copy_leaf(cur, v)
+                copy_leaf(cur, v, (k,))
             else:
                 td._set_str(k, v, (k,))
         elif type(cur) is not _NTD and (is_coll(v) or isinstance(v, Mapping)):

@@ -51,7 +51,7 @@ from tensorbox._core.schema import check_json_value
 from tensorbox._core.tree import is_coll, type_name
 from tensorbox._storage import backed as _backed
 from tensorbox._storage import commit as _commit
-from tensorbox._storage.folder import FolderStore
+from tensorbox._storage.folder import FolderStore, tree_layout
 from tensorbox._storage.format.spec import META, SUFFIX
 from tensorbox._storage.jagged_io import check_offsets
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor, _blank, map_file
@@ -578,7 +578,10 @@ def _extend_tree(td: Any, root: str, rows: Any, fsync: bool) -> None:
         plan = _Plan(fsync)
         grown = plan.node(td, disk, rows, ())  # every value checked: nothing written yet
         plan.write()
-        saver = Saver(FolderStore(root), "inplace", False, fsync, checksum=plan.checksum)
+        saver = Saver(
+            FolderStore(root), "inplace", False, fsync, checksum=plan.checksum,
+            layout=tree_layout(root),  # a tree in tensordict's layout stays in it
+        )  # fmt: skip
         saver.types = plan.types
         _backed.run(saver, grown, 0, held=True)
         # Rebound under the lock: another thread's append to ``td`` waits for it.

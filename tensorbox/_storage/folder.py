@@ -36,7 +36,7 @@ from tensorbox._storage import checksum as _checksum
 from tensorbox._storage import commit as _commit
 from tensorbox._storage.format.metafile import fsync_dir, read_meta_bytes, write_new_meta
 from tensorbox._storage.format.names import is_plain_name
-from tensorbox._storage.format.parse import LeafSpec
+from tensorbox._storage.format.parse import LeafSpec, is_legacy
 from tensorbox._storage.format.spec import FORMAT, META
 from tensorbox._storage.memmap_tensor import map_file, write_file
 from tensorbox._storage.store import NodeFiles, Store, TensorEntry, Writer
@@ -352,3 +352,15 @@ def old_node_dirs(root: str) -> list[str]:
                 dirs.append(p)
                 todo.append(p)
     return dirs
+
+
+def tree_layout(root: str) -> str:
+    """The layout of the tree now at ``root``: ``"tensordict"`` when tensordict's own
+    (written by tensordict, or by ``memmap(format="tensordict")``), else
+    ``"tensorbox"``. A write-through commit or an ``extend_`` keeps it, so a tree handed
+    to tensordict users stays readable by them."""
+    try:
+        doc = orjson.loads(read_meta_bytes(root, os.path.join(root, META)))
+    except Exception:  # missing, damaged: a new tree is tensorbox's
+        return "tensorbox"
+    return "tensordict" if is_legacy(doc) else "tensorbox"

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from tensorbox._core.nontensor import NonTensorData
-from tensorbox._core.tree import PLAIN, type_name
+from tensorbox._core.tree import CLASS_REGISTRY, PLAIN, type_name
 from tensorbox._storage import jagged_io as _jagged_io
 from tensorbox._storage.format.spec import META
 from tensorbox._storage.store import JaggedEntry, Node, NodeEntry, Store, TensorEntry, read_child
@@ -62,6 +62,35 @@ def _fit(cls: type | None, strict: bool) -> str:
     return "fallback" if cls is None or issubclass(cls, PLAIN[0]) else "raise"
 
 
+def field_class(parent: Any, key: str) -> type | None:
+    """The tensorclass that field ``key`` of tensorclass ``parent`` is annotated with
+    (``Node``, ``Node | None``, ``Optional["Node"]``), or None: how a nested node of a
+    tree tensordict wrote, whose class name is not registered here, loads as the class
+    the caller declared. A string annotation is matched by name against ``parent``
+    itself and the classes registered from its module (nothing is evaluated)."""
+    import re
+    import typing
+
+    spec = next((f for f in getattr(parent, "__tc_fields__", ()) if f.name == key), None)
+    if spec is None:
+        return None
+    ann = spec.type
+    options = typing.get_args(ann) if typing.get_origin(ann) is not None else (ann,)
+    for opt in options:
+        if isinstance(opt, typing.ForwardRef):
+            opt = opt.__forward_arg__
+        if isinstance(opt, type) and getattr(opt, "__tc_fields__", None) is not None:
+            return opt
+        if isinstance(opt, str):
+            for name in re.findall(r"[A-Za-z_][A-Za-z_0-9]*", opt):
+                if name == parent.__name__:
+                    return parent  # type: ignore[no-any-return]
+                found = CLASS_REGISTRY.get(f"{parent.__module__}:{name}")
+                if found is not None:
+                    return found
+    return None
+
+
 class Loader:
     """One load: the store and the load's settings, shared by every node."""
 
@@ -77,16 +106,22 @@ class Loader:
         self.store, self.registry, self.device = store, registry, device
         self.non_blocking, self.mode, self.fit = non_blocking, mode, fit
         self.strict = False  # mode="r+" given: a file we may not write raises
+        self.copies: list[str] = []  # nodes loaded as copies (lazy stacks, densified)
 
     def node(self, node: Node, cls: type | None, depth: int) -> Any:
         out: dict[str, Any] = {}
         store, device, mode = self.store, self.device, self.mode
         tensor = store.tensor
+        parent = cls if cls is not None else self.registry.get(node.type)
         for key, e in node.entries.items():
             if type(e) is TensorEntry:  # the common case first: many small leaves
                 leaf = tensor(e, mode)
             elif type(e) is NodeEntry:
-                out[key] = self.node(read_child(store, node, e, depth + 1), None, depth + 1)
+                child = read_child(store, node, e, depth + 1)
+                hint = None
+                if node.legacy and child.type not in self.registry:
+                    hint = field_class(parent, key)  # a tensordict tree: the field's class
+                out[key] = self.node(child, hint, depth + 1)
                 continue
             elif type(e) is JaggedEntry:
                 leaf = _jagged_io.build(tensor(e.values, mode), tensor(e.offsets, mode), e)
@@ -98,9 +133,31 @@ class Loader:
                 if device is None
                 else leaf.to(device, non_blocking=self.non_blocking, copy=True)
             )
+        if node.stack_dim is not None:
+            return self.stack(node, out, cls)
         # Mapped leaves live on the CPU; a copy lives on ``device``.
         want = device if device is not None else (None if node.device is None else _CPU)
         return self.rebuild(node, out, want, cls)
+
+    def stack(self, node: Node, elements: dict[str, Any], cls: type | None) -> Any:
+        """A tensordict lazy stack, loaded as the dense stack of its elements (tensorbox
+        has no lazy stacks): a copy, so a later write does not reach the files."""
+        from tensorbox._core.functional import stack
+        from tensorbox.errors import BatchSizeError
+
+        self.copies.append(node.path)
+        try:
+            out = stack(list(elements.values()), node.stack_dim or 0)
+        except (BatchSizeError, RuntimeError, ValueError, TypeError) as err:
+            raise FormatError(
+                f"{node.path}/{META}: a tensordict lazy stack whose elements do not stack "
+                f"densely ({err}). tensorbox has no lazy stacks: load each element on its "
+                f"own (load_memmap of {node.path}/0, /1, ...), or in tensordict save "
+                "td.densify(layout=torch.jagged) or a padded copy instead"
+            ) from None
+        if cls is not None and not isinstance(out, cls):
+            return self.rebuild(node, out._tensordict, out._device, cls)
+        return out
 
     def rebuild(
         self, node: Node, store: dict[str, Any], device: torch.device | None, cls: type | None

@@ -64,6 +64,7 @@ from tensorbox._storage.load import Loader, _fit, saved_type
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor, _check_mode
 from tensorbox._storage.save import Saver
 from tensorbox._storage.store import Node, Store, verify
+from tensorbox.errors import FormatError
 
 __all__ = [
     "is_memmap",
@@ -122,6 +123,7 @@ def memmap(
     archive: bool = False,
     compression: Any = None,
     storage_options: dict[str, Any] | None = None,
+    layout: str = "tensorbox",
 ) -> Any:
     """A memory-mapped copy of ``obj`` (locked); ``obj`` is unchanged.
 
@@ -130,8 +132,14 @@ def memmap(
     (off by default: hashing runs slower than writing). ``archive=True`` writes one
     file instead of a folder (:mod:`tensorbox._storage.archive.store`), ``compression``
     compresses its leaves. A URL ``prefix`` takes archives only
-    (:mod:`tensorbox._storage.remote`).
+    (:mod:`tensorbox._storage.remote`). ``layout="tensordict"`` writes tensordict's own
+    folder layout (:mod:`tensorbox._storage.format.legacy`).
     """
+    if layout != "tensorbox" and (archive or _remote.is_url(prefix)):
+        raise ValueError(
+            f"format={layout!r} writes a folder: pass a local folder path without "
+            "archive=True (tensorbox's archives use tensorbox's format)"
+        )
     found = _remote.split_url(prefix)
     if found is not None:
         if not archive:
@@ -159,7 +167,12 @@ def memmap(
         store: Store = _archive.ArchiveStore(os.path.realpath(os.fspath(prefix)))
         saver = Saver(store, "copy", True, fsync, checksum=checksum, compression=compression)
     else:
-        saver = Saver(_folder(prefix), "copy", True, fsync, checksum=checksum)
+        if layout != "tensorbox" and checksum:
+            raise ValueError(
+                f"format={layout!r} has nowhere to record checksums: save with "
+                "tensorbox's format for checksum=True"
+            )
+        saver = Saver(_folder(prefix), "copy", True, fsync, checksum=checksum, layout=layout)
     saver.progress = progress
     return run(saver, obj, num_threads)
 
@@ -259,9 +272,20 @@ def load_memmap(
     root = os.path.realpath(os.fspath(prefix))
     lock = _commit.read_lock(root)
     try:
+        copies: list[str] = []
         obj = load_from(
-            FolderStore(root, must_write), "", cls, dev, non_blocking, mode, verify, fit, lock=False
-        )
+            FolderStore(root, must_write), "", cls, dev, non_blocking, mode, verify, fit,
+            lock=False, copies=copies,
+        )  # fmt: skip
+        if copies and mode == "r+":  # a tensordict lazy stack loads as a dense copy
+            if must_write:
+                raise FormatError(
+                    f"{copies[0]}: a tensordict lazy stack loads as a dense copy, which "
+                    "writes would not reach; open the tree with mode='r'"
+                )
+            mode = "r"  # all of it copy-on-write, so no write half-reaches the files
+            obj = load_from(FolderStore(root), "", cls, dev, non_blocking, mode, False, fit,
+                            lock=False)  # fmt: skip
         backed = mode == "r+" and dev is None  # writes reach this tree: mode="r" is a copy
         gen = _backed.generation(root) if backed else None  # this one, while locked
     finally:
@@ -283,15 +307,18 @@ def load_from(
     fit: str = "fallback",
     lock: bool = True,
     top: Node | None = None,
+    copies: list[str] | None = None,
 ) -> Any:
     """The container saved in ``store`` (node ``rel``, already read as ``top``), as
     ``cls``; ``check`` reads every byte first (:func:`~tensorbox._storage.store.verify`).
-    Locked unless ``lock=False``."""
+    Locked unless ``lock=False``. ``copies`` receives the nodes loaded as copies."""
     loader = Loader(store, CLASS_REGISTRY, device, non_blocking, mode, fit)
     top = top or store.node(rel)
     if check:
         verify(store, rel, top)
     obj = loader.node(top, cls, 0)
+    if copies is not None:  # the nodes loaded as copies, for a caller that maps r+
+        copies.extend(loader.copies)
     return obj.lock_() if lock else obj
 
 

@@ -9,6 +9,15 @@ leaves the file as it was.
 The range reserved is the span of rows along the leaf's first dim that the index
 touches (from the first to the last), in the leaf's own file. Blocks already
 allocated cost nothing to reserve again.
+
+Every in-place write into a file-backed leaf reserves first: a row write
+(``td[rows] = ...``, :func:`reserve_rows`), ``set_``/``update_``/``set(inplace=True)``
+(the core's ``copy_leaf`` calls :func:`reserve_leaf` through the hook
+:func:`install` sets in :mod:`tensorbox._core.backing`), ``load_state_dict`` and
+``to_module(inplace=True)`` (every destination reserved before the first copy:
+:func:`reserve_all`). ``extend_`` writes with ``pwrite`` after growing the files,
+never through a mapping. A write through a raw mapped tensor (``td["k"][rows] = v``
+on the tensor itself) bypasses all of these.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ from torch import Tensor
 from tensorbox._core.keys import format_key
 from tensorbox._core.tree import is_coll
 
-__all__ = ["reserve_rows"]
+__all__ = ["install", "reserve_all", "reserve_leaf", "reserve_rows"]
 
 
 def _row_span(t: Tensor, index: Any) -> tuple[int, int] | None:
@@ -83,3 +92,21 @@ def reserve_rows(td: Any, index: Any, path: tuple[str, ...] = ()) -> None:
             _reserve(v, index, (*path, k))
         elif is_coll(v):
             reserve_rows(v, index, (*path, k))
+
+
+def reserve_leaf(t: Tensor, key: tuple[str, ...] = ()) -> None:
+    """Reserve every byte of ``t`` in its file (nothing for a tensor in memory)."""
+    _reserve(t, Ellipsis, key)
+
+
+def reserve_all(pairs: Any) -> None:
+    """Reserve each ``(tensor, key)`` of ``pairs``: a full disk raises before any copy."""
+    for t, key in pairs:
+        _reserve(t, Ellipsis, key)
+
+
+def install() -> None:
+    """Make the core's in-place copies (``set_``, ``update_``) reserve first."""
+    from tensorbox._core import backing
+
+    backing.RESERVE[:] = [reserve_leaf]

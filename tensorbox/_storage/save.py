@@ -36,7 +36,12 @@ from tensorbox._core.schema import DTYPES, check_json_value, dtype_name
 from tensorbox._core.tree import is_coll, type_name
 from tensorbox._storage import checksum as _checksum
 from tensorbox._storage import jagged_io as _jagged_io
-from tensorbox._storage.format.names import encode_key
+from tensorbox._storage.format.legacy import (
+    check_legacy_key,
+    legacy_node_meta,
+    legacy_value_meta,
+)
+from tensorbox._storage.format.names import encode_key, legacy_name
 from tensorbox._storage.format.spec import MAX_DEPTH, SUFFIX, node_meta
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor, _shared_memory
 from tensorbox._storage.store import Store, Writer
@@ -67,6 +72,7 @@ class Saver:
         fsync: bool,
         sparse: bool = False,
         checksum: bool = False,
+        layout: str = "tensorbox",
         **options: Any,
     ) -> None:
         self.store = store
@@ -77,6 +83,12 @@ class Saver:
         self.sparse = sparse
         self.checksum = checksum
         self.options = options  # for the store's writer (compression=...)
+        # "tensordict": the nodes and names of tensordict's own layout (format/legacy.py),
+        # which tensordict's load_memmap reads; its non-tensor values are sub-nodes
+        if layout not in ("tensorbox", "tensordict"):
+            raise ValueError(f"format={layout!r}: expected 'tensorbox' or 'tensordict'")
+        self.legacy = layout == "tensordict"
+        self.values: list[tuple[str, dict[str, Any]]] = []  # (node path, meta): legacy only
         self.types: dict[int, str] = {}  # type names to write, by id(node), over the classes'
         self.gen: tuple[int, int] | None = None  # the tree's generation after the save
         # A bar for the writes (tensorbox.progress): True, False, or None: shown when
@@ -120,6 +132,8 @@ class Saver:
             for d in self.dirs:
                 _, meta, std_json = metas[d]
                 writer.node(d, meta, std_json)
+            for d, meta in self.values:
+                writer.node(d, meta, True)
             for job in list(self.keeps):
                 if not writer.link(job[0], job[1]):
                     self.keeps.remove(job)  # no hard links here: write the bytes instead
@@ -130,8 +144,11 @@ class Saver:
                 for job in (*self.writes, *self.keeps):
                     zeros = like and id(job[4]) not in structure
                     job[4]["sha256"] = _checksum.tensor_sha256(None if zeros else job[1], job[1])
+            legacy = self.legacy  # tensordict's layout records no ids: none to check
             index = [
-                writer.leaf(p, t, like and id(e) not in structure, e.get("id"), k)
+                writer.leaf(
+                    p, t, like and id(e) not in structure, None if legacy else e.get("id"), k
+                )
                 for p, t, _, k, e in self.writes
             ]
         except BaseException:
@@ -146,7 +163,7 @@ class Saver:
         for (_, t, store, key, _), i in zip(self.writes, index, strict=True):
             store[key] = writer.opened(i, t)
         for _, t, _, _, entry in self.keeps:
-            t.untyped_storage()._tbx_gen = entry["id"]  # type: ignore[attr-defined]
+            t.untyped_storage()._tbx_gen = None if self.legacy else entry["id"]  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------ the walk
 
@@ -170,17 +187,21 @@ class Saver:
         entries: dict[str, Any] = {}
         std_json = False
         version = 2  # 3 only where a node holds a jagged entry (see the format spec)
+        legacy = self.legacy and directory is not None
+        names: set[str] = set()  # legacy: the node's file names so far
         for k, v in td._tensordict.items():
             kpath = (*path, k)
             if self.mode != "inplace":
                 store[k] = v  # a placeholder that keeps the key order; replaced below
+            if legacy:
+                self._legacy_entry(k, v, kpath, names)
             if type(v) is NJT:
                 entries[k] = self._jagged_leaf(v, k, kpath, directory, store)
                 version = 3
             elif isinstance(v, Tensor):
                 entries[k] = self._leaf(v, k, kpath, directory, store)
             elif is_coll(v):
-                name = encode_key(k, node=True)
+                name = legacy_name(k) if legacy else encode_key(k, node=True)
                 entries[k] = {"kind": "node", "dir": name}
                 sub = None if directory is None else (f"{directory}/{name}" if directory else name)
                 self._walk(v, sub, kpath, store, k)
@@ -188,8 +209,13 @@ class Saver:
                 entry, needs_std = _json_entry(v, kpath, td.batch_size)
                 std_json |= needs_std
                 entries[k] = entry
+                if legacy:  # tensordict keeps a value in a sub-node of its own
+                    sub = f"{directory}/{legacy_name(k)}" if directory else legacy_name(k)
+                    self.values.append((sub, legacy_value_meta(entry)))
         meta: Any = None
-        if directory is not None:
+        if legacy:
+            meta = (directory, legacy_node_meta(td.batch_size, entries), std_json)
+        elif directory is not None:
             name = self.types.get(id(obj)) or type_name(type(obj))
             meta = (
                 directory,
@@ -197,6 +223,16 @@ class Saver:
                 std_json,
             )
         self.nodes.append((obj, store, parent, key, meta))
+
+    def _legacy_entry(self, k: str, v: Any, kpath: tuple[str, ...], names: set[str]) -> None:
+        """Check that tensordict's layout can hold entry ``k``; note its file name."""
+        where = f"key {format_key(kpath)}"
+        if type(v) is NJT:
+            raise TypeError(
+                f"format='tensordict': {where} is a jagged tensor, which this layout does "
+                "not store; pad it (to_padded_tensor) or save with tensorbox's format"
+            )
+        names.add(check_legacy_key(k, SUFFIX if isinstance(v, Tensor) else "", names, where))
 
     def _linkable(self, rel: str, t: Tensor) -> bool:
         check = getattr(self.store, "linkable", None)
@@ -225,7 +261,7 @@ class Saver:
             if not (self.mode == "inplace" and isinstance(t, MemoryMappedTensor)):
                 self.writes.append(("", t, store, k, {}))
             return {}
-        file = encode_key(k) + SUFFIX
+        file = (legacy_name(k) if self.legacy else encode_key(k)) + SUFFIX
         target = f"{directory}/{file}" if directory else file  # a single plain component
         entry = {"kind": "tensor", "dtype": dtype, "shape": list(t.shape), "file": file}
         if self.mode == "inplace" and isinstance(t, MemoryMappedTensor):

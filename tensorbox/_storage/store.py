@@ -115,6 +115,7 @@ class Node(NamedTuple):
     entries: dict[str, Entry]
     legacy: bool
     rel: str = ""  # the node's path in the tree
+    stack_dim: int | None = None  # a tensordict lazy stack: its "0".."n-1" stacked on it
 
 
 class NodeFiles(abc.ABC):
@@ -229,6 +230,8 @@ class Store(abc.ABC):
             return Node(
                 self.where(rel), 0, doc.type, inner.batch_size, inner.device, entries, True, rel
             )
+        if doc.stack_dim is not None:  # a tensordict lazy stack: its elements' nodes
+            return self._stack(rel, doc, files, where)
         entries = {}
         for key, s in doc.entries.items():
             if type(s) is LeafSpec:
@@ -258,6 +261,33 @@ class Store(abc.ABC):
             doc.legacy,
             rel,
         )
+
+    def _stack(self, rel: str, doc: NodeDoc, files: NodeFiles, where: str) -> Node:
+        """A tensordict lazy stack: its elements, whose batch sizes must agree; the
+        stack's batch size has their count at ``stack_dim`` (the load stacks them)."""
+        entries: dict[str, Entry] = {}
+        batch: tuple[int, ...] | None = None
+        for key, s in doc.entries.items():
+            assert type(s) is ChildSpec and type(s.dir) is str
+            sub = files.child(s.dir, f"{where}: element {key!r}")
+            element = self.node(sub)
+            if batch is not None and element.batch_size != batch:
+                raise FormatError(
+                    f"{where}: the lazy stack's elements have batch sizes {list(batch)} and "
+                    f"{list(element.batch_size)} (element {key!r}); tensorbox stacks them "
+                    "densely: load each element on its own, or densify it in tensordict"
+                )
+            batch = element.batch_size
+            entries[key] = NodeEntry(sub)
+        assert batch is not None and doc.stack_dim is not None
+        if not 0 <= doc.stack_dim <= len(batch):
+            raise FormatError(
+                f"{where}: stack_dim {doc.stack_dim} is outside its elements' "
+                f"{len(batch)} batch dims"
+            )
+        full = (*batch[: doc.stack_dim], len(entries), *batch[doc.stack_dim :])
+        return Node(self.where(rel), doc.version, doc.type, full, doc.device, entries, True, rel,
+                    doc.stack_dim)  # fmt: skip
 
     def _json_node(self, rel: str, kind: str, batch: tuple[int, ...], where: str) -> JsonEntry:
         """A tensordict ``NonTensorData``/``NonTensorStack`` node: its value."""
@@ -319,6 +349,8 @@ def read_child(store: Store, parent: Node, e: NodeEntry, depth: int) -> Node:
     if depth > MAX_DEPTH:
         raise FormatError(f"{store.where(e.path)}: nodes are nested more than {MAX_DEPTH} deep")
     child = store.node(e.path)
+    if parent.stack_dim is not None:  # an element of a lazy stack: checked by _stack
+        return child
     if child.batch_size[: len(parent.batch_size)] != parent.batch_size:
         raise FormatError(
             f"{store.where(e.path + '/' + META)}: batch_size {list(child.batch_size)} does not "

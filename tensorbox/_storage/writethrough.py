@@ -43,7 +43,7 @@ from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.schema import check_json_value
 from tensorbox._core.tree import is_coll
 from tensorbox._storage.backed import all_nodes, run, tree_of, unregister
-from tensorbox._storage.folder import FolderStore
+from tensorbox._storage.folder import FolderStore, tree_layout
 from tensorbox._storage.save import Saver
 
 #: One node of a saved tree before a write: node, its dict, a copy, batch size, device.
@@ -103,6 +103,7 @@ def commit(
         True,
         kw.get("fsync", False),
         checksum=kw.get("checksum", False),
+        layout=tree_layout(path),  # a tree in tensordict's layout stays in it
     )
     run(saver, root, kw.get("num_threads", 0), expect=gen)  # registers the tree again, locks it
     _relock(root, locks, locks[id(root)])

@@ -118,6 +118,7 @@ class IOMethods(MixinBase):
         archive: bool | None = None,
         compression: str | int | None = None,
         storage_options: dict[str, Any] | None = None,
+        format: str = "tensorbox",
     ) -> Self:
         """A memory-mapped copy written under ``prefix`` (this one is unchanged).
 
@@ -128,12 +129,17 @@ class IOMethods(MixinBase):
         ``prefix`` ends with ``.tdz``, as tensordict does. ``compression`` (archives only:
         ``"deflate"``, ``"bzip2"``, ``"lzma"``, or ``"stored"``, the default) compresses the
         tensor entries: a smaller file whose leaves load by copying. ``return_early=True``
-        returns a finished ``concurrent.futures.Future`` (tensordict's spelling; the save
+        returns a finished ``TensorDictFuture`` (tensordict's spelling; the save
         is synchronous).
 
         ``prefix`` may be a URL (``s3://``, ``gs://``, ``memory://``...; see docs/remote.md)
         with ``archive=True``: one object, uploaded whole, credentials from the usual
         configuration or ``storage_options``. A folder save to a URL is refused.
+
+        ``format="tensordict"`` writes tensordict's own folder layout, which tensordict
+        0.14/0.15 reads with ``TensorDict.load_memmap``: tensorclass nodes become
+        TensorDict nodes, and jagged leaves or keys that layout cannot hold are refused
+        (docs/migrating.md says what else the layout lacks).
         """
         from tensorbox._storage import persist as _persist
         from tensorbox._storage.archive import store as _archive
@@ -151,13 +157,12 @@ class IOMethods(MixinBase):
             archive=archive,
             compression=compression,
             storage_options=storage_options,
+            layout=format,
         )
         if return_early:  # tensordict's future: here the save is done when this returns
-            from concurrent.futures import Future
+            from tensorbox._core.future import done
 
-            done: Future[Self] = Future()
-            done.set_result(out)
-            return done  # type: ignore[return-value]
+            return done(out)  # type: ignore[return-value]
         return out
 
     def memmap_like(
@@ -316,7 +321,7 @@ class IOMethods(MixinBase):
 
         ``to(device)`` of the result moves the storage in one copy, and pickling it sends
         one buffer. Unlocking ends the consolidation. ``return_early=True`` returns a
-        ``concurrent.futures.Future`` of the result; ``num_threads`` copies leaves in
+        ``TensorDictFuture`` of the result; ``num_threads`` copies leaves in
         parallel; ``device``, ``share_memory`` and ``pin_memory`` place the storage.
 
         >>> import torch; from tensorbox import TensorDict
@@ -351,6 +356,19 @@ class IOMethods(MixinBase):
         from tensorbox._core import consolidate as _consolidate
 
         return _consolidate.is_consolidated(self)
+
+    @property
+    def _consolidated(self) -> dict[str, Any]:
+        """tensordict's marker of a consolidated container: ``{"storage": the uint8 buffer
+        every leaf views, "metadata": its layout}``. A container that is not consolidated
+        has no such attribute (``hasattr`` is False), as in tensordict."""
+        packed = getattr(self, "_packed", None)
+        if packed is None:
+            raise AttributeError(
+                f"'{type(self).__name__}' object has no attribute '_consolidated' (it is "
+                "not consolidated: call consolidate())"
+            )
+        return {"storage": packed[0], "metadata": packed[1]}
 
     @classmethod
     def from_consolidated(cls, filename: Any) -> Self:

@@ -320,7 +320,7 @@ class KeyMethods(MixinBase):
         current = node._tensordict[path[-1]]
         if isinstance(current, Tensor):
             try:
-                copy_leaf(current, value)
+                copy_leaf(current, value, path)
             except RuntimeError as err:
                 raise BatchSizeError(f"cannot copy into {format_key(path)}: {err}") from None
         else:  # a non-tensor value or a node: on a saved tree, committed at once

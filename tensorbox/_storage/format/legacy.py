@@ -25,7 +25,7 @@ from tensorbox._storage.format.parse import (
 from tensorbox._storage.format.spec import META, SUFFIX
 from tensorbox.errors import FormatError
 
-__all__ = ["parse_legacy"]
+__all__ = ["check_legacy_key", "legacy_node_meta", "legacy_value_meta", "parse_legacy"]
 
 # Node fields of tensordict's meta.json, mixed with its entries: a field whose
 # value is an object is an entry of that name (tensordict's own rule).
@@ -33,6 +33,11 @@ _LEGACY_FIELDS = frozenset(
     ("shape", "device", "_type", "_format_version", "_class", "_names", "_metadata")
 )
 _LEGACY_TD_TYPES = ("<class 'tensordict._td.TensorDict'>", "tensordict:TensorDict")
+_LEGACY_LAZY_TYPES = (
+    "<class 'tensordict._lazy.LazyStackedTensorDict'>",
+    "tensordict:LazyStackedTensorDict",
+)
+_LEAF_KINDS = ("NonTensorData", "NonTensorStack")
 INNER = "_tensordict"  # where tensordict keeps a tensorclass's tensors
 
 
@@ -62,10 +67,12 @@ def parse_legacy(doc: dict[Any, Any], where: str, exists: Callable[[str], bool])
         and exists(INNER)
     ):
         return _tensorclass(doc, where, cls, exists)
+    if cls in _LEGACY_LAZY_TYPES:
+        return _lazy_stack(doc, where, version, exists)
     if cls not in _LEGACY_TD_TYPES:
         raise FormatError(
             f"{where}: a tensordict tree of class {_short_repr(cls)}; tensorbox reads "
-            "TensorDict trees only (save lazy stacks and tensorclasses as TensorDicts)"
+            "TensorDicts, tensorclasses and lazy stacks of them (save it as a TensorDict)"
         )
     shape = doc.get("shape")
     batch_size = check_shape(shape if type(shape) is not dict else None, where, "'shape'")
@@ -88,18 +95,36 @@ def parse_legacy(doc: dict[Any, Any], where: str, exists: Callable[[str], bool])
             entries[key] = leaf_spec(file, dtype[6:], e.get("shape"), batch_size, kwhere)
             continue
         kind = e.get("type")
-        if kind == "TensorDict":
-            entries[key] = ChildSpec(_existing(key, exists))
-        elif kind in ("NonTensorData", "NonTensorStack"):
+        if kind in _LEAF_KINDS:
             entries[key] = ChildSpec(
                 _existing(key, exists), "stack" if kind == "NonTensorStack" else "value"
             )
+        elif type(kind) is str and kind:
+            # a TensorDict, a tensorclass (named by its class) or a lazy stack: a sub-node
+            # whose own meta.json says which
+            entries[key] = ChildSpec(_existing(key, exists))
         else:
             raise FormatError(
-                f"{kwhere} has type {_short_repr(kind)}; tensorbox reads TensorDict, "
-                "NonTensorData, NonTensorStack and tensors from tensordict trees"
+                f"{kwhere} has type {_short_repr(kind)}; expected the name of a tensordict "
+                "class (TensorDict, a tensorclass, NonTensorData, ...)"
             )
     return NodeDoc(version, "TensorDict", batch_size, device, entries, True)
+
+
+def _lazy_stack(
+    doc: dict[Any, Any], where: str, version: int, exists: Callable[[str], bool]
+) -> NodeDoc:
+    """A ``LazyStackedTensorDict``: its elements are the sub-directories ``0``, ``1``, ...
+    stacked along ``stack_dim`` (the store checks them, the load stacks them densely)."""
+    dim = doc.get("stack_dim", 0)
+    if type(dim) is not int or dim < 0:
+        raise FormatError(f"{where}: stack_dim {_short_repr(dim)} is not a dim")
+    entries: dict[str, Any] = {}
+    while exists(str(len(entries))) and len(entries) < 1 << 20:
+        entries[str(len(entries))] = ChildSpec(str(len(entries)))
+    if not entries:
+        raise FormatError(f"{where}: a lazy stack without elements (no sub-directory '0')")
+    return NodeDoc(version, "TensorDict", (), None, entries, True, None, dim)
 
 
 def _existing(key: str, exists: Callable[[str], bool], suffix: str = "") -> str:
@@ -130,11 +155,88 @@ def _tensorclass(
 
 def _registered_name(dotted: str) -> str:
     """The registry key of the tensorclass tensordict names ``pkg.mod.Cls``, when one
-    is registered in this process; else ``pkg.mod:Cls`` (loaded as a TensorDict)."""
+    is registered in this process (that path, else the one class named ``Cls``); else
+    ``pkg.mod:Cls`` (loaded as a TensorDict keeping that name)."""
     from tensorbox._core.tree import CLASS_REGISTRY
 
     for key, c in CLASS_REGISTRY.items():
         if f"{c.__module__}.{c.__qualname__}" == dotted:
             return key
+    # tensordict's class was defined elsewhere (a script's __main__, another package):
+    # the one class registered here under the same name stands for it
     module, _, name = dotted.rpartition(".")
-    return f"{module}:{name}"
+    same = [k for k, c in CLASS_REGISTRY.items() if c.__qualname__.rpartition(".")[2] == name]
+    return same[0] if len(same) == 1 else f"{module}:{name}"
+
+
+# ---------------------------------------------------------------- writing (format="tensordict")
+
+_TD_TYPE = "<class 'tensordict._td.TensorDict'>"
+
+
+def check_legacy_key(key: str, suffix: str, names: set[str], where: str) -> str:
+    """The file-system name tensordict gives ``key`` (``suffix`` added), or ValueError
+    for a key its layout cannot hold: a node field's name (its ``meta.json`` mixes
+    entries with fields), a name the file system refuses, or one that ``names`` (the
+    names of the node's other entries) already holds."""
+    name = legacy_name(key) + suffix
+    problem = None
+    if key in _LEGACY_FIELDS:
+        problem = f"is the name of a field of tensordict's meta.json {sorted(_LEGACY_FIELDS)}"
+    elif len(name.encode("utf-8", "surrogatepass")) > 255 or "\0" in key:
+        problem = "gives a file name too long for the file system"
+    elif name == META or name in names:
+        problem = f"gives the file name {name!r}, which another entry of the node has"
+    if problem is not None:
+        raise ValueError(
+            f"format='tensordict': {where} {problem}; tensordict's layout cannot store it. "
+            "Rename the key, or save with tensorbox's format (the default)"
+        )
+    return name
+
+
+def legacy_node_meta(batch_size: Any, entries: dict[str, Any]) -> dict[str, Any]:
+    """tensordict's ``meta.json`` of a node (format version 1) from the tensorbox entries
+    the saver planned (tensors, nodes, JSON values); every node is a TensorDict."""
+    out: dict[str, Any] = {}
+    for k, e in entries.items():
+        kind = e["kind"]
+        if kind == "tensor":
+            out[k] = {
+                "device": "cpu",
+                "shape": e["shape"],
+                "dtype": f"torch.{e['dtype']}",
+                "is_nested": False,
+            }
+        elif kind == "node":
+            out[k] = {"type": "TensorDict"}
+        else:
+            out[k] = {"type": "NonTensorStack" if e.get("stacked") else "NonTensorData"}
+    out.update(
+        shape=[int(d) for d in batch_size],
+        device="cpu",  # what tensordict writes: a memory-mapped tree lives on the CPU
+        _type=_TD_TYPE,
+        _format_version=1,
+        _class="tensordict:TensorDict",
+    )
+    return out
+
+
+def legacy_value_meta(entry: dict[str, Any]) -> dict[str, Any]:
+    """tensordict's ``meta.json`` of a ``NonTensorData``/``NonTensorStack`` sub-node
+    holding a JSON entry the saver planned."""
+    if entry.get("stacked"):
+        return {
+            "_type": "<class 'tensordict.tensorclass.NonTensorStack'>",
+            "_format_version": 1,
+            "_class": "tensordict:NonTensorStack",
+            "stack_dim": 0,
+            "device": None,
+            "data": entry["value"],
+        }
+    return {
+        "_type": "<class 'tensordict.tensorclass.NonTensorData'>",
+        "data": entry["value"],
+        "_metadata": None,
+        "_is_non_tensor": True,
+    }

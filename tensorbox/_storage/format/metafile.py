@@ -56,7 +56,9 @@ def meta_bytes(meta: dict[Any, Any], std_json: bool = False) -> bytes:
             return json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogatepass")
     else:
         dumps = json_bytes
-    entries = meta["entries"]
+    entries = meta.get("entries")
+    if entries is None:  # tensordict's layout: one object, entries mixed with its fields
+        return dumps(meta) + b"\n"
     head = dumps({k: v for k, v in meta.items() if k != "entries"})[:-1]
     lines = b",\n".join(dumps(k) + b": " + dumps(v) for k, v in entries.items())
     return b"".join((head, b', "entries": {\n', lines, b"\n}}\n"))

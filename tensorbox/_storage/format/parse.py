@@ -98,6 +98,7 @@ class NodeDoc(NamedTuple):
     entries: dict[str, Spec]
     legacy: bool = False
     inner: str | None = None  # tensordict tensorclass trees: the node holding the tensors
+    stack_dim: int | None = None  # tensordict lazy stacks: entries "0".."n-1" stacked on it
 
 
 _NODE_FIELDS = frozenset(("format", "version", "type", "batch_size", "device", "entries"))
