@@ -17,6 +17,7 @@ from tensorbox._core.functional import cat, stack
 from tensorbox._core.jagged_pad import to_padded_tensor
 from tensorbox._core.keys import NestedKey, unravel_key
 from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.repr import get_printoptions, set_printoptions
 from tensorbox._core.tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor
 from tensorbox._tensorclass import TensorClass, field, fields, is_tensorclass, tensorclass
@@ -62,9 +63,11 @@ __all__ = [
     "from_parquet",
     "from_safetensors",
     "from_zarr",
+    "get_printoptions",
     "is_tensor_collection",
     "is_tensorclass",
     "pack",
+    "set_printoptions",
     "stack",
     "tensorclass",
     "to_arrow",
