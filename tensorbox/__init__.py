@@ -20,7 +20,14 @@ from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.repr import get_printoptions, set_printoptions
 from tensorbox._core.tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor
-from tensorbox._tensorclass import TensorClass, field, fields, is_tensorclass, tensorclass
+from tensorbox._tensorclass import (
+    TensorClass,
+    field,
+    fields,
+    from_dataclass,
+    is_tensorclass,
+    tensorclass,
+)
 from tensorbox.errors import (
     BatchSizeError,
     FormatError,
@@ -57,6 +64,7 @@ __all__ = [
     "fields",
     "from_arrow",
     "from_csv",
+    "from_dataclass",
     "from_h5",
     "from_json",
     "from_pandas",
