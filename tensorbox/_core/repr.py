@@ -299,7 +299,7 @@ def _detailed_tensor(t: Tensor) -> str:
     if o["show_dtype"]:
         parts.append(f"dtype={t.dtype}")
     if o["show_field_is_shared"]:
-        parts.append(f"is_shared={_guard(t.is_shared)}")  # type: ignore[no-untyped-call]
+        parts.append(f"is_shared={_guard(t.is_shared)}")
     if o["show_grad"]:
         parts.append(f"requires_grad={t.requires_grad}")
     if o["show_is_contiguous"]:

@@ -284,7 +284,7 @@ def _on_storage(storage: Any, dtype: torch.dtype, shape: tuple[int, ...]) -> Mem
             f"needs {need}"
         )
     t: Tensor = _blank(dtype).new().set_(storage, 0, shape)  # type: ignore[call-overload]
-    return t.as_subclass(MemoryMappedTensor)  # type: ignore[no-any-return]
+    return t.as_subclass(MemoryMappedTensor)
 
 
 def _indexed(t: MemoryMappedTensor, index: Any) -> MemoryMappedTensor:

@@ -23,7 +23,7 @@ container (``_set_str``, ``_write``): on a node of a saved tree it is committed 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Literal, Self, overload
 
 import torch
 from torch import Tensor
@@ -42,6 +42,7 @@ from tensorbox.errors import BatchSizeError, LockedError, TensorDictKeyError
 
 if TYPE_CHECKING:
     from tensorbox._core.container import TensorCollection
+    from tensorbox._core.tensordict import TensorDict
 
 __all__ = ["KeyMethods", "copy_other", "is_key", "put"]
 
@@ -606,14 +607,49 @@ class KeyMethods(MixinBase):
         self._write(lambda: self.set(new, self.pop(old)))  # one commit on a saved tree
         return self
 
-    def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> Self:
+    @overload
+    def select(
+        self,
+        *keys: NestedKey,
+        inplace: bool = False,
+        strict: bool = True,
+        as_tensordict: Literal[False] = False,
+    ) -> Self: ...
+    @overload
+    def select(
+        self,
+        *keys: NestedKey,
+        inplace: bool = False,
+        strict: bool = True,
+        as_tensordict: Literal[True],
+    ) -> TensorDict: ...
+    def select(
+        self,
+        *keys: NestedKey,
+        inplace: bool = False,
+        strict: bool = True,
+        as_tensordict: bool = False,
+    ) -> Self | TensorDict:
         """Only the given (possibly nested) keys; missing keys raise unless ``strict=False``.
+
+        ``as_tensordict=True`` gives a plain TensorDict of them (for a tensorclass, whose
+        own ``select`` keeps the class, with the other fields reading None).
 
         >>> import torch; from tensorbox import TensorDict
         >>> td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2), "c": torch.ones(2)}}, [2])
         >>> td.select("a", ("n", "b")).keys(include_nested=True, leaves_only=True)
         ['a', ('n', 'b')]
         """
+        if as_tensordict:
+            if inplace:
+                raise ValueError(
+                    "select: as_tensordict=True gives a new TensorDict; drop inplace=True"
+                )
+            picked = _keyops.select(self, keys, False, strict)  # the tensors are shared
+            plain: TensorDict = _tree.new_plain(
+                dict(picked._tensordict), picked._batch_size, picked._device
+            )
+            return plain
         if inplace:  # on a saved tree, saved at once
             return self._write(_keyops.select, self, keys, inplace, strict)  # type: ignore[no-any-return]
         out: Self = _keyops.select(self, keys, inplace, strict)
