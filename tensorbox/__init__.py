@@ -19,6 +19,7 @@ from tensorbox._core.keys import NestedKey, unravel_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.repr import get_printoptions, set_printoptions
 from tensorbox._core.tensordict import TensorDict, TensorDictBase, is_tensor_collection
+from tensorbox._core.unbatched import UnbatchedTensor
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor
 from tensorbox._tensorclass import (
     TensorClass,
@@ -59,6 +60,7 @@ __all__ = [
     "TensorDictKeyError",
     "TensorDictStore",
     "TensorboxError",
+    "UnbatchedTensor",
     "cat",
     "field",
     "fields",

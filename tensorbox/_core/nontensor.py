@@ -18,13 +18,16 @@ element over the stacked dims, so indexing keeps working.
 from __future__ import annotations
 
 import operator
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["NonTensorData", "cpu_index"]
+from tensorbox._core.unbatched import UnbatchedTensor
+
+__all__ = ["NonTensorData", "cpu_index", "read"]
 
 
 class NonTensorData:
@@ -133,6 +136,8 @@ class NonTensorData:
         """
         if _all_same(items):
             return items[0]
+        if type(items[0].data) is UnbatchedTensor:
+            return _one_unbatched(items, "stack")
         return per_row(np.stack([it.full(batch_size) for it in items], axis=dim))
 
     @staticmethod
@@ -142,6 +147,8 @@ class NonTensorData:
         """Concatenate along batch dim ``dim``; ``batch_sizes`` are the inputs' batch sizes."""
         if _all_same(items):
             return items[0]
+        if type(items[0].data) is UnbatchedTensor:
+            return _one_unbatched(items, "cat")
         parts = [it.full(bs) for it, bs in zip(items, batch_sizes)]
         return per_row(np.concatenate(parts, axis=dim))
 
@@ -160,6 +167,29 @@ class NonTensorData:
     def __repr__(self) -> str:
         extra = "" if self._batch_size is None else f", batch_size={list(self._batch_size)}"
         return f"NonTensorData({self.value!r}{extra})"
+
+
+def read(v: NonTensorData, batch_size: torch.Size) -> Any:
+    """What reading entry ``v`` of a container of ``batch_size`` gives: the value, or an
+    UnbatchedTensor that reports that batch size."""
+    data = v.data
+    if type(data) is UnbatchedTensor:
+        return data.in_batch(batch_size)
+    return v.value
+
+
+def _one_unbatched(items: Sequence[NonTensorData], what: str) -> NonTensorData:
+    """Joining containers keeps one UnbatchedTensor: the first, with a warning when the
+    others hold different memory (their values are dropped)."""
+    first: UnbatchedTensor = items[0].data
+    if not all(first.same_data(it.data) for it in items[1:]):
+        warnings.warn(
+            f"{what}: the UnbatchedTensor entries have different data storage; the result "
+            "keeps the first one's",
+            UserWarning,
+            stacklevel=4,
+        )
+    return items[0]
 
 
 def per_row(values: np.ndarray) -> NonTensorData:

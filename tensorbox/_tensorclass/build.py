@@ -34,9 +34,10 @@ from torch import Tensor
 
 from tensorbox._core.backing import OPEN as _OPEN
 from tensorbox._core.container import TensorCollection
-from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.nontensor import NonTensorData, read
 from tensorbox._core.shape import as_batch_size
 from tensorbox._core.tree import CLASS_REGISTRY
+from tensorbox._core.unbatched import UnbatchedTensor
 from tensorbox._tensorclass.fields import (
     MISSING,
     Field,
@@ -82,6 +83,9 @@ def put(cls: type, obj: Any, name: str, value: Any) -> None:
         value = as_tensor(value)
     if isinstance(value, np.ndarray) and value.dtype != object:
         value = torch.from_numpy(value)
+    if type(value) is UnbatchedTensor:  # one value for the whole batch: no shape to check
+        TensorCollection._set_str(obj, name, value, (name,))
+        return
     if isinstance(value, Tensor) or getattr(type(value), "_is_tensor_collection", False):
         shape = value.shape
         if shape[: len(bs)] != bs:
@@ -117,7 +121,7 @@ def _make_property(cls_name: str, name: str) -> property:
         # A field without an entry (set to None, or dropped by select/exclude) reads None,
         # as in tensordict, where None fields are not entries either.
         v = self._tensordict.get(name)
-        return v.value if type(v) is ntd else v
+        return read(v, self._batch_size) if type(v) is ntd else v
 
     def set_(self: Any, value: Any) -> None:
         set_field(self, name, value)

@@ -36,8 +36,10 @@ from tensorbox._core.entries import copy_leaf, prepare_entry
 from tensorbox._core.keys import NestedKey, format_key, unravel_key
 from tensorbox._core.methods.base import MISSING, MixinBase, is_container
 from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.nontensor import read as _read
 from tensorbox._core.shape import normalize_index
 from tensorbox._core.tree import KEEP, find_missing, is_coll, missing_key_error
+from tensorbox._core.unbatched import UnbatchedTensor
 from tensorbox.errors import BatchSizeError, LockedError, TensorDictKeyError
 
 if TYPE_CHECKING:
@@ -106,7 +108,7 @@ class KeyMethods(MixinBase):
                 if default is KEEP:
                     raise missing_key_error(self, (key,), 0)
                 return default
-            return v.value if type(v) is _NTD else v
+            return _read(v, self._batch_size) if type(v) is _NTD else v
         if type(key) is not tuple:
             key = unravel_key(key)  # raises for anything but a (str subclass) key
         try:
@@ -128,7 +130,13 @@ class KeyMethods(MixinBase):
             if flat != path:
                 return self._get_path(flat)
             raise find_missing(self, flat) from None
-        return node.value if type(node) is _NTD else node
+        if type(node) is _NTD:
+            if type(node.data) is UnbatchedTensor:  # it reports the batch size of its level
+                return _read(
+                    node, self._get_path(path[:-1])._batch_size if path[1:] else self._batch_size
+                )
+            return node.value
+        return node
 
     def __contains__(self, key: object) -> bool:
         if type(key) is str:
@@ -174,7 +182,10 @@ class KeyMethods(MixinBase):
             )
             return
         for k, v in _tree.iter_items(self, include_nested, leaves_only):  # type: ignore[arg-type]
-            yield k, (v.value if type(v) is _NTD else v)
+            if type(v) is _NTD:
+                yield k, (self._get_path(k) if type(v.data) is UnbatchedTensor else v.value)
+            else:
+                yield k, v
 
     def _items_is_leaf(
         self,
