@@ -16,7 +16,7 @@ from tensorbox._core import pytree as _pytree  # noqa: F401  (registers TensorDi
 from tensorbox._core.functional import cat, stack
 from tensorbox._core.jagged_pad import to_padded_tensor
 from tensorbox._core.keys import NestedKey, unravel_key
-from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.nontensor import MetaData, NonTensorData, NonTensorStack
 from tensorbox._core.repr import get_printoptions, set_printoptions
 from tensorbox._core.tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from tensorbox._core.unbatched import UnbatchedTensor
@@ -51,8 +51,10 @@ __all__ = [
     "LazyStackedTensorDictStore",
     "LockedError",
     "MemoryMappedTensor",
+    "MetaData",
     "NestedKey",
     "NonTensorData",
+    "NonTensorStack",
     "PersistentTensorDict",
     "TensorClass",
     "TensorDict",

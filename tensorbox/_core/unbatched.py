@@ -75,7 +75,7 @@ class UnbatchedTensor(Tensor):
             and other.device == self.device
         )
 
-    def __repr__(self, *, tensor_contents: Any = None) -> str:
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         return f"UnbatchedTensor({self.as_subclass(Tensor)!r})"
 
     def __str__(self) -> str:
