@@ -53,7 +53,9 @@ def test_file_tensors_have_no_handler_and_from_storage(tmp_path: Path) -> None:
         MemoryMappedTensor.from_storage(
             t.untyped_storage(), shape=4, dtype=torch.float32, filename=tmp_path / "other"
         )
-    with pytest.raises(TypeError, match=r"expected a torch\.UntypedStorage, got MemoryMappedTensor"):
+    with pytest.raises(
+        TypeError, match=r"expected a torch\.UntypedStorage, got MemoryMappedTensor"
+    ):
         MemoryMappedTensor.from_storage(t, shape=4, dtype=torch.float32)
     assert MemoryMappedTensor.from_filename(path, torch.float32, 4, index=slice(2, 4)).tolist() == [
         2.0,
