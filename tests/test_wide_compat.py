@@ -53,3 +53,9 @@ def test_logical_ops_match_torch(a: list[bool], scalar: bool) -> None:
         ((td ^ td)["x"], torch.zeros_like(t)),
     ]:
         assert torch.equal(got, want)
+
+
+def test_abs() -> None:
+    td = TensorDict(a=torch.tensor([-1.0, 2.0]), n={"b": torch.tensor([-3, 0])}, batch_size=[2])
+    out = abs(td)
+    assert out["a"].tolist() == [1.0, 2.0] and out["n", "b"].tolist() == [3, 0]

@@ -188,6 +188,9 @@ class MathMethods(MixinBase):
     def __neg__(self) -> Self:
         return self.apply(torch.neg)
 
+    def __abs__(self) -> Self:
+        return self.apply(torch.abs)
+
     def __and__(self, other: Any) -> Self:
         out: Self = _elementwise.binary(self, other, _logical(torch.logical_and))
         return out
