@@ -89,12 +89,13 @@ def prepare_entry(td: TensorCollection, key: str, value: Any, path: tuple[str, .
     dev = td._device
     if isinstance(value, Tensor):
         shape = value.shape
-        if type(value) is _NJT:
+        kind = type(value)
+        if kind is not Tensor and kind in _SPECIAL:  # plain tensors pay one test
+            if kind is UnbatchedTensor:  # one value for the whole batch
+                if dev is not None and value.device != dev:
+                    value = UnbatchedTensor(value.to(dev))
+                return NonTensorData(value)
             _jagged.check_leaf(value, path, bs)
-        elif type(value) is UnbatchedTensor:  # one value for the whole batch
-            if dev is not None and value.device != dev:
-                value = UnbatchedTensor(value.to(dev))
-            return NonTensorData(value)
         elif not leads_with(shape, bs):
             check_leaf_shape(format_key(path), shape, bs)
         if dev is not None and value.device != dev:
