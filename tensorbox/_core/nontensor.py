@@ -158,12 +158,15 @@ class NonTensorData:
     reshape = view
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> NonTensorData:
+        """Batch dims ``start_dim..end_dim`` merged into one."""
         return self._op(lambda t: t.flatten(start_dim, end_dim))
 
     def unsqueeze(self, dim: int) -> NonTensorData:
+        """A batch dim of size 1 inserted at ``dim``."""
         return self._op(lambda t: t.unsqueeze(dim))
 
     def squeeze(self, dim: int | None = None) -> NonTensorData:
+        """Batch dims of size 1 removed (only ``dim`` when given)."""
         return self._op(lambda t: t.squeeze() if dim is None else t.squeeze(dim))
 
     def expand(self, *shape: Any) -> NonTensorData:
@@ -175,9 +178,11 @@ class NonTensorData:
         return self._op(lambda t: t.expand(*shape))
 
     def permute(self, *dims: Any) -> NonTensorData:
+        """The batch dims reordered, as ``Tensor.permute``."""
         return self._op(lambda t: t.permute(*dims))
 
     def transpose(self, dim0: int, dim1: int) -> NonTensorData:
+        """Batch dims ``dim0`` and ``dim1`` swapped."""
         return self._op(lambda t: t.transpose(dim0, dim1))
 
     def repeat(self, *sizes: Any) -> NonTensorData:
@@ -189,6 +194,7 @@ class NonTensorData:
         return self._op(lambda t: t.repeat(*sizes))
 
     def repeat_interleave(self, repeats: int, dim: int | None = None) -> NonTensorData:
+        """Each element repeated ``repeats`` times along ``dim``, as ``Tensor.repeat_interleave``."""
         return self._op(lambda t: t.repeat_interleave(repeats, dim))
 
     def contiguous(self, *args: Any, **kwargs: Any) -> NonTensorData:

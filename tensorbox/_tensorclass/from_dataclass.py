@@ -53,6 +53,15 @@ def from_dataclass(
     ``batch_size`` or ``auto_batch_size=True`` (up to ``batch_dims`` dims), ``device``.
     ``inplace=True`` (turning the dataclass itself into a tensorclass) is refused:
     ``@tensorclass`` always builds a new class.
+
+    >>> import dataclasses, torch
+    >>> @dataclasses.dataclass
+    ... class Pair:
+    ...     a: torch.Tensor
+    ...     b: torch.Tensor
+    >>> p = from_dataclass(Pair(torch.zeros(3), torch.ones(3)), batch_size=[3])
+    >>> type(p).__name__, p[1].b
+    ('Pair_tc', tensor(1.))
     """
     check_casting("from_dataclass", tensor_only, autocast, nocast)
     if inplace:
