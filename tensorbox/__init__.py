@@ -23,11 +23,20 @@ from tensorbox._core.jagged_pad import to_padded_tensor
 from tensorbox._core.keys import NestedKey, unravel_key
 from tensorbox._core.lazystack import LazyStackedTensorDict, lazy_stack
 from tensorbox._core.merge import merge_tensordicts
-from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.nontensor import MetaData, NonTensorData, NonTensorStack
 from tensorbox._core.padding import pad, pad_sequence
+from tensorbox._core.repr import get_printoptions, set_printoptions
 from tensorbox._core.tensordict import TensorDict, TensorDictBase, is_tensor_collection
+from tensorbox._core.unbatched import UnbatchedTensor
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor
-from tensorbox._tensorclass import TensorClass, field, fields, is_tensorclass, tensorclass
+from tensorbox._tensorclass import (
+    TensorClass,
+    field,
+    fields,
+    from_dataclass,
+    is_tensorclass,
+    tensorclass,
+)
 from tensorbox.errors import (
     BatchSizeError,
     FormatError,
@@ -51,8 +60,10 @@ __all__ = [
     "LazyStackedTensorDictStore",
     "LockedError",
     "MemoryMappedTensor",
+    "MetaData",
     "NestedKey",
     "NonTensorData",
+    "NonTensorStack",
     "PersistentTensorDict",
     "TensorClass",
     "TensorDict",
@@ -61,17 +72,20 @@ __all__ = [
     "TensorDictKeyError",
     "TensorDictStore",
     "TensorboxError",
+    "UnbatchedTensor",
     "cat",
     "field",
     "fields",
     "from_arrow",
     "from_csv",
+    "from_dataclass",
     "from_h5",
     "from_json",
     "from_pandas",
     "from_parquet",
     "from_safetensors",
     "from_zarr",
+    "get_printoptions",
     "is_tensor_collection",
     "is_tensorclass",
     "lazy_stack",
@@ -79,6 +93,7 @@ __all__ = [
     "pack",
     "pad",
     "pad_sequence",
+    "set_printoptions",
     "stack",
     "tensorclass",
     "to_arrow",

@@ -55,6 +55,7 @@ from tensorbox._core.methods.leaves import LeafMethods
 from tensorbox._core.methods.math import MathMethods
 from tensorbox._core.methods.shape import ShapeMethods
 from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.nontensor import read as _read
 from tensorbox._core.shape import as_batch_size, check_leaf_shape
 from tensorbox._core.tree import missing_key_error
 from tensorbox.errors import LockedError
@@ -268,7 +269,7 @@ class TensorCollection(
                 v = self._tensordict[index]
             except KeyError:
                 raise missing_key_error(self, (index,), 0) from None
-            return v.value if type(v) is _NTD else v
+            return _read(v, self._batch_size) if type(v) is _NTD else v
         if type(index) is tuple and index and type(index[0]) is str:
             return self._get_path(index)
         return _index.getitem(self, index)

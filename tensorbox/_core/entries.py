@@ -29,6 +29,7 @@ from tensorbox._core.keys import check_str_key, format_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.shape import check_leaf_shape, leads_with
 from tensorbox._core.tree import is_coll, new_plain
+from tensorbox._core.unbatched import UnbatchedTensor
 from tensorbox.errors import BatchSizeError
 
 if TYPE_CHECKING:
@@ -38,6 +39,8 @@ __all__ = ["copy_leaf", "fill_entries", "prepare_entry"]
 
 _NTD = NonTensorData
 _NJT = _jagged.NJT
+#: Tensor classes stored otherwise than a batched leaf (prepare_entry handles them).
+_SPECIAL = frozenset({_NJT, UnbatchedTensor})
 
 
 def fill_entries(td: TensorCollection, source: Mapping[Any, Any], prefix: tuple[str, ...]) -> None:
@@ -60,9 +63,10 @@ def fill_entries(td: TensorCollection, source: Mapping[Any, Any], prefix: tuple[
             key = check_str_key(key, prefix)
         if isinstance(value, Tensor):
             shape = value.shape
-            if type(value) is _NJT:
-                _jagged.check_leaf(value, (*prefix, key), bs)
-            elif nbd and ((shape[0] != b0) if (b0 is not None and shape) else (shape[:nbd] != bs)):
+            if type(value) is not Tensor and type(value) in _SPECIAL:  # one test for plain ones
+                store[key] = prepare_entry(td, key, value, (*prefix, key))
+                continue
+            if nbd and ((shape[0] != b0) if (b0 is not None and shape) else (shape[:nbd] != bs)):
                 check_leaf_shape(format_key((*prefix, key)), shape, bs)
             if dev is not None and value.device != dev:
                 value = value.to(dev)
@@ -86,7 +90,12 @@ def prepare_entry(td: TensorCollection, key: str, value: Any, path: tuple[str, .
     dev = td._device
     if isinstance(value, Tensor):
         shape = value.shape
-        if type(value) is _NJT:
+        kind = type(value)
+        if kind is not Tensor and kind in _SPECIAL:  # plain tensors pay one test
+            if kind is UnbatchedTensor:  # one value for the whole batch
+                if dev is not None and value.device != dev:
+                    value = UnbatchedTensor(value.to(dev))
+                return NonTensorData(value)
             _jagged.check_leaf(value, path, bs)
         elif not leads_with(shape, bs):
             check_leaf_shape(format_key(path), shape, bs)

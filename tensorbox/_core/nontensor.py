@@ -18,13 +18,16 @@ element over the stacked dims, so indexing keeps working.
 from __future__ import annotations
 
 import operator
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["NonTensorData", "cpu_index"]
+from tensorbox._core.unbatched import UnbatchedTensor
+
+__all__ = ["MetaData", "NonTensorData", "NonTensorStack", "cpu_index", "read"]
 
 
 class NonTensorData:
@@ -98,13 +101,130 @@ class NonTensorData:
         out = self.data.reshape(-1)[ix.numpy()]
         if not isinstance(out, np.ndarray) or out.ndim == 0:
             return NonTensorData(out.item() if isinstance(out, np.ndarray) else out)
-        return per_row(out)
+        res = per_row(out)
+        if not res.stacked:  # one value again: it keeps the shape (tolist, batch_size)
+            res._batch_size = torch.Size(out.shape)
+        return res
 
     def __getitem__(self, idx: Any) -> NonTensorData:
-        if not self.stacked:
-            return self
         idx = cpu_index(idx)  # the element numbers live on the CPU
+        if not self.stacked:
+            return self if self._batch_size is None else self._op(lambda t: t[idx])
         return self.map_batch(lambda t: t[idx])
+
+    # ------------------------------------------- shape ops of a value on its own
+
+    @classmethod
+    def __torch_function__(
+        cls, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        """``torch.stack`` / ``torch.cat`` of values on their own give a stack.
+
+        >>> torch.stack([NonTensorData("a"), NonTensorData("b")]).tolist()
+        ['a', 'b']
+        """
+        kwargs = kwargs or {}
+        if func in (torch.stack, torch.cat) and args and not kwargs.get("out"):
+            items = list(args[0])
+            dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+            if all(type(it) is NonTensorData for it in items):
+                if func is torch.stack:
+                    return NonTensorStack(*items, stack_dim=dim)  # type: ignore[call-arg]  # the metaclass builds it
+                arrays = [it.full(it.batch_size) for it in items]
+                return NonTensorData(np.concatenate(arrays, axis=dim), stacked=True)
+        return NotImplemented
+
+    @property
+    def shape(self) -> torch.Size:
+        """Same as :attr:`batch_size`."""
+        return self.batch_size
+
+    def _op(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> NonTensorData:
+        """A batch-shape op on this value on its own: a stack is rearranged; one shared
+        value stays one value with the new batch size."""
+        if self.stacked:
+            return self.map_batch(fn)
+        new = fn(torch.empty(()).expand(self.batch_size)).shape
+        return NonTensorData(self.data, batch_size=new, device=self.device)
+
+    def view(self, *shape: Any) -> NonTensorData:
+        """The values with batch shape ``shape`` (torch's ``view`` rules).
+
+        >>> NonTensorStack(*"abcd").view(2, 2).tolist()
+        [['a', 'b'], ['c', 'd']]
+        """
+        return self._op(lambda t: t.reshape(*shape))
+
+    reshape = view
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> NonTensorData:
+        """Batch dims ``start_dim..end_dim`` merged into one."""
+        return self._op(lambda t: t.flatten(start_dim, end_dim))
+
+    def unsqueeze(self, dim: int) -> NonTensorData:
+        """A batch dim of size 1 inserted at ``dim``."""
+        return self._op(lambda t: t.unsqueeze(dim))
+
+    def squeeze(self, dim: int | None = None) -> NonTensorData:
+        """Batch dims of size 1 removed (only ``dim`` when given)."""
+        return self._op(lambda t: t.squeeze() if dim is None else t.squeeze(dim))
+
+    def expand(self, *shape: Any) -> NonTensorData:
+        """The batch broadcast to ``shape`` (one shared value stays one value).
+
+        >>> NonTensorData(0, batch_size=[3]).expand(2, 3).tolist()
+        [[0, 0, 0], [0, 0, 0]]
+        """
+        return self._op(lambda t: t.expand(*shape))
+
+    def permute(self, *dims: Any) -> NonTensorData:
+        """The batch dims reordered, as ``Tensor.permute``."""
+        return self._op(lambda t: t.permute(*dims))
+
+    def transpose(self, dim0: int, dim1: int) -> NonTensorData:
+        """Batch dims ``dim0`` and ``dim1`` swapped."""
+        return self._op(lambda t: t.transpose(dim0, dim1))
+
+    def repeat(self, *sizes: Any) -> NonTensorData:
+        """The batch tiled ``sizes`` times per dim, as ``Tensor.repeat``.
+
+        >>> NonTensorStack("a", "b").repeat(2).tolist()
+        ['a', 'b', 'a', 'b']
+        """
+        return self._op(lambda t: t.repeat(*sizes))
+
+    def repeat_interleave(self, repeats: int, dim: int | None = None) -> NonTensorData:
+        """Each element repeated ``repeats`` times along ``dim``, as ``Tensor.repeat_interleave``."""
+        return self._op(lambda t: t.repeat_interleave(repeats, dim))
+
+    def contiguous(self, *args: Any, **kwargs: Any) -> NonTensorData:
+        """The values themselves (they are always held in one array)."""
+        return self
+
+    def where(
+        self, condition: Any, other: Any, *, out: NonTensorData | None = None, pad: Any = None
+    ) -> NonTensorData:
+        """This value where ``condition`` (a bool tensor shaped like the batch) holds, else
+        ``other``'s; ``out``, when given, receives the result. ``pad`` (tensordict's filler
+        for missing keys) has nothing to fill for one value.
+
+        >>> a, b = NonTensorStack("a", "a"), NonTensorStack("b", "b")
+        >>> a.where(torch.tensor([True, False]), b).tolist()
+        ['a', 'b']
+        """
+        del pad
+        cond = torch.as_tensor(condition, dtype=torch.bool).cpu()
+        shape = tuple(torch.broadcast_shapes(cond.shape, self.batch_size))  # type: ignore[no-untyped-call]
+        mine = _to_shape(self, shape)
+        theirs = _to_shape(
+            other if isinstance(other, NonTensorData) else NonTensorData(other), shape
+        )
+        picked = np.where(np.broadcast_to(cond.numpy(), shape), mine, theirs)
+        res = NonTensorData(picked, stacked=True)
+        if out is None:
+            return res
+        out.data, out.stacked, out._batch_size = res.data, True, None
+        return out
 
     def unbind(self, dim: int, n: int) -> list[NonTensorData]:
         """The ``n`` slices along batch dim ``dim`` (``n`` is that dim's size)."""
@@ -133,6 +253,8 @@ class NonTensorData:
         """
         if _all_same(items):
             return items[0]
+        if type(items[0].data) is UnbatchedTensor:
+            return _one_unbatched(items, "stack")
         return per_row(np.stack([it.full(batch_size) for it in items], axis=dim))
 
     @staticmethod
@@ -142,6 +264,8 @@ class NonTensorData:
         """Concatenate along batch dim ``dim``; ``batch_sizes`` are the inputs' batch sizes."""
         if _all_same(items):
             return items[0]
+        if type(items[0].data) is UnbatchedTensor:
+            return _one_unbatched(items, "cat")
         parts = [it.full(bs) for it, bs in zip(items, batch_sizes)]
         return per_row(np.concatenate(parts, axis=dim))
 
@@ -160,6 +284,108 @@ class NonTensorData:
     def __repr__(self) -> str:
         extra = "" if self._batch_size is None else f", batch_size={list(self._batch_size)}"
         return f"NonTensorData({self.value!r}{extra})"
+
+
+def _to_shape(v: NonTensorData, shape: tuple[int, ...]) -> np.ndarray:
+    arr = v.full(shape if not v.stacked else v.data.shape)
+    return np.broadcast_to(arr, shape)
+
+
+#: tensordict's name for a value shared by the whole batch: here the same class.
+MetaData = NonTensorData
+
+
+class _StackType(type):
+    """``NonTensorStack(...)`` builds a stacked NonTensorData; ``isinstance(x,
+    NonTensorStack)`` is true for those (a stack is a NonTensorData holding one value
+    per batch element)."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return type(obj) is NonTensorData and obj.stacked
+
+    def __call__(
+        cls,
+        *values: Any,
+        stack_dim: int = 0,
+        batch_size: Sequence[int] | None = None,
+        device: Any = None,
+    ) -> NonTensorData:
+        if not values:
+            raise ValueError("NonTensorStack needs at least one value")
+        items = [v if type(v) is NonTensorData else NonTensorData(v) for v in values]
+        first = items[0].batch_size
+        for i, it in enumerate(items[1:], 1):
+            if it.batch_size != first:
+                raise ValueError(
+                    f"NonTensorStack: value {i} has batch_size {tuple(it.batch_size)}, value 0 "
+                    f"has {tuple(first)}; stacked values share a batch size"
+                )
+        arr = np.stack([it.full(first) for it in items], axis=stack_dim)
+        out = NonTensorData(arr, stacked=True, device=device)
+        if batch_size is not None and tuple(batch_size) != arr.shape:
+            raise ValueError(
+                f"NonTensorStack: batch_size {tuple(batch_size)} does not match the stacked "
+                f"shape {arr.shape}"
+            )
+        return out
+
+
+class NonTensorStack(metaclass=_StackType):
+    """tensordict's name for non-tensor values stacked along batch dims: here a
+    ``NonTensorData`` holding one value per batch element (``stacked=True``).
+
+    >>> s = NonTensorStack("a", "b", "c")
+    >>> type(s).__name__, s.batch_size, s[1].data, isinstance(s, NonTensorStack)
+    ('NonTensorData', torch.Size([3]), 'b', True)
+    >>> NonTensorStack.from_list([["a", "b"], ["c", "d"]])[:, 1].tolist()
+    ['b', 'd']
+    """
+
+    @staticmethod
+    def from_list(values: list[Any]) -> NonTensorData:
+        """A stack shaped like the nested lists ``values`` (NonTensorData items unwrapped)."""
+        shape: list[int] = []
+        level: Any = values
+        while type(level) is list:
+            shape.append(len(level))
+            if not level:
+                break
+            level = level[0]
+        arr = np.empty(tuple(shape), dtype=object)
+        for pos in np.ndindex(*shape):
+            item: Any = values
+            for d, i in enumerate(pos):
+                if type(item) is not list or len(item) != shape[d]:
+                    raise ValueError(
+                        f"NonTensorStack.from_list: the lists are ragged at {list(pos[:d])} "
+                        f"(expected {shape[d]} items); give one value per element of {shape}"
+                    )
+                item = item[i]
+            arr[pos] = item.data if type(item) is NonTensorData else item
+        return NonTensorData(arr, stacked=True)
+
+
+def read(v: NonTensorData, batch_size: torch.Size) -> Any:
+    """What reading entry ``v`` of a container of ``batch_size`` gives: the value, or an
+    UnbatchedTensor that reports that batch size."""
+    data = v.data
+    if type(data) is UnbatchedTensor:
+        return data.in_batch(batch_size)
+    return v.value
+
+
+def _one_unbatched(items: Sequence[NonTensorData], what: str) -> NonTensorData:
+    """Joining containers keeps one UnbatchedTensor: the first, with a warning when the
+    others hold different memory (their values are dropped)."""
+    first: UnbatchedTensor = items[0].data
+    if not all(first.same_data(it.data) for it in items[1:]):
+        warnings.warn(
+            f"{what}: the UnbatchedTensor entries have different data storage; the result "
+            "keeps the first one's",
+            UserWarning,
+            stacklevel=4,
+        )
+    return items[0]
 
 
 def per_row(values: np.ndarray) -> NonTensorData:

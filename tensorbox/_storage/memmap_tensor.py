@@ -114,6 +114,11 @@ def _open_new(path: str, existsok: bool) -> tuple[int, str | None]:
     try:
         return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o666), None
     except FileExistsError:
+        if os.path.islink(path):  # replacing it would cut the link, not write its target
+            raise MemmapFileExistsError(
+                f"{path} is a symlink: a memory-mapped tensor is never written through "
+                "symlink; pass the path of the file it points to, or remove the link"
+            ) from None
         if not existsok:
             raise MemmapFileExistsError(
                 f"{path} already exists; pass existsok=True to replace it (it is replaced by a new "
@@ -263,6 +268,33 @@ def _shared_memory(shape: tuple[int, ...], dtype: torch.dtype) -> MemoryMappedTe
     return t.as_subclass(MemoryMappedTensor)
 
 
+def shared_copy(t: Tensor) -> MemoryMappedTensor:
+    """A copy of ``t`` in anonymous shared memory (always a copy, a MemoryMappedTensor too)."""
+    out = _shared_memory(tuple(t.shape), t.dtype)
+    out.copy_(t.detach())
+    return out
+
+
+def _on_storage(storage: Any, dtype: torch.dtype, shape: tuple[int, ...]) -> MemoryMappedTensor:
+    """A contiguous MemoryMappedTensor of ``shape`` at the start of ``storage``."""
+    need = math.prod(shape) * dtype.itemsize
+    if storage.nbytes() < need:
+        raise FormatError(
+            f"the storage holds {storage.nbytes()} bytes, but {dtype} of shape {list(shape)} "
+            f"needs {need}"
+        )
+    t: Tensor = _blank(dtype).new().set_(storage, 0, shape)  # type: ignore[call-overload]
+    return t.as_subclass(MemoryMappedTensor)
+
+
+def _indexed(t: MemoryMappedTensor, index: Any) -> MemoryMappedTensor:
+    """``t[index]``, kept a MemoryMappedTensor (tensordict's ``index=`` argument)."""
+    if index is None:
+        return t
+    out: MemoryMappedTensor = t[index].as_subclass(MemoryMappedTensor)
+    return out
+
+
 def _check_size(path: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
     need = math.prod(shape) * dtype.itemsize
     try:
@@ -297,6 +329,21 @@ class MemoryMappedTensor(Tensor):
         """The file behind this tensor, or None for anonymous shared memory."""
         storage = self.untyped_storage()
         return storage.filename or getattr(storage, "_tbx_ro", None)
+
+    @property
+    def handler(self) -> Any:
+        """The anonymous shared memory (an ``UntypedStorage``) behind this tensor, or None
+        for a file: :meth:`from_handler` maps it again with any dtype and shape.
+
+        >>> t = MemoryMappedTensor.zeros(4)
+        >>> MemoryMappedTensor.from_handler(t.handler, torch.float32, (2, 2)).shape
+        torch.Size([2, 2])
+        """
+        return None if self.filename is not None else self.untyped_storage()
+
+    # tensordict's spellings, read by code written for it (``mmt._filename``)
+    _filename = filename
+    _handler = handler
 
     @property
     def mode(self) -> str | None:  # type: ignore[override]  # not Tensor.mode (a reduction)
@@ -563,17 +610,31 @@ class MemoryMappedTensor(Tensor):
         filename: str | os.PathLike[str] | None = None,
         existsok: bool = False,
         copy_data: bool = True,
+        copy_existing: bool = False,
     ) -> MemoryMappedTensor:
         """A memory-mapped copy of ``tensor`` (any device, layout or strides).
 
         ``copy_data=False`` gives zeros of the same shape and dtype without reading ``tensor``.
+        A MemoryMappedTensor is already one: it is returned as it is when ``filename`` is
+        None or its own file; copying it to another file needs ``copy_existing=True``.
+
+        >>> t = MemoryMappedTensor.zeros(3)
+        >>> MemoryMappedTensor.from_tensor(t) is t
+        True
         """
+        if isinstance(tensor, MemoryMappedTensor) and not copy_existing:
+            if filename is None or os.path.abspath(filename) == tensor.filename:
+                return tensor
+            where = tensor.filename or "in shared memory"
+            raise MemmapFileExistsError(
+                f"from_tensor: the tensor is already memory-mapped ({where}); pass "
+                f"copy_existing=True to copy it to {os.fspath(filename)}"
+            )
         shape, dtype = tuple(tensor.shape), tensor.dtype
         if filename is None:
-            out = _shared_memory(shape, dtype)
             if copy_data:
-                out.copy_(tensor.detach())
-            return out
+                return shared_copy(tensor)
+            return _shared_memory(shape, dtype)
         path = os.path.abspath(filename)
         nbytes = math.prod(shape) * dtype.itemsize
         ident = write_file(path, tensor if copy_data else None, nbytes, existsok=existsok)
@@ -586,16 +647,66 @@ class MemoryMappedTensor(Tensor):
         dtype: torch.dtype,
         shape: Sequence[int] | int,
         mode: str = "r+",
+        index: Any = None,
     ) -> MemoryMappedTensor:
         """Map an existing file. It may be longer than the tensor, not shorter (FormatError).
 
-        ``mode="r+"`` reads and writes the file; ``mode="r"`` never writes it.
+        ``mode="r+"`` reads and writes the file; ``mode="r"`` never writes it. ``index``
+        selects part of it (a view of the file, still a MemoryMappedTensor).
         """
         _check_mode(mode)
         path = os.path.abspath(filename)
         shp = shape_from("from_filename", (shape,))
         _check_size(path, dtype, shp)
-        return map_file(path, dtype, shp, mode)
+        return _indexed(map_file(path, dtype, shp, mode), index)
+
+    @classmethod
+    def from_handler(
+        cls, handler: Any, dtype: torch.dtype, shape: Sequence[int] | int, index: Any = None
+    ) -> MemoryMappedTensor:
+        """Map the anonymous shared memory ``handler`` (see :attr:`handler`) again.
+
+        It may be larger than the tensor, not smaller (FormatError); ``index`` selects part.
+        """
+        if not isinstance(handler, torch.UntypedStorage):
+            raise TypeError(
+                f"from_handler: expected the handler of a MemoryMappedTensor in shared memory "
+                f"(its .handler, a torch.UntypedStorage), got {type(handler).__name__}"
+            )
+        shp = shape_from("from_handler", (shape,))
+        return _indexed(_on_storage(handler, dtype, shp), index)
+
+    @classmethod
+    def from_storage(
+        cls,
+        storage: Any,
+        *,
+        shape: Sequence[int] | int,
+        dtype: torch.dtype,
+        filename: str | os.PathLike[str] | None = None,
+        index: Any = None,
+    ) -> MemoryMappedTensor:
+        """A MemoryMappedTensor over ``storage`` (a file's or shared memory's ``UntypedStorage``).
+
+        ``filename``, when given, must be the storage's file.
+
+        >>> t = MemoryMappedTensor.from_tensor(torch.arange(6.0))
+        >>> MemoryMappedTensor.from_storage(t.untyped_storage(), shape=(2, 3), dtype=t.dtype)[1].tolist()
+        [3.0, 4.0, 5.0]
+        """
+        if not isinstance(storage, torch.UntypedStorage):
+            raise TypeError(
+                f"from_storage: expected a torch.UntypedStorage, got {type(storage).__name__}"
+            )
+        if filename is not None:
+            own = storage.filename or getattr(storage, "_tbx_ro", None)
+            if own != os.path.abspath(filename):
+                raise ValueError(
+                    f"from_storage: filename={os.fspath(filename)!r} is not the storage's file "
+                    f"({own!r}); map a file with from_filename"
+                )
+        shp = shape_from("from_storage", (shape,))
+        return _indexed(_on_storage(storage, dtype, shp), index)
 
     # -------------------------------------------------------- copying and pickling
 

@@ -43,7 +43,7 @@ from tensorbox._storage.format.legacy import (
 )
 from tensorbox._storage.format.names import encode_key, legacy_name
 from tensorbox._storage.format.spec import MAX_DEPTH, SUFFIX, node_meta
-from tensorbox._storage.memmap_tensor import MemoryMappedTensor, _shared_memory
+from tensorbox._storage.memmap_tensor import MemoryMappedTensor, _shared_memory, shared_copy
 from tensorbox._storage.store import Store, Writer
 from tensorbox.progress import LARGE_BYTES, Progress
 
@@ -112,7 +112,7 @@ class Saver:
                 store[key] = (
                     _shared_memory(tuple(t.shape), t.dtype)
                     if self.mode == "like" and id(entry) not in self.structure
-                    else MemoryMappedTensor.from_tensor(t)
+                    else shared_copy(t)  # a copy even of a memory-mapped leaf
                 )
         else:
             self._walk(obj, "", (), None, None)  # every value checked: no I/O yet

@@ -31,7 +31,7 @@ import torch
 
 from tensorbox._core.container import TensorCollection
 from tensorbox._core.methods.keys import KeyMethods
-from tensorbox._tensorclass.build import build_class, set_field
+from tensorbox._tensorclass.build import build_class, check_casting, set_field
 from tensorbox._tensorclass.fields import MISSING, Field, field
 from tensorbox.errors import TensorDictKeyError
 
@@ -41,7 +41,7 @@ _new = object.__new__
 # Sets a slot past our __setattr__; a C call that torch.compile can trace (the slot's
 # member descriptor __set__ would be faster but dynamo cannot trace it).
 _osa = object.__setattr__
-_OPTIONS = ("frozen", "shadow", "nocast", "autocast")
+_OPTIONS = ("frozen", "shadow", "tensor_only", "nocast", "autocast")
 _OPTION_BASES: dict[tuple[str, ...], type] = {}
 _STORAGE = frozenset({"_tensordict", "_batch_size", "_device", "_locked", "_prev_lock"})
 _STORAGE |= {"_lock_stack", "_writeback"}
@@ -112,6 +112,9 @@ class TensorClass(TensorCollection, metaclass=_Meta):
     __tc_fields__: ClassVar[tuple[Field[Any], ...]] = ()
     __tc_frozen__: ClassVar[bool] = False
     __tc_simple__: ClassVar[dict[str, Any]] = {}
+    __tc_tensor_only__: ClassVar[bool] = False
+    #: fields whose values become tensors (a tensor_only class's tensor fields)
+    __tc_cast__: ClassVar[frozenset[str]] = frozenset()
 
     if TYPE_CHECKING:
         # Seen by type checkers as keyword-only fields, so the synthesized
@@ -125,10 +128,20 @@ class TensorClass(TensorCollection, metaclass=_Meta):
         frozen: bool | None = None,
         kw_only: bool | None = None,
         shadow: bool | None = None,
+        tensor_only: bool | None = None,
+        autocast: bool | None = None,
+        nocast: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init_subclass__(**kwargs)
-        build_class(cls, TensorClass, {"frozen": frozen, "kw_only": kw_only, "shadow": shadow})
+        check_casting(cls.__qualname__, tensor_only, autocast, nocast)
+        options = {
+            "frozen": frozen,
+            "kw_only": kw_only,
+            "shadow": shadow,
+            "tensor_only": tensor_only,
+        }
+        build_class(cls, TensorClass, options)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("TensorClass is a base class: subclass it and annotate fields")
@@ -136,8 +149,9 @@ class TensorClass(TensorCollection, metaclass=_Meta):
     def __class_getitem__(cls, options: str | tuple[str, ...]) -> Any:
         """``class X(TensorClass["frozen"])``: tensordict's spelling of the class options.
 
-        ``"frozen"`` and ``"shadow"`` set those options; ``"nocast"``/``"autocast"`` are
-        accepted and change nothing (values are never cast to the annotation here).
+        ``"frozen"``, ``"shadow"`` and ``"tensor_only"`` set those options;
+        ``"nocast"``/``"autocast"`` are accepted and change nothing (values are never cast
+        to the annotation here).
         """
         names = (options,) if isinstance(options, str) else options
         if not isinstance(names, tuple) or not all(isinstance(n, str) for n in names):
@@ -148,7 +162,10 @@ class TensorClass(TensorCollection, metaclass=_Meta):
         unknown = [n for n in names if n not in _OPTIONS]
         if unknown:
             raise TypeError(f"TensorClass[...]: unknown options {unknown!r}; known: {_OPTIONS}")
-        flags = tuple(sorted(n for n in names if n in ("frozen", "shadow")))
+        check_casting(
+            cls.__qualname__, "tensor_only" in names, "autocast" in names, "nocast" in names
+        )
+        flags = tuple(sorted(n for n in names if n in ("frozen", "shadow", "tensor_only")))
         if not flags:
             return cls
         base = _OPTION_BASES.get(flags)

@@ -34,9 +34,10 @@ from torch import Tensor
 
 from tensorbox._core.backing import OPEN as _OPEN
 from tensorbox._core.container import TensorCollection
-from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.nontensor import NonTensorData, read
 from tensorbox._core.shape import as_batch_size
 from tensorbox._core.tree import CLASS_REGISTRY
+from tensorbox._core.unbatched import UnbatchedTensor
 from tensorbox._tensorclass.fields import (
     MISSING,
     Field,
@@ -45,9 +46,10 @@ from tensorbox._tensorclass.fields import (
     shadowable_names,
 )
 from tensorbox._tensorclass.simple import check_simple, simple_spec
+from tensorbox._tensorclass.tensor_only import as_tensor, tensor_fields
 from tensorbox.errors import BatchSizeError, LockedError
 
-__all__ = ["build_class", "register", "set_field"]
+__all__ = ["build_class", "check_casting", "register", "set_field"]
 
 
 # ------------------------------------------------------------- values
@@ -77,8 +79,13 @@ def put(cls: type, obj: Any, name: str, value: Any) -> None:
     spec = cls.__tc_simple__.get(name)  # type: ignore[attr-defined]
     if spec is not None:
         value = check_simple(cls, name, value, spec, bs)
+    if name in cls.__tc_cast__:  # type: ignore[attr-defined]
+        value = as_tensor(value)
     if isinstance(value, np.ndarray) and value.dtype != object:
         value = torch.from_numpy(value)
+    if type(value) is UnbatchedTensor:  # one value for the whole batch: no shape to check
+        TensorCollection._set_str(obj, name, value, (name,))
+        return
     if isinstance(value, Tensor) or getattr(type(value), "_is_tensor_collection", False):
         shape = value.shape
         if shape[: len(bs)] != bs:
@@ -114,7 +121,7 @@ def _make_property(cls_name: str, name: str) -> property:
         # A field without an entry (set to None, or dropped by select/exclude) reads None,
         # as in tensordict, where None fields are not entries either.
         v = self._tensordict.get(name)
-        return v.value if type(v) is ntd else v
+        return read(v, self._batch_size) if type(v) is ntd else v
 
     def set_(self: Any, value: Any) -> None:
         set_field(self, name, value)
@@ -234,6 +241,9 @@ def build_class(cls: type, base: type, options: dict[str, Any]) -> None:
     shadow = options.get("shadow")
     if shadow is None:
         shadow = getattr(cls, "__tc_shadow__", False)
+    tensor_only = options.get("tensor_only")
+    if tensor_only is None:
+        tensor_only = getattr(cls, "__tc_tensor_only__", False)
     reserved = reserved_names(base)
     if shadow:
         reserved = {k: v for k, v in reserved.items() if k not in shadowable_names()}
@@ -252,11 +262,23 @@ def build_class(cls: type, base: type, options: dict[str, Any]) -> None:
     }
     cls.__tc_frozen__ = bool(frozen)  # type: ignore[attr-defined]
     cls.__tc_shadow__ = bool(shadow)  # type: ignore[attr-defined]
+    cls.__tc_tensor_only__ = bool(tensor_only)  # type: ignore[attr-defined]
+    cls.__tc_cast__ = tensor_fields(cls, flds) if tensor_only else frozenset()  # type: ignore[attr-defined]
     match = cls.__dict__.get("__match_args__")
     if match is None or match == cls.__dict__.get("__tc_match__"):
         match = tuple(f.name for f in flds if f.init and not f.kw_only)
         cls.__match_args__ = cls.__tc_match__ = match  # type: ignore[attr-defined, misc]
     register(cls)
+
+
+def check_casting(name: str, tensor_only: Any, autocast: Any, nocast: Any) -> None:
+    """``tensor_only`` fixes how values are stored: it excludes tensordict's casting switches."""
+    if tensor_only and (autocast or nocast):
+        which = "autocast" if autocast else "nocast"
+        raise TypeError(
+            f"{name}: tensor_only=True cannot be combined with {which}=True (a tensor_only "
+            "class converts every value of a tensor field to a tensor)"
+        )
 
 
 def _dataclass_fields(flds: tuple[Field[Any], ...]) -> dict[str, Field[Any]]:

@@ -46,7 +46,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, dataclass_transform, overload
 
 from tensorbox._tensorclass.base import TensorClass
-from tensorbox._tensorclass.build import build_class, register
+from tensorbox._tensorclass.build import build_class, check_casting, register
 from tensorbox._tensorclass.fields import Field, field
 
 __all__ = ["is_tensorclass", "tensorclass"]
@@ -78,6 +78,7 @@ def tensorclass(
     frozen: bool = False,
     kw_only: bool = False,
     shadow: bool = False,
+    tensor_only: bool = False,
     autocast: bool = False,
     nocast: bool = False,
 ) -> Callable[[_C], _C]: ...
@@ -89,6 +90,7 @@ def tensorclass(
     frozen: bool = False,
     kw_only: bool = False,
     shadow: bool = False,
+    tensor_only: bool = False,
     autocast: bool = False,
     nocast: bool = False,
 ) -> Any:
@@ -103,6 +105,9 @@ def tensorclass(
             (``mean``, ``std``, ``sum``, ``log``, ``float``...; tensordict's option of the
             same name). The field then hides the method on this class. Names the library
             itself relies on (``apply``, ``to``, ``batch_size``...) stay refused.
+        tensor_only: every field holds tensors or containers (refused at class creation
+            otherwise); values of tensor fields are converted with ``torch.as_tensor``
+            (see ``tensorbox._tensorclass.tensor_only``).
         autocast, nocast: tensordict's casting switches, accepted so its code runs; values
             are never cast to the annotation here (a simply annotated field refuses a value
             of another type instead, see ``tensorbox._tensorclass.simple``).
@@ -118,19 +123,26 @@ def tensorclass(
     dataclasses.FrozenInstanceError: cannot assign to field 'xy' of frozen Point; use .replace(xy=...) for a changed copy
     """
 
+    check_casting("@tensorclass", tensor_only, autocast, nocast)
+
     def wrap(c: Any) -> Any:
-        return _make(c, frozen=frozen, kw_only=kw_only, shadow=shadow)
+        return _make(
+            c, frozen=frozen, kw_only=kw_only, shadow=shadow, tensor_only=tensor_only or None
+        )
 
     return wrap if cls is None else wrap(cls)
 
 
-def _make(cls: type, *, frozen: bool, kw_only: bool, shadow: bool) -> type:
+def _make(
+    cls: type, *, frozen: bool, kw_only: bool, shadow: bool, tensor_only: bool | None
+) -> type:
     if not isinstance(cls, type):
         raise TypeError(f"@tensorclass decorates a class, got {cls!r}")
     if issubclass(cls, TensorClass):
         # Already built by TensorClass.__init_subclass__ (it subclasses a tensorclass):
         # rebuild in place with these options.
-        build_class(cls, TensorClass, {"frozen": frozen, "kw_only": kw_only, "shadow": shadow})
+        options = {"frozen": frozen, "kw_only": kw_only, "shadow": shadow}
+        build_class(cls, TensorClass, {**options, "tensor_only": tensor_only})
         return cls
     if "__dataclass_fields__" in cls.__dict__:
         raise TypeError(
@@ -145,7 +157,7 @@ def _make(cls: type, *, frozen: bool, kw_only: bool, shadow: bool) -> type:
     new = types.new_class(
         cls.__name__,
         bases,
-        {"frozen": frozen, "kw_only": kw_only, "shadow": shadow},
+        {"frozen": frozen, "kw_only": kw_only, "shadow": shadow, "tensor_only": tensor_only},
         lambda body: body.update(ns),
     )
     _rebind_class_cells(new, cls)

@@ -262,6 +262,7 @@ class IOMethods(MixinBase):
         verify: bool = False,
         strict: bool = True,
         storage_options: dict[str, Any] | None = None,
+        allow_pickle: bool | None = None,
     ) -> Self:
         """Open a saved tree lazily: nothing is read until a leaf is used.
 
@@ -274,6 +275,8 @@ class IOMethods(MixinBase):
         ``strict=False``, which leaves it out.
         ``prefix`` may be the URL of an archive (``s3://``, ``http(s)://``, ``memory://``...;
         ``storage_options`` as fsspec takes them), opened read-only from a local cache.
+        ``allow_pickle`` (a bool or None) is tensordict's switch for unpickling values;
+        a tensorbox tree holds no pickles, so either value reads the same tree.
 
         >>> import torch; from tensorbox import TensorDict
         >>> import tempfile
@@ -282,6 +285,11 @@ class IOMethods(MixinBase):
         ...     TensorDict.load_memmap(d)["n", "x"].tolist()
         [0, 1, 2]
         """
+        if allow_pickle is not None and type(allow_pickle) is not bool:
+            raise TypeError(
+                f"load_memmap: allow_pickle must be a bool or None, got {allow_pickle!r} "
+                f"({type(allow_pickle).__name__})"
+            )
         from tensorbox._storage import persist as _persist
 
         out: Self = _persist.load_memmap(

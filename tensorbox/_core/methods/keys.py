@@ -23,7 +23,7 @@ container (``_set_str``, ``_write``): on a node of a saved tree it is committed 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Literal, Self, overload
 
 import torch
 from torch import Tensor
@@ -36,12 +36,15 @@ from tensorbox._core.entries import copy_leaf, prepare_entry
 from tensorbox._core.keys import NestedKey, format_key, unravel_key
 from tensorbox._core.methods.base import MISSING, MixinBase, is_container
 from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.nontensor import read as _read
 from tensorbox._core.shape import normalize_index
 from tensorbox._core.tree import KEEP, find_missing, is_coll, missing_key_error
+from tensorbox._core.unbatched import UnbatchedTensor
 from tensorbox.errors import BatchSizeError, LockedError, TensorDictKeyError
 
 if TYPE_CHECKING:
     from tensorbox._core.container import TensorCollection
+    from tensorbox._core.tensordict import TensorDict
 
 __all__ = ["KeyMethods", "copy_other", "is_key", "put"]
 
@@ -105,7 +108,7 @@ class KeyMethods(MixinBase):
                 if default is KEEP:
                     raise missing_key_error(self, (key,), 0)
                 return default
-            return v.value if type(v) is _NTD else v
+            return _read(v, self._batch_size) if type(v) is _NTD else v
         if type(key) is not tuple:
             key = unravel_key(key)  # raises for anything but a (str subclass) key
         try:
@@ -127,7 +130,13 @@ class KeyMethods(MixinBase):
             if flat != path:
                 return self._get_path(flat)
             raise find_missing(self, flat) from None
-        return node.value if type(node) is _NTD else node
+        if type(node) is _NTD:
+            if type(node.data) is UnbatchedTensor:  # it reports the batch size of its level
+                return _read(
+                    node, self._get_path(path[:-1])._batch_size if path[1:] else self._batch_size
+                )
+            return node.value
+        return node
 
     def __contains__(self, key: object) -> bool:
         if type(key) is str:
@@ -173,7 +182,10 @@ class KeyMethods(MixinBase):
             )
             return
         for k, v in _tree.iter_items(self, include_nested, leaves_only):  # type: ignore[arg-type]
-            yield k, (v.value if type(v) is _NTD else v)
+            if type(v) is _NTD:
+                yield k, (self._get_path(k) if type(v.data) is UnbatchedTensor else v.value)
+            else:
+                yield k, v
 
     def _items_is_leaf(
         self,
@@ -606,14 +618,49 @@ class KeyMethods(MixinBase):
         self._write(lambda: self.set(new, self.pop(old)))  # one commit on a saved tree
         return self
 
-    def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> Self:
+    @overload
+    def select(
+        self,
+        *keys: NestedKey,
+        inplace: bool = False,
+        strict: bool = True,
+        as_tensordict: Literal[False] = False,
+    ) -> Self: ...
+    @overload
+    def select(
+        self,
+        *keys: NestedKey,
+        inplace: bool = False,
+        strict: bool = True,
+        as_tensordict: Literal[True],
+    ) -> TensorDict: ...
+    def select(
+        self,
+        *keys: NestedKey,
+        inplace: bool = False,
+        strict: bool = True,
+        as_tensordict: bool = False,
+    ) -> Self | TensorDict:
         """Only the given (possibly nested) keys; missing keys raise unless ``strict=False``.
+
+        ``as_tensordict=True`` gives a plain TensorDict of them (for a tensorclass, whose
+        own ``select`` keeps the class, with the other fields reading None).
 
         >>> import torch; from tensorbox import TensorDict
         >>> td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2), "c": torch.ones(2)}}, [2])
         >>> td.select("a", ("n", "b")).keys(include_nested=True, leaves_only=True)
         ['a', ('n', 'b')]
         """
+        if as_tensordict:
+            if inplace:
+                raise ValueError(
+                    "select: as_tensordict=True gives a new TensorDict; drop inplace=True"
+                )
+            picked = _keyops.select(self, keys, False, strict)  # the tensors are shared
+            plain: TensorDict = _tree.new_plain(
+                dict(picked._tensordict), picked._batch_size, picked._device
+            )
+            return plain
         if inplace:  # on a saved tree, saved at once
             return self._write(_keyops.select, self, keys, inplace, strict)  # type: ignore[no-any-return]
         out: Self = _keyops.select(self, keys, inplace, strict)

@@ -75,6 +75,17 @@ def _check_mask(obj: Any, mask: Tensor, what: str) -> Tensor:
     return mask
 
 
+def _logical(op: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Tensor, Any], Tensor]:
+    """``op`` taking a Python scalar too (``td | False``): torch's logical ops want tensors."""
+
+    def run(t: Tensor, other: Any) -> Tensor:
+        return op(
+            t, other if isinstance(other, Tensor) else torch.as_tensor(other, device=t.device)
+        )
+
+    return run
+
+
 def _binary(self: C, other: Any, op: Callable[[Tensor, Any], Tensor]) -> C:
     if is_container(other):
         return self.apply(op, other)
@@ -177,13 +188,25 @@ class MathMethods(MixinBase):
     def __neg__(self) -> Self:
         return self.apply(torch.neg)
 
+    def __abs__(self) -> Self:
+        return self.apply(torch.abs)
+
     def __and__(self, other: Any) -> Self:
-        out: Self = _elementwise.binary(self, other, torch.logical_and)
+        out: Self = _elementwise.binary(self, other, _logical(torch.logical_and))
         return out
 
     def __or__(self, other: Any) -> Self:
-        out: Self = _elementwise.binary(self, other, torch.logical_or)
+        out: Self = _elementwise.binary(self, other, _logical(torch.logical_or))
         return out
+
+    def __xor__(self, other: Any) -> Self:
+        out: Self = _elementwise.binary(self, other, _logical(torch.logical_xor))
+        return out
+
+    # the logical ops are symmetric: ``True ^ td`` is ``td ^ True``
+    __rand__ = __and__
+    __ror__ = __or__
+    __rxor__ = __xor__
 
     def __add__(self, other: Any) -> Self:
         out: Self = _elementwise.binary(self, other, torch.add)

@@ -1,0 +1,74 @@
+"""NonTensorStack (a stacked NonTensorData), MetaData, and the shape ops of a value on its own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tensorbox import MetaData, NonTensorData, NonTensorStack, TensorDict
+
+
+def test_building_stacks() -> None:
+    s = NonTensorStack("a", "b", "c")
+    assert type(s) is NonTensorData and isinstance(s, NonTensorStack) and s.shape == (3,)
+    assert not isinstance(NonTensorData("a"), NonTensorStack)
+    cols = NonTensorStack(
+        NonTensorData("a", batch_size=[2]), NonTensorData("b", batch_size=[2]), stack_dim=1
+    )
+    assert cols.tolist() == [["a", "b"], ["a", "b"]]
+    nested = NonTensorStack.from_list([[1, NonTensorData("x")], ["y", 2]])
+    assert nested.shape == (2, 2) and nested[0, 1].data == "x" and nested[1, 1].data == 2
+    assert torch.stack([NonTensorData("p"), NonTensorData("q")]).tolist() == ["p", "q"]
+    assert torch.cat([s, NonTensorStack("d")]).tolist() == ["a", "b", "c", "d"]
+    with pytest.raises(ValueError, match="value 1 has batch_size \\(2,\\), value 0 has \\(\\)"):
+        NonTensorStack("a", NonTensorData("b", batch_size=[2]))
+    with pytest.raises(ValueError, match=r"does not match the stacked shape \(2,\)"):
+        NonTensorStack("a", "b", batch_size=[3])
+    with pytest.raises(ValueError, match="ragged at"):
+        NonTensorStack.from_list([["a", "b"], ["c"]])
+
+
+@given(n=st.integers(1, 6), reps=st.integers(1, 3))
+def test_shape_ops_follow_torch(n: int, reps: int) -> None:
+    values = [f"v{i}" for i in range(n)]
+    s = NonTensorStack(*values)
+    ref = np.array(values, dtype=object)
+    assert s.repeat(reps).tolist() == np.tile(ref, reps).tolist()
+    assert s.repeat_interleave(reps, 0).tolist() == np.repeat(ref, reps).tolist()
+    assert s.unsqueeze(0).view(n).tolist() == values and s.unsqueeze(-1).shape == (n, 1)
+    assert s.flatten().tolist() == values and s.contiguous() is s
+    mask = torch.arange(n) % 2 == 0
+    assert s[mask].tolist() == ref[mask.numpy()].tolist()
+    assert s[torch.tensor(True)].shape == (1, n) and s[torch.tensor(False)].shape == (0, n)
+
+
+def test_a_shared_value_keeps_its_shape() -> None:
+    d = MetaData(0, batch_size=[3])
+    assert MetaData is NonTensorData
+    e = d.expand(2, 3)
+    assert e.shape == (2, 3) and e.data == 0 and not e.stacked
+    assert e.tolist() == [[0, 0, 0], [0, 0, 0]] and e[1].shape == (3,)
+    assert NonTensorStack("a", "a", "b")[:2].tolist() == ["a", "a"]  # one value, two rows
+
+
+def test_where_and_out() -> None:
+    a, b = NonTensorStack(["a"], ["a"]), NonTensorStack(["b"], ["b"])
+    out = NonTensorStack("x", "y")
+    got = a.where(torch.tensor([True, False]), b, out=out, pad=0)
+    assert got is out and out.tolist() == [["a"], ["b"]]
+    assert NonTensorData("s", batch_size=[2]).where(torch.tensor([False, True]), "t").tolist() == [
+        "t",
+        "s",
+    ]
+
+
+def test_containers_still_collapse_identical_rows() -> None:
+    td = TensorDict(x=torch.zeros(3), name=NonTensorStack("a", "a", "b"), batch_size=[3])
+    assert td[:2]["name"] == "a" and td["name"] == ["a", "a", "b"]
+    assert TensorDict(m=MetaData("cfg"), x=torch.zeros(4, 2)).auto_batch_size_().batch_size == (
+        4,
+        2,
+    )
