@@ -205,6 +205,8 @@ def load_memmap(
     verify: bool = False,
     strict: bool = True,
     storage_options: dict[str, Any] | None = None,
+    cache: bool = True,
+    prefetch: bool = False,
 ) -> Any:
     """Open the tree at ``prefix`` lazily, as ``cls`` (see the module doc), locked.
 
@@ -226,11 +228,19 @@ def load_memmap(
     The tree opened is one generation: a save running at the same path is waited
     for only while it swaps the trees (see :mod:`tensorbox._storage.commit`).
     """
-    if _remote.is_url(prefix):  # read from the local cache of the object
-        prefix, mode = _remote.local_path(prefix, storage_options, mode), "r"
-    found = _archive.split(prefix)
     dev = None if device is None else torch.device(device)
     fit = _fit(cls, strict)
+    url = _remote.split_url(prefix)
+    if url is not None:  # read lazily, leaves fetched on first use (remote_tree)
+        from tensorbox._storage import remote_tree as _remote_tree
+
+        _remote.check_mode(prefix, mode)
+        store = _remote_tree.open_url(url[1], storage_options, cache)
+        obj = load_from(store, url[2] or "", cls, dev, non_blocking, "r", verify, fit)
+        if prefetch:
+            _remote_tree.prefetch(obj).result()
+        return obj
+    found = _archive.split(prefix)
     if found is not None:
         file, inner = found
         if mode not in (None, "r"):
@@ -311,8 +321,12 @@ def opened(prefix: Any) -> Iterator[tuple[Store, str]]:
     """``(store, node)`` of the tree a user names by ``prefix``: an archive (``FILE`` or
     ``FILE::DIR``, or a URL of one, read from the local cache) or a folder, read-locked
     meanwhile (one generation)."""
-    if _remote.is_url(prefix):
-        prefix = _remote.local_path(prefix)
+    url = _remote.split_url(prefix)
+    if url is not None:
+        from tensorbox._storage import remote_tree as _remote_tree
+
+        yield _remote_tree.open_url(url[1]), url[2] or ""
+        return
     found = _archive.split(prefix)
     if found is not None:
         yield _archive.ArchiveStore(found[0]), found[1]
