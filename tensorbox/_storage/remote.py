@@ -162,7 +162,12 @@ def describe(fs: Any, path: str, url: str) -> dict[str, Any]:
         fs.invalidate_cache(path)
     try:
         info: dict[str, Any] = fs.info(path)
-    except FileNotFoundError:
+    except FileNotFoundError as err:
+        status = getattr(err.__cause__, "status", None)  # fsspec's HTTP: any failure
+        if status in (401, 403):
+            raise PermissionError(
+                f"{url!r}: access refused (HTTP {status}): check the credentials"
+            ) from err
         raise FileNotFoundError(f"{url!r}: no such object") from None
     except PermissionError as err:
         raise PermissionError(f"{url!r}: access refused: check the credentials ({err})") from err
@@ -384,7 +389,9 @@ def _cat_ranges(fs: Any, groups: list[tuple[str, str, int, int, list[int]]]) -> 
         except FileNotFoundError as err:
             raise FileNotFoundError(f"{where!r}: no such object ({err})") from err
         except PermissionError as err:
-            raise PermissionError(f"{where!r}: access refused: check the credentials ({err})") from err
+            raise PermissionError(
+                f"{where!r}: access refused: check the credentials ({err})"
+            ) from err
         except Exception as err:  # each filesystem raises its own types (aiohttp, botocore...)
             status = getattr(err, "status", None)
             if status in (401, 403):

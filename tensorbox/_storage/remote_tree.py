@@ -54,8 +54,9 @@ __all__ = ["RemoteTensor", "open_url", "prefetch"]
 
 #: A part is whole rows and at least this many bytes.
 PART_BYTES = 4096
-#: Ranges of one object closer than this are read by one request.
-GAP = int(os.environ.get("TENSORBOX_REMOTE_GAP", 64 << 10))
+#: Ranges of one object closer than this are read by one request (0: adjacent ones only;
+#: what lies between two merged ranges is read and dropped).
+GAP = int(os.environ.get("TENSORBOX_REMOTE_GAP", 0))
 #: One request reads at most this much (a whole leaf goes out as several).
 MAX_REQUEST = 16 << 20
 #: Bytes in flight in one call, at most.
@@ -376,12 +377,24 @@ class _RemoteStore(Store):
     def _raw_size(self, leaf: _Leaf) -> int:
         return leaf.nbytes
 
+    def _have(self, req: tuple[str, str, int, int]) -> bytes | None:
+        """Bytes of ``req`` read already (the tail of a small archive), else None."""
+        return None
+
     def _wave(
         self, fs: Any, reqs: list[tuple[str, str, int, int]], owners: list[tuple[_Leaf, int]]
     ) -> None:
-        blobs = _remote.read_many(fs, reqs, GAP, MAX_REQUEST)
-        leaves = list({id(leaf): leaf for leaf, _ in owners}.values())
-        self._unchanged(leaves)
+        local = [self._have(r) for r in reqs]
+        far = [i for i, b in enumerate(local) if b is None]
+        blobs: list[bytes] = [b or b"" for b in local]
+        if far:
+            for i, blob in zip(
+                far, _remote.read_many(fs, [reqs[i] for i in far], GAP, MAX_REQUEST)
+            ):
+                blobs[i] = blob
+        leaves = list({id(owners[i][0]): owners[i][0] for i in far}.values())
+        if leaves:
+            self._unchanged(leaves)
         moved: set[int] = set()
         for (leaf, c), blob in zip(owners, blobs, strict=True):
             if c == -1 and not self._locate(leaf, blob):
@@ -420,12 +433,18 @@ class _Sparse:
     def add(self, start: int, data: bytes) -> None:
         self.windows.append((start, data))
 
-    def __getitem__(self, s: slice) -> bytes:
-        a, b, _ = s.indices(self.size)
-        b = max(a, b)
+    def covered(self, a: int, b: int) -> bytes | None:
         for start, data in reversed(self.windows):
             if start <= a and b <= start + len(data):
                 return data[a - start : b - start]
+        return None
+
+    def __getitem__(self, s: slice) -> bytes:
+        a, b, _ = s.indices(self.size)
+        b = max(a, b)
+        got = self.covered(a, b)
+        if got is not None:
+            return got
         src = self.store.src
         blob = _remote.read_many(src.fs, [(src.path, src.url, a, b)])[0]
         self.add(a, blob)
@@ -456,6 +475,7 @@ class RemoteArchiveStore(_RemoteStore):
                 for name, ze in self.index.entries.items()
                 if (name == META or name.endswith("/" + META)) and ze.usize <= MAX_META_BYTES
             ]
+            metas = [ze for ze in metas if self.buf.covered(ze.header, ze.bound) is None]
             for ze, blob in zip(
                 metas,
                 _remote.read_many(fs, [(path, url, ze.header, ze.bound) for ze in metas], GAP),
@@ -531,6 +551,9 @@ class RemoteArchiveStore(_RemoteStore):
 
     def _raw_size(self, leaf: _Leaf) -> int:
         return int(self.index.entries[leaf.name].csize)
+
+    def _have(self, req: tuple[str, str, int, int]) -> bytes | None:
+        return self.buf.covered(req[2], req[3])
 
     def _header(self, leaf: _Leaf) -> tuple[int, int]:
         ze = self.index.entries[leaf.name]
@@ -723,15 +746,26 @@ def _rows(index: Any, n: int) -> torch.Tensor | None:
     if isinstance(index, int):
         return torch.tensor([index % n if n else 0])
     if isinstance(index, slice):
-        return torch.arange(*index.indices(n))
+        return _span(index, n)
     if isinstance(index, list):
         index = torch.as_tensor(index)
     if isinstance(index, torch.Tensor) and type(index) is torch.Tensor:
         if index.dtype == torch.bool:
-            return index.reshape(index.shape[0], -1).any(1).nonzero().flatten() if index.dim() else None
+            return (
+                index.reshape(index.shape[0], -1).any(1).nonzero().flatten()
+                if index.dim()
+                else None
+            )
         if not index.dtype.is_floating_point and not index.dtype.is_complex:
             return index.flatten().to(torch.int64) % max(n, 1)
     return None
+
+
+def _span(s: slice, n: int) -> torch.Tensor:
+    start, stop, step = s.indices(n)
+    if (stop - start) * step <= 0:
+        return torch.empty(0, dtype=torch.int64)
+    return torch.arange(start, stop, step)
 
 
 _Tensor = torch.Tensor
@@ -787,9 +821,7 @@ class RemoteTensor(MemoryMappedTensor):
     _tbx_leaf: _Leaf
 
     @classmethod
-    def __torch_function__(
-        cls, func: Any, types: Any, args: Any = (), kwargs: Any = None
-    ) -> Any:
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if func in _META:
             with torch._C.DisableTorchFunctionSubclass():
@@ -854,7 +886,7 @@ def _wanted(data: Any, rows: Any) -> list[tuple[_Leaf, torch.Tensor | None]]:
         if type(t) is RemoteTensor:
             leaf = t._tbx_leaf
             if isinstance(rows, slice):
-                idx = torch.arange(*rows.indices(leaf.shape[0] if leaf.shape else 1))
+                idx = _span(rows, leaf.shape[0] if leaf.shape else 1)
             out.append((leaf, idx))
     return out
 
