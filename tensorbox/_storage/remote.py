@@ -50,7 +50,11 @@ __all__ = [
     "filesystem",
     "identity",
     "is_url",
-    "local_path",
+    "check_mode",
+    "read_many",
+    "read_whole",
+    "stamp",
+    "describe",
     "refuse",
     "save_target",
     "upload",
@@ -357,7 +361,7 @@ def read_many(
     if not groups:
         return out
     blobs = _cat_ranges(fs, groups)
-    for (_, url, start, end, members), blob in zip(groups, blobs, strict=True):
+    for (_, _, start, _, members), blob in zip(groups, blobs, strict=True):
         for i in members:
             s, e = ranges[i][2], ranges[i][3]
             out[i] = blob[s - start : e - start]

@@ -196,7 +196,7 @@ class _Leaf:
         """The leaf's cache file (sparse, its full size) or memory, made at the first part."""
         cache = self.store.cache
         if cache is None:
-            self._attach(torch.UntypedStorage(self.nbytes))
+            self._attach(torch.UntypedStorage(self.nbytes))  # type: ignore[no-untyped-call]
             return
         assert self.key is not None
         path = cache.path_for(self.key)
@@ -250,11 +250,13 @@ class _Leaf:
         """Every part here: the tensors become plain mappings of the cache (or memory)."""
         if self.missing:
             return
-        final = MemoryMappedTensor if self.store.cache is not None else torch.Tensor
+        final: type[torch.Tensor] = (
+            MemoryMappedTensor if self.store.cache is not None else torch.Tensor
+        )
         for ref in self.tensors:
             t = ref()
             if t is not None and type(t) is RemoteTensor:
-                t.__class__ = final
+                t.__class__ = final  # type: ignore[assignment]
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
@@ -264,13 +266,12 @@ class _Leaf:
             return torch.empty(self.shape, dtype=self.dtype)
         self.refresh()
         with torch._C.DisableTorchFunctionSubclass():
+            t = torch.empty(0, dtype=self.dtype)
             if self.storage is not None:
-                t = torch.empty(0, dtype=self.dtype).set_(self.storage, 0, self.shape)
+                t.set_(self.storage, 0, self.shape, _strides(self.shape))
             else:  # nothing here yet: one element, every stride 0, until the first part
-                one = torch.UntypedStorage(self.dtype.itemsize)
-                t = torch.empty(0, dtype=self.dtype).set_(
-                    one, 0, self.shape, (0,) * len(self.shape)
-                )
+                one = torch.UntypedStorage(self.dtype.itemsize)  # type: ignore[no-untyped-call]
+                t.set_(one, 0, self.shape, (0,) * len(self.shape))
         if self.missing == 0:
             t.__class__ = MemoryMappedTensor if self.store.cache is not None else torch.Tensor
             return t
@@ -821,20 +822,26 @@ class RemoteTensor(MemoryMappedTensor):
     _tbx_leaf: _Leaf
 
     @classmethod
-    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+    def __torch_function__(  # type: ignore[override]  # the base's is the disabled one
+        cls, func: Any, types: Any, args: Any = (), kwargs: Any = None
+    ) -> Any:
         kwargs = kwargs or {}
         if func in _META:
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **kwargs)
-        first = args[0] if args else None
+        first: Any = args[0] if args else None
         rows = None
         if type(first) is RemoteTensor:
             n = first._tbx_leaf.shape[0] if first._tbx_leaf.shape else 0
             if func is _Tensor.__getitem__ and len(args) == 2:
                 rows = _rows(args[1], n)
-            elif func in (torch.index_select, _Tensor.index_select) and len(args) >= 3:
-                if args[1] == 0 and isinstance(args[2], torch.Tensor):
-                    rows = args[2].flatten().to(torch.int64)
+            elif (
+                func in (torch.index_select, _Tensor.index_select)
+                and len(args) >= 3
+                and args[1] == 0
+                and isinstance(args[2], torch.Tensor)
+            ):
+                rows = args[2].flatten().to(torch.int64)
         if rows is not None:
             ensure([(first._tbx_leaf, rows)])
         else:
