@@ -224,7 +224,12 @@ def test_s3_credentials_from_environment(
 # ---- data-parallel reading -------------------------------------------------------
 
 
-def test_batch_loader_fetches_only_its_share(http_server: HTTPServer, tmp_path: Path) -> None:
+def test_batch_loader_fetches_only_its_share(
+    http_server: HTTPServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rows alone, whatever their distance (a small dataset's rows are close together:
+    # by default, parts closer than 256 KiB are read with what lies between them)
+    monkeypatch.setenv("TENSORBOX_REMOTE_GAP", "0")
     n = 512
     data = TensorDict(
         {
@@ -264,3 +269,17 @@ def test_prefetch_is_public_and_fetches_rows(http_server: HTTPServer, tmp_path: 
         tensorbox.prefetch(td, "rows")
     assert tensorbox.prefetch(td).result() is None
     assert all(type(t) is MemoryMappedTensor for t in td.values(True, True))
+
+
+def test_close_rows_are_read_with_what_lies_between(
+    http_server: HTTPServer, tmp_path: Path
+) -> None:
+    data = TensorDict({"a": torch.randn(1000, 1024)}, [1000])  # 4 KiB rows: a part each
+    url = _serve(http_server, "dense.tdz", data, tmp_path)
+    td = TensorDict.load_memmap(url)
+    mark = http_server.bytes_sent
+    assert torch.equal(td["a"][[10, 30]], data["a"][[10, 30]])  # 80 KiB apart: one range
+    assert 21 * 4096 <= http_server.bytes_sent - mark <= 24 * 4096
+    mark = http_server.bytes_sent
+    assert torch.equal(td["a"][11:30], data["a"][11:30])  # kept: nothing moves
+    assert http_server.bytes_sent == mark

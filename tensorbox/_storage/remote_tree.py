@@ -12,8 +12,11 @@ dim 0) fetches the parts holding those rows; any other operation fetches the who
 first, after which the tensor becomes a plain :class:`MemoryMappedTensor` of the cache.
 A part is whole rows, at least :data:`PART_BYTES` (one page: a rank reading its share
 of shuffled image rows fetches those rows, not their neighbours). Parts wanted together
-(a batch's rows of every leaf) go out as one call, ranges of one object closer than
-:data:`GAP` merged into one request.
+(a batch's rows of every leaf) go out as one call. Parts of a leaf closer than
+:func:`gap` bytes are read with the parts between them, which are kept too (a dense
+read, a single rank going through a whole epoch, becomes a few large requests; a rank
+reading its share of a large dataset reads its rows alone); adjacent ranges go out as
+one request.
 
 The local cache (:class:`tensorbox._storage.remote.RangeCache`) holds one file per
 leaf, keyed by the object's identity (size, ETag or modification time), the entry and
@@ -54,9 +57,16 @@ __all__ = ["RemoteTensor", "open_url", "prefetch"]
 
 #: A part is whole rows and at least this many bytes.
 PART_BYTES = 4096
-#: Ranges of one object closer than this are read by one request (0: adjacent ones only;
-#: what lies between two merged ranges is read and dropped).
-GAP = int(os.environ.get("TENSORBOX_REMOTE_GAP", 0))
+#: Ranges of one object closer than this are read by one request (the metadata at open).
+GAP = 64 << 10
+
+
+def gap() -> int:
+    """Missing parts of a leaf closer than this many bytes are read with the parts between
+    them (``$TENSORBOX_REMOTE_GAP``, 256 KiB by default; 0: the rows asked for only)."""
+    return int(os.environ.get("TENSORBOX_REMOTE_GAP", 256 << 10))
+
+
 #: One request reads at most this much (a whole leaf goes out as several).
 MAX_REQUEST = 16 << 20
 #: Bytes in flight in one call, at most.
@@ -142,7 +152,16 @@ class _Leaf:
         if self.whole:
             return [] if self.have[0] else [0]
         got = torch.unique(rows.reshape(-1).to(torch.int64) // self.per).tolist()
-        return [c for c in got if 0 <= c < self.count and not self.have[c]]
+        want = [c for c in got if 0 <= c < self.count and not self.have[c]]
+        span = gap() // max(self.part, 1)  # parts between two wanted ones read with them
+        if span and len(want) > 1:
+            out = [want[0]]
+            for c in want[1:]:
+                if c - out[-1] - 1 <= span:
+                    out.extend(m for m in range(out[-1] + 1, c) if not self.have[m])
+                out.append(c)
+            want = out
+        return want
 
     def span(self, c: int) -> tuple[int, int]:
         """Part ``c``'s bytes in the leaf."""
@@ -389,9 +408,7 @@ class _RemoteStore(Store):
         far = [i for i, b in enumerate(local) if b is None]
         blobs: list[bytes] = [b or b"" for b in local]
         if far:
-            for i, blob in zip(
-                far, _remote.read_many(fs, [reqs[i] for i in far], GAP, MAX_REQUEST)
-            ):
+            for i, blob in zip(far, _remote.read_many(fs, [reqs[i] for i in far], 0, MAX_REQUEST)):
                 blobs[i] = blob
         leaves = list({id(owners[i][0]): owners[i][0] for i in far}.values())
         if leaves:
