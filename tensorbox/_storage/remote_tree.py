@@ -143,6 +143,7 @@ class _Leaf:
         self.side: str | None = None
         self.side_read = 0
         self.tensors: list[weakref.ref[torch.Tensor]] = []
+        self.inflight: dict[int, threading.Event] = {}  # parts being fetched, by whom
 
     # -------- bookkeeping
 
@@ -305,17 +306,43 @@ class _Leaf:
 
 def ensure(wanted: Iterable[tuple[_Leaf, torch.Tensor | None]]) -> None:
     """Fetch what is missing of each ``(leaf, rows)`` (``rows`` None: all of it), one call
-    per store."""
-    by_store: dict[int, tuple[_RemoteStore, list[tuple[_Leaf, list[int]]]]] = {}
-    for leaf, rows in wanted:
-        if leaf.missing == 0:
-            continue
-        leaf.refresh()
-        parts = leaf.parts(rows)
-        if parts:
-            by_store.setdefault(id(leaf.store), (leaf.store, []))[1].append((leaf, parts))
-    for store, todo in by_store.values():
-        store.fetch(todo)
+    per store. Parts another thread is fetching now are waited for, not fetched twice
+    (fetched here after all when that fetch failed)."""
+    wanted = list(wanted)
+    while True:
+        by_store: dict[int, tuple[_RemoteStore, list[tuple[_Leaf, list[int]]]]] = {}
+        waits: set[threading.Event] = set()
+        claimed: list[tuple[_Leaf, list[int], threading.Event]] = []
+        for leaf, rows in wanted:
+            if leaf.missing == 0:
+                continue
+            leaf.refresh()
+            parts = leaf.parts(rows)
+            if not parts:
+                continue
+            ev = threading.Event()
+            with leaf.lock:
+                mine = [c for c in parts if c not in leaf.inflight and not leaf.have[c]]
+                waits.update(leaf.inflight[c] for c in parts if c in leaf.inflight)
+                for c in mine:
+                    leaf.inflight[c] = ev
+            if mine:
+                claimed.append((leaf, mine, ev))
+                by_store.setdefault(id(leaf.store), (leaf.store, []))[1].append((leaf, mine))
+        try:
+            for store, todo in by_store.values():
+                store.fetch(todo)
+        finally:
+            for leaf, mine, ev in claimed:
+                with leaf.lock:
+                    for c in mine:
+                        if leaf.inflight.get(c) is ev:
+                            del leaf.inflight[c]
+                ev.set()
+        if not waits:
+            return
+        for ev in waits:
+            ev.wait()
 
 
 class _RemoteStore(Store):
