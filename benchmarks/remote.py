@@ -25,6 +25,7 @@ relay's count). The machine's load average is recorded with the results.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -94,10 +95,8 @@ class Relay:
             pass
         finally:
             for s in (src, dst):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
 
 def _train(loader: Any, t0: float) -> tuple[float, float, int]:
