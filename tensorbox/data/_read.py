@@ -271,6 +271,10 @@ class ReadPlan:
         # and a CPU target (for an accelerator, uint8 crosses the bus: 4x fewer bytes).
         self.fuse_normalize = options.normalize is not None and options.transform is None and on_cpu
 
+    def lazy(self) -> bool:
+        """Whether some leaf's bytes arrive on first use (a tree behind a URL)."""
+        return any(type(src) not in _PLAIN for _, src in self.leaves)
+
     def new_slot(self, capacity: int) -> Slot:
         return Slot(capacity)
 
@@ -285,7 +289,7 @@ class ReadPlan:
         n = int(idx.shape[0])
         pin = self.opts.pin
         leaves, image = self.leaves, self.image
-        if any(type(src) not in _PLAIN for _, src in leaves):
+        if self.lazy():
             # Leaves whose bytes arrive on first use (a tree behind a URL): this batch's
             # rows of every leaf are fetched in one call, then read by row indexing, which
             # touches those rows only (a numpy view of the whole leaf would fetch it all).
