@@ -304,41 +304,59 @@ class _Leaf:
 # ---------------------------------------------------------------- fetching
 
 
+_Claim = tuple[_Leaf, list[int], threading.Event]
+
+
+def _claim(
+    wanted: list[tuple[_Leaf, torch.Tensor | None]],
+) -> tuple[list[_Claim], set[threading.Event]]:
+    """The missing parts of each ``(leaf, rows)`` that this thread will fetch (marked in
+    flight), and the events of those another thread is fetching now."""
+    claimed: list[_Claim] = []
+    waits: set[threading.Event] = set()
+    for leaf, rows in wanted:
+        if leaf.missing == 0:
+            continue
+        leaf.refresh()
+        parts = leaf.parts(rows)
+        if not parts:
+            continue
+        ev = threading.Event()
+        with leaf.lock:
+            mine = [c for c in parts if c not in leaf.inflight and not leaf.have[c]]
+            waits.update(leaf.inflight[c] for c in parts if c in leaf.inflight)
+            for c in mine:
+                leaf.inflight[c] = ev
+        if mine:
+            claimed.append((leaf, mine, ev))
+    return claimed, waits
+
+
+def _fetch(claimed: list[_Claim]) -> None:
+    """Fetch the claimed parts (one call per store), then release them, fetched or not."""
+    try:
+        by_store: dict[int, tuple[_RemoteStore, list[tuple[_Leaf, list[int]]]]] = {}
+        for leaf, mine, _ in claimed:
+            by_store.setdefault(id(leaf.store), (leaf.store, []))[1].append((leaf, mine))
+        for store, todo in by_store.values():
+            store.fetch(todo)
+    finally:
+        for leaf, mine, ev in claimed:
+            with leaf.lock:
+                for c in mine:
+                    if leaf.inflight.get(c) is ev:
+                        del leaf.inflight[c]
+            ev.set()
+
+
 def ensure(wanted: Iterable[tuple[_Leaf, torch.Tensor | None]]) -> None:
     """Fetch what is missing of each ``(leaf, rows)`` (``rows`` None: all of it), one call
     per store. Parts another thread is fetching now are waited for, not fetched twice
     (fetched here after all when that fetch failed)."""
     wanted = list(wanted)
     while True:
-        by_store: dict[int, tuple[_RemoteStore, list[tuple[_Leaf, list[int]]]]] = {}
-        waits: set[threading.Event] = set()
-        claimed: list[tuple[_Leaf, list[int], threading.Event]] = []
-        for leaf, rows in wanted:
-            if leaf.missing == 0:
-                continue
-            leaf.refresh()
-            parts = leaf.parts(rows)
-            if not parts:
-                continue
-            ev = threading.Event()
-            with leaf.lock:
-                mine = [c for c in parts if c not in leaf.inflight and not leaf.have[c]]
-                waits.update(leaf.inflight[c] for c in parts if c in leaf.inflight)
-                for c in mine:
-                    leaf.inflight[c] = ev
-            if mine:
-                claimed.append((leaf, mine, ev))
-                by_store.setdefault(id(leaf.store), (leaf.store, []))[1].append((leaf, mine))
-        try:
-            for store, todo in by_store.values():
-                store.fetch(todo)
-        finally:
-            for leaf, mine, ev in claimed:
-                with leaf.lock:
-                    for c in mine:
-                        if leaf.inflight.get(c) is ev:
-                            del leaf.inflight[c]
-                ev.set()
+        claimed, waits = _claim(wanted)
+        _fetch(claimed)
         if not waits:
             return
         for ev in waits:
@@ -914,16 +932,6 @@ def open_url(
     return RemoteArchiveStore(src, kept)
 
 
-_pool: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
-
-
-def _executor() -> concurrent.futures.ThreadPoolExecutor:
-    global _pool
-    if _pool is None or _pool[0] != os.getpid():  # a forked child has no threads of ours
-        _pool = (os.getpid(), concurrent.futures.ThreadPoolExecutor(4, "tensorbox-fetch"))
-    return _pool[1]
-
-
 def _wanted(data: Any, rows: Any) -> list[tuple[_Leaf, torch.Tensor | None]]:
     idx = None if rows is None else _rows(rows, 1 << 62)
     if rows is not None and idx is None:
@@ -960,4 +968,21 @@ def prefetch(data: Any, rows: Any = None) -> concurrent.futures.Future[None]:
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
         done.set_result(None)
         return done
-    return _executor().submit(ensure, wanted)
+    # Claimed here, in the caller's thread: a read that starts after this call waits for
+    # these parts instead of fetching them again (or splitting this call's ranges).
+    claimed, _ = _claim(wanted)
+    fut: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    def run() -> None:
+        # A thread of its own (not a bounded pool): a fetch waiting for parts that another
+        # prefetch claimed must never wait behind it in a queue.
+        try:
+            _fetch(claimed)
+            ensure(wanted)  # parts in flight elsewhere: waited for (fetched if that failed)
+        except BaseException as err:
+            fut.set_exception(err)
+        else:
+            fut.set_result(None)
+
+    threading.Thread(target=run, name="tensorbox-prefetch", daemon=True).start()
+    return fut

@@ -383,6 +383,9 @@ class _Epoch:
         state.next_task = start
         state.limit = start + state.slots
         args = (state, loader, epoch, order, self.count, offset)
+        self._order = order
+        self._ahead = 0  # batches whose rows were asked for ahead (lazy leaves only)
+        self._fetch_ahead(start)  # before the readers start: they wait for these rows
         for i in range(0 if self._done else min(loader.num_threads, self.count - start)):
             t = threading.Thread(
                 target=_reader, args=args, name=f"tensorbox-loader-{i}", daemon=True
@@ -392,9 +395,6 @@ class _Epoch:
             t.start()
         # Dropping the iterator (a `for` loop left by `break`) stops and joins the threads.
         self._finalizer = weakref.finalize(self, state.close)
-        self._order = order
-        self._ahead = 0  # batches whose rows were asked for ahead (lazy leaves only)
-        self._fetch_ahead(start)
 
     def _fetch_ahead(self, b: int) -> None:
         """Leaves whose bytes arrive on first use (a tree behind a URL): ask for the rows
