@@ -291,3 +291,25 @@ def test_close_rows_are_read_with_what_lies_between(
     mark = http_server.bytes_sent
     assert torch.equal(td["a"][11:30], data["a"][11:30])  # kept: nothing moves
     assert http_server.bytes_sent == mark
+
+
+def test_dataloader_workers_fetch_only_the_share(
+    http_server: HTTPServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+
+    monkeypatch.setenv("TENSORBOX_REMOTE_GAP", "0")
+    n = 256
+    data = TensorDict({"images": torch.randint(0, 255, (n, 4096), dtype=torch.uint8)}, [n])
+    url = _serve(http_server, "dl.tdz", data, tmp_path)
+    td = TensorDict.load_memmap(url)
+    sampler = BatchSampler(DistributedSampler(range(n), num_replicas=2, rank=0, seed=1), 16, False)
+    mark = http_server.bytes_sent
+    loader = DataLoader(td, sampler=sampler, batch_size=None, num_workers=2,
+                        collate_fn=lambda b: b, multiprocessing_context="fork")  # fmt: skip
+    got = torch.cat([b["images"] for b in loader])
+    assert got.shape == (n // 2, 4096)
+    rows = torch.tensor(list(DistributedSampler(range(n), num_replicas=2, rank=0, seed=1)))
+    assert torch.equal(got.sort(0).values, data["images"][rows].sort(0).values)
+    moved = http_server.bytes_sent - mark
+    assert (n // 2) * 4096 - (128 << 10) <= moved <= (n // 2) * 4096 + (64 << 10)
