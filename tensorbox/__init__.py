@@ -94,6 +94,7 @@ __all__ = [
     "pad",
     "pad_sequence",
     "set_printoptions",
+    "prefetch",
     "stack",
     "tensorclass",
     "to_arrow",
@@ -111,6 +112,7 @@ if TYPE_CHECKING:
     from tensorbox._core.future import TensorDictFuture
     from tensorbox._redis import LazyStackedTensorDictStore, TensorDictStore
     from tensorbox._storage.archive.convert import pack, unpack
+    from tensorbox._storage.remote_tree import prefetch
     from tensorbox.data import BatchLoader, ImageFolderData
     from tensorbox.interop import (
         PersistentTensorDict,
@@ -132,6 +134,7 @@ _LAZY = {
     "ImageFolderData": "data",
     "pack": "_storage.archive.convert",
     "unpack": "_storage.archive.convert",
+    "prefetch": "_storage.remote_tree",  # trees behind URLs: their rows fetched ahead
     "TensorDictStore": "_redis",  # the redis client loads on first use only
     "LazyStackedTensorDictStore": "_redis",
     # the bridges to other formats (pyarrow, h5py, zarr, safetensors load on first call)

@@ -121,7 +121,8 @@ def s3_server() -> Iterator[S3Server]:
 
 class _RangeHandler(http.server.SimpleHTTPRequestHandler):
     """GET with one ``Range: bytes=A-B``, HEAD, an ETag from size and mtime; counts the
-    body bytes it sends, and cuts the reply after ``cut_after`` bytes when set."""
+    body bytes it sends, and cuts the reply after ``cut_after`` bytes when set; with a
+    ``token``, refuses (403) every request without ``Authorization: Bearer <token>``."""
 
     server: _RangeHTTPServer
 
@@ -129,6 +130,10 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
     def _target(self) -> tuple[str, os.stat_result] | None:
+        token = self.server.token
+        if token is not None and self.headers.get("Authorization") != f"Bearer {token}":
+            self.send_error(403)
+            return None
         path = self.translate_path(self.path)
         try:
             st = os.stat(path)
@@ -191,6 +196,7 @@ class _RangeHTTPServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     sent = 0
     cut_after: int | None = None
+    token: str | None = None
 
 
 @dataclass
@@ -206,6 +212,22 @@ class HTTPServer:
     def cut_replies_after(self, n: int | None) -> None:
         """From now on, drop every reply after ``n`` body bytes (None: whole replies)."""
         self.server.cut_after = n
+
+    def require_token(self, token: str | None) -> None:
+        """From now on, refuse requests without ``Authorization: Bearer <token>`` (None: open)."""
+        self.server.token = token
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """A loopback port that accepts connections and never answers: the URL of a file there."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/ds.tdz"
+    finally:
+        sock.close()
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,9 @@ Each rank runs this script. Run it::
 
     python -m torch.distributed.run --nproc_per_node=2 tutorials/ddp.py          # one machine
     python -m torch.distributed.run --nproc_per_node=2 tutorials/ddp.py --small  # CI: seconds
+    # the dataset in an S3 bucket (any S3-compatible server: AWS_ENDPOINT_URL), each rank
+    # fetching only its share of the rows (docs/remote.md):
+    python -m torch.distributed.run --nproc_per_node=2 tutorials/ddp.py --data s3://bucket/train.tdz
     # two machines (see docs/distributed.md), on each of them:
     python -m torch.distributed.run --nnodes=2 --nproc_per_node=4 --node_rank=N \\
         --master_addr=HOST0 --master_port=29500 tutorials/ddp.py --out /shared/run
@@ -11,7 +14,9 @@ Each rank runs this script. Run it::
 What happens:
 
 1. the image folder is ingested once into a memory-mapped ``ImageFolderData`` tree (rank
-   0 writes it, everyone waits at a barrier, then every rank opens it lazily);
+   0 writes it, everyone waits at a barrier, then every rank opens it lazily); with
+   ``--data URL`` rank 0 uploads it as one archive object and every rank opens the URL,
+   its rows fetched on first use (only the rank's share);
 2. the initial weights come from a saved tree, either loaded on rank 0 and broadcast
    with ``tensorbox.distributed.broadcast_`` (no pickle) or opened by every rank;
 3. a small CNN trains under ``DistributedDataParallel`` (gloo on CPU, NCCL on GPUs),
@@ -107,6 +112,7 @@ def main() -> None:
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--out", help="a folder every rank sees (default: a cache folder)")
     ap.add_argument("--per-node", action="store_true", help="one dataset copy per machine")
+    ap.add_argument("--data", help="the dataset's URL (s3://bucket/train.tdz): read from there")
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--every", type=int, default=None)
     args = ap.parse_args()
@@ -148,9 +154,12 @@ def main() -> None:
             **kw,
         )
         ingest_image_folder(folder, out / "train", store, num_workers=0 if args.small else None)
+        if args.data:  # one object: readers see the whole archive or none of it
+            ImageFolderData.load_memmap(out / "train").memmap(args.data, archive=True)
     dist.barrier()
-    data = ImageFolderData.load_memmap(out / "train")  # nothing read yet
-    say(f"== 1. dataset: {len(data)} images {tuple(data.images.shape[1:])} at {out / 'train'}")
+    where = args.data or out / "train"
+    data = ImageFolderData.load_memmap(where)  # nothing read yet (from a URL: not even fetched)
+    say(f"== 1. dataset: {len(data)} images {tuple(data.images.shape[1:])} at {where}")
 
     # ------------------------------------------------------------ 2. initial weights
     if rank == 0:  # e.g. pretrained weights, saved as a tree

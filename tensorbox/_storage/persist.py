@@ -218,6 +218,8 @@ def load_memmap(
     verify: bool = False,
     strict: bool = True,
     storage_options: dict[str, Any] | None = None,
+    cache: bool = True,
+    prefetch: bool = False,
 ) -> Any:
     """Open the tree at ``prefix`` lazily, as ``cls`` (see the module doc), locked.
 
@@ -239,10 +241,18 @@ def load_memmap(
     The tree opened is one generation: a save running at the same path is waited
     for only while it swaps the trees (see :mod:`tensorbox._storage.commit`).
     """
-    if _remote.is_url(prefix):  # read from the local cache of the object
-        prefix, mode = _remote.local_path(prefix, storage_options, mode), "r"
     dev = None if device is None else torch.device(device)
     fit = _fit(cls, strict)
+    url = _remote.split_url(prefix)
+    if url is not None:  # read lazily, leaves fetched on first use (remote_tree)
+        from tensorbox._storage import remote_tree as _remote_tree
+
+        _remote.check_mode(prefix, mode)
+        store = _remote_tree.open_url(url[1], storage_options, cache)
+        obj = load_from(store, url[2] or "", cls, dev, non_blocking, "r", verify, fit)
+        if prefetch:
+            _remote_tree.prefetch(obj).result()
+        return obj
     if _is_safetensors(prefix):
         if mode not in (None, "r"):
             _check_mode(mode)
@@ -347,8 +357,12 @@ def opened(prefix: Any) -> Iterator[tuple[Store, str]]:
     """``(store, node)`` of the tree a user names by ``prefix``: an archive (``FILE`` or
     ``FILE::DIR``, or a URL of one, read from the local cache) or a folder, read-locked
     meanwhile (one generation)."""
-    if _remote.is_url(prefix):
-        prefix = _remote.local_path(prefix)
+    url = _remote.split_url(prefix)
+    if url is not None:
+        from tensorbox._storage import remote_tree as _remote_tree
+
+        yield _remote_tree.open_url(url[1]), url[2] or ""
+        return
     if _is_safetensors(prefix):
         yield _safetensors(prefix), ""
         return

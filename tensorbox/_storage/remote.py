@@ -50,7 +50,11 @@ __all__ = [
     "filesystem",
     "identity",
     "is_url",
-    "local_path",
+    "check_mode",
+    "read_many",
+    "read_whole",
+    "stamp",
+    "describe",
     "refuse",
     "save_target",
     "upload",
@@ -122,63 +126,122 @@ def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple
             )
     import fsspec.core
 
-    fs, path = fsspec.core.url_to_fs(found[1], **(storage_options or {}))
+    options = _with_timeouts(scheme, dict(storage_options or {}))
+    fs, path = fsspec.core.url_to_fs(found[1], **options)
     return fs, path
+
+
+def timeout() -> float:
+    """Seconds a network read may stall (``$TENSORBOX_REMOTE_TIMEOUT``, 60 by default)."""
+    return float(os.environ.get("TENSORBOX_REMOTE_TIMEOUT", 60))
+
+
+#: Attempts of a failed range read (a dropped connection, a timeout), then an error.
+ATTEMPTS = 3
+
+
+def _with_timeouts(scheme: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with connect and read timeouts added where the caller set none: a
+    silent server is an error after :func:`timeout` seconds, never a hang."""
+    t = timeout()
+    if scheme in ("s3", "s3a"):
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("connect_timeout", t)
+        config.setdefault("read_timeout", t)
+        config.setdefault("retries", {"max_attempts": 2})
+        options["config_kwargs"] = config
+    elif scheme in ("http", "https"):
+        import aiohttp
+
+        client = dict(options.get("client_kwargs") or {})
+        client.setdefault("timeout", aiohttp.ClientTimeout(total=None, connect=t, sock_read=t))
+        options["client_kwargs"] = client
+    return options
+
+
+def describe(fs: Any, path: str, url: str) -> dict[str, Any]:
+    """fsspec's ``info`` of the object (fresh: fsspec's listing cache dropped first); errors
+    name the URL."""
+    with contextlib.suppress(Exception):
+        fs.invalidate_cache(path)
+    try:
+        info: dict[str, Any] = fs.info(path)
+    except FileNotFoundError as err:
+        status = getattr(err.__cause__, "status", None)  # fsspec's HTTP: any failure
+        if status in (401, 403):
+            raise PermissionError(
+                f"{url!r}: access refused (HTTP {status}): check the credentials"
+            ) from err
+        raise FileNotFoundError(f"{url!r}: no such object") from None
+    except PermissionError as err:
+        raise PermissionError(f"{url!r}: access refused: check the credentials ({err})") from err
+    except Exception as err:  # aiohttp, botocore...: their own types
+        status = getattr(err, "status", None)
+        if status in (401, 403):
+            raise PermissionError(
+                f"{url!r}: access refused (HTTP {status}): check the credentials"
+            ) from err
+        raise OSError(f"{url!r}: cannot read the object's description ({err})") from err
+    return info
+
+
+_VERSION_FIELDS = (
+    "ETag",
+    "etag",
+    "LastModified",
+    "Last-Modified",
+    "last_modified",
+    "mtime",
+    "generation",
+    "VersionId",
+    "version_id",
+    "md5Hash",
+    "created",
+)
+
+
+def stamp(info: dict[str, Any]) -> dict[str, Any]:
+    """What identifies one version of an object, from its ``info`` or listing row: its
+    size and whatever of ETag, modification time, generation or version id it has."""
+    out: dict[str, Any] = {"size": info.get("size")}
+    for k in _VERSION_FIELDS:
+        if info.get(k) is not None:
+            out[k] = str(info[k])
+    return out
 
 
 def identity(fs: Any, path: str, url: str) -> dict[str, Any]:
     """What identifies the object's current version: its size and whatever of ETag,
     modification time, generation or version id the server reports."""
-    try:
-        info = fs.info(path)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{url!r}: no such object") from None
-    except PermissionError as err:
-        raise PermissionError(f"{url!r}: access refused ({err})") from err
-    except OSError as err:
-        raise OSError(f"{url!r}: cannot read the object's description ({err})") from err
+    info = describe(fs, path, url)
     if info.get("type") == "directory":
-        raise IsADirectoryError(
-            f"{url!r} is a folder; on object storage tensorbox reads and writes archives "
-            "only (one object: save with memmap(url, archive=True))"
-        )
-    ident: dict[str, Any] = {"url": url, "size": info.get("size")}
-    for k in (
-        "ETag",
-        "etag",
-        "LastModified",
-        "Last-Modified",
-        "last_modified",
-        "mtime",
-        "generation",
-        "VersionId",
-        "version_id",
-        "md5Hash",
-        "created",
-    ):
-        if info.get(k) is not None:
-            ident[k] = str(info[k])
-    return ident
+        raise IsADirectoryError(f"{url!r} is a folder, not an archive")
+    return {"url": url, **stamp(info)}
 
 
 def _versioned(ident: dict[str, Any]) -> bool:
     return len(ident) > 2  # more than url and size: a version the server vouches for
 
 
-def coalesce(ranges: Sequence[tuple[int, int]], gap: int) -> list[tuple[int, int, list[int]]]:
-    """Byte ranges ``(start, end)`` merged when closer than ``gap``: ``(start, end,
-    indices of the ranges inside)``.
+def coalesce(
+    ranges: Sequence[tuple[int, int]], gap: int, limit: int = 1 << 62
+) -> list[tuple[int, int, list[int]]]:
+    """Byte ranges ``(start, end)`` merged when closer than ``gap`` (a merged range stays
+    under ``limit`` bytes unless one range alone is longer): ``(start, end, indices of
+    the ranges inside)``.
 
     >>> coalesce([(0, 10), (10, 20), (100, 110)], gap=0)
     [(0, 20, [0, 1]), (100, 110, [2])]
     >>> coalesce([(0, 10), (30, 40)], gap=64)
     [(0, 40, [0, 1])]
+    >>> coalesce([(0, 10), (10, 20)], gap=0, limit=15)
+    [(0, 10, [0]), (10, 20, [1])]
     """
     order = sorted(range(len(ranges)), key=lambda i: ranges[i])
     out: list[tuple[int, int, list[int]]] = []
     for i in order:
         s, e = ranges[i]
-        if out and s - out[-1][1] <= gap:
+        if out and s - out[-1][1] <= gap and max(out[-1][1], e) - out[-1][0] <= limit:
             ps, pe, members = out[-1]
             out[-1] = (ps, max(pe, e), [*members, i])
         else:
@@ -232,18 +295,25 @@ class RangeCache:
     def evict(self, keep: str | None = None) -> None:
         with self._lock:
             files = []
-            for e in os.scandir(self.directory):
+            try:
+                found = list(os.scandir(self.directory))
+            except FileNotFoundError:
+                return
+            for e in found:
                 if e.name.endswith(".bin") and e.is_file():
                     st = e.stat()
-                    files.append((st.st_mtime, st.st_size, e.path))
+                    # a leaf's file is sparse until every part of it was fetched
+                    used = min(st.st_size, getattr(st, "st_blocks", st.st_size // 512 + 1) * 512)
+                    files.append((st.st_mtime, used, e.path))
             total = sum(f[1] for f in files)
             for _, size, path in sorted(files):
                 if total <= self.max_bytes:
                     break
                 if path == keep:
                     continue
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)  # a process mapping it keeps its pages
+                for gone in (path, path[: -len(".bin")] + ".have"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(gone)  # a process mapping it keeps its pages
                 total -= size
 
 
@@ -260,31 +330,96 @@ def default_cache() -> RangeCache:
 
 
 def read_ranges(
-    fs: Any, path: str, url: str, ranges: Sequence[tuple[int, int]], gap: int = 1 << 20
+    fs: Any,
+    path: str,
+    url: str,
+    ranges: Sequence[tuple[int, int]],
+    gap: int = 1 << 20,
+    limit: int = 1 << 62,
 ) -> list[bytes]:
     """The bytes of each ``(start, end)`` range, adjacent ranges read by one request."""
-    groups = coalesce(ranges, gap)
-    try:
-        blobs = fs.cat_ranges(
-            [path] * len(groups), [g[0] for g in groups], [g[1] for g in groups], on_error="raise"
-        )
-    except Exception as err:  # each filesystem raises its own types (aiohttp, botocore...)
-        raise OSError(
-            f"{url!r}: reading {len(groups)} range(s) failed ({type(err).__name__}: {err})"
-        ) from err
+    return read_many(fs, [(path, url, s, e) for s, e in ranges], gap, limit)
+
+
+def read_many(
+    fs: Any, ranges: Sequence[tuple[str, str, int, int]], gap: int = 1 << 20, limit: int = 1 << 62
+) -> list[bytes]:
+    """The bytes of each ``(path, url, start, end)``: ranges of one object closer than
+    ``gap`` read by one request, every request of the call in flight at once (fsspec's
+    ``cat_ranges``). A failed call is tried :data:`ATTEMPTS` times; an error names the URL."""
+    by_path: dict[str, list[int]] = {}
+    for i, r in enumerate(ranges):
+        by_path.setdefault(r[0], []).append(i)
+    groups: list[tuple[str, str, int, int, list[int]]] = []
+    for path, members in by_path.items():
+        url = ranges[members[0]][1]
+        for start, end, inner in coalesce(
+            [(ranges[i][2], ranges[i][3]) for i in members], gap, limit
+        ):
+            groups.append((path, url, start, end, [members[j] for j in inner]))
     out: list[bytes] = [b""] * len(ranges)
-    for (start, end, members), blob in zip(groups, blobs, strict=True):
-        if isinstance(blob, Exception):
-            raise OSError(f"{url!r}: reading bytes {start}..{end} failed ({blob})") from blob
-        if len(blob) != end - start:
-            raise OSError(
-                f"{url!r}: bytes {start}..{end} came back as {len(blob)} bytes (the object "
-                "changed or the server cut the reply)"
-            )
+    if not groups:
+        return out
+    blobs = _cat_ranges(fs, groups)
+    for (_, _, start, _, members), blob in zip(groups, blobs, strict=True):
         for i in members:
-            s, e = ranges[i]
+            s, e = ranges[i][2], ranges[i][3]
             out[i] = blob[s - start : e - start]
     return out
+
+
+def _cat_ranges(fs: Any, groups: list[tuple[str, str, int, int, list[int]]]) -> list[bytes]:
+    import time
+
+    urls = sorted({g[1] for g in groups})
+    where = urls[0] if len(urls) == 1 else f"{urls[0]} (and {len(urls) - 1} more objects)"
+    for attempt in range(ATTEMPTS):
+        try:
+            blobs = fs.cat_ranges(
+                [g[0] for g in groups],
+                [g[2] for g in groups],
+                [g[3] for g in groups],
+                on_error="return",
+            )
+            for g, blob in zip(groups, blobs, strict=True):
+                if isinstance(blob, BaseException):
+                    raise blob
+                if len(blob) != g[3] - g[2]:
+                    raise OSError(
+                        f"{g[1]!r}: bytes {g[2]}..{g[3]} came back as {len(blob)} bytes (the "
+                        "object is shorter than its tree says, or the server cut the reply)"
+                    )
+            return list(blobs)
+        except FileNotFoundError as err:
+            raise FileNotFoundError(f"{where!r}: no such object ({err})") from err
+        except PermissionError as err:
+            raise PermissionError(
+                f"{where!r}: access refused: check the credentials ({err})"
+            ) from err
+        except Exception as err:  # each filesystem raises its own types (aiohttp, botocore...)
+            status = getattr(err, "status", None)
+            if status in (401, 403):
+                raise PermissionError(
+                    f"{where!r}: access refused (HTTP {status}): check the credentials"
+                ) from err
+            if status == 404:
+                raise FileNotFoundError(f"{where!r}: no such object (HTTP 404)") from err
+            if attempt + 1 == ATTEMPTS:
+                raise OSError(
+                    f"{where!r}: reading {len(groups)} range(s) failed {ATTEMPTS} times "
+                    f"({type(err).__name__}: {err})"
+                ) from err
+            time.sleep(0.1 * 4**attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def read_whole(fs: Any, path: str, url: str, limit: int) -> bytes:
+    """The bytes of a small object (a ``meta.json``), at most ``limit``; errors name the URL."""
+    info = describe(fs, path, url)
+    size = int(info.get("size") or 0)
+    if size > limit:
+        raise OSError(f"{url!r} is {size} bytes, over the {limit} a description may take")
+    return read_many(fs, [(path, url, 0, size)])[0] if size else b""
 
 
 def fetch_archive(
@@ -367,12 +502,8 @@ def upload(tmp: str, url: str, storage_options: dict[str, Any] | None = None) ->
         raise
 
 
-def local_path(
-    prefix: str, storage_options: dict[str, Any] | None = None, mode: str | None = None
-) -> str:
-    """A local path to the tree at the URL ``prefix`` (``URL::DIR`` for a sub-tree): the
-    archive in the cache, fetched when the object changed. Read-only (``mode`` None or
-    ``"r"``)."""
+def check_mode(prefix: str, mode: str | None) -> None:
+    """A tree behind a URL opens read-only: ``mode`` None or ``"r"``."""
     if mode not in (None, "r"):
         refuse(
             "load_memmap",
@@ -380,11 +511,6 @@ def local_path(
             f"mode={mode!r}: a tree behind a URL opens read-only (mode='r'); "
             "save a changed copy with memmap(url, archive=True)",
         )
-    found = split_url(prefix)
-    assert found is not None
-    _, url, sub = found
-    local = fetch_archive(url, storage_options)
-    return local if sub is None else f"{local}{_SEP}{sub}"
 
 
 def folder_refusal(what: str, prefix: str) -> None:

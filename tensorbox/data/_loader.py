@@ -56,7 +56,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tensorbox import unravel_key
+from tensorbox import prefetch, unravel_key
 from tensorbox.data._read import ReadOptions, ReadPlan, Slot, SlotPool
 from tensorbox.data.sharding import resolve_replicas, share_length, share_positions
 from tensorbox.data.transforms import IMAGENET_MEAN, IMAGENET_STD, Normalize
@@ -383,6 +383,9 @@ class _Epoch:
         state.next_task = start
         state.limit = start + state.slots
         args = (state, loader, epoch, order, self.count, offset)
+        self._order = order
+        self._ahead = 0  # batches whose rows were asked for ahead (lazy leaves only)
+        self._fetch_ahead(start)  # before the readers start: they wait for these rows
         for i in range(0 if self._done else min(loader.num_threads, self.count - start)):
             t = threading.Thread(
                 target=_reader, args=args, name=f"tensorbox-loader-{i}", daemon=True
@@ -393,6 +396,21 @@ class _Epoch:
         # Dropping the iterator (a `for` loop left by `break`) stops and joins the threads.
         self._finalizer = weakref.finalize(self, state.close)
 
+    def _fetch_ahead(self, b: int) -> None:
+        """Leaves whose bytes arrive on first use (a tree behind a URL): ask for the rows
+        of the next batches ``window`` at a time, in the background (``tensorbox.prefetch``),
+        so that the network stays busy while the model trains and the rows of several
+        batches go out together (closer rows: fewer, larger requests)."""
+        window = self.loader.prefetch
+        if self._ahead >= min(b + 2 * window, self.count) or not self.plan.lazy():
+            return
+        start = max(b, self._ahead)
+        stop = min(start + window if self._ahead else b + 2 * window, self.count)
+        rows = [self.loader.batch_indices(self.epoch, j, self._order) for j in range(start, stop)]
+        if rows:
+            prefetch(self.loader.data, torch.cat(rows))  # errors surface when the batch is read
+        self._ahead = stop
+
     def __iter__(self) -> _Epoch:
         return self
 
@@ -402,6 +420,7 @@ class _Epoch:
         if b >= self.count:
             self._finish()
             raise StopIteration
+        self._fetch_ahead(b)
         with state.cond:
             # Asking for batch b releases batch b - 1: its slot may be refilled.
             state.limit = b + state.slots

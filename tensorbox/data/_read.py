@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tensorbox import is_tensor_collection, unravel_key
+from tensorbox import MemoryMappedTensor, is_tensor_collection, prefetch, unravel_key
 from tensorbox.data.transforms import BatchTransform, Compose, Normalize
 
 __all__ = ["ReadOptions", "ReadPlan", "Slot", "SlotPool", "as_numpy", "gather_rows"]
@@ -94,6 +94,10 @@ def as_numpy(t: Tensor) -> np.ndarray | None:
         return None
     return t.detach().numpy()
 
+
+#: Leaf types read in place; any other tensor type (a leaf of a tree behind a URL, whose
+#: bytes arrive on first use) is read by row indexing.
+_PLAIN = (Tensor, MemoryMappedTensor)
 
 _NO_NUMPY = {torch.bfloat16, torch.complex32, torch.float8_e4m3fn, torch.float8_e5m2}
 
@@ -267,6 +271,10 @@ class ReadPlan:
         # and a CPU target (for an accelerator, uint8 crosses the bus: 4x fewer bytes).
         self.fuse_normalize = options.normalize is not None and options.transform is None and on_cpu
 
+    def lazy(self) -> bool:
+        """Whether some leaf's bytes arrive on first use (a tree behind a URL)."""
+        return any(type(src) not in _PLAIN for _, src in self.leaves)
+
     def new_slot(self, capacity: int) -> Slot:
         return Slot(capacity)
 
@@ -280,18 +288,30 @@ class ReadPlan:
         """
         n = int(idx.shape[0])
         pin = self.opts.pin
+        leaves, image = self.leaves, self.image
+        if self.lazy():
+            # Leaves whose bytes arrive on first use (a tree behind a URL): this batch's
+            # rows of every leaf are fetched in one call, then read by row indexing, which
+            # touches those rows only (a numpy view of the whole leaf would fetch it all).
+            prefetch(self.data, idx).result()
+            leaves = [(path, src[idx]) for path, src in leaves]
+            if image is not None:
+                image = dict(leaves)[self.opts.image_key]
+            idx = torch.arange(n)
         values: dict[tuple[str, ...], Tensor] = {}
-        for path, src in self.leaves:
-            if self.image is not None and path == self.opts.image_key:
+        for path, src in leaves:
+            if image is not None and path == self.opts.image_key:
                 continue
             buf = slot.buffer(path, tuple(src.shape[1:]), src.dtype, pin)[:n]
             values[path] = gather_rows(src, idx, buf)
-        if self.image is not None:
-            values[self.opts.image_key] = self._read_image(slot, idx, gen)
+        if image is not None:
+            values[self.opts.image_key] = self._read_image(slot, idx, gen, image)
         return values
 
-    def _read_image(self, slot: Slot, idx: Tensor, gen: torch.Generator) -> Tensor:
-        src, opts = self.image, self.opts
+    def _read_image(
+        self, slot: Slot, idx: Tensor, gen: torch.Generator, src: Tensor | None = None
+    ) -> Tensor:
+        src, opts = self.image if src is None else src, self.opts
         assert src is not None
         n = int(idx.shape[0])
         h, w = src.shape[-2:]

@@ -263,6 +263,8 @@ class IOMethods(MixinBase):
         strict: bool = True,
         storage_options: dict[str, Any] | None = None,
         allow_pickle: bool | None = None,
+        cache: bool = True,
+        prefetch: bool = False,
     ) -> Self:
         """Open a saved tree lazily: nothing is read until a leaf is used.
 
@@ -273,8 +275,11 @@ class IOMethods(MixinBase):
         A tensorclass that gained a field with a default loads older trees with the
         default filled in; one that lost a field refuses a tree that holds it, unless
         ``strict=False``, which leaves it out.
-        ``prefix`` may be the URL of an archive (``s3://``, ``http(s)://``, ``memory://``...;
-        ``storage_options`` as fsspec takes them), opened read-only from a local cache.
+        ``prefix`` may be a URL (``s3://``, ``http(s)://``, ``memory://``...; ``storage_options``
+        as fsspec takes them) of an archive or a folder tree, opened read-only: each leaf
+        is fetched on first use, only the rows read, into a local disk cache
+        (``cache=False``: into memory); ``prefetch=True`` fetches the whole tree now
+        (``docs/remote.md``).
         ``allow_pickle`` (a bool or None) is tensordict's switch for unpickling values;
         a tensorbox tree holds no pickles, so either value reads the same tree.
 
@@ -301,6 +306,8 @@ class IOMethods(MixinBase):
             verify=verify,
             strict=strict,
             storage_options=storage_options,
+            cache=cache,
+            prefetch=prefetch,
         )
         problem = cls._load_mismatch(out)
         if problem is not None:

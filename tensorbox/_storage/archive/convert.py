@@ -21,6 +21,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -29,6 +30,7 @@ import torch
 from tensorbox._core.chunks import as_bytes
 from tensorbox._storage import commit as _commit
 from tensorbox._storage import persist as _persist
+from tensorbox._storage import remote as _remote
 from tensorbox._storage.archive import store as _archive
 from tensorbox._storage.archive import zip as _zip
 from tensorbox._storage.folder import FolderStore, old_node_dirs
@@ -50,6 +52,7 @@ def pack(
     num_threads: int = 0,
     fsync: bool = False,
     compression: Any = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> tuple[int, int]:
     """Write the tree saved at ``directory`` as the archive ``file``; (nodes, tensors).
 
@@ -67,8 +70,27 @@ def pack(
     (1, 1)
     >>> TensorDict.load_memmap(f"{d}/tree.tdz")["w"].sum().item()
     6.0
+
+    ``file`` may be a URL (``s3://bucket/ds.tdz``): the archive is written locally, then
+    put as one object (``storage_options`` as fsspec takes them).
     """
     method = _zip.compression_method(compression)  # checked before anything is read
+    url = _remote.split_url(file)
+    if url is not None:
+        tmp = _remote.save_target(url[1], url[2])
+        try:
+            got = pack(directory, tmp, num_threads=num_threads, compression=compression)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        _remote.upload(tmp, url[1], storage_options)
+        return got
+    if _remote.is_url(directory):
+        raise ValueError(
+            f"pack({directory!r}, ...): a tree behind a URL is packed where it lives: "
+            "load it (TensorDict.load_memmap(url)) and save it with memmap(file, archive=True)"
+        )
     src = os.path.realpath(directory)
     root = os.path.realpath(file)
     lock = _commit.read_lock(src)
@@ -134,7 +156,12 @@ MAX_NAME_BYTES = 4095
 
 
 def unpack(
-    file: str, directory: str, *, fsync: bool = False, force: bool = False
+    file: str,
+    directory: str,
+    *,
+    fsync: bool = False,
+    force: bool = False,
+    storage_options: dict[str, Any] | None = None,
 ) -> tuple[int, int]:
     """Extract the archive ``file`` (``FILE::DIR`` for a sub-tree) into the folder
     ``directory``, in one step like a save; (nodes, files written).
@@ -153,7 +180,20 @@ def unpack(
     (1, 2)
     >>> TensorDict.load_memmap(f"{d}/folder")["w"].tolist()
     [1.0, 1.0]
+
+    ``file`` may be the URL of an archive (``URL::DIR`` too): the object is fetched
+    whole into the local cache first (``storage_options`` as fsspec takes them).
     """
+    url = _remote.split_url(file)
+    if url is not None:
+        if _remote.is_url(directory):
+            raise ValueError(
+                f"unpack(..., {directory!r}): a folder tree cannot be written to object "
+                "storage (no rename: readers could see a mix of two saves); unpack into a "
+                "local folder"
+            )
+        local = _remote.fetch_archive(url[1], storage_options)
+        file = local if url[2] is None else f"{local}::{url[2]}"
     found = _archive.split(file)
     if found is None:
         raise FileNotFoundError(f"no archive at {file!r}")

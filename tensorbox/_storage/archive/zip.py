@@ -529,7 +529,9 @@ class ZipIndex:
         buf, h = self.buf, e.header
         if h + _LOCAL.size > e.bound:
             raise self.fail(e.name, f"its local header at {h} runs into the next entry")
-        sig, _, flags, method, _, _, crc, csize, usize, nlen, xlen = _LOCAL.unpack_from(buf, h)
+        sig, _, flags, method, _, _, crc, csize, usize, nlen, xlen = _LOCAL.unpack(
+            bytes(buf[h : h + _LOCAL.size])
+        )
         if sig != _SIG_LOCAL:
             raise self.fail(e.name, f"no local header at offset {h} (damaged or truncated)")
         start = h + _LOCAL.size
@@ -632,7 +634,11 @@ _INDEXES: dict[tuple[int, bytes], tuple[dict[str, ZipEntry], set[str]]] = {}
 
 
 def read_index(buf: Any, path: str) -> ZipIndex:
-    """Parse and check the central directory of the zip in ``buf``; FormatError if damaged."""
+    """Parse and check the central directory of the zip in ``buf``; FormatError if damaged.
+
+    ``buf`` is anything with ``len()`` and slices that give bytes-like values: a mapping
+    of the file, or a remote archive's reader that fetches the slices it is asked for
+    (:mod:`tensorbox._storage.remote_tree`: the tail, the central directory)."""
     size = len(buf)
     if size < _END.size:
         raise FormatError(f"{path}: {size} bytes, too short for a zip archive (truncated?)")
@@ -654,11 +660,14 @@ def read_index(buf: Any, path: str) -> ZipIndex:
     _, disk, cd_disk, _, count, cd_size, cd_off, _ = _END.unpack_from(tail, at)
     cd_end = end
     loc = end - _LOCATOR64.size
-    if loc >= 0 and _LOCATOR64.unpack_from(buf, loc)[0] == _SIG_LOCATOR64:
-        _, _, z_at, _ = _LOCATOR64.unpack_from(buf, loc)
+    locator = bytes(buf[loc : loc + _LOCATOR64.size]) if loc >= 0 else b""
+    if locator and _LOCATOR64.unpack(locator)[0] == _SIG_LOCATOR64:
+        _, _, z_at, _ = _LOCATOR64.unpack(locator)
         if z_at + _END64.size > loc:
             raise FormatError(f"{path}: its ZIP64 end record points outside the file")
-        sig, _, _, _, disk, cd_disk, _, count, cd_size, cd_off = _END64.unpack_from(buf, z_at)
+        sig, _, _, _, disk, cd_disk, _, count, cd_size, cd_off = _END64.unpack(
+            bytes(buf[z_at : z_at + _END64.size])
+        )
         if sig != _SIG_END64:
             raise FormatError(f"{path}: no ZIP64 end record where its locator points")
         cd_end = z_at

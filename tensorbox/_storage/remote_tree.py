@@ -1,0 +1,988 @@
+"""Trees behind URLs, read lazily: an archive object or a folder of objects, as a store.
+
+Opening a tree reads its description only: for an archive, the tail of the object (the
+zip central directory, parsed by :func:`tensorbox._storage.archive.zip.read_index`) and
+every ``meta.json`` entry, in one request; for a folder, each node's ``meta.json`` and
+its listing. Leaf sizes come from the central directory or the listing: nothing is
+fetched per leaf at open.
+
+Each leaf is a :class:`RemoteTensor`: a tensor of the leaf's shape whose bytes arrive
+on first use. Reading rows (``t[i]``, ``t[idx]``, ``t[a:b]``, ``index_select`` along
+dim 0) fetches the parts holding those rows; any other operation fetches the whole leaf
+first, after which the tensor becomes a plain :class:`MemoryMappedTensor` of the cache.
+A part is whole rows, at least :data:`PART_BYTES` (one page: a rank reading its share
+of shuffled image rows fetches those rows, not their neighbours). Parts wanted together
+(a batch's rows of every leaf) go out as one call. Parts of a leaf closer than
+:func:`gap` bytes are read with the parts between them, which are kept too (a dense
+read, a single rank going through a whole epoch, becomes a few large requests; a rank
+reading its share of a large dataset reads its rows alone); adjacent ranges go out as
+one request.
+
+The local cache (:class:`tensorbox._storage.remote.RangeCache`) holds one file per
+leaf, keyed by the object's identity (size, ETag or modification time), the entry and
+the leaf's recorded file id: a tree replaced remotely gets new files, never mixed ones.
+The file is sparse; a part is written into it only once all its bytes arrived, then
+recorded in a ``.have`` file beside it (so a server dying mid-read leaves nothing
+recorded, and nothing at all before the first part). Every fetch checks the object's
+identity again afterwards: bytes of an object replaced since the tree was opened are an
+``OSError`` naming the URL, never served. With ``cache=False`` parts land in memory.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import hashlib
+import json
+import math
+import os
+import struct
+import threading
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.utils._pytree as _pytree
+
+from tensorbox._core.tree import iter_shaped
+from tensorbox._storage import remote as _remote
+from tensorbox._storage.archive import zip as _zip
+from tensorbox._storage.format.spec import MAX_META_BYTES, META
+from tensorbox._storage.memmap_tensor import MemoryMappedTensor, map_file
+from tensorbox._storage.store import ListedFiles, NodeFiles, Store, TensorEntry
+from tensorbox.errors import FormatError, IncompleteTreeError
+
+__all__ = ["RemoteTensor", "open_url", "prefetch"]
+
+#: A part is whole rows and at least this many bytes.
+PART_BYTES = 4096
+#: Ranges of one object closer than this are read by one request (the metadata at open).
+GAP = 64 << 10
+
+
+def gap() -> int:
+    """Missing parts of a leaf closer than this many bytes are read with the parts between
+    them (``$TENSORBOX_REMOTE_GAP``, 256 KiB by default; 0: the rows asked for only)."""
+    return int(os.environ.get("TENSORBOX_REMOTE_GAP", 256 << 10))
+
+
+#: One request reads at most this much (a whole leaf goes out as several).
+MAX_REQUEST = 16 << 20
+#: Bytes in flight in one call, at most.
+WAVE = 256 << 20
+_TAIL = 128 << 10  # the end of an archive read at open: its end record and, usually, its index
+_SIDE = struct.Struct("<I")
+
+
+class _Source:
+    """A URL's filesystem, made again in a forked child (fsspec's event loop does not
+    survive a fork)."""
+
+    def __init__(self, url: str, options: dict[str, Any] | None) -> None:
+        self.url, self.options = url, options
+        self._pid = -1
+        self._fs: Any = None
+        self.path = ""
+        self.fs  # noqa: B018 - made now: a missing package or a bad URL raises here
+
+    @property
+    def fs(self) -> Any:
+        if self._pid != os.getpid():
+            self._fs, self.path = _remote.filesystem(self.url, self.options)
+            self._pid = os.getpid()
+        return self._fs
+
+    def path_of(self, rel: str) -> str:
+        self.fs  # noqa: B018
+        return f"{self.path.rstrip('/')}/{rel}" if rel else self.path
+
+    def url_of(self, rel: str) -> str:
+        return f"{self.url.rstrip('/')}/{rel}" if rel else self.url
+
+
+# ---------------------------------------------------------------- one leaf's bytes
+
+
+def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(out))
+
+
+class _Leaf:
+    """Where a leaf's bytes come from, which parts arrived, and where they are kept."""
+
+    def __init__(
+        self,
+        store: _RemoteStore,
+        name: str,
+        obj: str,
+        url: str,
+        base: int,
+        e: TensorEntry,
+        key: dict[str, Any] | None,
+    ) -> None:
+        self.store, self.name, self.obj, self.url, self.base = store, name, obj, url, base
+        self.dtype, self.shape, self.nbytes = e.dtype, e.shape, e.nbytes
+        self.key = key
+        rows = self.shape[0] if self.shape and self.shape[0] > 0 else 1
+        row = self.nbytes // rows
+        self.per = max(1, PART_BYTES // max(row, 1)) if self.shape else 1  # rows per part
+        self.part = self.per * row if self.shape else self.nbytes
+        self.count = max(1, math.ceil(self.nbytes / max(self.part, 1)))
+        self.have = bytearray(self.count)
+        self.missing = self.count if self.nbytes else 0
+        self.whole = False  # compressed: fetched and decoded whole
+        self.located = True  # the archive's local header was checked (base is right)
+        self.lock = threading.Lock()
+        self.storage: Any = None
+        self.fd: int | None = None
+        self.side: str | None = None
+        self.side_read = 0
+        self.tensors: list[weakref.ref[torch.Tensor]] = []
+        self.inflight: dict[int, threading.Event] = {}  # parts being fetched, by whom
+
+    # -------- bookkeeping
+
+    def parts(self, rows: torch.Tensor | None) -> list[int]:
+        if rows is None:
+            return [c for c in range(self.count) if not self.have[c]]
+        if self.whole:
+            return [] if self.have[0] else [0]
+        got = torch.unique(rows.reshape(-1).to(torch.int64) // self.per).tolist()
+        want = [c for c in got if 0 <= c < self.count and not self.have[c]]
+        span = gap() // max(self.part, 1)  # parts between two wanted ones read with them
+        if span and len(want) > 1:
+            out = [want[0]]
+            for c in want[1:]:
+                if c - out[-1] - 1 <= span:
+                    out.extend(m for m in range(out[-1] + 1, c) if not self.have[m])
+                out.append(c)
+            want = out
+        return want
+
+    def span(self, c: int) -> tuple[int, int]:
+        """Part ``c``'s bytes in the leaf."""
+        return c * self.part, min((c + 1) * self.part, self.nbytes)
+
+    def refresh(self) -> None:
+        """Parts another process (or an earlier open) recorded in the cache since."""
+        if self.side is None and self.store.cache is not None and self.key is not None:
+            self.side = self.store.cache.path_for(self.key)[: -len(".bin")] + ".have"
+        if self.side is None or self.missing == 0:
+            return
+        try:
+            with open(self.side, "rb") as f:
+                f.seek(self.side_read)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        whole = len(data) // _SIDE.size * _SIDE.size
+        if not whole:
+            return
+        path = self.store.cache.path_for(self.key) if self.store.cache and self.key else None
+        if self.storage is None and path is not None:
+            try:
+                if os.path.getsize(path) != self.nbytes:
+                    return
+            except FileNotFoundError:
+                return
+            self._map(path)
+        self.side_read += whole
+        for (c,) in _SIDE.iter_unpack(data[:whole]):
+            if c < self.count and not self.have[c]:
+                self.have[c] = 1
+                self.missing -= 1
+        self._finish()
+
+    # -------- storage
+
+    def _map(self, path: str) -> None:
+        mapped = map_file(path, torch.uint8, (self.nbytes,), "r", self.nbytes)
+        self._attach(mapped.untyped_storage())
+
+    def _attach(self, storage: Any) -> None:
+        self.storage = storage
+        with torch._C.DisableTorchFunctionSubclass():
+            for ref in self.tensors:
+                t = ref()
+                if t is not None:
+                    t.set_(storage, 0, self.shape, _strides(self.shape))
+
+    def _open(self) -> None:
+        """The leaf's cache file (sparse, its full size) or memory, made at the first part."""
+        cache = self.store.cache
+        if cache is None:
+            self._attach(torch.UntypedStorage(self.nbytes))  # type: ignore[no-untyped-call]
+            return
+        assert self.key is not None
+        path = cache.path_for(self.key)
+        os.makedirs(cache.directory, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        size = os.fstat(fd).st_size
+        if size != self.nbytes:
+            if size:  # not this leaf's file (damaged): start it again
+                os.close(fd)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                if self.side:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self.side)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            os.ftruncate(fd, self.nbytes)
+        self.fd = fd
+        self._map(path)
+
+    def fill(self, parts: dict[int, bytes]) -> None:
+        """Write arrived parts (whole: every byte of each) and record them."""
+        with self.lock:
+            if self.storage is None:
+                self._open()
+            elif self.fd is None and self.store.cache is not None and self.missing:
+                # mapped from what another process fetched: write into the same file
+                self.fd = os.open(self.store.cache.path_for(self.key or {}), os.O_RDWR)
+            if self.side is None and self.store.cache is not None and self.key is not None:
+                self.side = self.store.cache.path_for(self.key)[: -len(".bin")] + ".have"
+            new = [c for c in parts if not self.have[c]]
+            if self.fd is not None:
+                for c in new:
+                    os.pwrite(self.fd, parts[c], self.span(c)[0])
+                side = os.open(self.side or "", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                try:
+                    os.write(side, b"".join(_SIDE.pack(c) for c in new))
+                finally:
+                    os.close(side)
+            else:
+                flat = torch.empty(0, dtype=torch.uint8).set_(self.storage)
+                view = memoryview(flat.numpy())  # type: ignore[arg-type]
+                for c in new:
+                    s, e = self.span(c)
+                    view[s:e] = parts[c]
+            for c in new:
+                self.have[c] = 1
+                self.missing -= 1
+            self._finish()
+
+    def _finish(self) -> None:
+        """Every part here: the tensors become plain mappings of the cache (or memory)."""
+        if self.missing:
+            return
+        final: type[torch.Tensor] = (
+            MemoryMappedTensor if self.store.cache is not None else torch.Tensor
+        )
+        for ref in self.tensors:
+            t = ref()
+            if t is not None and type(t) is RemoteTensor:
+                t.__class__ = final  # type: ignore[assignment]
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def tensor(self) -> torch.Tensor:
+        if self.nbytes == 0:
+            return torch.empty(self.shape, dtype=self.dtype)
+        self.refresh()
+        with torch._C.DisableTorchFunctionSubclass():
+            t = torch.empty(0, dtype=self.dtype)
+            if self.storage is not None:
+                t.set_(self.storage, 0, self.shape, _strides(self.shape))
+            else:  # nothing here yet: one element, every stride 0, until the first part
+                one = torch.UntypedStorage(self.dtype.itemsize)  # type: ignore[no-untyped-call]
+                t.set_(one, 0, self.shape, (0,) * len(self.shape))
+        if self.missing == 0:
+            t.__class__ = MemoryMappedTensor if self.store.cache is not None else torch.Tensor
+            return t
+        t.__class__ = RemoteTensor
+        t._tbx_leaf = self  # type: ignore[attr-defined]
+        self.tensors.append(weakref.ref(t))
+        return t
+
+
+# ---------------------------------------------------------------- fetching
+
+
+_Claim = tuple[_Leaf, list[int], threading.Event]
+
+
+def _claim(
+    wanted: list[tuple[_Leaf, torch.Tensor | None]],
+) -> tuple[list[_Claim], set[threading.Event]]:
+    """The missing parts of each ``(leaf, rows)`` that this thread will fetch (marked in
+    flight), and the events of those another thread is fetching now."""
+    claimed: list[_Claim] = []
+    waits: set[threading.Event] = set()
+    for leaf, rows in wanted:
+        if leaf.missing == 0:
+            continue
+        leaf.refresh()
+        parts = leaf.parts(rows)
+        if not parts:
+            continue
+        ev = threading.Event()
+        with leaf.lock:
+            mine = [c for c in parts if c not in leaf.inflight and not leaf.have[c]]
+            waits.update(leaf.inflight[c] for c in parts if c in leaf.inflight)
+            for c in mine:
+                leaf.inflight[c] = ev
+        if mine:
+            claimed.append((leaf, mine, ev))
+    return claimed, waits
+
+
+def _fetch(claimed: list[_Claim]) -> None:
+    """Fetch the claimed parts (one call per store), then release them, fetched or not."""
+    try:
+        by_store: dict[int, tuple[_RemoteStore, list[tuple[_Leaf, list[int]]]]] = {}
+        for leaf, mine, _ in claimed:
+            by_store.setdefault(id(leaf.store), (leaf.store, []))[1].append((leaf, mine))
+        for store, todo in by_store.values():
+            store.fetch(todo)
+    finally:
+        for leaf, mine, ev in claimed:
+            with leaf.lock:
+                for c in mine:
+                    if leaf.inflight.get(c) is ev:
+                        del leaf.inflight[c]
+            ev.set()
+
+
+def ensure(wanted: Iterable[tuple[_Leaf, torch.Tensor | None]]) -> None:
+    """Fetch what is missing of each ``(leaf, rows)`` (``rows`` None: all of it), one call
+    per store. Parts another thread is fetching now are waited for, not fetched twice
+    (fetched here after all when that fetch failed)."""
+    wanted = list(wanted)
+    while True:
+        claimed, waits = _claim(wanted)
+        _fetch(claimed)
+        if not waits:
+            return
+        for ev in waits:
+            ev.wait()
+
+
+class _RemoteStore(Store):
+    """What the archive and folder stores share: the cache, fetching, the tensors."""
+
+    def __init__(self, src: _Source, cache: _remote.RangeCache | None) -> None:
+        self.src, self.cache = src, cache
+        self.name = src.url
+        self.leaves: dict[Any, _Leaf] = {}
+        self.lock = threading.Lock()
+
+    # hooks
+    def _header(self, leaf: _Leaf) -> tuple[int, int] | None:
+        return None
+
+    def _locate(self, leaf: _Leaf, header: bytes) -> bool:
+        return True
+
+    def _decode(self, leaf: _Leaf, raw: bytes) -> bytes:
+        return raw
+
+    def _unchanged(self, leaves: list[_Leaf]) -> None:
+        raise NotImplementedError
+
+    def _leaf(self, e: TensorEntry) -> _Leaf:
+        raise NotImplementedError
+
+    def tensor(self, e: TensorEntry, mode: str) -> torch.Tensor:
+        with self.lock:
+            leaf = self.leaves.get(e.ident)
+            if leaf is None:
+                leaf = self.leaves[e.ident] = self._leaf(e)
+        return leaf.tensor()
+
+    def check(self, e: TensorEntry) -> None:
+        t = self.tensor(e, "r")
+        leaf = self.leaves[e.ident]
+        ensure([(leaf, None)])
+        with torch._C.DisableTorchFunctionSubclass():
+            flat = torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage())
+            raw = memoryview(flat.numpy())[: e.nbytes]  # type: ignore[arg-type]
+        self._check_bytes(leaf, raw)
+        if e.sha256 is not None and hashlib.sha256(raw).hexdigest() != e.sha256:
+            raise FormatError(
+                f"{e.path}: the bytes do not match the SHA-256 recorded when the tree was "
+                "saved: the object is damaged"
+            )
+
+    def _check_bytes(self, leaf: _Leaf, raw: memoryview) -> None:
+        pass
+
+    def fetch(self, todo: list[tuple[_Leaf, list[int]]]) -> None:
+        """Read the parts ``todo`` names (and the local headers not checked yet), check
+        the objects did not change meanwhile, then write them where they are kept."""
+        fs = self.src.fs
+        reqs: list[tuple[str, str, int, int]] = []
+        owners: list[tuple[_Leaf, int]] = []  # (leaf, part); part -1: its local header
+        for leaf, parts in todo:
+            header = None if leaf.located else self._header(leaf)
+            if header is not None:
+                reqs.append((leaf.obj, leaf.url, *header))
+                owners.append((leaf, -1))
+            for c in parts:
+                if leaf.whole:
+                    reqs.append((leaf.obj, leaf.url, leaf.base, leaf.base + self._raw_size(leaf)))
+                else:
+                    s, e = leaf.span(c)
+                    reqs.append((leaf.obj, leaf.url, leaf.base + s, leaf.base + e))
+                owners.append((leaf, c))
+        at = 0
+        while at < len(reqs):  # waves: a whole tree is not held in memory at once
+            end, size = at, 0
+            while end < len(reqs) and (end == at or size + reqs[end][3] - reqs[end][2] <= WAVE):
+                size += reqs[end][3] - reqs[end][2]
+                end += 1
+            self._wave(fs, reqs[at:end], owners[at:end])
+            at = end
+
+    def _raw_size(self, leaf: _Leaf) -> int:
+        return leaf.nbytes
+
+    def _have(self, req: tuple[str, str, int, int]) -> bytes | None:
+        """Bytes of ``req`` read already (the tail of a small archive), else None."""
+        return None
+
+    def _wave(
+        self, fs: Any, reqs: list[tuple[str, str, int, int]], owners: list[tuple[_Leaf, int]]
+    ) -> None:
+        local = [self._have(r) for r in reqs]
+        far = [i for i, b in enumerate(local) if b is None]
+        blobs: list[bytes] = [b or b"" for b in local]
+        if far:
+            for i, blob in zip(far, _remote.read_many(fs, [reqs[i] for i in far], 0, MAX_REQUEST)):
+                blobs[i] = blob
+        leaves = list({id(owners[i][0]): owners[i][0] for i in far}.values())
+        if leaves:
+            self._unchanged(leaves)
+        moved: set[int] = set()
+        for (leaf, c), blob in zip(owners, blobs, strict=True):
+            if c == -1 and not self._locate(leaf, blob):
+                moved.add(id(leaf))
+        got: dict[int, tuple[_Leaf, dict[int, bytes]]] = {}
+        for (leaf, c), blob in zip(owners, blobs, strict=True):
+            if c >= 0 and id(leaf) not in moved:
+                data = self._decode(leaf, blob) if leaf.whole else blob
+                got.setdefault(id(leaf), (leaf, {}))[1][c] = data
+        for leaf, parts in got.values():
+            leaf.fill(parts)
+        again = [
+            (leaf, sorted({c for lf, c in owners if lf is leaf and c >= 0}))
+            for leaf in leaves
+            if id(leaf) in moved
+        ]
+        if again:  # the data sits elsewhere than guessed (a data descriptor, padding)
+            self.fetch(again)
+
+
+# ---------------------------------------------------------------- archives
+
+
+class _Sparse:
+    """The bytes of a remote archive that were read, by offset; other slices are fetched
+    when asked for (what :func:`~tensorbox._storage.archive.zip.read_index` and
+    :class:`~tensorbox._storage.archive.zip.ZipIndex` read)."""
+
+    def __init__(self, store: RemoteArchiveStore, size: int) -> None:
+        self.store, self.size = store, size
+        self.windows: list[tuple[int, bytes]] = []
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(self, start: int, data: bytes) -> None:
+        self.windows.append((start, data))
+
+    def covered(self, a: int, b: int) -> bytes | None:
+        for start, data in reversed(self.windows):
+            if start <= a and b <= start + len(data):
+                return data[a - start : b - start]
+        return None
+
+    def __getitem__(self, s: slice) -> bytes:
+        a, b, _ = s.indices(self.size)
+        b = max(a, b)
+        got = self.covered(a, b)
+        if got is not None:
+            return got
+        src = self.store.src
+        blob = _remote.read_many(src.fs, [(src.path, src.url, a, b)])[0]
+        self.add(a, blob)
+        return blob
+
+
+class RemoteArchiveStore(_RemoteStore):
+    """The archive at a URL: its index and ``meta.json`` entries read at open (or from the
+    cache), each leaf fetched on first use."""
+
+    checksummed = True
+
+    def __init__(self, src: _Source, cache: _remote.RangeCache | None) -> None:
+        super().__init__(src, cache)
+        fs, path, url = src.fs, src.path, src.url
+        self.ident = _remote.identity(fs, path, url)
+        size = int(self.ident["size"] or 0)
+        self.buf = _Sparse(self, size)
+        key = {"object": self.ident, "part": "index"}
+        if not self._from_cache(key):
+            if size < 22:
+                raise FormatError(f"{url}: {size} bytes, too short for a zip archive")
+            tail = max(0, size - _TAIL)
+            self.buf.add(tail, _remote.read_many(fs, [(path, url, tail, size)])[0])
+            self.index = _zip.read_index(self.buf, url)
+            metas = [
+                ze
+                for name, ze in self.index.entries.items()
+                if (name == META or name.endswith("/" + META)) and ze.usize <= MAX_META_BYTES
+            ]
+            metas = [ze for ze in metas if self.buf.covered(ze.header, ze.bound) is None]
+            for ze, blob in zip(
+                metas,
+                _remote.read_many(fs, [(path, url, ze.header, ze.bound) for ze in metas], GAP),
+                strict=True,
+            ):
+                self.buf.add(ze.header, blob)
+            if _remote.identity(fs, path, url) != self.ident:
+                raise OSError(f"{url!r}: the object was replaced while it was opened; open again")
+            self._to_cache(key)
+        self.sizes = {name: ze.usize for name, ze in self.index.entries.items()}
+
+    def _from_cache(self, key: dict[str, Any]) -> bool:
+        if self.cache is None or not _remote._versioned(self.ident):
+            return False
+        hit = self.cache.get(key)
+        if hit is None:
+            return False
+        try:
+            with open(hit, "rb") as f:
+                head = json.loads(f.readline())
+                for start, n in head:
+                    self.buf.add(start, f.read(n))
+            self.index = _zip.read_index(self.buf, self.src.url)
+        except (OSError, ValueError, FormatError):
+            return False  # a damaged cache entry: read from the server again
+        return True
+
+    def _to_cache(self, key: dict[str, Any]) -> None:
+        if self.cache is None or not _remote._versioned(self.ident):
+            return
+        tmp = self.cache.new_tmp()
+        try:
+            with open(tmp, "wb") as f:
+                f.write(json.dumps([[s, len(d)] for s, d in self.buf.windows]).encode() + b"\n")
+                for _, d in self.buf.windows:
+                    f.write(d)
+            self.cache.put_file(key, tmp)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+    def where(self, rel: str) -> str:
+        return f"{self.src.url}::{rel}"
+
+    def read_meta(self, rel: str) -> bytes:
+        name = f"{rel}/{META}" if rel else META
+        ze = self.index.entries.get(name)
+        if ze is None:
+            prefix = f"{rel}/" if rel else ""
+            if rel and not any(n.startswith(prefix) for n in self.index.entries):
+                raise FileNotFoundError(f"no sub-directory {rel!r} in the archive {self.src.url}")
+            raise IncompleteTreeError(
+                f"{self.where(name)} is missing: not a saved tree (or one whose save did not "
+                "finish)"
+            )
+        if ze.usize > MAX_META_BYTES:
+            raise FormatError(f"{self.where(name)} is {ze.usize} bytes, over {MAX_META_BYTES}")
+        return bytes(self.index.read(ze))
+
+    def open_node(self, rel: str) -> NodeFiles:
+        return ListedFiles(self.sizes, rel, self.where, exact=True)
+
+    def _leaf(self, e: TensorEntry) -> _Leaf:
+        ze = self.index.entries[e.ident]
+        key = {"object": self.ident, "entry": e.ident, "gen": e.gen}
+        leaf = _Leaf(self, e.ident, self.src.path, self.src.url, ze.bound - ze.csize, e, key)
+        leaf.located = False
+        if ze.method != _zip.STORED:
+            leaf.whole, leaf.per, leaf.part, leaf.count = True, 1 << 62, e.nbytes, 1
+            leaf.have, leaf.missing = bytearray(1), 1
+        return leaf
+
+    def _raw_size(self, leaf: _Leaf) -> int:
+        return int(self.index.entries[leaf.name].csize)
+
+    def _have(self, req: tuple[str, str, int, int]) -> bytes | None:
+        return self.buf.covered(req[2], req[3])
+
+    def _header(self, leaf: _Leaf) -> tuple[int, int]:
+        ze = self.index.entries[leaf.name]
+        return ze.header, max(leaf.base, ze.header + 30)
+
+    def _locate(self, leaf: _Leaf, header: bytes) -> bool:
+        ze = self.index.entries[leaf.name]
+        self.buf.add(ze.header, header)
+        data = self.index.data_offset(ze)  # the local header checked against the index
+        leaf.located = True
+        if data != leaf.base:
+            leaf.base = data
+            return False
+        return True
+
+    def _decode(self, leaf: _Leaf, raw: bytes) -> bytes:
+        ze = self.index.entries[leaf.name]
+        self.buf.add(leaf.base, raw)
+        return self.index.read(ze)[: leaf.nbytes]
+
+    def _check_bytes(self, leaf: _Leaf, raw: memoryview) -> None:
+        ze = self.index.entries[leaf.name]
+        if ze.method == _zip.STORED and _zip.crc32(raw) != ze.crc:
+            raise FormatError(
+                f"{self.where(leaf.name)}: CRC-32 does not match the recorded {ze.crc:08x}: "
+                "the archive is damaged"
+            )
+
+    def _unchanged(self, leaves: list[_Leaf]) -> None:
+        now = _remote.identity(self.src.fs, self.src.path, self.src.url)
+        if now != self.ident:
+            raise OSError(
+                f"{self.src.url!r}: the object changed since the tree was opened (it was "
+                "replaced): open it again to read the new tree"
+            )
+
+
+# ---------------------------------------------------------------- folders
+
+
+class _Listing:
+    """The files of a remote folder tree, listed one directory at a time (on demand),
+    ``"/"``-joined names relative to the tree, with their fsspec info."""
+
+    def __init__(self, store: RemoteFolderStore) -> None:
+        self.store = store
+        self.dirs: dict[str, dict[str, dict[str, Any]] | None] = {}
+
+    def listing(self, d: str) -> dict[str, dict[str, Any]] | None:
+        if d not in self.dirs:
+            src = self.store.src
+            try:
+                rows = src.fs.ls(src.path_of(d), detail=True)
+            except (NotImplementedError, FileNotFoundError, ValueError, OSError):
+                self.dirs[d] = None  # a server that does not list (plain HTTP)
+            else:
+                out: dict[str, dict[str, Any]] = {}
+                for r in rows:
+                    base = str(r["name"]).rstrip("/").rpartition("/")[2]
+                    out[base] = r
+                self.dirs[d] = out
+        return self.dirs[d]
+
+    def info(self, name: str) -> dict[str, Any] | None:
+        d, _, base = name.rpartition("/")
+        found = self.listing(d)
+        return None if found is None else found.get(base)
+
+    def get(self, name: str) -> int | None:
+        info = self.info(name)
+        if info is None or info.get("type") == "directory":
+            return None
+        return int(info["size"])
+
+    def __contains__(self, name: str) -> bool:
+        return self.get(name) is not None
+
+
+class _UnlistedFiles(ListedFiles):
+    """A node on a server that cannot list: sizes are checked when the bytes arrive."""
+
+    def leaf(self, spec: Any, where: str, key: str = "") -> TensorEntry:
+        name = self.pre + (spec.file if type(spec.file) is str else spec.file[0])
+        return TensorEntry(
+            spec.dtype, spec.shape, self.show(name), spec.nbytes, name, spec.gen, spec.sha256
+        )
+
+    def exists(self, name: str) -> bool:
+        return True
+
+    def child(self, name: str, where: str) -> str:
+        return self.pre + name
+
+
+class RemoteFolderStore(_RemoteStore):
+    """A folder tree at a URL (uploaded by a sync tool: tensorbox saves archives to URLs):
+    each node's ``meta.json`` read when the node is, its leaves on first use."""
+
+    def __init__(self, src: _Source, cache: _remote.RangeCache | None) -> None:
+        super().__init__(src, cache)
+        self.files = _Listing(self)
+        self.stamps: dict[str, dict[str, Any]] = {}
+
+    def where(self, rel: str) -> str:
+        return self.src.url_of(rel)
+
+    def read_meta(self, rel: str) -> bytes:
+        name = f"{rel}/{META}" if rel else META
+        src = self.src
+        listed = self.files.listing(rel)
+        info = self.files.info(name)
+        if listed is not None and info is None:
+            if not listed:
+                raise FileNotFoundError(f"{src.url_of(rel)!r}: no tree there")
+            raise IncompleteTreeError(
+                f"{src.url_of(name)} is missing: not a saved tree (or one whose upload did "
+                "not finish)"
+            )
+        key = None
+        if info is not None and self.cache is not None:
+            key = {"file": src.url_of(name), **_remote.stamp(info)}
+            if _remote._versioned(key):
+                hit = self.cache.get(key)
+                if hit is not None:
+                    with open(hit, "rb") as f:
+                        return f.read()
+        try:
+            raw = _remote.read_whole(src.fs, src.path_of(name), src.url_of(name), MAX_META_BYTES)
+        except FileNotFoundError:
+            raise IncompleteTreeError(
+                f"{src.url_of(name)} is missing: not a saved tree (or one whose upload did "
+                "not finish)"
+            ) from None
+        if key is not None and self.cache is not None and _remote._versioned(key):
+            tmp = self.cache.new_tmp()
+            with open(tmp, "wb") as f:
+                f.write(raw)
+            self.cache.put_file(key, tmp)
+        return raw
+
+    def open_node(self, rel: str) -> NodeFiles:
+        if self.files.listing(rel) is None:
+            return _UnlistedFiles({}, rel, self.where)
+        return ListedFiles(self.files, rel, self.where)
+
+    def _leaf(self, e: TensorEntry) -> _Leaf:
+        name = str(e.ident)
+        info = self.files.info(name)
+        key = None
+        if info is not None:
+            self.stamps[name] = _remote.stamp(info)
+            key = {"file": self.src.url_of(name), **self.stamps[name], "gen": e.gen}
+        return _Leaf(self, name, self.src.path_of(name), self.src.url_of(name), 0, e, key)
+
+    def fetch(self, todo: list[tuple[_Leaf, list[int]]]) -> None:
+        for leaf, _ in todo:
+            if leaf.key is None:  # not listed: the object's identity now, before its bytes
+                info = _remote.describe(self.src.fs, leaf.obj, leaf.url)
+                if int(info.get("size") or 0) < leaf.nbytes:
+                    raise FormatError(
+                        f"{leaf.url} is {info.get('size')} bytes, but the tree needs "
+                        f"{leaf.nbytes}: the object is truncated or belongs to another tree"
+                    )
+                self.stamps[leaf.name] = _remote.stamp(info)
+                leaf.key = {"file": leaf.url, **self.stamps[leaf.name], "gen": None}
+                leaf.refresh()
+        super().fetch(todo)
+
+    def _unchanged(self, leaves: list[_Leaf]) -> None:
+        for leaf in leaves:
+            now = _remote.stamp(_remote.describe(self.src.fs, leaf.obj, leaf.url))
+            if now != self.stamps.get(leaf.name):
+                raise OSError(
+                    f"{leaf.url!r}: the object changed since the tree was opened (the tree "
+                    "was replaced): open it again to read the new tree"
+                )
+
+
+# ---------------------------------------------------------------- tensors
+
+
+def _rows(index: Any, n: int) -> torch.Tensor | None:
+    """The rows (dim 0) an index reads, or None when it is not a plain row index."""
+    if isinstance(index, tuple):
+        if not index or index[0] is Ellipsis or index[0] is None:
+            return None
+        index = index[0]
+    if isinstance(index, bool):
+        return None
+    if isinstance(index, int):
+        return torch.tensor([index % n if n else 0])
+    if isinstance(index, slice):
+        return _span(index, n)
+    if isinstance(index, list):
+        index = torch.as_tensor(index)
+    if isinstance(index, torch.Tensor) and type(index) is torch.Tensor:
+        if index.dtype == torch.bool:
+            return (
+                index.reshape(index.shape[0], -1).any(1).nonzero().flatten()
+                if index.dim()
+                else None
+            )
+        if not index.dtype.is_floating_point and not index.dtype.is_complex:
+            return index.flatten().to(torch.int64) % max(n, 1)
+    return None
+
+
+def _span(s: slice, n: int) -> torch.Tensor:
+    start, stop, step = s.indices(n)
+    if (stop - start) * step <= 0:
+        return torch.empty(0, dtype=torch.int64)
+    return torch.arange(start, stop, step)
+
+
+_Tensor = torch.Tensor
+#: Functions that read a tensor's description only: answered without fetching.
+_META = {
+    getattr(_Tensor, name).__get__ if prop else getattr(_Tensor, name)
+    for name, prop in (
+        *[
+            (n, True)
+            for n in (
+                "shape",
+                "dtype",
+                "device",
+                "ndim",
+                "layout",
+                "requires_grad",
+                "is_cuda",
+                "is_sparse",
+                "is_nested",
+                "is_meta",
+                "grad",
+                "names",
+            )
+        ],
+        *[
+            (n, False)
+            for n in (
+                "size",
+                "dim",
+                "numel",
+                "nelement",
+                "element_size",
+                "__len__",
+                "is_floating_point",
+                "is_complex",
+                "get_device",
+                "requires_grad_",
+            )
+        ],
+    )
+    if hasattr(_Tensor, name)
+}
+
+
+class RemoteTensor(MemoryMappedTensor):
+    """A leaf of a tree behind a URL whose bytes arrive on first use (see the module doc).
+
+    Its description (shape, dtype, device) needs nothing; reading rows fetches those
+    rows; anything else fetches the whole leaf, after which the tensor is a plain
+    :class:`MemoryMappedTensor` of the local cache.
+    """
+
+    _tbx_leaf: _Leaf
+
+    @classmethod
+    def __torch_function__(  # type: ignore[override]  # the base's is the disabled one
+        cls, func: Any, types: Any, args: Any = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func in _META:
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs)
+        first: Any = args[0] if args else None
+        rows = None
+        if type(first) is RemoteTensor:
+            n = first._tbx_leaf.shape[0] if first._tbx_leaf.shape else 0
+            if func is _Tensor.__getitem__ and len(args) == 2:
+                rows = _rows(args[1], n)
+            elif (
+                func in (torch.index_select, _Tensor.index_select)
+                and len(args) >= 3
+                and args[1] == 0
+                and isinstance(args[2], torch.Tensor)
+            ):
+                rows = args[2].flatten().to(torch.int64)
+        if rows is not None:
+            ensure([(first._tbx_leaf, rows)])
+        else:
+            flat, _ = _pytree.tree_flatten((args, kwargs))
+            ensure([(t._tbx_leaf, None) for t in flat if type(t) is RemoteTensor])
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **kwargs)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        ensure([(self._tbx_leaf, None)])  # whole now: pickled as a mapping of the cache
+        return self.__reduce_ex__(protocol)
+
+
+# ---------------------------------------------------------------- the public side
+
+
+def open_url(
+    url: str, storage_options: dict[str, Any] | None = None, cache: bool = True
+) -> _RemoteStore:
+    """The store of the tree at ``url`` (an archive object, or a folder of objects)."""
+    src = _Source(url, storage_options)
+    kept = _remote.default_cache() if cache else None
+    info = _remote.describe(src.fs, src.path, url)
+    if info.get("type") == "directory":
+        return RemoteFolderStore(src, kept)
+    return RemoteArchiveStore(src, kept)
+
+
+def _wanted(data: Any, rows: Any) -> list[tuple[_Leaf, torch.Tensor | None]]:
+    idx = None if rows is None else _rows(rows, 1 << 62)
+    if rows is not None and idx is None:
+        raise TypeError(
+            f"prefetch: rows must be an int, a slice, a list or a 1-D integer or bool "
+            f"tensor of row numbers, got {type(rows).__name__}"
+        )
+    leaves = [data] if isinstance(data, torch.Tensor) else [t for _, t in iter_shaped(data)]
+    out: list[tuple[_Leaf, torch.Tensor | None]] = []
+    for t in leaves:
+        if type(t) is RemoteTensor:
+            leaf = t._tbx_leaf
+            if isinstance(rows, slice):
+                idx = _span(rows, leaf.shape[0] if leaf.shape else 1)
+            out.append((leaf, idx))
+    return out
+
+
+def prefetch(data: Any, rows: Any = None) -> concurrent.futures.Future[None]:
+    """Fetch rows ``rows`` (all rows when None) of every leaf of ``data`` that lives
+    behind a URL, in a background thread; the returned future is done when they are in
+    the cache (``.result()`` waits, and raises what the fetch raised). Leaves that are
+    local, or already here, cost nothing: for local data the future is done at once.
+
+    All leaves' rows go out together, ranges of one object merged where they are close,
+    so a batch of rows of every leaf costs a few requests, not one per leaf.
+
+    >>> import torch, tensorbox
+    >>> tensorbox.prefetch(tensorbox.TensorDict(x=torch.arange(4), batch_size=[4]), [0, 2]).done()
+    True
+    """
+    wanted = _wanted(data, rows)
+    if not any(leaf.missing for leaf, _ in wanted):
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        done.set_result(None)
+        return done
+    # Claimed here, in the caller's thread: a read that starts after this call waits for
+    # these parts instead of fetching them again (or splitting this call's ranges).
+    claimed, _ = _claim(wanted)
+    fut: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    def run() -> None:
+        # A thread of its own (not a bounded pool): a fetch waiting for parts that another
+        # prefetch claimed must never wait behind it in a queue.
+        try:
+            _fetch(claimed)
+            ensure(wanted)  # parts in flight elsewhere: waited for (fetched if that failed)
+        except BaseException as err:
+            fut.set_exception(err)
+        else:
+            fut.set_result(None)
+
+    threading.Thread(target=run, name="tensorbox-prefetch", daemon=True).start()
+    return fut
