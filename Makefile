@@ -61,14 +61,17 @@ lint: $(VENV)/.core
 apiref: $(VENV)/.core
 	$(BIN)/python -m tools.apiref
 
+# Every benchmark writes its medians, settings and the machine's load average to
+# benchmarks/results/NAME.json; figures.py draws the docs' charts from those files only.
+BENCH_JSON := benchmarks/results
 bench: $(VENV)/.bench
-	$(BIN)/python benchmarks/ops.py
-	$(BIN)/python benchmarks/persist.py --json benchmarks/results/persist.json
-	$(BIN)/python benchmarks/extend.py
-	$(BIN)/python benchmarks/jagged.py
-	$(BIN)/python benchmarks/weights.py
-	$(BIN)/python benchmarks/dataload.py --json benchmarks/results/dataload.json
-	$(BIN)/python benchmarks/buffer.py
+	$(BIN)/python benchmarks/ops.py --json $(BENCH_JSON)/ops.json
+	$(BIN)/python benchmarks/persist.py --json $(BENCH_JSON)/persist.json
+	$(BIN)/python benchmarks/extend.py --json $(BENCH_JSON)/extend.json
+	$(BIN)/python benchmarks/jagged.py --json $(BENCH_JSON)/jagged.json
+	$(BIN)/python benchmarks/weights.py --json $(BENCH_JSON)/weights.json
+	$(BIN)/python benchmarks/dataload.py --json $(BENCH_JSON)/dataload.json
+	$(BIN)/python benchmarks/buffer.py --json $(BENCH_JSON)/buffer.json
 	$(BIN)/python benchmarks/figures.py
 
 # The wheel as pip users get it: built, installed with its dependencies into a fresh
