@@ -10,7 +10,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt
 ARGS   ?=
 
-.PHONY: demo test check lint docs figures apiref bench wheelcheck tutorials clean
+.PHONY: demo test test-mds check lint docs figures apiref bench wheelcheck tutorials clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,20 @@ demo: $(VENV)/.bench
 # The full suite, as CI runs it (the docs extra too: the site build is a test).
 test: $(VENV)/.core $(VENV)/.docs
 	$(BIN)/python -m pytest $(ARGS)
+
+# The MDS bridge (to_mds) against mosaicml-streaming, in a venv of its own: streaming pins
+# numpy below 2.2 and pulls in torchvision and ~80 more packages, so it stays out of the
+# test extra and of .venv. TENSORBOX_REQUIRE_MDS=1 turns "streaming unusable: skip" into
+# a failure, so this target never passes without running the tests it exists for.
+VENV_MDS := .venv-mds
+$(VENV_MDS)/.mds: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV_MDS)
+	$(VENV_MDS)/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt "torch==2.13.0"
+	$(VENV_MDS)/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[test,mds]"
+	touch $@
+
+test-mds: $(VENV_MDS)/.mds
+	TENSORBOX_REQUIRE_MDS=1 $(VENV_MDS)/bin/python -m pytest -m mds $(ARGS)
 
 # The edit-test loop: lint, then the tests that start no interpreter, process pool or
 # external tool (conftest.py marks those `heavy`); under a minute on 2 cores.
@@ -85,4 +99,4 @@ wheelcheck: $(VENV)/.core
 	cd .whl && venv/bin/python ../tools/readme_tour.py ../README.md
 
 clean:
-	rm -rf $(VENV) .cache .whl site
+	rm -rf $(VENV) $(VENV_MDS) .cache .whl site
