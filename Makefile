@@ -9,6 +9,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt
 ARGS   ?=
+# pytest-xdist workers for `make test` and `make check` (0: one process, no xdist).
+# loadgroup keeps the tests of one xdist_group (the shared mypy run) in one worker.
+WORKERS ?= 2
+XDIST  := -n $(WORKERS) --dist loadgroup
 
 .PHONY: demo test test-mds check lint docs figures apiref bench wheelcheck tutorials clean
 
@@ -36,7 +40,7 @@ demo: $(VENV)/.bench
 
 # The full suite, as CI runs it (the docs extra too: the site build is a test).
 test: $(VENV)/.core $(VENV)/.docs
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(ARGS)
 
 # The MDS bridge (to_mds) against mosaicml-streaming, in a venv of its own: streaming pins
 # numpy below 2.2 and pulls in torchvision and ~80 more packages, so it stays out of the
@@ -57,7 +61,7 @@ test-mds: $(VENV_MDS)/.mds
 check: $(VENV)/.core
 	$(BIN)/ruff check tensorbox tests benchmarks tutorials tools
 	$(BIN)/ruff format --check tensorbox tests benchmarks tutorials tools
-	$(BIN)/python -m pytest -m "not slow and not heavy" -x $(ARGS)
+	$(BIN)/python -m pytest -m "not slow and not heavy" -x $(XDIST) $(ARGS)
 
 # The documentation site, into site/ (strict: a broken link, anchor or nav entry fails).
 docs: $(VENV)/.docs

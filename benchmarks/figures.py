@@ -56,7 +56,7 @@ def _save(fig: Any, name: str) -> Path:
     path = IMG / name
     meta = {"Date": None} if name.endswith(".svg") else {}
     fig.savefig(path, bbox_inches="tight", metadata=meta, dpi=110)
-    print(f"wrote {path.relative_to(ROOT)}")
+    print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return path
 
 
