@@ -1,6 +1,6 @@
 """Shared test configuration: hypothesis profiles, and ``tests.strategies`` importable.
 
-* ``ci`` (the default, ``make test`` and ``make check``): 25 examples per property, no
+* ``ci`` (the default, ``make test`` and ``make check``): 40 examples per property, no
   deadline (a loaded 2-core machine must not turn slow examples into failures),
   derandomized so a run is reproducible.
 * ``dev``: 300 examples, random seeds; ``HYPOTHESIS_PROFILE=dev``.
@@ -29,7 +29,7 @@ if _ROOT not in sys.path:
 
 settings.register_profile(
     "ci",
-    max_examples=25,
+    max_examples=40,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
