@@ -9,8 +9,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt
 ARGS   ?=
+# pytest-xdist workers for `make test` and `make check` (0: one process, no xdist).
+# loadgroup keeps the tests of one xdist_group (the shared mypy run) in one worker.
+WORKERS ?= 2
+XDIST  := -n $(WORKERS) --dist loadgroup
 
-.PHONY: demo test check lint docs figures apiref bench wheelcheck tutorials clean
+.PHONY: demo test test-mds check lint docs figures apiref bench wheelcheck tutorials clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,14 +40,28 @@ demo: $(VENV)/.bench
 
 # The full suite, as CI runs it (the docs extra too: the site build is a test).
 test: $(VENV)/.core $(VENV)/.docs
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(ARGS)
+
+# The MDS bridge (to_mds) against mosaicml-streaming, in a venv of its own: streaming pins
+# numpy below 2.2 and pulls in torchvision and ~80 more packages, so it stays out of the
+# test extra and of .venv. TENSORBOX_REQUIRE_MDS=1 turns "streaming unusable: skip" into
+# a failure, so this target never passes without running the tests it exists for.
+VENV_MDS := .venv-mds
+$(VENV_MDS)/.mds: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV_MDS)
+	$(VENV_MDS)/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt "torch==2.13.0"
+	$(VENV_MDS)/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[test,mds]"
+	touch $@
+
+test-mds: $(VENV_MDS)/.mds
+	TENSORBOX_REQUIRE_MDS=1 $(VENV_MDS)/bin/python -m pytest -m mds $(ARGS)
 
 # The edit-test loop: lint, then the tests that start no interpreter, process pool or
 # external tool (conftest.py marks those `heavy`); under a minute on 2 cores.
 check: $(VENV)/.core
 	$(BIN)/ruff check tensorbox tests benchmarks tutorials tools
 	$(BIN)/ruff format --check tensorbox tests benchmarks tutorials tools
-	$(BIN)/python -m pytest -m "not slow and not heavy" -x $(ARGS)
+	$(BIN)/python -m pytest -m "not slow and not heavy" -x $(XDIST) $(ARGS)
 
 # The documentation site, into site/ (strict: a broken link, anchor or nav entry fails).
 docs: $(VENV)/.docs
@@ -61,14 +79,17 @@ lint: $(VENV)/.core
 apiref: $(VENV)/.core
 	$(BIN)/python -m tools.apiref
 
+# Every benchmark writes its medians, settings and the machine's load average to
+# benchmarks/results/NAME.json; figures.py draws the docs' charts from those files only.
+BENCH_JSON := benchmarks/results
 bench: $(VENV)/.bench
-	$(BIN)/python benchmarks/ops.py
-	$(BIN)/python benchmarks/persist.py --json benchmarks/results/persist.json
-	$(BIN)/python benchmarks/extend.py
-	$(BIN)/python benchmarks/jagged.py
-	$(BIN)/python benchmarks/weights.py
-	$(BIN)/python benchmarks/dataload.py --json benchmarks/results/dataload.json
-	$(BIN)/python benchmarks/buffer.py
+	$(BIN)/python benchmarks/ops.py --json $(BENCH_JSON)/ops.json
+	$(BIN)/python benchmarks/persist.py --json $(BENCH_JSON)/persist.json
+	$(BIN)/python benchmarks/extend.py --json $(BENCH_JSON)/extend.json
+	$(BIN)/python benchmarks/jagged.py --json $(BENCH_JSON)/jagged.json
+	$(BIN)/python benchmarks/weights.py --json $(BENCH_JSON)/weights.json
+	$(BIN)/python benchmarks/dataload.py --json $(BENCH_JSON)/dataload.json
+	$(BIN)/python benchmarks/buffer.py --json $(BENCH_JSON)/buffer.json
 	$(BIN)/python benchmarks/figures.py
 
 # The wheel as pip users get it: built, installed with its dependencies into a fresh
@@ -82,4 +103,4 @@ wheelcheck: $(VENV)/.core
 	cd .whl && venv/bin/python ../tools/readme_tour.py ../README.md
 
 clean:
-	rm -rf $(VENV) .cache .whl site
+	rm -rf $(VENV) $(VENV_MDS) .cache .whl site

@@ -49,6 +49,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import _results
 from tensorbox.buffer import AugmentBuffer, sample_seed
 from tensorbox.data import make_image_folder, scan_image_folder
 from tensorbox.data.transforms import Normalize, RandomHorizontalFlip, RandomResizedCrop
@@ -257,7 +258,9 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="a quick run (CI)")
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers / producers")
     parser.add_argument("--dir", default=None, help="slot folder (default /dev/shm)")
+    parser.add_argument("--json", metavar="PATH", help="also write the medians as JSON")
     args = parser.parse_args()
+    out = _results.start("buffer")
     torch.set_num_threads(1)
     cache = Path(os.environ.get("TENSORBOX_CACHE") or Path.home() / ".cache" / "tensorbox")
     if args.small:
@@ -280,6 +283,9 @@ def main() -> None:
         e = statistics.median(r[0] for r in later)
         w = statistics.median(r[1] for r in later)
         print(f"| {name} | {first[0]:.2f} | {first[1]:.2f} | {e:.2f} | {w:.2f} |")
+        out.setdefault("epochs_s", {})[name] = {
+            "first": first[0], "first_wait": first[1], "later": e, "later_wait": w
+        }  # fmt: skip
 
     print(f"\n## Hand-off of {BATCH}x3x{SIZE}x{SIZE} float32 batches (medians, 3x{count})\n")
     print("| path | per batch ms | beyond the copy floor ms | trainer's next() ms |")
@@ -288,12 +294,16 @@ def main() -> None:
     floor = hand[2][1]
     for name, gap, inside in hand:
         print(f"| {name} | {gap * 1e3:.2f} | {(gap - floor) * 1e3:.2f} | {inside * 1e3:.3f} |")
+        out.setdefault("handoff_ms", {})[name] = {"per_batch": gap * 1e3, "next": inside * 1e3}
     dl, bf = hand[0], hand[1]
     print(
         f"\nAugmentBuffer / DataLoader: {bf[1] / dl[1]:.2f} per batch, "
         f"{(bf[1] - floor) / (dl[1] - floor):.2f} beyond the copy floor, "
         f"{bf[2] / dl[2]:.3f} for the trainer's next()"
     )
+    if args.json:
+        out["settings"] = {"images": images, "workers": args.workers, "step_ms": step_s * 1e3}
+        _results.write(args.json, out)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import shutil
@@ -46,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from PIL import Image
 
+from benchmarks import _results
 from benchmarks.demo import cache_dir, demo_folders
 from benchmarks.harness import pipelines as P
 from benchmarks.harness import td_tutorial
@@ -219,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache")
     ap.add_argument("--json", metavar="PATH", help="also write the medians as JSON (figures.py)")
     args = ap.parse_args(argv)
+    meta = _results.start("dataload")  # the load average as the run starts
     workers, bs = args.workers, args.batch_size
     repeats = args.repeats or (1 if args.small else 3)
     min_s = 0.3 if args.small else 1.5
@@ -252,8 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         alone = bench_loader_alone(ours["train"], workers, bs, repeats, min_s)
         results = report(ing, reads, alone, train_root, ours, theirs, n)
         if args.json:
-            results["source"] = f"benchmarks/dataload.py, {what}, workers={workers}"
-            Path(args.json).write_text(json.dumps(results, indent=1))
+            results = meta | results
+            results["settings"] = {"images": what, "workers": workers, "rounds": repeats}
+            _results.write(args.json, results)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -33,6 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
+from benchmarks import _results
 from tensorbox import TensorDict
 
 LEAVES = {
@@ -169,7 +170,10 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="fewer appends, smaller trees")
     parser.add_argument("--stages", action="store_true", help="where a 1-row append's time goes")
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
+    parser.add_argument("--json", metavar="PATH", help="also write the medians as JSON")
     args = parser.parse_args()
+    results = _results.start("extend")
+    results |= {"row_bytes": None, "appends": [], "flatness": [], "stages_us": None}
     torch.set_num_threads(1)
     plan = {1: 200, 64: 100, 4096: 8} if args.small else {1: 2000, 64: 500, 4096: 40}
     sizes = [0, 4096, 16384] if args.small else [0, 16384, 65536]
@@ -185,17 +189,27 @@ def main() -> None:
             ext = statistics.median(bench_extend(root, k, appends))
             npm = statistics.median(bench_np_memmap(root, k, appends))
             print(f"| {k:,} | {appends:,} | {k / ext:,.0f} | {k / npm:,.0f} | {ext / npm:,.1f}x |")
+            results["appends"].append(
+                {"rows_per_append": k, "appends": appends, "extend_rows_per_s": k / ext,
+                 "np_memmap_rows_per_s": k / npm}
+            )  # fmt: skip
         print("\n| tree rows before | 1-row append, median µs |")
         print("|---:|---:|")
         for n, t in flatness(root, sizes, 50 if args.small else 200):
             print(f"| {n:,} | {t * 1e6:,.0f} |")
+            results["flatness"].append({"rows_before": n, "one_row_append_us": t * 1e6})
         if args.stages:
             print("\n| step of a 1-row append | µs |")
             print("|---|---:|")
-            for label, us in stages(root, 100 if args.small else 500).items():
+            results["stages_us"] = stages(root, 100 if args.small else 500)
+            for label, us in results["stages_us"].items():
                 print(f"| {label} | {us:,.0f} |")
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    if args.json:
+        results["row_bytes"] = row_bytes
+        results["settings"] = {"small": args.small, "torch_threads": 1}
+        _results.write(args.json, results)
 
 
 if __name__ == "__main__":

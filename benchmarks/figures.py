@@ -22,6 +22,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout
+
+from benchmarks._results import source_line  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
 IMG = ROOT / "docs" / "img"
 
@@ -53,7 +56,7 @@ def _save(fig: Any, name: str) -> Path:
     path = IMG / name
     meta = {"Date": None} if name.endswith(".svg") else {}
     fig.savefig(path, bbox_inches="tight", metadata=meta, dpi=110)
-    print(f"wrote {path.relative_to(ROOT)}")
+    print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return path
 
 
@@ -86,7 +89,7 @@ def persist(plt: Any) -> None:
             ax.set_title(f"{layout}\n{what}" if row == 0 else what)
             ax.tick_params(axis="x", labelsize=8)
     fig.suptitle("Saving and loading a tree of tensors (lower is better)", fontsize=11)
-    fig.text(0.01, -0.01, f"Source: {r['source']}", fontsize=7, color="#495057", wrap=True)
+    fig.text(0.01, -0.01, f"Source: {source_line(r)}", fontsize=7, color="#495057", wrap=True)
     fig.tight_layout()
     _save(fig, "persist.svg")
     plt.close(fig)
@@ -121,8 +124,64 @@ def loader(plt: Any) -> None:
     ax.set_ylabel("images / s (log scale)")
     ax.set_title("Feeding a model from an image folder (higher is better)")
     ax.legend(fontsize=8, frameon=False, loc="upper left", ncols=3)
-    fig.text(0.01, -0.04, f"Source: {r['source']}", fontsize=7, color="#495057", wrap=True)
+    fig.text(0.01, -0.04, f"Source: {source_line(r)}", fontsize=7, color="#495057", wrap=True)
     _save(fig, "loader.svg")
+    plt.close(fig)
+
+
+def ops(plt: Any) -> None:
+    """Per operation: tensorbox's time over tensordict's (below 1: tensorbox is faster)."""
+    r = json.loads((RESULTS / "ops.json").read_text())
+    rows = [x for x in r["rows"] if x["tb_over_td"] is not None]
+    fig, ax = plt.subplots(figsize=(7.6, 0.27 * len(rows) + 1.4))
+    y = range(len(rows))
+    ratios = [x["tb_over_td"] for x in rows]
+    # Bars grow from 1 (parity) towards the ratio: left is faster, right slower.
+    ax.barh(
+        y,
+        [v - 1 for v in ratios],
+        left=1,
+        color=[OURS if v <= 1 else PEERS for v in ratios],
+        height=0.7,
+    )
+    ax.axvline(1.0, color="#212529", lw=0.8)
+    ax.set_xscale("log")
+    lo, hi = min(*ratios, 1.0), max(*ratios, 1.0)
+    ax.set_xlim(lo / 2.2, hi * 2.2)
+    ticks = [t for t in (0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10) if lo / 2.2 <= t <= hi * 2.2]
+    ax.xaxis.set_major_locator(plt.matplotlib.ticker.FixedLocator(ticks))
+    ax.xaxis.set_minor_formatter(plt.matplotlib.ticker.NullFormatter())
+    ax.set_yticks(list(y), [x["op"] for x in rows], fontsize=8)
+    ax.invert_yaxis()
+    for yi, v, x in zip(y, ratios, rows):
+        ax.text(
+            v * (0.97 if v < 1 else 1.03),
+            yi,
+            f"{v:.2f}  ({x['tensorbox_us']:,.1f} / {x['tensordict_us']:,.1f} us)",
+            va="center",
+            ha="right" if v < 1 else "left",
+            fontsize=7,
+        )
+    ax.xaxis.set_major_formatter(plt.matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.tick_params(axis="x", labelsize=8)
+    ax.set_xlabel("tensorbox time / tensordict time (log scale; left of 1: tensorbox is faster)")
+    s = r["summary"]["TensorDict rows"]
+    ax.set_title(
+        "Per-operation overhead against tensordict "
+        f"(TensorDict rows: median {s['median_tb_over_td']:.2f}x, max {s['max_tb_over_td']:.2f}x)"
+    )
+    settings = r.get("settings", {})
+    fig.text(
+        0.01,
+        -0.02,
+        f"Source: {source_line(r)}; {settings.get('container', '')}, "
+        f"{settings.get('clock', '')}, median of {settings.get('rounds', '?')} interleaved rounds, "
+        "one torch thread",
+        fontsize=7,
+        color="#495057",
+        wrap=True,
+    )
+    _save(fig, "ops.svg")
     plt.close(fig)
 
 
@@ -263,7 +322,13 @@ def augmented(plt: Any) -> None:
     plt.close(fig)
 
 
-FIGURES = {"persist": persist, "loader": loader, "layout": layout, "augmented": augmented}
+FIGURES = {
+    "ops": ops,
+    "persist": persist,
+    "loader": loader,
+    "layout": layout,
+    "augmented": augmented,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -42,6 +42,7 @@ from torch.utils.data import DataLoader
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tensorbox
+from benchmarks import _results
 from tensorbox import TensorDict
 
 
@@ -94,7 +95,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=0)
     parser.add_argument("--seconds", type=float, default=0.0, help="per contender and round")
+    parser.add_argument("--json", metavar="PATH", help="also write the medians as JSON")
     args = parser.parse_args()
+    results = _results.start("jagged")
     n = args.rows or (4_000 if args.small else 50_000)
     repeats = args.repeats or (3 if args.small else 5)
     seconds = args.seconds or (0.3 if args.small else 1.0)
@@ -190,8 +193,13 @@ def main() -> None:
         print(f"{'reader':<60} {'batches/s':>10}")
         for name, values in rates.items():
             print(f"{name:<60} {statistics.median(values):>10,.0f}")
+        results["settings"] = {"rows": n, "batch": batch, "rounds": repeats, "torch_threads": 1}
+        results["disk_mb"] = {"jagged": jb / 1e6, "padded": pb / 1e6}
+        results["batches_per_s"] = {k: statistics.median(v) for k, v in rates.items()}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        _results.write(args.json, results)
 
 
 if __name__ == "__main__":

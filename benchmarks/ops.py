@@ -18,6 +18,10 @@ Usage::
     python benchmarks/ops.py            # full run (about a minute and a half)
     python benchmarks/ops.py --quick    # fewer repeats, for CI smoke runs
     python benchmarks/ops.py --wall     # wall-clock times
+    python benchmarks/ops.py --json benchmarks/results/ops.json   # also the rows as JSON
+
+The JSON (read by ``benchmarks/figures.py`` for the per-op ratio chart) holds every row's
+three medians and two ratios, the summaries, the settings and the machine's load average.
 
 A tensorclass benchmark adds its rows by providing ``benchmarks/_tc_rows.py`` with
 ``rows() -> list[tuple[name, tensorbox_fn, tensordict_fn | None, floor_fn]]``; each fn
@@ -42,6 +46,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tensorbox
+from benchmarks import _results
 
 Fn = Callable[[], Any]
 Row = tuple[str, Fn, Fn | None, Fn]
@@ -276,6 +281,11 @@ def measure(
     return [statistics.median(r) if r else None for r in runs]
 
 
+def _r(x: float | None) -> float | None:
+    """Four significant digits: the JSON stays readable, the medians are not that exact."""
+    return None if x is None else float(f"{x:.4g}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer, shorter repeats")
@@ -285,7 +295,11 @@ def main(argv: list[str] | None = None) -> int:
         help="time with the wall clock (default: this process's CPU time, which does not "
         "count the time other processes on a shared machine hold the CPU)",
     )
+    parser.add_argument(
+        "--json", metavar="PATH", help="also write the rows as JSON (benchmarks/figures.py)"
+    )
     args = parser.parse_args(argv)
+    results = _results.start("ops") if args.json else None
     clock = time.perf_counter if args.wall else time.process_time
     torch.set_num_threads(1)
     repeat, min_time = (5, 0.01) if args.quick else (15, 0.04)
@@ -306,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     print(header)
     print("|" + "|".join("-" * len(c) for c in header.split("|")[1:-1]) + "|")
     groups: dict[str, tuple[list[float], list[float]]] = {"core": ([], []), "extra": ([], [])}
+    table: list[dict[str, Any]] = []
     for group, rows in (("core", core), ("extra", extra)):
         r_td, r_floor = groups[group]
         for name, f_tb, f_td, f_floor in rows:
@@ -316,12 +331,24 @@ def main(argv: list[str] | None = None) -> int:
             if ratio_td is not None:
                 r_td.append(ratio_td)
             r_floor.append(ratio_fl)
+            table.append(
+                {
+                    "op": name,
+                    "group": "TensorDict" if group == "core" else "tensorclass",
+                    "tensorbox_us": _r(t_tb),
+                    "tensordict_us": _r(t_td),
+                    "floor_us": _r(t_fl),
+                    "tb_over_td": _r(ratio_td),
+                    "tb_over_floor": _r(ratio_fl),
+                }
+            )
             td_cell = f"{t_td:>13.2f}" if t_td is not None else f"{'-':>13}"
             ratio_cell = f"{ratio_td:>6.2f}" if ratio_td is not None else f"{'-':>6}"
             print(
                 f"| {name:<40} | {t_tb:>12.2f} | {td_cell} | {t_fl:>9.2f} | "
                 f"{ratio_cell} | {ratio_fl:>8.2f} |"
             )
+    summaries: dict[str, dict[str, float]] = {}
     for label, (r_td, r_floor) in (
         ("TensorDict rows", groups["core"]),
         (
@@ -335,6 +362,22 @@ def main(argv: list[str] | None = None) -> int:
         if r_td:
             summary += f", median tb/td {statistics.median(r_td):.2f} (max {max(r_td):.2f})"
         print(summary)
+        summaries[label] = {"median_tb_over_floor": _r(statistics.median(r_floor))}
+        if r_td:
+            summaries[label] |= {
+                "median_tb_over_td": _r(statistics.median(r_td)),
+                "max_tb_over_td": _r(max(r_td)),
+            }
+    if results is not None:
+        results["settings"] = {
+            "clock": "wall" if args.wall else "process CPU time",
+            "rounds": repeat,
+            "torch_threads": 1,
+            "container": f"{N} rows x {len(FEATURES)} float32 leaves",
+        }
+        results["rows"] = table
+        results["summary"] = summaries
+        _results.write(args.json, results)
     return 0
 
 

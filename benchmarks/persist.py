@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import shutil
 import statistics
@@ -36,6 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
+from benchmarks import _results
 from tensorbox import TensorDict
 
 
@@ -200,14 +200,8 @@ def main() -> None:
         "--json", default=None, metavar="PATH", help="also write the medians as JSON (figures.py)"
     )
     args = parser.parse_args()
-    results: dict = {
-        "benchmark": "persist",
-        "source": f"benchmarks/persist.py, {os.cpu_count()} CPUs, median of rounds",
-        "layouts": [],
-        "save_ms": {},
-        "open_ms": {},
-        "open_read_ms": {},
-    }
+    results: dict = _results.start("persist")
+    results |= {"layouts": [], "save_ms": {}, "open_ms": {}, "open_read_ms": {}}
     torch.set_num_threads(args.torch_threads)
     repeat = args.repeat or (3 if args.small else 7)
     root = tempfile.mkdtemp(prefix="tbx-bench-", dir=args.dir)
@@ -240,8 +234,13 @@ def main() -> None:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+        results["settings"] = {
+            "rounds": repeat,
+            "torch_threads": args.torch_threads,
+            "tensorbox_threads": args.threads,
+            "small": args.small,
+        }
+        _results.write(args.json, results)
 
 
 if __name__ == "__main__":

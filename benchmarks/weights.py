@@ -65,6 +65,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import _results
 from tensorbox import TensorDict
 
 
@@ -330,7 +331,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=None, help="rounds of saves")
     ap.add_argument("--saves-only", action="store_true", help="only the save table")
     ap.add_argument("--dir", default="/var/tmp", help="where the temporary files go")
+    ap.add_argument("--json", metavar="PATH", help="also write the medians as JSON")
     args = ap.parse_args()
+    out = _results.start("weights")
     repeats = args.repeats or (3 if args.small else 5)
     rounds = args.rounds or (3 if args.small else 12)
     torch.set_num_threads(args.threads)
@@ -370,8 +373,36 @@ def main() -> None:
         label = name.replace(" / torch.load", "")
         print(f"| {label} | {t * 1e3:.1f} | {ratio:.2f}x | {t / floor:.2f}x |")
     print(f"(load average at the end: {os.getloadavg()[0]:.1f})")
+    out["settings"] = {"model": size, "threads": args.threads, "rounds": rounds, "repeats": repeats}
+    out["model"] = {"tensors": len(sd), "mib": nbytes / 2**20}
+    out["save"] = {
+        n.replace(" / torch.load", ""): {"ms": t * 1e3, f"over {ref}": r}
+        for n, (t, r) in saves.items()
+    }
     if args.saves_only:
+        if args.json:
+            _results.write(args.json, out)
         return
+    out["load_ms"] = {
+        n: {
+            "load": r["load"] * 1e3,
+            "load_read_warm": r["warm"] * 1e3,
+            "load_read_cold": r["cold"] * 1e3,
+        }
+        for n, r in results.items()
+    }
+    out["partial_ms"] = [
+        {
+            "sub_tree": sub,
+            "share": frac,
+            "load": a * 1e3,
+            "load_read_warm": w * 1e3,
+            "load_read_cold": c * 1e3,
+        }
+        for sub, frac, a, w, c in partial
+    ]
+    if args.json:
+        _results.write(args.json, out)
     print(
         f"\n| method | load ms | load+read warm ms | load+read cold ms | load+read warm / {ref} |"
     )

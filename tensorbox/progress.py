@@ -13,6 +13,19 @@ extra), else a plain line every few seconds. When the work ends, a summary (amou
 files, time, rate) goes to the logger at INFO and, when the bar was shown, to stderr,
 where it stays.
 
+An append loop gets its bar the same way: ``extend_`` reports the rows it appends
+(``unit="rows"``) to a Progress the loop opens, and the summary gives rows per second:
+
+>>> import io, tempfile, torch
+>>> from tensorbox import TensorDict
+>>> log = TensorDict(x=torch.zeros(0, 4), batch_size=[0]).memmap(tempfile.mkdtemp())
+>>> out = io.StringIO()
+>>> with Progress("append", total=300, unit="rows", progress=True, file=out, bar=False) as p:
+...     for _ in range(3):
+...         _ = log.extend_(TensorDict(x=torch.ones(100, 4), batch_size=[100]))
+>>> p.summary()  # doctest: +ELLIPSIS
+'append: 300 rows, ... s, ... rows/s'
+
 Code that does the work reports through :func:`advance`, a no-op unless a
 :class:`Progress` is open in the calling context, so a hook is one line and costs
 nothing when nobody watches:
@@ -61,17 +74,22 @@ def human_size(n: float) -> str:
     raise AssertionError  # pragma: no cover
 
 
-def advance(amount: int, files: int = 1) -> None:
-    """Report ``amount`` done (bytes, or items) in ``files`` files to the open Progress, if any.
+def advance(amount: int, files: int = 1, *, unit: str = "B") -> None:
+    """Report ``amount`` done in ``files`` files to the open Progress, if it counts ``unit``.
+
+    Bytes (``"B"``) by default; ``TensorDict.extend_`` reports its rows as ``unit="rows"``.
+    A Progress that counts something else ignores the report, so a save inside an
+    ingestion (images) or inside an append loop (rows) does not add its bytes there.
 
     >>> advance(1024)  # nobody watches: nothing happens
     >>> with Progress("copy", 2048, progress=False) as p:
     ...     advance(1024)
+    ...     advance(5, unit="rows")  # not what this one counts
     >>> p.done
     2048
     """
     p = _current.get()
-    if p is not None:
+    if p is not None and p.unit == unit:
         p.update(amount, files)
 
 

@@ -1,8 +1,12 @@
 """Shared test configuration: hypothesis profiles, and ``tests.strategies`` importable.
 
-* ``ci`` (the default): few examples, no deadline (a loaded 2-core machine must not
-  turn slow examples into failures), derandomized so a run is reproducible.
-* ``dev``: more examples, random seeds; select with ``HYPOTHESIS_PROFILE=dev``.
+* ``ci`` (the default, ``make test`` and ``make check``): 40 examples per property, no
+  deadline (a loaded 2-core machine must not turn slow examples into failures),
+  derandomized so a run is reproducible.
+* ``dev``: 300 examples, random seeds; ``HYPOTHESIS_PROFILE=dev``.
+* ``thorough``: 2,000 examples, random seeds, and 20 times its own count for a test that
+  sets one; for nightly-style runs that hunt for rare cases:
+  ``HYPOTHESIS_PROFILE=thorough python -m pytest`` (hours on 2 cores).
 
 Fixtures: ``small_tmpfs``, a tiny file system to fill up (full-disk tests).
 """
@@ -34,6 +38,13 @@ settings.register_profile(
 settings.register_profile(
     "dev",
     max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+settings.register_profile(
+    "thorough",
+    max_examples=2000,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     print_blob=True,
@@ -100,7 +111,28 @@ HEAVY_TESTS = frozenset(
 )
 
 
+# Under the thorough profile, a property test that sets its own max_examples (tuned
+# for the quick default) runs THOROUGH_FACTOR times as many; the others take the
+# profile's 2,000. Hypothesis reads the test's settings when it runs, so they can be
+# replaced here, after collection.
+THOROUGH_FACTOR = 20
+
+
+def _thorough(items: list[pytest.Item]) -> None:
+    done: set[int] = set()
+    for item in items:
+        fn = getattr(item, "obj", None)
+        own = getattr(fn, "_hypothesis_internal_use_settings", None)
+        if own is None or id(fn) in done or own.max_examples == settings.default.max_examples:
+            continue
+        done.add(id(fn))
+        scaled = settings(own, max_examples=own.max_examples * THOROUGH_FACTOR)
+        fn._hypothesis_internal_use_settings = scaled  # type: ignore[union-attr]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("HYPOTHESIS_PROFILE") == "thorough":
+        _thorough(items)
     for item in items:
         test = f"{item.path.name}::{item.name.split('[')[0]}"
         if item.path.stem in HEAVY_MODULES or test in HEAVY_TESTS:

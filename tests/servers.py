@@ -182,14 +182,16 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
             f.seek(start)
             body = f.read(end - start)
         cut = self.server.cut_after
+        # Counted before the write: the client may read the reply (and the test the
+        # counter) before this thread runs again.
         if cut is not None and len(body) > cut:
-            self.wfile.write(body[:cut])
             self.server.sent += cut
+            self.wfile.write(body[:cut])
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
-        self.wfile.write(body)
         self.server.sent += len(body)
+        self.wfile.write(body)
 
 
 class _RangeHTTPServer(http.server.ThreadingHTTPServer):

@@ -171,15 +171,19 @@ def test_skipped_images_are_reported_and_left_out(folder, tmp_path):
     assert (tmp_path / "ds" / "images.memmap").stat().st_size == 9 * 3 * 32 * 32
 
 
-def test_a_folder_without_any_readable_image_is_an_error(tmp_path):
+def test_a_folder_without_any_readable_image_is_an_error(tmp_path, caplog):
     (tmp_path / "src" / "a").mkdir(parents=True)
     for name in ("x.jpg", "y.png"):
         (tmp_path / "src" / "a" / name).write_bytes(b"not an image")
     with (
+        caplog.at_level("WARNING", logger="tensorbox"),
         pytest.warns(UserWarning, match="skipped 2 unreadable"),
         pytest.raises(ValueError, match=r"no image under .* could be read \(2 tried"),
     ):
         ingest_image_folder(tmp_path / "src", tmp_path / "ds", 16, num_workers=0, on_error="skip")
+    # the same report reaches the log, for runs whose record is a log file
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["ingest_image_folder"]
+    assert "skipped 2 unreadable image(s)" in caplog.records[0].getMessage()
 
 
 def test_on_error_callable_decides(folder, tmp_path):

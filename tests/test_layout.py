@@ -293,7 +293,7 @@ def test_the_graph_is_the_same_under_any_hash_seed() -> None:
     )
     root = PKG.parent
     outputs = set()
-    for seed in ("0", "1", "12345"):
+    for seed in ("0", "12345"):  # and this process's own seed, compared below
         env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(root)}
         proc = subprocess.run(
             [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -16,53 +15,18 @@ from pathlib import Path
 
 import pytest
 
+from tests import _mypy
+
 ROOT = Path(__file__).resolve().parents[1]
-TOUR = re.compile(r"## A 20-line tour\n\n```python\n(.*?)```", re.S)
-
-
-def _tour() -> str:
-    found = TOUR.search((ROOT / "README.md").read_text(encoding="utf-8"))
-    assert found, "README.md lost its tour"
-    return found.group(1)
-
-
-def _decorator_form(code: str) -> str:
-    """The tour as it read before: ``@tensorclass`` and ``torch.stack``."""
-    code = re.sub(r"class Sample\(TensorClass\):.*\n", "@tensorclass\nclass Sample:\n", code)
-    code = code.replace("import TensorClass, TensorDict", "import TensorDict, tensorclass")
-    return code.replace("tensorbox.stack([td, td]", "torch.stack([td, td]")
-
-
-def _mypy(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--cache-dir",
-            str(ROOT / ".cache" / "mypy"),
-            "--strict",
-            "--follow-imports=silent",
-            "--no-error-summary",
-            str(path),
-        ],
-        cwd=ROOT,  # this checkout's package
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is not installed")
-def test_readme_tour_checks_under_mypy_strict(tmp_path: Path) -> None:
-    tour = tmp_path / "tour.py"
-    tour.write_text(_tour(), encoding="utf-8")
-    proc = _mypy(tour)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+@pytest.mark.xdist_group("mypy")
+def test_readme_tour_checks_under_mypy_strict() -> None:
+    found, output = _mypy.run()  # the one mypy run of the suite (tests/_mypy.py)
+    assert found["tour"] == [], output
     # The decorator form: what the docs say a checker reports, and why the README avoids it.
-    old = tmp_path / "tour_decorator.py"
-    old.write_text(_decorator_form(_tour()), encoding="utf-8")
-    out = _mypy(old).stdout
+    out = "\n".join(found["tour_decorator"])
     assert 'Unexpected keyword argument "batch_size" for "Sample"' in out
     assert '"Sample" has no attribute "memmap"' in out
     assert 'List item 0 has incompatible type "TensorDict"; expected "Tensor"' in out
@@ -70,7 +34,7 @@ def test_readme_tour_checks_under_mypy_strict(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("pyright") is None, reason="pyright is not on the PATH")
 def test_readme_tour_checks_under_pyright(tmp_path: Path) -> None:
-    (tmp_path / "tour.py").write_text(_tour(), encoding="utf-8")
+    (tmp_path / "tour.py").write_text(_mypy.readme_tour(), encoding="utf-8")
     config = {"pythonVersion": "3.11", "typeCheckingMode": "strict", "extraPaths": [str(ROOT)]}
     (tmp_path / "pyrightconfig.json").write_text(json.dumps(config))
     proc = subprocess.run(

@@ -65,6 +65,7 @@ from tensorbox._storage.store import (
     read_child,
 )
 from tensorbox.errors import BatchSizeError, TensorDictKeyError
+from tensorbox.progress import advance
 
 __all__ = ["DISK_KINDS", "LAYOUTS", "DiskKind", "Sig", "extend_", "grow_capacity"]
 
@@ -373,10 +374,12 @@ def extend_(td: Any, rows: Any, *, fsync: bool = False) -> Any:
                 "root (TensorDict.load_memmap(root))"
             )
         _extend_tree(td, rec.root_path, rows, fsync)
-        return td
-    _refuse_read_only(td)
-    check_rows(_spec_of(td), rows)
-    _adopt(td, torch.cat([td, rows], 0))  # type: ignore[list-item]  # containers route torch.cat
+    else:
+        _refuse_read_only(td)
+        check_rows(_spec_of(td), rows)
+        _adopt(td, torch.cat([td, rows], 0))  # type: ignore[list-item]  # containers route torch.cat
+    # An append loop's bar (a Progress counting rows, opened by the caller) moves on.
+    advance(int(rows._batch_size[0]), files=0, unit="rows")
     return td
 
 

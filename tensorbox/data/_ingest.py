@@ -53,7 +53,7 @@ from tensorbox.data._dataset import ImageFolderData
 from tensorbox.data._decode import ResizeSpec, decode_into
 from tensorbox.data._folder import IMG_EXTENSIONS, FolderIndex, scan_image_folder
 from tensorbox.errors import TensorboxError
-from tensorbox.progress import Progress
+from tensorbox.progress import Progress, logger
 
 __all__ = ["ImageReadError", "ingest_image_folder"]
 
@@ -308,10 +308,9 @@ def ingest_image_folder(
         if on_error == "skip":
             lines = "\n".join(f"  {p}: {why}" for _, p, why in sorted(skipped)[:20])
             more = f"\n  ... and {len(skipped) - 20} more" if len(skipped) > 20 else ""
-            warnings.warn(
-                f"skipped {len(skipped)} unreadable image(s) of {n} under {str(root)!r}:\n{lines}{more}",
-                stacklevel=2,
-            )
+            message = f"skipped {len(skipped)} unreadable image(s) of {n} under {str(root)!r}:\n{lines}{more}"
+            logger.warning("ingest_image_folder: %s", message)  # for logs that keep a run's record
+            warnings.warn(message, stacklevel=2)
     kept = len(targets)
     if not kept:
         raise ValueError(
