@@ -20,7 +20,6 @@ medians.
 from __future__ import annotations
 
 import argparse
-import json
 import pickle
 import statistics
 import sys
@@ -35,6 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 import tensorbox
+from benchmarks import _results
 
 LEAVES, GROUPS, ROWS = 500, 10, 64
 
@@ -106,6 +106,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "meta")
     ap.add_argument("--json", type=Path, default=None, help="write the medians here")
     args = ap.parse_args()
+    results = _results.start("consolidate") if args.json else None
     torch.set_num_threads(1)
     rounds = args.rounds or (5 if args.quick else 41)
     cases = _cases(args.device)
@@ -126,8 +127,8 @@ def main() -> None:
         medians[op] = {who: statistics.median(ts) for who, ts in per.items()}
         for who, m in medians[op].items():
             print(f"  {op:<12} {who:<26} {m * 1e3:9.3f} ms")
-    if args.json is not None:
-        args.json.write_text(json.dumps({"device": args.device, "medians_s": medians}, indent=1))
+    if results is not None:
+        _results.write(args.json, {**results, "device": args.device, "medians_s": medians})
 
 
 if __name__ == "__main__":

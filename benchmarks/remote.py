@@ -44,6 +44,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import _results
 from tensorbox import TensorDict
 from tensorbox._storage import remote
 from tensorbox.data import BatchLoader
@@ -148,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, work: Path, port: int) -> int:
+    results = _results.start("remote")
     for _ in range(300):
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
@@ -236,22 +238,21 @@ def _run(args: argparse.Namespace, work: Path, port: int) -> int:
     if not lit:
         print("LitData: not run (no --litdata-python)")
     if args.json:
-        Path(args.json).write_text(
-            json.dumps(
-                {
-                    "images": n,
-                    "image_shape": [3, 64, 64],
-                    "archive_bytes": size,
-                    "batch": BATCH,
-                    "repeats": args.repeats,
-                    "load_average_1min": loads,
-                    "cpus": os.cpu_count(),
-                    "litdata": bool(lit),
-                    "medians": med,
-                    "runs": runs,
-                },
-                indent=1,
-            )
+        _results.write(
+            args.json,
+            {
+                **results,
+                "images": n,
+                "image_shape": [3, 64, 64],
+                "archive_bytes": size,
+                "batch": BATCH,
+                "repeats": args.repeats,
+                "load_average_1min": loads,
+                "cpus": os.cpu_count(),
+                "litdata": bool(lit),
+                "medians": med,
+                "runs": runs,
+            },
         )
     return 0
 
