@@ -528,3 +528,14 @@ def test_pad_matches_to_padded_tensor(lengths: list[int], feature: tuple[int, ..
     if lengths and max(lengths):
         assert torch.equal(got, torch.nested.to_padded_tensor(x, -1.0))
     assert got.shape[:2] == (len(lengths), max(lengths, default=0))
+
+
+def test_an_empty_stepped_slice_of_jagged_rows() -> None:
+    """slice(1, 0, 2) selects no row (as on a list), found by hypothesis: it used to raise
+    from torch.arange."""
+    nt = torch.nested.nested_tensor(
+        [torch.zeros(0), torch.ones(2), torch.ones(3)], layout=torch.jagged
+    )
+    td = TensorDict({"j": nt}, [3])
+    assert td[1:0:2].batch_size == torch.Size([0])
+    assert [len(r) for r in td[::2]["j"].unbind()] == [0, 3]

@@ -248,7 +248,10 @@ def select_rows(t: Tensor, index: Any) -> Tensor:
             values[int(first) : int(offsets[stop])], offsets[start : stop + 1] - first
         )
     if type(idx) is slice:
-        idx = torch.arange(idx.start, idx.stop, idx.step)
+        # through range(): an empty slice (start past stop) is an empty selection, which
+        # torch.arange(start, stop, step) refuses
+        r = range(idx.start, idx.stop, idx.step)
+        idx = torch.arange(len(r), dtype=torch.long) * r.step + r.start
     assert isinstance(idx, Tensor)
     return _gather(values, offsets, idx)
 
