@@ -25,8 +25,6 @@ from tensorbox.data.sharding import resolve_replicas
 
 __all__ = ["AugmentBuffer"]
 
-_STATE_VERSION = 1
-
 
 def _default_start_method() -> str:
     # forkserver: safe in a process that already runs threads (fork is not), and after the
@@ -446,19 +444,7 @@ class AugmentBuffer:
 
     def state_dict(self) -> dict[str, Any]:
         """Where to continue: the next batch to consume, and what fixes the batches' content."""
-        epoch, b = self._plan.locate(self._g)
-        p = self._plan
-        return {
-            "version": _STATE_VERSION,
-            "epoch": epoch,
-            "batch": b,
-            "seed": p.seed,
-            "num_samples": p.num_samples,
-            "batch_size": p.batch_size,
-            "shuffle": p.shuffle,
-            "drop_last": p.drop_last,
-            "num_replicas": p.num_replicas,
-        }
+        return self._plan.state(self._g)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue where ``state`` (from ``state_dict()``) was taken; the buffer must be
@@ -469,23 +455,7 @@ class AugmentBuffer:
         resumes (the next epoch is shared among the new ranks); one taken mid-epoch is
         refused, since the rows left over from the old shares cannot be re-dealt as
         this world size's batches."""
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(
-                f"unknown AugmentBuffer state version {state.get('version')!r}, expected "
-                f"{_STATE_VERSION}"
-            )
-        mine = self.state_dict()
-        diff = {
-            k: (state.get(k), mine[k])
-            for k in ("seed", "num_samples", "batch_size", "shuffle", "drop_last")
-            if state.get(k) != mine[k]
-        }
-        if diff:
-            raise ValueError(
-                "the state was saved by a buffer with other settings, so resuming would not "
-                "reproduce its batches; (saved, this buffer): "
-                + ", ".join(f"{k}={v[0]!r} vs {v[1]!r}" for k, v in diff.items())
-            )
+        self._plan.check_state(state, "AugmentBuffer")
         saved = state.get("num_replicas", 1)
         if saved != self._plan.num_replicas and int(state["batch"]) != 0:
             raise ValueError(

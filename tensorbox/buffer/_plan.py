@@ -82,6 +82,10 @@ def batch_seed(seed: int, epoch: int, batch: int) -> int:
     return _mix(_BATCH, seed, epoch, batch)
 
 
+#: The version of the states ``Plan.state`` makes (resume points of the buffers).
+STATE_VERSION = 1
+
+
 class Plan:
     """The deterministic schedule: sample order per epoch and batch boundaries."""
 
@@ -151,6 +155,42 @@ class Plan:
         epoch, b = self.locate(g)
         start = b * self.batch_size
         return self._epoch_order(epoch)[2][start : start + self.rows(b)]
+
+    def state(self, g: int) -> dict[str, Any]:
+        """Stream position ``g`` as a resumable state, with the settings that fix the
+        batches' content (``AugmentBuffer`` and ``RedisAugmentBuffer`` share it)."""
+        epoch, b = self.locate(g)
+        return {
+            "version": STATE_VERSION,
+            "epoch": epoch,
+            "batch": b,
+            "seed": self.seed,
+            "num_samples": self.num_samples,
+            "batch_size": self.batch_size,
+            "shuffle": self.shuffle,
+            "drop_last": self.drop_last,
+            "num_replicas": self.num_replicas,
+        }
+
+    def check_state(self, state: Mapping[str, Any], what: str) -> None:
+        """ValueError unless ``state`` (from :meth:`state`) was taken under this plan's
+        settings: resuming with others would not reproduce its batches."""
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(
+                f"unknown {what} state version {state.get('version')!r}, expected {STATE_VERSION}"
+            )
+        mine = self.state(0)
+        diff = {
+            k: (state.get(k), mine[k])
+            for k in ("seed", "num_samples", "batch_size", "shuffle", "drop_last")
+            if state.get(k) != mine[k]
+        }
+        if diff:
+            raise ValueError(
+                "the state was saved by a buffer with other settings, so resuming would not "
+                "reproduce its batches; (saved, this buffer): "
+                + ", ".join(f"{k}={v[0]!r} vs {v[1]!r}" for k, v in diff.items())
+            )
 
     def batch_key(self, batch: int) -> int:
         """The number ``batch_seed`` gets for batch ``batch`` of this rank."""

@@ -48,8 +48,6 @@ from tensorbox.buffer._slots import in_memory
 
 __all__ = ["RedisAugmentBuffer", "run_producer"]
 
-_STATE_VERSION = 1
-
 
 def _client(url: str) -> Any:
     try:
@@ -262,33 +260,12 @@ class RedisAugmentBuffer:
     # ------------------------------------------------------------------ resume
 
     def state_dict(self) -> dict[str, Any]:
-        """Where to continue, and what fixes the batches' content."""
-        epoch, b = self._plan.locate(self._g)
-        p = self._plan
-        return {
-            "version": _STATE_VERSION,
-            "epoch": epoch,
-            "batch": b,
-            "seed": p.seed,
-            "num_samples": p.num_samples,
-            "batch_size": p.batch_size,
-            "shuffle": p.shuffle,
-            "drop_last": p.drop_last,
-        }
+        """Where to continue, and what fixes the batches' content (``AugmentBuffer``'s form)."""
+        return self._plan.state(self._g)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue at ``state`` (from ``state_dict()`` of a buffer with the same settings)."""
-        mine = self.state_dict()
-        diff = [
-            f"{k}={state.get(k)!r} vs {mine[k]!r}"
-            for k in ("version", "seed", "num_samples", "batch_size", "shuffle", "drop_last")
-            if state.get(k) != mine[k]
-        ]
-        if diff:
-            raise ValueError(
-                "the state was saved by a buffer with other settings, so resuming would not "
-                "reproduce its batches; (saved, this buffer): " + ", ".join(diff)
-            )
+        self._plan.check_state(state, "RedisAugmentBuffer")
         self._g = state["epoch"] * self._plan.batches_per_epoch + state["batch"]
         self._start_run()
 
