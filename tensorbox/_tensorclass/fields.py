@@ -29,6 +29,8 @@ from typing import Any, ClassVar, TypeVar, get_origin, overload
 import numpy as np
 from torch import Tensor
 
+from tensorbox.errors import FieldNameError
+
 __all__ = [
     "FIELD_MAY_HIDE",
     "MISSING",
@@ -192,7 +194,7 @@ def _own_fields(cls: type, reserved: Mapping[str, str]) -> list[Field[Any]]:
                 if fname in shadowable_names()
                 else ""
             )
-            raise TypeError(
+            raise FieldNameError(
                 f"{name}: field {fname!r} clashes with the {reserved[fname]} "
                 f"TensorClass.{fname}; a field must not hide a container member. "
                 f"Rename it (for example {fname + '_'!r}){hint}"
