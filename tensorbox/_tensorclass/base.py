@@ -32,6 +32,7 @@ import torch
 from tensorbox._core.container import TensorCollection
 from tensorbox._core.methods.keys import KeyMethods
 from tensorbox._tensorclass.build import build_class, check_casting, put, set_field
+from tensorbox._tensorclass.compat import from_tensordict_lenient
 from tensorbox._tensorclass.fields import MISSING, Field, field
 from tensorbox.errors import TensorDictKeyError
 
@@ -246,6 +247,15 @@ class TensorClass(TensorCollection, metaclass=_Meta):
             set_field(out, f.name, value)
         if run_post_init and hasattr(out, "__post_init__"):
             out.__post_init__()
+        return out
+
+    @classmethod
+    def _from_tensordict(
+        cls, tensordict: Any, non_tensordict: Mapping[str, Any] | None = None, safe: bool = True
+    ) -> Self:
+        """tensordict's private builder that torchrl calls: ``from_tensordict`` where a
+        field the container lacks reads None (``tensorbox._tensorclass.compat``)."""
+        out: Self = from_tensordict_lenient(cls, tensordict, non_tensordict, safe)
         return out
 
     @classmethod
