@@ -323,14 +323,15 @@ class TensorClass(TensorCollection, metaclass=_Meta):
                 f"{cls.__name__} has no field {key!r} "
                 f"(fields: {[f.name for f in cls.__tc_fields__]!r})"
             )
-        if cls.__tc_frozen__:
-            raise dataclasses.FrozenInstanceError(
-                f"cannot assign to field {key!r} of frozen {cls.__name__}; "
-                f"use .replace({key}=...) for a changed copy"
-            )
-        if key in cls.__tc_put_only__:
-            put(cls, self, key, value)  # autocast: even a tensor is cast
-            return
+        if cls.__tc_guarded__:  # one test for the rare cases: frozen, autocast
+            if cls.__tc_frozen__:
+                raise dataclasses.FrozenInstanceError(
+                    f"cannot assign to field {key!r} of frozen {cls.__name__}; "
+                    f"use .replace({key}=...) for a changed copy"
+                )
+            if key in cls.__tc_put_only__:
+                put(cls, self, key, value)  # autocast: even a tensor is cast
+                return
         set_field(self, key, value)
 
     def __setattr__(self, name: str, value: Any) -> None:
