@@ -207,3 +207,16 @@ def test_field_named_like_a_method_and_device_setter() -> None:
     c = _cast()
     with pytest.raises(RuntimeError, match=r"use .to\(device\)"):
         c.device = "cpu"
+
+
+def test_tensor_default_is_copied_per_instance() -> None:
+    class D(TensorClass):
+        x: torch.Tensor = None
+        y: torch.Tensor = torch.ones(3, 4)
+
+    a, b = D(batch_size=[3]), D(batch_size=[3])
+    assert a.x is None and torch.equal(a.y, torch.ones(3, 4))
+    a.y.add_(1)  # an in-place write to one instance's default
+    assert torch.equal(b.y, torch.ones(3, 4)) and torch.equal(D().y, torch.ones(3, 4))
+    with pytest.raises(RuntimeError, match=r"D\.y: shape \(3, 4\) does not start with"):
+        D(batch_size=[4])
