@@ -220,3 +220,14 @@ def test_tensor_default_is_copied_per_instance() -> None:
     assert torch.equal(b.y, torch.ones(3, 4)) and torch.equal(D().y, torch.ones(3, 4))
     with pytest.raises(RuntimeError, match=r"D\.y: shape \(3, 4\) does not start with"):
         D(batch_size=[4])
+
+
+def test_mapping_value_is_kept_as_given() -> None:
+    from collections import UserDict
+
+    class M(TensorClass):
+        meta: Any
+
+    value = UserDict({"k": "v"})
+    plain = {"k": "v"}
+    assert M(meta=value).meta is value and M(meta=plain).meta is plain

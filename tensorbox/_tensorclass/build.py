@@ -101,7 +101,7 @@ def put(cls: type, obj: Any, name: str, value: Any) -> None:
                 f"batch_size {tuple(bs)}; every field's leading dims are the batch dims"
             )
     elif isinstance(value, Mapping) and not _holds_tensor(value):
-        value = NonTensorData(dict(value))
+        value = NonTensorData(value)  # kept as given (the same object), as any other value
     elif not isinstance(value, (Mapping, NonTensorData)) and not _tensor_annotation(
         cls.__dataclass_fields__[name].type  # type: ignore[attr-defined]
     ):
