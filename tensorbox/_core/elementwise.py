@@ -88,7 +88,7 @@ def _compare_nontensor(td: MixinBase, v: NonTensorData, o: Any, op: Any) -> Tens
     return res if op is torch.eq else ~res
 
 
-def _tensor_vs_value(t: Tensor, v: NonTensorData, op: Any) -> Tensor:
+def _tensor_vs_value(t: Tensor, v: NonTensorData, op: Callable[..., Tensor]) -> Tensor:
     """A tensor leaf against the same key held as a value (``3`` saved from a tensor
     ``tensor(3)``, as ``from_dict(td.to_dict())`` gives): compared as numbers, else unequal."""
     if not v.stacked:

@@ -208,7 +208,7 @@ def _make_init(
         "    __tc_osa(__tc_self, '_locked', False)",
         "    __tc_n = len(__tc_bs)",
     ]
-    put_only = getattr(cls, "__tc_put_only__", frozenset())
+    put_only: frozenset[str] = getattr(cls, "__tc_put_only__", frozenset())
     for f in flds:
         n = f.name
         if custom_setattr:
