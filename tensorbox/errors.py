@@ -14,6 +14,7 @@ from __future__ import annotations
 __all__ = [
     "BatchDimError",
     "BatchSizeError",
+    "FieldNameError",
     "FormatError",
     "IncompleteTreeError",
     "KeyCollisionError",
@@ -47,6 +48,23 @@ class BatchSizeError(TensorboxError, ValueError, RuntimeError):
     ...     td["x"] = torch.zeros(5)
     ... except RuntimeError as err:         # what tensordict raises
     ...     isinstance(err, BatchSizeError), isinstance(err, ValueError)
+    (True, True)
+    """
+
+
+class FieldNameError(TensorboxError, TypeError, AttributeError):
+    """A tensorclass field is named like a container member (``reshape``, ``apply``...).
+
+    Raised when the class is created. Also an ``AttributeError``: tensordict raises that
+    type for the same mistake.
+
+    >>> import torch; from tensorbox import TensorClass
+    >>> from tensorbox.errors import FieldNameError
+    >>> try:
+    ...     class Bad(TensorClass):
+    ...         reshape: torch.Tensor
+    ... except AttributeError as err:       # what tensordict raises
+    ...     isinstance(err, FieldNameError), isinstance(err, TypeError)
     (True, True)
     """
 

@@ -192,8 +192,16 @@ class TensorCollection(
 
     @property
     def device(self) -> torch.device | None:
-        """The device every leaf lives on, or None when not fixed."""
+        """The device every leaf lives on, or None when not fixed (read-only, as in
+        tensordict: moving leaves is a copy, ``to(device)``)."""
         return self._device
+
+    @device.setter
+    def device(self, value: Any) -> None:
+        raise RuntimeError(
+            f"device cannot be set with {type(self).__name__}.device = {value!r}: moving the "
+            "leaves is a copy; use .to(device) for a moved copy, or clear_device_()"
+        )
 
     # ------------------------------------------------------------------ locking
 
