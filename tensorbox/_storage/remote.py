@@ -532,6 +532,11 @@ def upload(tmp: str, url: str, storage_options: dict[str, Any] | None = None) ->
     try:
         try:
             fs.put_file(tmp, path)
+        except PermissionError as err:
+            raise PermissionError(
+                f"{url!r}: the upload was refused, nothing was written there: check the "
+                f"credentials ({err})"
+            ) from err
         except (OSError, ValueError) as err:
             raise OSError(f"{url!r}: the upload failed, nothing was written there ({err})") from err
         ident = identity(fs, path, url)

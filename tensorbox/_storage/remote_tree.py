@@ -40,7 +40,7 @@ import struct
 import threading
 import weakref
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.utils._pytree as _pytree
@@ -53,7 +53,7 @@ from tensorbox._storage.memmap_tensor import MemoryMappedTensor, map_file
 from tensorbox._storage.store import ListedFiles, NodeFiles, Store, TensorEntry
 from tensorbox.errors import FormatError, IncompleteTreeError
 
-__all__ = ["RemoteTensor", "open_url", "prefetch"]
+__all__ = ["RemoteRef", "RemoteTensor", "open_url", "prefetch"]
 
 #: A part is whole rows and at least this many bytes.
 PART_BYTES = 4096
@@ -131,6 +131,7 @@ class _Leaf:
         key: dict[str, Any] | None,
     ) -> None:
         self.store, self.name, self.obj, self.url, self.base = store, name, obj, url, base
+        self.entry = e
         self.dtype, self.shape, self.nbytes = e.dtype, e.shape, e.nbytes
         self.key = key
         rows = self.shape[0] if self.shape and self.shape[0] > 0 else 1
@@ -424,6 +425,11 @@ class _RemoteStore(Store):
         raise NotImplementedError
 
     def _leaf(self, e: TensorEntry) -> _Leaf:
+        raise NotImplementedError
+
+    def version(self, leaf: _Leaf) -> Any:
+        """What identifies the bytes ``leaf`` reads (the object's version), for a
+        reference that another process attaches to (:class:`RemoteRef`)."""
         raise NotImplementedError
 
     def tensor(self, e: TensorEntry, mode: str) -> torch.Tensor:
@@ -732,6 +738,9 @@ class RemoteArchiveStore(_RemoteStore):
     def _raw_size(self, leaf: _Leaf) -> int:
         return int(self.index.entries[leaf.name].csize)
 
+    def version(self, leaf: _Leaf) -> Any:
+        return self.ident
+
     def _have(self, req: tuple[str, str, int, int]) -> bytes | None:
         return self.buf.covered(req[2], req[3])
 
@@ -888,6 +897,9 @@ class RemoteFolderStore(_RemoteStore):
             key = {"file": self.src.url_of(name), **self.stamps[name], "gen": e.gen}
         return _Leaf(self, name, self.src.path_of(name), self.src.url_of(name), 0, e, key)
 
+    def version(self, leaf: _Leaf) -> Any:
+        return self.stamps.get(leaf.name)  # None: not listed, its identity not read yet
+
     def fetch(self, todo: list[tuple[_Leaf, list[int]]]) -> None:
         for leaf, _ in todo:
             if leaf.key is None:  # not listed: the object's identity now, before its bytes
@@ -1029,9 +1041,78 @@ class RemoteTensor(MemoryMappedTensor):
         with torch._C.DisableTorchFunctionSubclass():
             return func(*args, **kwargs)
 
+    #: pickled by reference (:class:`RemoteRef`), never fetched for it
+    _tbx_by_reference = True
+
     def __reduce_ex__(self, protocol: Any) -> Any:
-        ensure([(self._tbx_leaf, None)])  # whole now: pickled as a mapping of the cache
-        return self.__reduce_ex__(protocol)
+        from tensorbox._core.pickling import in_torch_save
+
+        if in_torch_save():  # a file written by torch.save holds the bytes themselves
+            ensure([(self._tbx_leaf, None)])  # whole now: a mapping of the cache
+            return self.__reduce_ex__(protocol)
+        return (_attach, (_reference(self._tbx_leaf),))
+
+
+class RemoteRef(NamedTuple):
+    """A leaf behind a URL, by reference: what a process needs to read it lazily on its
+    own (a spawned DataLoader worker, a process on another machine).
+
+    It carries the ``storage_options`` the tree was opened with, as fsspec's own
+    filesystems do when pickled: credentials passed there travel with the pickle. Pass
+    them through the environment instead (``AWS_*``...) to keep them out of pickles;
+    each process then reads its own. The receiving process uses its own cache
+    (``$TENSORBOX_CACHE``): on one machine, the same folder, shared.
+    """
+
+    url: str
+    storage_options: dict[str, Any] | None
+    cache: bool
+    entry: TensorEntry
+    version: Any  # the object's identity when the reference was made (see _attach)
+
+
+def _reference(leaf: _Leaf) -> RemoteRef:
+    store = leaf.store
+    return RemoteRef(
+        store.src.url, store.src.options, store.cache is not None, leaf.entry, store.version(leaf)
+    )
+
+
+#: Stores opened in this process, by URL and options: references to one tree share its
+#: leaves (and what arrived of them) instead of opening it once per leaf.
+_opened: weakref.WeakValueDictionary[str, _RemoteStore] = weakref.WeakValueDictionary()
+_opened_lock = threading.RLock()  # _attach holds it around open_url, which takes it too
+
+
+def _opened_key(url: str, options: dict[str, Any] | None, cache: bool) -> str:
+    return json.dumps([os.getpid(), url, options, cache], sort_keys=True, default=repr)
+
+
+def _attach(ref: RemoteRef) -> torch.Tensor:
+    """The leaf ``ref`` names, attached lazily in this process: its tree opened once
+    (its description only), nothing of the leaf fetched. A tree replaced since the
+    reference was made is an ``OSError`` naming the URL, never the new bytes."""
+    key = _opened_key(ref.url, ref.storage_options, ref.cache)
+    with _opened_lock:
+        store = _opened.get(key)
+        if store is not None and not _same(store, ref):
+            store = None  # opened before a replacement: open the tree as it is now
+        if store is None:
+            store = open_url(ref.url, ref.storage_options, ref.cache)
+    t = store.tensor(ref.entry, "r")
+    if not _same(store, ref):
+        raise OSError(
+            f"{ref.url!r}: the tree was replaced since this reference to "
+            f"{ref.entry.path} was made: open it again to read the new tree"
+        )
+    return t
+
+
+def _same(store: _RemoteStore, ref: RemoteRef) -> bool:
+    if isinstance(store, RemoteArchiveStore):
+        return bool(store.ident == ref.version)
+    now = store.stamps.get(str(ref.entry.ident)) if isinstance(store, RemoteFolderStore) else None
+    return ref.version is None or now is None or now == ref.version
 
 
 # ---------------------------------------------------------------- the public side
@@ -1044,9 +1125,14 @@ def open_url(
     src = _Source(url, storage_options)
     kept = _remote.default_cache() if cache else None
     info = _remote.describe(src.fs, src.path, url)
+    store: _RemoteStore
     if info.get("type") == "directory":
-        return RemoteFolderStore(src, kept)
-    return RemoteArchiveStore(src, kept, info)
+        store = RemoteFolderStore(src, kept)
+    else:
+        store = RemoteArchiveStore(src, kept, info)
+    with _opened_lock:
+        _opened[_opened_key(url, storage_options, cache)] = store
+    return store
 
 
 def _wanted(data: Any, rows: Any) -> list[tuple[_Leaf, torch.Tensor | None]]:
