@@ -201,3 +201,68 @@ def test_s3_refuses_a_wrong_key(s3_auth: AuthS3) -> None:
         TensorDict({"x": torch.arange(3)}, [3]).memmap(
             "s3://locked/other.tdz", archive=True, storage_options=s3_auth.options(secret="no")
         )
+
+
+# ---- large fetches: several requests, written as they arrive -----------------------
+
+
+def test_a_large_fetch_goes_out_as_a_few_requests(
+    http_server: HTTPServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = TensorDict({"x": torch.randint(0, 255, (6144, 4096), dtype=torch.uint8)}, [6144])
+    url = _serve(http_server, "large.tdz", data, tmp_path)  # 24 MiB: 3 requests of 8 MiB
+    calls: list[int] = []
+    real = remote._cat_ranges
+    monkeypatch.setattr(remote, "_cat_ranges", lambda fs, g: calls.append(len(g)) or real(fs, g))
+    td = TensorDict.load_memmap(url)
+    calls.clear()
+    mark = http_server.bytes_sent
+    assert torch.equal(td["x"][::2], data["x"][::2])  # half the rows: the rest comes with them
+    assert type(td["x"]) is MemoryMappedTensor  # every part here, recorded
+    assert sum(calls) == 3 and len(calls) == 3  # three requests, each its own call
+    assert 24 * MiB - (144 << 10) <= http_server.bytes_sent - mark <= 24 * MiB + (64 << 10)
+    again = TensorDict.load_memmap(url)  # another open: the cache's .have file says all
+    assert type(again["x"]) is MemoryMappedTensor and torch.equal(again["x"], data["x"])
+
+
+def test_most_of_what_is_missing_brings_the_rest(http_server: HTTPServer, tmp_path: Path) -> None:
+    data = TensorDict({"x": torch.randint(0, 255, (512, 4096), dtype=torch.uint8)}, [512])
+    url = _serve(http_server, "most.tdz", data, tmp_path)
+    td = TensorDict.load_memmap(url)
+    assert torch.equal(td["x"][:200], data["x"][:200])  # under half: those rows
+    assert type(td["x"]) is RemoteTensor
+    mark = http_server.bytes_sent
+    assert torch.equal(td["x"][200:400], data["x"][200:400])  # most of the rest: all of it
+    assert type(td["x"]) is MemoryMappedTensor
+    assert 312 * 4096 - (144 << 10) <= http_server.bytes_sent - mark <= 312 * 4096 + (64 << 10)
+
+
+def test_half_of_the_rows_alone_with_no_gap(
+    http_server: HTTPServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TENSORBOX_REMOTE_GAP", "0")  # the rows asked for, nothing else
+    data = TensorDict({"x": torch.randint(0, 255, (512, 4096), dtype=torch.uint8)}, [512])
+    url = _serve(http_server, "half.tdz", data, tmp_path)
+    td = TensorDict.load_memmap(url)
+    mark = http_server.bytes_sent
+    assert torch.equal(td["x"][::2], data["x"][::2])
+    assert 256 * 4096 - (144 << 10) <= http_server.bytes_sent - mark <= 256 * 4096 + (64 << 10)
+    assert type(td["x"]) is RemoteTensor
+
+
+def test_a_large_fetch_cut_short_records_nothing(
+    http_server: HTTPServer, tmp_path: Path, cache: remote.RangeCache
+) -> None:
+    data = TensorDict({"x": torch.randint(0, 255, (6144, 4096), dtype=torch.uint8)}, [6144])
+    url = _serve(http_server, "cut.tdz", data, tmp_path)
+    td = TensorDict.load_memmap(url)
+    http_server.cut_replies_after(1 << 20)  # every reply: a MiB, then the connection drops
+    try:
+        with pytest.raises(OSError, match=r"cut\.tdz.*failed 3 times"):
+            td["x"].sum()
+    finally:
+        http_server.cut_replies_after(None)
+    have = [f for f in os.listdir(cache.directory) if f.endswith(".have")]
+    assert all(os.path.getsize(os.path.join(cache.directory, f)) == 0 for f in have)
+    assert type(td["x"]) is RemoteTensor  # nothing recorded: fetched again below
+    assert torch.equal(td["x"][100], data["x"][100])
