@@ -394,16 +394,23 @@ def read_streamed(
         return
     lanes = max(1, min(lanes, len(groups)))
     split = [groups[i::lanes] for i in range(lanes)]
+
+    def arrived(lane: list[tuple[str, str, int, int, list[int]]], blobs: list[bytes]) -> Any:
+        got: list[tuple[int, memoryview]] = []
+        for (_, _, start, _, members), blob in zip(lane, blobs, strict=True):
+            view = memoryview(blob)
+            for i in members:
+                got.append((i, view[ranges[i][2] - start : ranges[i][3] - start]))
+        return got
+
+    if lanes == 1:  # one call: no thread for it
+        yield arrived(split[0], _cat_ranges(fs, split[0]))
+        return
     pool = concurrent.futures.ThreadPoolExecutor(lanes, thread_name_prefix="tensorbox-read")
     try:
         futures = {pool.submit(_cat_ranges, fs, lane): lane for lane in split}
         for fut in concurrent.futures.as_completed(futures):
-            got: list[tuple[int, memoryview]] = []
-            for (_, _, start, _, members), blob in zip(futures[fut], fut.result(), strict=True):
-                view = memoryview(blob)
-                for i in members:
-                    got.append((i, view[ranges[i][2] - start : ranges[i][3] - start]))
-            yield got
+            yield arrived(futures[fut], fut.result())
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
 
