@@ -19,6 +19,7 @@ from tensorbox import tensorclass as _tensorclass_module  # noqa: F401
 from tensorbox._core import pytree as _pytree  # noqa: F401  (registers TensorDict with torch's pytree and collate)
 from tensorbox._core import subview as _subview  # noqa: F401  (registers td._get_sub_tensordict's view class)
 from tensorbox._core.functional import cat, stack
+from tensorbox._core.getdefault import get_defaults_to_none, set_get_defaults_to_none
 from tensorbox._core.jagged_pad import to_padded_tensor
 from tensorbox._core.keys import NestedKey, unravel_key
 from tensorbox._core.lazystack import LazyStackedTensorDict, lazy_stack
@@ -85,6 +86,7 @@ __all__ = [
     "from_parquet",
     "from_safetensors",
     "from_zarr",
+    "get_defaults_to_none",
     "get_printoptions",
     "is_tensor_collection",
     "is_tensorclass",
@@ -93,6 +95,7 @@ __all__ = [
     "pack",
     "pad",
     "pad_sequence",
+    "set_get_defaults_to_none",
     "set_printoptions",
     "prefetch",
     "stack",

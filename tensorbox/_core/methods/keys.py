@@ -33,6 +33,7 @@ from tensorbox._core import tree as _tree
 from tensorbox._core.backing import TREES as _TREES
 from tensorbox._core.backing import UNLOCK as _UNLOCK
 from tensorbox._core.entries import copy_leaf, prepare_entry
+from tensorbox._core.getdefault import UNSET, missing_default
 from tensorbox._core.keys import NestedKey, format_key, unravel_key
 from tensorbox._core.methods.base import MISSING, MixinBase, is_container
 from tensorbox._core.nontensor import NonTensorData
@@ -92,8 +93,9 @@ class KeyMethods(MixinBase):
 
     # ------------------------------------------------------------------ reading
 
-    def get(self, key: NestedKey, default: Any = None) -> Any:
-        """The value at ``key``, or ``default`` (None) when it is missing.
+    def get(self, key: NestedKey, default: Any = UNSET) -> Any:
+        """The value at ``key``, or ``default`` when it is missing (``None`` when left out,
+        or ``KeyError`` after ``set_get_defaults_to_none(False)``, as in tensordict).
 
         A malformed key (not a str or tuple of str) raises ``TensorDictKeyError``.
 
@@ -105,6 +107,7 @@ class KeyMethods(MixinBase):
         if type(key) is str:
             v = self._tensordict.get(key, KEEP)
             if v is KEEP:
+                default = missing_default(default, KEEP)
                 if default is KEEP:
                     raise missing_key_error(self, (key,), 0)
                 return default
@@ -115,6 +118,7 @@ class KeyMethods(MixinBase):
             return self._get_path(key)
         except TensorDictKeyError:
             unravel_key(key)  # a malformed key raises, whatever the default
+            default = missing_default(default, KEEP)
             if default is KEEP:
                 raise
             return default
