@@ -96,3 +96,131 @@ def test_get_switch_never_changes_present_keys_or_indexing(flag: bool, key: obje
                     td.get(key)
     finally:
         set_get_defaults_to_none(before)
+
+
+# ---------------------------------------------------------------- leaves are tensors
+
+
+class Inner(TensorClass):
+    X: torch.Tensor
+    z: str
+
+
+def _mixed() -> TensorDict:
+    return TensorDict(
+        {
+            "a": torch.zeros(2, 3),
+            "n": {"tag": "x", "b": torch.ones(2)},
+            "s": "text",
+            "tc": Inner(X=torch.ones(2), z="z", batch_size=[2]),
+        },
+        batch_size=[2],
+    )
+
+
+def test_leaves_only_lists_tensor_leaves() -> None:
+    td = _mixed()
+    assert td.keys(True, True) == ["a", ("n", "b"), ("tc", "X")]
+    assert td.keys(False, True) == ["a"]
+    assert [type(v) for v in td.values(True, True)] == [torch.Tensor] * 3
+    assert dict(td.items(True, True)).keys() == {"a", ("n", "b"), ("tc", "X")}
+    # without leaves_only every entry is listed, the non-tensor ones as values
+    assert set(td.keys(True)) == {"a", "n", ("n", "tag"), ("n", "b"), "s", "tc"} | {
+        ("tc", "X"),
+        ("tc", "z"),
+    }
+    assert dict(td.items(True))["n", "tag"] == "x"
+    assert td["tc"].keys(True, True) == ["X"]
+
+
+def test_is_leaf_decides_for_non_tensor_values() -> None:
+    td = _mixed()
+    tensors = td.keys(True, True, is_leaf=lambda cls: issubclass(cls, torch.Tensor))
+    assert tensors == ["a", ("n", "b"), ("tc", "X")]
+    everything = td.keys(True, True, is_leaf=lambda cls: not issubclass(cls, TensorDict))
+    assert ("n", "tag") in everything and "s" in everything and "tc" in everything
+    assert [v for v in td.values(True, True, is_leaf=lambda cls: True) if isinstance(v, str)] == [
+        "text"
+    ]
+
+
+def test_casts_and_views_reach_every_tensor_leaf_of_a_mixed_tree() -> None:
+    td = _mixed()
+    assert all(v.dtype is torch.float64 for v in td.double().values(True, True))
+    assert td.double()["s"] == "text" and td.double()["tc"].z == "z"
+    applied = td.apply(lambda x: x + 1)
+    assert all((applied[k] == td[k] + 1).all() for k in td.keys(True, True))
+    assert applied["n", "tag"] == "x"
+
+
+def test_non_tensor_values_still_take_part_where_entries_do() -> None:
+    td = _mixed()
+    assert td.depth == 1 and TensorDict({"n": {"m": {"s": "deep"}}}).depth == 2
+    assert set(td.filter_non_tensor_data().keys(True)) == {"a", "n", ("n", "b"), "tc"} | {
+        ("tc", "X")
+    }
+    from tensorbox import merge_tensordicts
+
+    merged = merge_tensordicts(td, TensorDict({"s": "other"}, batch_size=[2]))
+    assert merged["s"] == "text" and merged["n", "tag"] == "x"
+    assert td._fast_apply(lambda x: None, filter_empty=True) is not None  # "s" is kept
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["p", "q", "r"]),
+        st.one_of(st.just("str"), st.integers(0, 3), st.just("nested")),
+        max_size=3,
+    )
+)
+def test_leaves_only_is_keys_minus_containers_and_values(spec: dict[str, object]) -> None:
+    src: dict[str, object] = {}
+    for k, kind in spec.items():
+        if kind == "str":
+            src[k] = f"v{k}"
+        elif kind == "nested":
+            src[k] = {"t": torch.zeros(2), "w": "w"}
+        else:
+            src[k] = torch.full((2, int(kind)), 1.0)  # type: ignore[call-overload]
+    td = TensorDict(src, batch_size=[2])
+    expected = [
+        k
+        for k in td.keys(True)
+        if isinstance(td.get(k), torch.Tensor)  # the oracle: what torch calls a tensor
+    ]
+    assert td.keys(True, True) == expected
+
+
+# ---------------------------------------------------------------- backward
+
+
+def test_backward_refuses_a_gradient_that_is_not_a_container() -> None:
+    x = torch.randn(3, requires_grad=True)
+    out = TensorDict(a=x * 2)
+    with pytest.raises(TypeError, match="gradient must be a TensorDict or tensorclass .* Tensor"):
+        out.backward(torch.ones(3))
+    out.backward(TensorDict(a=torch.ones(3)))
+    assert x.grad is not None and x.grad.tolist() == [2.0] * 3
+
+
+# ---------------------------------------------------------------- robust_key=
+
+
+@pytest.mark.parametrize("archive", [False, True])
+def test_robust_key_is_accepted_and_keys_with_separators_round_trip(tmp_path, archive) -> None:
+    td = TensorDict(
+        {"empty": torch.empty(0, dtype=torch.int64), "n": {"robust/key": torch.ones(2, 0)}},
+        batch_size=[],
+    )
+    prefix = tmp_path / ("data.tdz" if archive else "data")
+    td.memmap(prefix, robust_key=True)
+    back = TensorDict.load_memmap(prefix, robust_key=False)
+    assert back["n", "robust/key"].shape == (2, 0) and back["empty"].dtype is torch.int64
+    with pytest.raises(
+        TypeError, match=r"memmap: robust_key must be a bool or None, got 1 \(int\)"
+    ):
+        td.memmap(tmp_path / "other", robust_key=1)
+    with pytest.raises(TypeError, match="load_memmap: robust_key must be a bool or None"):
+        TensorDict.load_memmap(prefix, robust_key="yes")
+    with pytest.raises(TypeError, match="memmap_: robust_key must be a bool or None"):
+        td.clone().memmap_(tmp_path / "third", robust_key=0)

@@ -77,10 +77,14 @@ class IOMethods(MixinBase):
         existsok: bool = True,
         checksum: bool = False,
         progress: bool | None = None,
+        robust_key: bool | None = None,
     ) -> Self:
         """Write every tensor under ``prefix`` (one file each), map them back, and lock.
 
         ``checksum=True`` records each tensor's SHA-256 for ``load_memmap(verify=True)``.
+        ``robust_key`` (a bool or None) is tensordict's switch for encoding keys into file
+        names; tensorbox always encodes them (any key is a safe file name), so it changes
+        nothing.
 
         >>> import torch; from tensorbox import TensorDict
         >>> import tempfile
@@ -92,6 +96,7 @@ class IOMethods(MixinBase):
         """
         from tensorbox._storage import persist as _persist
 
+        _check_robust_key("memmap_", robust_key)
         _refuse_existing(prefix, existsok)
         out: Self = _persist.memmap_(
             self,
@@ -119,6 +124,7 @@ class IOMethods(MixinBase):
         compression: str | int | None = None,
         storage_options: dict[str, Any] | None = None,
         format: str = "tensorbox",
+        robust_key: bool | None = None,
     ) -> Self:
         """A memory-mapped copy written under ``prefix`` (this one is unchanged).
 
@@ -139,12 +145,13 @@ class IOMethods(MixinBase):
         ``format="tensordict"`` writes tensordict's own folder layout, which tensordict
         0.14/0.15 reads with ``TensorDict.load_memmap``: tensorclass nodes become
         TensorDict nodes, and jagged leaves or keys that layout cannot hold are refused
-        (docs/migrating.md says what else the layout lacks).
+        (docs/migrating.md says what else the layout lacks). ``robust_key``: as ``memmap_``.
         """
         from tensorbox._storage import persist as _persist
         from tensorbox._storage.archive import store as _archive
 
         del copy_existing
+        _check_robust_key("memmap", robust_key)
         archive = _archive.wanted(prefix, archive, compression)
         _refuse_existing(prefix, existsok)
         out: Self = _persist.memmap(
@@ -265,6 +272,7 @@ class IOMethods(MixinBase):
         allow_pickle: bool | None = None,
         cache: bool = True,
         prefetch: bool = False,
+        robust_key: bool | None = None,
     ) -> Self:
         """Open a saved tree lazily: nothing is read until a leaf is used.
 
@@ -282,6 +290,8 @@ class IOMethods(MixinBase):
         (``docs/remote.md``).
         ``allow_pickle`` (a bool or None) is tensordict's switch for unpickling values;
         a tensorbox tree holds no pickles, so either value reads the same tree.
+        ``robust_key`` (a bool or None), tensordict's key-encoding switch, likewise: the
+        file names a tree records are read as recorded.
 
         >>> import torch; from tensorbox import TensorDict
         >>> import tempfile
@@ -295,6 +305,7 @@ class IOMethods(MixinBase):
                 f"load_memmap: allow_pickle must be a bool or None, got {allow_pickle!r} "
                 f"({type(allow_pickle).__name__})"
             )
+        _check_robust_key("load_memmap", robust_key)
         from tensorbox._storage import persist as _persist
 
         out: Self = _persist.load_memmap(
@@ -847,6 +858,15 @@ def file_refs() -> tuple[Callable[[Tensor], Any], Callable[[Any], Any]]:
     from tensorbox._storage.memmap_tensor import restore, shareable
 
     return shareable, restore
+
+
+def _check_robust_key(method: str, robust_key: Any) -> None:
+    """tensordict's ``robust_key=`` switch: a bool or None (tensorbox always encodes keys)."""
+    if robust_key is not None and type(robust_key) is not bool:
+        raise TypeError(
+            f"{method}: robust_key must be a bool or None, got {robust_key!r} "
+            f"({type(robust_key).__name__})"
+        )
 
 
 def _refuse_existing(prefix: Any, existsok: bool) -> None:
