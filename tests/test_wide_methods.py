@@ -197,7 +197,7 @@ def test_leaves_only_is_keys_minus_containers_and_values(spec: dict[str, object]
 def test_backward_refuses_a_gradient_that_is_not_a_container() -> None:
     x = torch.randn(3, requires_grad=True)
     out = TensorDict(a=x * 2)
-    with pytest.raises(TypeError, match="gradient must be a TensorDict or tensorclass .* Tensor"):
+    with pytest.raises(TypeError, match=r"gradient must be a TensorDict or tensorclass .* Tensor"):
         out.backward(torch.ones(3))
     out.backward(TensorDict(a=torch.ones(3)))
     assert x.grad is not None and x.grad.tolist() == [2.0] * 3
