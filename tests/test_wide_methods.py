@@ -224,3 +224,36 @@ def test_robust_key_is_accepted_and_keys_with_separators_round_trip(tmp_path, ar
         TensorDict.load_memmap(prefix, robust_key="yes")
     with pytest.raises(TypeError, match="memmap_: robust_key must be a bool or None"):
         td.clone().memmap_(tmp_path / "third", robust_key=0)
+
+
+# ---------------------------------------------------------------- `with` undoes the last op
+
+
+def test_with_unlock_on_a_view_relocks_without_writing_back(tmp_path) -> None:
+    td = TensorDict({"a": torch.zeros(4, 3, 2)}, batch_size=[4, 3]).memmap_(tmp_path)
+    view = td.transpose(0, 1)
+    with view.unlock_():
+        view.set(("new", "x"), torch.ones(3, 4))
+    assert view.is_locked and ("new", "x") in view.keys(True) and "new" not in td
+    plain = TensorDict({"a": torch.zeros(4, 3)}, batch_size=[4, 3])
+    with plain.permute(1, 0) as p:  # a view used as a context still writes back
+        p["a"] = p["a"] + 1
+    assert (plain["a"] == 1).all()
+    with p.unlock_():  # one `with` per unlock_(): the next one writes back again
+        pass
+    with p:
+        p["a"] = p["a"] + 1
+    assert (plain["a"] == 2).all()
+
+
+def test_with_lock_restores_the_state_before() -> None:
+    td = TensorDict(a=torch.zeros(2), batch_size=[2])
+    with td.lock_():
+        with td.unlock_():
+            assert not td.is_locked
+        assert td.is_locked
+    assert not td.is_locked
+    with pytest.raises(Exception, match="cannot set 'b': the TensorDict is locked"):
+        with td.lock_():
+            td["b"] = torch.zeros(2)
+    assert not td.is_locked
