@@ -253,7 +253,6 @@ def test_with_lock_restores_the_state_before() -> None:
             assert not td.is_locked
         assert td.is_locked
     assert not td.is_locked
-    with pytest.raises(Exception, match="cannot set 'b': the TensorDict is locked"):
-        with td.lock_():
-            td["b"] = torch.zeros(2)
+    with pytest.raises(Exception, match="cannot set 'b': the TensorDict is locked"), td.lock_():
+        td["b"] = torch.zeros(2)
     assert not td.is_locked
