@@ -256,3 +256,59 @@ def test_with_lock_restores_the_state_before() -> None:
     with pytest.raises(Exception, match="cannot set 'b': the TensorDict is locked"), td.lock_():
         td["b"] = torch.zeros(2)
     assert not td.is_locked
+
+
+# ---------------------------------------------------------------- archives: tensordict's names
+
+
+def _tree() -> TensorDict:
+    return TensorDict(
+        {"a": torch.randn(3, 4), "b": {"c": torch.ones(3, 2), "n": {"d": torch.arange(3)}}},
+        batch_size=[3],
+    )
+
+
+def test_pack_unpack_memmap_and_is_memmap_archive(tmp_path) -> None:
+    from tensorbox import is_memmap_archive, pack_memmap, unpack_memmap
+
+    td = _tree()
+    td.memmap(tmp_path / "plain")
+    archive = pack_memmap(tmp_path / "plain", tmp_path / "packed.tdz")
+    assert archive == tmp_path / "packed.tdz" and is_memmap_archive(archive)
+    assert not is_memmap_archive(tmp_path / "plain") and not is_memmap_archive(tmp_path / "no")
+    assert (TensorDict.load_memmap(archive) == td).all()
+    assert unpack_memmap(archive, tmp_path / "out") == tmp_path / "out"
+    assert (TensorDict.load_memmap(tmp_path / "out") == td).all()
+    td.save(tmp_path / "weights.bin", archive=True)  # any file name
+    assert is_memmap_archive(tmp_path / "weights.bin")
+    (tmp_path / "junk.zip").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="is not an archive of a saved tree"):
+        unpack_memmap(tmp_path / "junk.zip", tmp_path / "x")
+    with pytest.raises(ValueError, match="compresslevel=3 is not supported"):
+        pack_memmap(tmp_path / "plain", tmp_path / "c.tdz", compression="deflate", compresslevel=3)
+
+
+@pytest.mark.parametrize("name", ["tree", "tree.tdz"])
+def test_load_memmap_subpath(tmp_path, name) -> None:
+    td = _tree()
+    td.save(tmp_path / name)
+    for sub in ("b", ("b",), "b/n", ("b", ("n",))):
+        expected = td.get(tuple(sub.split("/")) if isinstance(sub, str) else sub)
+        got = TensorDict.load_memmap(tmp_path / name, subpath=sub, num_threads=4)
+        assert (got == expected).all()
+    with pytest.raises(ValueError, match=r"no container is saved under \('b', 'zz'\)"):
+        TensorDict.load_memmap(tmp_path / name, subpath="b/zz")
+    with pytest.raises(ValueError, match=r"no container is saved under \('a',\)"):
+        TensorDict.load_memmap(tmp_path / name, subpath="a")  # a tensor, not a container
+
+
+@pytest.mark.parametrize("name", ["tree", "tree.tdz"])
+def test_existsok_false_is_a_file_exists_and_runtime_error(tmp_path, name) -> None:
+    from tensorbox.errors import TreeExistsError
+
+    td = _tree()
+    td.save(tmp_path / name)
+    for kind in (TreeExistsError, FileExistsError, RuntimeError):
+        with pytest.raises(kind, match="already holds a saved tree"):
+            td.memmap(tmp_path / name, existsok=False)
+    td.save(tmp_path / name)  # replacing is the default

@@ -26,8 +26,10 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.backing import TREES, Backing, hook, install, sync_open
-from tensorbox._core.methods.base import MixinBase
+from tensorbox._core.keys import NestedKey, unravel_key
+from tensorbox._core.methods.base import MixinBase, is_container
 from tensorbox._core.tree import set_locked
+from tensorbox.errors import TreeExistsError
 
 __all__ = ["IOMethods", "file_refs"]
 
@@ -273,6 +275,8 @@ class IOMethods(MixinBase):
         cache: bool = True,
         prefetch: bool = False,
         robust_key: bool | None = None,
+        subpath: NestedKey | None = None,
+        num_threads: int = 0,
     ) -> Self:
         """Open a saved tree lazily: nothing is read until a leaf is used.
 
@@ -292,6 +296,10 @@ class IOMethods(MixinBase):
         a tensorbox tree holds no pickles, so either value reads the same tree.
         ``robust_key`` (a bool or None), tensordict's key-encoding switch, likewise: the
         file names a tree records are read as recorded.
+        ``subpath`` (a nested key, or a str with ``/`` between levels) opens only the
+        container at that key (``ValueError`` when there is none); ``num_threads`` is
+        accepted for tensordict's sake (nothing is read up front, so there is nothing to
+        spread over threads).
 
         >>> import torch; from tensorbox import TensorDict
         >>> import tempfile
@@ -320,6 +328,8 @@ class IOMethods(MixinBase):
             cache=cache,
             prefetch=prefetch,
         )
+        if subpath is not None:
+            out = _sub_tree(out, prefix, subpath)
         problem = cls._load_mismatch(out)
         if problem is not None:
             raise TypeError(
@@ -860,6 +870,18 @@ def file_refs() -> tuple[Callable[[Tensor], Any], Callable[[Any], Any]]:
     return shareable, restore
 
 
+def _sub_tree(tree: Any, prefix: Any, subpath: Any) -> Any:
+    """``load_memmap(subpath=)``: the container at ``subpath`` of the loaded tree."""
+    path = tuple(subpath.split("/")) if type(subpath) is str else unravel_key(subpath)
+    node = tree.get(path, None) if path else None
+    if node is None or not is_container(node):
+        raise ValueError(
+            f"load_memmap({str(prefix)!r}, subpath={subpath!r}): no container is saved "
+            f"under {path!r} (the tree's keys: {sorted(map(str, tree.keys()))})"
+        )
+    return node
+
+
 def _check_robust_key(method: str, robust_key: Any) -> None:
     """tensordict's ``robust_key=`` switch: a bool or None (tensorbox always encodes keys)."""
     if robust_key is not None and type(robust_key) is not bool:
@@ -875,7 +897,7 @@ def _refuse_existing(prefix: Any, existsok: bool) -> None:
 
         p = os.fspath(prefix)
         if os.path.isfile(p) or os.path.exists(os.path.join(p, "meta.json")):
-            raise FileExistsError(
+            raise TreeExistsError(
                 f"{os.fspath(prefix)!r} already holds a saved tree (existsok=False); "
                 "pass existsok=True to replace it"
             )
