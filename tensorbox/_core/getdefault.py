@@ -40,7 +40,7 @@ class _Unset:
     __slots__ = ()
 
     def __repr__(self) -> str:
-        return "<None, or KeyError after set_get_defaults_to_none(False)>"
+        return "<unset>"
 
 
 UNSET: Any = _Unset()
