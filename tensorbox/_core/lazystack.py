@@ -45,7 +45,7 @@ from tensorbox._core.keys import NestedKey, format_key, unravel_key
 from tensorbox._core.methods.compat import LAZYSTACK
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.tensordict import TensorDict
-from tensorbox._core.tree import KEEP, is_coll
+from tensorbox._core.tree import KEEP, is_coll, keys_list
 from tensorbox.errors import BatchSizeError, LockedError
 
 __all__ = ["LazyStackedTensorDict", "lazy_stack"]
@@ -258,7 +258,7 @@ class LazyStackedTensorDict(TensorDict):
         ``layout=torch.jagged`` stacks heterogeneous leaves as nested tensors instead."""
         if layout is not None:
             out = TensorDict(batch_size=self._batch_size, device=self._device)
-            for key in self._members[0].keys(True, True):
+            for key in keys_list(self._members[0], True, True):  # never drop a value
                 out.set(key, self.get_nestedtensor(key, layout=layout))
             return out
         try:
