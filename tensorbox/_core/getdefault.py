@@ -39,8 +39,8 @@ class _Unset:
 
     __slots__ = ()
 
-    def __repr__(self) -> str:
-        return "<unset>"
+    def __repr__(self) -> str:  # signatures read ``default=None``: what it means unless switched
+        return "None"
 
 
 UNSET: Any = _Unset()
@@ -64,14 +64,30 @@ _state = [_from_env()]
 
 
 def get_defaults_to_none() -> bool:
-    """True when ``get(key)`` of a missing key gives ``None``; False when it raises ``KeyError``."""
+    """True when ``get(key)`` of a missing key gives ``None``; False when it raises ``KeyError``.
+
+    >>> from tensorbox import get_defaults_to_none
+    >>> get_defaults_to_none()
+    True
+    """
     return _state[0]
 
 
 def set_get_defaults_to_none(set_to_none: bool | None = True) -> None:
     """Choose what ``get(key)`` gives for a missing key without a default, process-wide:
     ``None`` (``True``, the default) or ``KeyError`` (``False``; ``None`` means ``False``,
-    as in tensordict)."""
+    as in tensordict).
+
+    >>> import torch
+    >>> from tensorbox import TensorDict, set_get_defaults_to_none
+    >>> set_get_defaults_to_none(False)
+    >>> try:
+    ...     TensorDict(a=torch.zeros(1)).get("b")
+    ... except KeyError:
+    ...     print("missing")
+    missing
+    >>> set_get_defaults_to_none(True)
+    """
     _state[0] = bool(set_to_none)
 
 

@@ -29,7 +29,14 @@ __all__ = ["is_memmap_archive", "pack_memmap", "unpack_memmap"]
 
 def is_memmap_archive(path: str | os.PathLike[str]) -> bool:
     """True when ``path`` is a zip file holding a saved tree (a top-level ``meta.json``);
-    False for a folder, a missing path or any other file."""
+    False for a folder, a missing path or any other file.
+
+    >>> import tempfile, torch; from tensorbox import TensorDict, is_memmap_archive
+    >>> d = tempfile.mkdtemp()
+    >>> _ = TensorDict(x=torch.zeros(2), batch_size=[2]).save(f"{d}/w.bin", archive=True)
+    >>> is_memmap_archive(f"{d}/w.bin"), is_memmap_archive(d)
+    (True, False)
+    """
     p = Path(path)
     if not p.is_file() or not zipfile.is_zipfile(p):
         return False
@@ -46,7 +53,14 @@ def pack_memmap(
 ) -> Path:
     """Write the tree saved in the folder ``prefix`` as the archive ``archive_path``
     (``pack``); returns ``archive_path``. ``compresslevel`` is refused: the
-    compressions use their libraries' default levels."""
+    compressions use their libraries' default levels.
+
+    >>> import tempfile, torch; from tensorbox import TensorDict, pack_memmap
+    >>> d = tempfile.mkdtemp()
+    >>> _ = TensorDict(x=torch.arange(2), batch_size=[2]).memmap(f"{d}/tree")
+    >>> TensorDict.load_memmap(pack_memmap(f"{d}/tree", f"{d}/t.tdz"))["x"].tolist()
+    [0, 1]
+    """
     from tensorbox._storage.archive.convert import pack
 
     if compresslevel is not None:
@@ -60,7 +74,14 @@ def pack_memmap(
 
 def unpack_memmap(archive_path: str | os.PathLike[str], prefix: str | os.PathLike[str]) -> Path:
     """Extract the archive ``archive_path`` into the folder ``prefix`` (``unpack``);
-    returns ``prefix``. ``ValueError`` when ``archive_path`` holds no saved tree."""
+    returns ``prefix``. ``ValueError`` when ``archive_path`` holds no saved tree.
+
+    >>> import tempfile, torch; from tensorbox import TensorDict, unpack_memmap
+    >>> d = tempfile.mkdtemp()
+    >>> _ = TensorDict(x=torch.arange(2), batch_size=[2]).save(f"{d}/t.tdz")
+    >>> TensorDict.load_memmap(unpack_memmap(f"{d}/t.tdz", f"{d}/tree"))["x"].tolist()
+    [0, 1]
+    """
     from tensorbox._storage.archive.convert import unpack
 
     if not is_memmap_archive(archive_path):
