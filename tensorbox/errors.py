@@ -17,6 +17,7 @@ __all__ = [
     "FieldNameError",
     "FormatError",
     "IncompleteTreeError",
+    "TreeExistsError",
     "KeyCollisionError",
     "LockedError",
     "TensorboxError",
@@ -130,6 +131,22 @@ class LockedError(TensorboxError, RuntimeError):
     ... except LockedError:
     ...     "refused"
     'refused'
+    """
+
+
+class TreeExistsError(TensorboxError, FileExistsError, RuntimeError):
+    """A save with ``existsok=False`` found a saved tree at its path (a ``FileExistsError``,
+    and the ``RuntimeError`` tensordict raises).
+
+    >>> import tempfile, torch; from tensorbox import TensorDict
+    >>> from tensorbox.errors import TreeExistsError
+    >>> d = tempfile.mkdtemp()
+    >>> td = TensorDict(x=torch.zeros(2), batch_size=[2]).memmap(d)
+    >>> try:
+    ...     td.memmap(d, existsok=False)
+    ... except RuntimeError as err:
+    ...     isinstance(err, (TreeExistsError, FileExistsError))
+    True
     """
 
 
