@@ -50,7 +50,14 @@ from tensorbox.errors import BatchSizeError, LockedError
 __all__ = ["LazyStackedTensorDict", "lazy_stack"]
 
 _NTD = NonTensorData
-_UPDATE_OPTIONS = ("clone", "inplace", "non_blocking", "keys_to_update", "is_leaf")
+_UPDATE_OPTIONS = (
+    "clone",
+    "inplace",
+    "non_blocking",
+    "keys_to_update",
+    "is_leaf",
+    "update_batch_size",
+)
 
 
 class _Entries(dict[str, Any]):
@@ -395,6 +402,14 @@ class LazyStackedTensorDict(TensorDict):
             other = {**(dict(other.items()) if is_coll(other) else other or {}), **extra}
         if not is_coll(other):
             other = TensorDict(dict(other), batch_size=self._batch_size)
+        if kw.pop("update_batch_size", False) and other.batch_size != self._batch_size:
+            if self._locked:
+                raise LockedError(f"{method}(update_batch_size=True): the lazy stack is locked")
+            raise BatchSizeError(
+                f"{method}(update_batch_size=True): a lazy stack keeps its batch size "
+                f"{tuple(self._batch_size)} (the source has {tuple(other.batch_size)}); "
+                "build a new lazy_stack of the source's members"
+            )
         if isinstance(other, LazyStackedTensorDict) and other._stack_dim == self._stack_dim:
             parts: Sequence[Any] = other._members
         else:

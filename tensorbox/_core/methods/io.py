@@ -448,14 +448,25 @@ class IOMethods(MixinBase):
 
     @classmethod
     def from_modules(
-        cls, *modules: torch.nn.Module, as_module: bool = False, lazy_stack: bool = False
+        cls,
+        *modules: torch.nn.Module,
+        as_module: bool = False,
+        lazy_stack: bool = False,
+        expand_identical: bool = False,
     ) -> Any:
-        """The weights of several modules of one architecture, stacked on a new first dim
-        (``torch.stack`` of ``from_module`` of each; copies, as any stack).
+        """The weights of several modules of one architecture, stacked on a new first dim,
+        as tensordict does for model ensembles (``torch.vmap`` over ``to_module``).
+
+        Each stacked parameter is a new ``nn.Parameter`` (a copy: an optimizer trains the
+        stack, the modules keep their own weights); buffers are stacked as plain tensors.
+        ``expand_identical=True`` gives a weight that every module shares (the same
+        tensor object) as an expanded view of it instead of a copy, so that gradients
+        reach the shared weight.
 
         >>> import torch; from tensorbox import TensorDict
-        >>> TensorDict.from_modules(torch.nn.Linear(2, 3), torch.nn.Linear(2, 3))["weight"].shape
-        torch.Size([2, 3, 2])
+        >>> w = TensorDict.from_modules(torch.nn.Linear(2, 3), torch.nn.Linear(2, 3))["weight"]
+        >>> w.shape, type(w).__name__
+        (torch.Size([2, 3, 2]), 'Parameter')
         """
         if lazy_stack:
             raise NotImplementedError(
@@ -469,7 +480,18 @@ class IOMethods(MixinBase):
                 "from_modules(as_module=True): stacked weights are copies, not parameters of "
                 "a module; wrap the result yourself (tensorbox.weights.ParamTree)"
             )
-        return torch.stack([cls.from_module(m) for m in modules])
+        trees = [cls.from_module(m) for m in modules]
+        out = torch.stack([t.detach() for t in trees])
+        n = len(trees)
+        for key in trees[0].keys(True, True):
+            first = trees[0].get(key)
+            if not isinstance(first, Tensor):
+                continue
+            if expand_identical and all(t.get(key) is first for t in trees[1:]):
+                out.set(key, first.expand(n, *first.shape))
+            elif isinstance(first, torch.nn.Parameter):
+                out.set(key, torch.nn.Parameter(out.get(key), first.requires_grad))
+        return out
 
     def to_module(
         self,
@@ -480,10 +502,14 @@ class IOMethods(MixinBase):
         strict: bool = True,
         chunk_bytes: int | None = None,
         use_state_dict: bool = False,
+        preserve_module_state: bool = True,
     ) -> Any:
         """Put these weights into ``module``; returns what was there before.
 
         ``use_state_dict=True`` goes through ``module.load_state_dict`` (its hooks run).
+        ``preserve_module_state`` (default) keeps a parameter a parameter (a plain tensor
+        goes in as an ``nn.Parameter`` over the same storage); ``False`` puts each tensor
+        in as it is.
         """
         from tensorbox import weights
 
@@ -498,6 +524,7 @@ class IOMethods(MixinBase):
             return_swap=return_swap,
             strict=strict,
             chunk_bytes=chunk_bytes,
+            preserve_module_state=preserve_module_state,
         )
 
     @overload

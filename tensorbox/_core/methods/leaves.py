@@ -292,8 +292,10 @@ class LeafMethods(MixinBase):
 
         @property
         def data(self) -> Self:
-            """Every leaf's ``.data`` (detached, sharing storage), as ``Tensor.data``."""
-            return _apply.map_leaves(self, lambda t: t.data)
+            """Every leaf's ``.data`` (detached, sharing storage), as ``Tensor.data``; locked
+            when this container is (as tensordict's ``data``)."""
+            out = _apply.map_leaves(self, lambda t: t.data)
+            return out.lock_() if self._locked else out
 
     @property
     def requires_grad(self) -> builtins.bool:
@@ -316,6 +318,8 @@ class LeafMethods(MixinBase):
         [3.0, 3.0]
         """
         grads: Self | None = self.apply(lambda t: t.grad, filter_empty=True)
+        if grads is not None and self._locked:  # the view of a locked tree is locked too
+            grads.lock_()
         return grads
 
     def zero_grad(self, set_to_none: builtins.bool = True) -> Self:
