@@ -1050,15 +1050,10 @@ def _merge(
 
 def _has_leaf(td: Any) -> bool:
     """True when a tensor or non-tensor value lies somewhere below ``td``."""
-    for v in td._tensordict.values():
-        if not is_coll(v) or _has_leaf(v):
-            return True
-    return False
+    return any(not is_coll(v) or _has_leaf(v) for v in td._tensordict.values())
 
 
-def _resize_update(
-    td: Any, other: Any, inplace: bool, keys: Sequence[NestedKey] | None
-) -> None:
+def _resize_update(td: Any, other: Any, inplace: bool, keys: Sequence[NestedKey] | None) -> None:
     """``update(other, update_batch_size=True)``: where the batch sizes differ, ``td``
     takes ``other``'s batch size and entries; nested containers present on both sides
     are merged the same way, and stay the same objects."""
