@@ -41,6 +41,7 @@ from torch import Tensor
 
 from tensorbox._core.functional import stack as dense_stack
 from tensorbox._core.keys import NestedKey, format_key, unravel_key
+from tensorbox._core.lazystack_pad import pad_in_place
 from tensorbox._core.methods.compat import LAZYSTACK
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.tensordict import TensorDict
@@ -320,6 +321,23 @@ class LazyStackedTensorDict(TensorDict):
             f"{what}(inplace=True) on a lazy stack: its members keep their shapes; "
             f"use td = td.{what}(...) for a new container"
         )
+
+    def pad(
+        self,
+        pad_size: Sequence[int],
+        value: float = 0.0,
+        *,
+        inplace: bool = False,
+        safe: bool = True,
+    ) -> Self:
+        """``TensorDict.pad`` (dense); ``inplace=True`` pads each member in place and adds
+        or drops members along the stack dim (see :mod:`tensorbox._core.lazystack_pad`)."""
+        if not inplace:
+            return super().pad(pad_size, value, safe=safe)
+        pad_in_place(
+            self, pad_size, value, lambda sizes, v: super(LazyStackedTensorDict, self).pad(sizes, v)
+        )
+        return self
 
     def repeat(self, *repeats: Any, inplace: bool = False) -> Self:
         """``TensorDict.repeat`` (dense); ``inplace=True`` raises ``NotImplementedError``."""

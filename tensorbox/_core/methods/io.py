@@ -433,13 +433,15 @@ class IOMethods(MixinBase):
 
         Submodules without tensors get no entry unless ``filter_empty=False``.
         ``use_state_dict=True`` takes the tensors ``module.state_dict()`` gives instead
-        (what a module's state-dict hooks return).
+        (what a module's state-dict hooks return, detached as ``state_dict()`` gives
+        them: the values at the time of the call, even when a hook changes the module
+        again afterwards).
         """
         from tensorbox import weights
 
         if use_state_dict:
             out = cls._new_unsafe({}, torch.Size([]), None)
-            for key, value in module.state_dict(keep_vars=True).items():
+            for key, value in module.state_dict().items():
                 out.set(tuple(key.split(".")), value)
             return out
         return weights.from_module(

@@ -189,8 +189,16 @@ class LeafMethods(MixinBase):
         return all(v.is_pinned() for v in _tree.tensor_leaves(self))
 
     def share_memory_(self) -> Self:
-        """Move every leaf into shared memory so worker processes see writes."""
-        return self.apply(Tensor.share_memory_, inplace=True)
+        """Move every leaf into shared memory so worker processes see writes, and lock
+        the container (as tensordict and ``memmap_()`` do): a key added afterwards would
+        live in this process only. ``unlock_()`` first to add one knowingly.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2)).share_memory_()
+        >>> td.is_shared(), td.is_locked
+        (True, True)
+        """
+        return self.apply(Tensor.share_memory_, inplace=True).lock_()
 
     def is_shared(self) -> builtins.bool:
         """True when every tensor leaf is in shared memory."""
