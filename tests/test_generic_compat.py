@@ -11,7 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from tensorbox import LazyStackedTensorDict, NonTensorData, NonTensorStack, TensorDict, lazy_stack
+from tensorbox import (
+    LazyStackedTensorDict,
+    NonTensorData,
+    NonTensorStack,
+    TensorClass,
+    TensorDict,
+    lazy_stack,
+)
 from tensorbox import pad as pad_fn
 from tensorbox.errors import BatchSizeError, KeyTypeError, LockedError
 
@@ -332,3 +339,23 @@ def test_non_tensor_data_pad() -> None:
         NonTensorData("a", batch_size=[2]).pad([0, 1], inplace=True)
     with pytest.raises(BatchSizeError, match="negative output size"):
         stack.pad([-4, 0])
+
+
+# ------------------------------------------------------------------ from_dict_instance
+
+
+class _Node(TensorClass):
+    x: torch.Tensor | None = None
+    y: int | None = None
+    z: _Node | None = None
+
+
+def test_from_dict_instance_reads_to_dict_back_with_the_classes() -> None:
+    td = TensorDict(a=torch.zeros(()), b=_Node(x=torch.zeros(()), y=1, z=_Node(y=2)))
+    back = td.from_dict_instance(td.to_dict(), auto_batch_size=True)
+    assert type(back) is TensorDict and type(back["b"]) is _Node and type(back["b"].z) is _Node
+    assert back["b"].y == 1 and type(back["b"].y) is int and back["b"].z.y == 2
+    assert torch.equal(back["b"].x, torch.zeros(()))
+    plain = TensorDict(a=torch.zeros(2), n={"name": "x"}, batch_size=[2])
+    again = plain.from_dict_instance({"a": torch.ones(2), "n": {"name": "y"}}, batch_size=[2])
+    assert again["n", "name"] == "y" and again.batch_size == (2,)

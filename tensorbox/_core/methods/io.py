@@ -19,7 +19,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Self, overload
 
 import torch
@@ -771,6 +771,39 @@ class IOMethods(MixinBase):
         from tensorbox.interop import structs
 
         return structs.from_dataclass(dataclass, cls=cls, **kwargs)
+
+    def from_dict_instance(
+        self,
+        input_dict: Mapping[str, Any],
+        batch_size: Sequence[int] | None = None,
+        device: Any = None,
+        batch_dims: int | None = None,
+        *,
+        auto_batch_size: bool = False,
+    ) -> Self:
+        """A container of this one's class built from ``input_dict`` (``from_dict``),
+        taking the structure from this instance: a nested dict at a key that holds a
+        container here becomes that container's class (a tensorclass comes back as
+        itself, not as a TensorDict), and a value at a key holding a non-tensor value
+        here stays a Python value. The reverse of ``to_dict``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2), n={"name": "x"})
+        >>> back = td.from_dict_instance({"a": [1.0, 2.0], "n": {"name": 3}})
+        >>> back["a"].tolist(), back["n", "name"]
+        ([1.0, 2.0], 3)
+        """
+        from tensorbox._core.dict_instance import entries_like
+
+        cls: Any = type(self)
+        out: Self = cls.from_dict(
+            entries_like(self, input_dict, auto_batch_size, batch_dims, device),
+            batch_size,
+            device=device,
+            auto_batch_size=auto_batch_size,
+            batch_dims=batch_dims,
+        )
+        return out
 
     @classmethod
     def from_any(cls, obj: Any, **kwargs: Any) -> Any:
