@@ -425,7 +425,7 @@ class KeyMethods(MixinBase):
         >>> td.update(TensorDict(a=torch.ones(4), batch_size=[4]), update_batch_size=True).batch_size
         torch.Size([4])
         """
-        if is_coll(other) and other is not self and not kwargs:
+        if type(other) is not dict and is_coll(other) and other is not self and not kwargs:
             if update_batch_size:
                 self._write(_resize_update, self, other, inplace, keys_to_update)
                 return self
