@@ -148,6 +148,17 @@ def test_update_batch_size_resizes_in_place_keeping_nested_containers() -> None:
     assert root["n"].batch_size == (5,)
 
 
+def test_update_batch_size_resizes_nested_containers_of_lazy_stack_members() -> None:
+    def stack(n: int) -> LazyStackedTensorDict:
+        return lazy_stack(
+            [TensorDict(n=TensorDict(x=torch.zeros(n), batch_size=[n])) for _ in range(2)]
+        )
+
+    s = stack(3)
+    s.update(stack(4), update_batch_size=True)
+    assert s.tensordicts[0]["n"].batch_size == (4,) and s["n", "x"].shape == (2, 4)
+
+
 def test_update_batch_size_refusals() -> None:
     src = TensorDict(a=torch.zeros(4), batch_size=[4])
     with pytest.raises(BatchSizeError, match="neither inplace=True nor keys_to_update"):

@@ -420,7 +420,7 @@ class LazyStackedTensorDict(TensorDict):
             other = {**(dict(other.items()) if is_coll(other) else other or {}), **extra}
         if not is_coll(other):
             other = TensorDict(dict(other), batch_size=self._batch_size)
-        if kw.pop("update_batch_size", False) and other.batch_size != self._batch_size:
+        if kw.get("update_batch_size") and other.batch_size != self._batch_size:
             if self._locked:
                 raise LockedError(f"{method}(update_batch_size=True): the lazy stack is locked")
             raise BatchSizeError(
