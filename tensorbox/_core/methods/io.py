@@ -483,7 +483,7 @@ class IOMethods(MixinBase):
                 "a module; wrap the result yourself (tensorbox.weights.ParamTree)"
             )
         trees = [cls.from_module(m) for m in modules]
-        out = torch.stack([t.detach() for t in trees])
+        out: Any = torch.stack([t.detach() for t in trees])
         n = len(trees)
         for key in trees[0].keys(True, True):
             first = trees[0].get(key)

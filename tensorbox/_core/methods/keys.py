@@ -780,7 +780,7 @@ class KeyMethods(MixinBase):
         >>> from tensorbox import TensorDict
         >>> td = TensorDict(a=torch.zeros(2), b={"c": torch.ones(2)}, batch_size=[2])
         >>> moved = td.separates("a", ("b", "c"))
-        >>> moved.keys(True, True), td.keys()
+        >>> moved.keys(True, True), list(td.keys())
         (['a', ('b', 'c')], [])
         """
         have = set(self.keys(True))

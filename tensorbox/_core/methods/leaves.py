@@ -198,7 +198,9 @@ class LeafMethods(MixinBase):
         >>> td.is_shared(), td.is_locked
         (True, True)
         """
-        return self.apply(Tensor.share_memory_, inplace=True).lock_()
+        out: Any = self.apply(Tensor.share_memory_, inplace=True)
+        out.lock_()
+        return self
 
     def is_shared(self) -> builtins.bool:
         """True when every tensor leaf is in shared memory."""
@@ -327,7 +329,7 @@ class LeafMethods(MixinBase):
         """
         grads: Self | None = self.apply(lambda t: t.grad, filter_empty=True)
         if grads is not None and self._locked:  # the view of a locked tree is locked too
-            grads.lock_()
+            cast(Any, grads).lock_()
         return grads
 
     def zero_grad(self, set_to_none: builtins.bool = True) -> Self:
