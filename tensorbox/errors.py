@@ -19,6 +19,7 @@ __all__ = [
     "IncompleteTreeError",
     "TreeExistsError",
     "KeyCollisionError",
+    "KeyTypeError",
     "LockedError",
     "TensorboxError",
     "TensorDictKeyError",
@@ -190,5 +191,19 @@ class WeightsMismatchError(TensorboxError, ValueError, RuntimeError):
     ...     TensorDict({"weight": torch.zeros(3)}).to_module(torch.nn.Linear(2, 1))
     ... except RuntimeError as err:          # what nn.Module.load_state_dict raises
     ...     isinstance(err, WeightsMismatchError)
+    True
+    """
+
+
+class KeyTypeError(TensorboxError, TypeError, RuntimeError):
+    """A key lookup got something that is not a key (a str or a tuple of str).
+
+    Also a ``RuntimeError``: tensordict raises that type for ``0 in td``.
+
+    >>> from tensorbox import TensorDict; from tensorbox.errors import KeyTypeError
+    >>> try:
+    ...     0 in TensorDict(a=1)
+    ... except TypeError as err:
+    ...     isinstance(err, KeyTypeError)
     True
     """

@@ -292,7 +292,9 @@ def _as_slot_value(slot: _Slot, value: Tensor) -> Tensor:
     refuses such subclasses, and a model should not carry one.
     """
     cls = type(value)
-    if cls is nn.Parameter:
+    if cls is nn.Parameter or torch._C._functorch.is_functorch_wrapped_tensor(value):
+        # under vmap/grad transforms a tensor reports requires_grad=False; wrapping it
+        # in a Parameter would cut it from the graph the transform tracks
         return value
     passive = cls is Tensor or cls.__torch_function__ is _PASSIVE
     if not passive or value.requires_grad:
@@ -310,6 +312,7 @@ def to_module(
     return_swap: bool = True,
     strict: bool = True,
     chunk_bytes: int | None = None,
+    preserve_module_state: bool = True,
 ) -> SwappedWeights | None:
     """Put the weights of ``td`` into ``module``; return what the module held before.
 
@@ -322,7 +325,9 @@ def to_module(
     Everything is checked before anything changes: missing keys, unexpected keys
     and shape mismatches raise one ``WeightsMismatchError`` listing all of them.
     ``strict=False`` lets missing and unexpected keys pass (shape mismatches
-    never do).
+    never do). ``preserve_module_state=False`` puts each tensor in as it is, where the
+    default turns a plain tensor going into a parameter's place into an ``nn.Parameter``
+    over the same storage.
 
     >>> import torch; from tensorbox.weights import from_module, to_module
     >>> net = torch.nn.Linear(2, 1)
@@ -372,7 +377,7 @@ def to_module(
                 if value is not first.tensor:
                     copy_chunked(first.tensor, value, chunk_bytes)
                 continue
-            new = _as_slot_value(first, value)
+            new = _as_slot_value(first, value) if preserve_module_state else value
             for p in paths:
                 s = slots[p]
                 old[p] = s.tensor

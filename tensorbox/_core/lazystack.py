@@ -42,6 +42,7 @@ from torch import Tensor
 from tensorbox._core.functional import stack as dense_stack
 from tensorbox._core.getdefault import UNSET, missing_default
 from tensorbox._core.keys import NestedKey, format_key, unravel_key
+from tensorbox._core.lazystack_pad import pad_in_place
 from tensorbox._core.methods.compat import LAZYSTACK
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.tensordict import TensorDict
@@ -51,7 +52,14 @@ from tensorbox.errors import BatchSizeError, LockedError
 __all__ = ["LazyStackedTensorDict", "lazy_stack"]
 
 _NTD = NonTensorData
-_UPDATE_OPTIONS = ("clone", "inplace", "non_blocking", "keys_to_update", "is_leaf")
+_UPDATE_OPTIONS = (
+    "clone",
+    "inplace",
+    "non_blocking",
+    "keys_to_update",
+    "is_leaf",
+    "update_batch_size",
+)
 
 
 class _Entries(dict[str, Any]):
@@ -316,6 +324,23 @@ class LazyStackedTensorDict(TensorDict):
             f"use td = td.{what}(...) for a new container"
         )
 
+    def pad(
+        self,
+        pad_size: Sequence[int],
+        value: float = 0.0,
+        *,
+        inplace: bool = False,
+        safe: bool = True,
+    ) -> Self:
+        """``TensorDict.pad`` (dense); ``inplace=True`` pads each member in place and adds
+        or drops members along the stack dim (see :mod:`tensorbox._core.lazystack_pad`)."""
+        if not inplace:
+            return super().pad(pad_size, value, safe=safe)
+        pad_in_place(
+            self, pad_size, value, lambda sizes, v: super(LazyStackedTensorDict, self).pad(sizes, v)
+        )
+        return self
+
     def repeat(self, *repeats: Any, inplace: bool = False) -> Self:
         """``TensorDict.repeat`` (dense); ``inplace=True`` raises ``NotImplementedError``."""
         if inplace:
@@ -397,6 +422,14 @@ class LazyStackedTensorDict(TensorDict):
             other = {**(dict(other.items()) if is_coll(other) else other or {}), **extra}
         if not is_coll(other):
             other = TensorDict(dict(other), batch_size=self._batch_size)
+        if kw.get("update_batch_size") and other.batch_size != self._batch_size:
+            if self._locked:
+                raise LockedError(f"{method}(update_batch_size=True): the lazy stack is locked")
+            raise BatchSizeError(
+                f"{method}(update_batch_size=True): a lazy stack keeps its batch size "
+                f"{tuple(self._batch_size)} (the source has {tuple(other.batch_size)}); "
+                "build a new lazy_stack of the source's members"
+            )
         if isinstance(other, LazyStackedTensorDict) and other._stack_dim == self._stack_dim:
             parts: Sequence[Any] = other._members
         else:

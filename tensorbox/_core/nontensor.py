@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from tensorbox._core.unbatched import UnbatchedTensor
+from tensorbox.errors import BatchDimError, BatchSizeError
 
 __all__ = ["MetaData", "NonTensorData", "NonTensorStack", "cpu_index", "read"]
 
@@ -269,6 +270,45 @@ class NonTensorData:
         parts = [it.full(bs) for it, bs in zip(items, batch_sizes)]
         return per_row(np.concatenate(parts, axis=dim))
 
+    def pad(
+        self,
+        pad_size: Sequence[int],
+        value: Any = None,
+        *,
+        inplace: bool = False,
+        safe: bool = True,
+    ) -> NonTensorData:
+        """Pad (or, with negative sizes, crop) the batch dims as ``TensorDict.pad``:
+        new rows hold None. A shared value becomes a stack, so it is refused in place
+        (``BatchSizeError``); a stack padded in place stays the same object.
+
+        >>> NonTensorStack("a", "b").pad([1, 0]).tolist()
+        [None, 'a', 'b']
+        """
+        sizes = [int(p) for p in pad_size]
+        shape = tuple(self.batch_size)
+        if len(sizes) % 2 or len(sizes) // 2 > len(shape):
+            raise BatchDimError(
+                f"pad: pad_size {sizes} must hold one (before, after) pair per padded batch "
+                f"dim; the batch size {shape} has {len(shape)} dim(s)"
+            )
+        pairs = [(sizes[2 * i], sizes[2 * i + 1]) for i in range(len(sizes) // 2)]
+        if any(n + b + a < 0 for n, (b, a) in zip(shape, pairs, strict=False)):
+            raise BatchSizeError(
+                f"pad: pad_size {sizes} gives a negative output size for batch_size {shape}"
+            )
+        if inplace and not self.stacked:
+            raise BatchSizeError(
+                "pad(inplace=True): a NonTensorData holding one shared value cannot preserve "
+                "the identity (padding makes it a stack of values); pad it without inplace"
+            )
+        src = self if self.stacked else NonTensorData(self.full(shape), stacked=True)
+        out = pad_values(src, pairs)
+        if inplace:
+            self.data = out.data
+            return self
+        return out
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, NonTensorData):
             return NotImplemented
@@ -446,3 +486,21 @@ def _filled(value: Any, shape: tuple[int, ...]) -> np.ndarray:
     arr = np.empty(shape, dtype=object)
     arr.fill(value)  # for an object array: the same object everywhere, never broadcast
     return arr
+
+
+def pad_values(v: NonTensorData, pairs: list[tuple[int, int]]) -> NonTensorData:
+    """A stack of per-row values, cropped or padded with None like tensors along the
+    leading dims: one ``(before, after)`` pair per dim (negative sizes crop)."""
+    arr = v.data
+    arr = arr[
+        tuple(
+            slice(max(-b, 0), n - max(-a, 0)) for n, (b, a) in zip(arr.shape, pairs, strict=False)
+        )
+    ]
+    lead = [max(b, 0) for b, _ in pairs]
+    shape = tuple(
+        n + lead[d] + max(pairs[d][1], 0) if d < len(pairs) else n for d, n in enumerate(arr.shape)
+    )
+    out = np.full(shape, None, dtype=object)
+    out[tuple(slice(lead[d], lead[d] + arr.shape[d]) for d in range(len(pairs)))] = arr
+    return NonTensorData(out, stacked=True, device=v.device)

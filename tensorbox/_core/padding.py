@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.nontensor import NonTensorData, pad_values
 from tensorbox._core.tree import new_plain
 from tensorbox.errors import BatchDimError, BatchSizeError
 
@@ -88,7 +88,8 @@ def _pad_node(node: Any, pairs: list[tuple[int, int]], value: float, bs: torch.S
                 flat += list(pairs[d]) if d < nb else [0, 0]
             out[k] = F.pad(v, flat, value=value)
         elif type(v) is _NTD:
-            out[k] = v
+            # one value per row: new rows hold None (as tensordict); a shared value stays
+            out[k] = pad_values(v, pairs) if v.stacked else v
         else:
             out[k] = _pad_node(v, pairs, value, torch.Size((*bs, *v._batch_size[len(bs) :])))
     return node._new_unsafe(out, bs, node._device)

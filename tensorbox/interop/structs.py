@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.nontensor import NonTensorData, NonTensorStack
 from tensorbox.interop.arrow import container_of
 
 __all__ = [
@@ -201,7 +201,12 @@ def from_any(obj: Any, *, cls: Any = None, **kwargs: Any) -> Any:
         return from_namedtuple(obj, cls=cls, **kwargs)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return from_dataclass(obj, cls=cls, **kwargs)
+    if type(obj) is list:  # as tensordict: a tensor when the lists are rectangular
+        return _list_value(obj)
+    if isinstance(obj, tuple):  # a pytree tuple: one entry per item, keyed "0", "1", ...
+        obj = {str(i): v for i, v in enumerate(obj)}
     if isinstance(obj, dict):
+        obj = {k: _any_value(v) for k, v in obj.items()}
         auto = kwargs.pop("auto_batch_size", False)
         batch_dims = kwargs.pop("batch_dims", None)
         return container_of(
@@ -215,5 +220,34 @@ def from_any(obj: Any, *, cls: Any = None, **kwargs: Any) -> Any:
         )
     raise TypeError(
         f"from_any: cannot make a container of a {kind.__name__}; expected a mapping, "
-        "namedtuple, dataclass, structured array, DataFrame, Arrow table or HDF5 object"
+        "tuple, list, namedtuple, dataclass, structured array, DataFrame, Arrow table or "
+        "HDF5 object"
     )
+
+
+def _list_value(obj: list[Any]) -> Any:
+    """A tensor of rectangular nested lists of numbers, else a stack of the items."""
+    try:
+        return torch.tensor(obj)
+    except (TypeError, ValueError, RuntimeError):
+        return NonTensorStack(*obj) if obj else NonTensorData(obj)
+
+
+def _any_value(v: Any) -> Any:
+    """An entry of a mapping given to ``from_any``: nested structures become nested
+    containers (a tuple's items keyed by position), the rest is set as it is."""
+    if getattr(type(v), "_is_tensor_collection", False) or isinstance(v, Tensor):
+        return v
+    if isinstance(v, dict):
+        return {k: _any_value(x) for k, x in v.items()}
+    if isinstance(v, tuple) and not hasattr(v, "_asdict"):
+        return {str(i): _any_value(x) for i, x in enumerate(v)}
+    if type(v) is list:
+        return _list_value(v)
+    if (
+        hasattr(v, "_asdict")
+        or (dataclasses.is_dataclass(v) and not isinstance(v, type))
+        or type(v).__module__.split(".")[0] in ("h5py", "pandas", "pyarrow")
+    ):
+        return from_any(v)
+    return v

@@ -19,7 +19,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Self, overload
 
 import torch
@@ -454,13 +454,15 @@ class IOMethods(MixinBase):
 
         Submodules without tensors get no entry unless ``filter_empty=False``.
         ``use_state_dict=True`` takes the tensors ``module.state_dict()`` gives instead
-        (what a module's state-dict hooks return).
+        (what a module's state-dict hooks return, detached as ``state_dict()`` gives
+        them: the values at the time of the call, even when a hook changes the module
+        again afterwards).
         """
         from tensorbox import weights
 
         if use_state_dict:
             out = cls._new_unsafe({}, torch.Size([]), None)
-            for key, value in module.state_dict(keep_vars=True).items():
+            for key, value in module.state_dict().items():
                 out.set(tuple(key.split(".")), value)
             return out
         return weights.from_module(
@@ -469,14 +471,25 @@ class IOMethods(MixinBase):
 
     @classmethod
     def from_modules(
-        cls, *modules: torch.nn.Module, as_module: bool = False, lazy_stack: bool = False
+        cls,
+        *modules: torch.nn.Module,
+        as_module: bool = False,
+        lazy_stack: bool = False,
+        expand_identical: bool = False,
     ) -> Any:
-        """The weights of several modules of one architecture, stacked on a new first dim
-        (``torch.stack`` of ``from_module`` of each; copies, as any stack).
+        """The weights of several modules of one architecture, stacked on a new first dim,
+        as tensordict does for model ensembles (``torch.vmap`` over ``to_module``).
+
+        Each stacked parameter is a new ``nn.Parameter`` (a copy: an optimizer trains the
+        stack, the modules keep their own weights); buffers are stacked as plain tensors.
+        ``expand_identical=True`` gives a weight that every module shares (the same
+        tensor object) as an expanded view of it instead of a copy, so that gradients
+        reach the shared weight.
 
         >>> import torch; from tensorbox import TensorDict
-        >>> TensorDict.from_modules(torch.nn.Linear(2, 3), torch.nn.Linear(2, 3))["weight"].shape
-        torch.Size([2, 3, 2])
+        >>> w = TensorDict.from_modules(torch.nn.Linear(2, 3), torch.nn.Linear(2, 3))["weight"]
+        >>> w.shape, type(w).__name__
+        (torch.Size([2, 3, 2]), 'Parameter')
         """
         if lazy_stack:
             raise NotImplementedError(
@@ -490,7 +503,18 @@ class IOMethods(MixinBase):
                 "from_modules(as_module=True): stacked weights are copies, not parameters of "
                 "a module; wrap the result yourself (tensorbox.weights.ParamTree)"
             )
-        return torch.stack([cls.from_module(m) for m in modules])
+        trees = [cls.from_module(m) for m in modules]
+        out: Any = torch.stack([t.detach() for t in trees])
+        n = len(trees)
+        for key in trees[0].keys(True, True):
+            first = trees[0].get(key)
+            if not isinstance(first, Tensor):
+                continue
+            if expand_identical and all(t.get(key) is first for t in trees[1:]):
+                out.set(key, first.expand(n, *first.shape))
+            elif isinstance(first, torch.nn.Parameter):
+                out.set(key, torch.nn.Parameter(out.get(key), first.requires_grad))
+        return out
 
     def to_module(
         self,
@@ -501,10 +525,14 @@ class IOMethods(MixinBase):
         strict: bool = True,
         chunk_bytes: int | None = None,
         use_state_dict: bool = False,
+        preserve_module_state: bool = True,
     ) -> Any:
         """Put these weights into ``module``; returns what was there before.
 
         ``use_state_dict=True`` goes through ``module.load_state_dict`` (its hooks run).
+        ``preserve_module_state`` (default) keeps a parameter a parameter (a plain tensor
+        goes in as an ``nn.Parameter`` over the same storage); ``False`` puts each tensor
+        in as it is.
         """
         from tensorbox import weights
 
@@ -519,6 +547,7 @@ class IOMethods(MixinBase):
             return_swap=return_swap,
             strict=strict,
             chunk_bytes=chunk_bytes,
+            preserve_module_state=preserve_module_state,
         )
 
     @overload
@@ -763,6 +792,39 @@ class IOMethods(MixinBase):
         from tensorbox.interop import structs
 
         return structs.from_dataclass(dataclass, cls=cls, **kwargs)
+
+    def from_dict_instance(
+        self,
+        input_dict: Mapping[str, Any],
+        batch_size: Sequence[int] | None = None,
+        device: Any = None,
+        batch_dims: int | None = None,
+        *,
+        auto_batch_size: bool = False,
+    ) -> Self:
+        """A container of this one's class built from ``input_dict`` (``from_dict``),
+        taking the structure from this instance: a nested dict at a key that holds a
+        container here becomes that container's class (a tensorclass comes back as
+        itself, not as a TensorDict), and a value at a key holding a non-tensor value
+        here stays a Python value. The reverse of ``to_dict``.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2), n={"name": "x"})
+        >>> back = td.from_dict_instance({"a": [1.0, 2.0], "n": {"name": 3}})
+        >>> back["a"].tolist(), back["n", "name"]
+        ([1.0, 2.0], 3)
+        """
+        from tensorbox._core.dict_instance import entries_like
+
+        cls: Any = type(self)
+        out: Self = cls.from_dict(
+            entries_like(self, input_dict, auto_batch_size, batch_dims, device),
+            batch_size,
+            device=device,
+            auto_batch_size=auto_batch_size,
+            batch_dims=batch_dims,
+        )
+        return out
 
     @classmethod
     def from_any(cls, obj: Any, **kwargs: Any) -> Any:

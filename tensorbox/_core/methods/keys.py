@@ -41,7 +41,7 @@ from tensorbox._core.nontensor import read as _read
 from tensorbox._core.shape import normalize_index
 from tensorbox._core.tree import KEEP, find_missing, is_coll, missing_key_error
 from tensorbox._core.unbatched import UnbatchedTensor
-from tensorbox.errors import BatchSizeError, LockedError, TensorDictKeyError
+from tensorbox.errors import BatchSizeError, KeyTypeError, LockedError, TensorDictKeyError
 
 if TYPE_CHECKING:
     from tensorbox._core.container import TensorCollection
@@ -185,7 +185,7 @@ class KeyMethods(MixinBase):
             except TensorDictKeyError:
                 return False
             return True
-        raise TypeError(
+        raise KeyTypeError(
             f"'in' looks up keys (str or tuple of str), got {type(key).__name__}; "
             "to search values compare with == and use .any()"
         )
@@ -278,8 +278,14 @@ class KeyMethods(MixinBase):
             yield v
 
     def is_empty(self) -> bool:
-        """True when no tensor leaf exists at any depth."""
-        return not _tree.tensor_leaves(self)
+        """True when no leaf exists at any depth: nested containers may exist, but hold
+        neither a tensor nor a non-tensor value (a string is content, as in tensordict).
+
+        >>> from tensorbox import TensorDict
+        >>> TensorDict({"a": {"b": {}}}).is_empty(), TensorDict({"a": {"c": "x"}}).is_empty()
+        (True, False)
+        """
+        return not _has_leaf(self)
 
     def get_at(self, key: NestedKey, index: Any, default: Any = None) -> Any:
         """The rows ``index`` of the entry ``key`` (``default`` when ``key`` is missing,
@@ -456,6 +462,7 @@ class KeyMethods(MixinBase):
         non_blocking: bool = False,
         keys_to_update: Sequence[NestedKey] | None = None,
         is_leaf: Callable[[type], bool] | None = None,
+        update_batch_size: bool = False,
         **kwargs: Any,
     ) -> Self:
         """Merge ``other`` in, recursing into nested containers present on both sides.
@@ -463,7 +470,28 @@ class KeyMethods(MixinBase):
         ``clone=True`` copies the incoming tensors; ``inplace=True`` writes into existing
         tensors; ``keys_to_update`` limits the merge to those keys. Keyword arguments
         are more entries (``td.update(b=x)``).
+
+        A container ``other`` whose batch size contradicts this one's is refused
+        (``BatchSizeError``), unless ``update_batch_size=True``: this container then
+        takes ``other``'s batch size and entries, nested containers included (they
+        stay the same objects). Every key here must then be in ``other``.
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(3), batch_size=[3])
+        >>> td.update(TensorDict(a=torch.ones(4), batch_size=[4]), update_batch_size=True).batch_size
+        torch.Size([4])
         """
+        if type(other) is not dict and is_coll(other) and other is not self and not kwargs:
+            if update_batch_size:
+                self._write(_resize_update, self, other, inplace, keys_to_update)
+                return self
+            if self._batch_size[: other.batch_dims] != other.batch_size[: len(self._batch_size)]:
+                raise BatchSizeError(
+                    f"update: the source's batch_size {tuple(other.batch_size)} does not match "
+                    f"this container's {tuple(self._batch_size)}; pass update_batch_size=True "
+                    "to take the source's batch size"
+                )
         if other is None or kwargs:
             other = {**(dict(other.items()) if is_coll(other) else other or {}), **kwargs}
         if clone:
@@ -793,6 +821,48 @@ class KeyMethods(MixinBase):
         _drop_emptied(rest, taken)
         return (*out, rest)
 
+    def separates(
+        self,
+        *keys: NestedKey,
+        default: Any = MISSING,
+        strict: bool = True,
+        filter_empty: bool = True,
+    ) -> Self:
+        """Move the entries ``keys`` out of this container into a new one, which is
+        returned (same batch size and device; nested entries keep their parents' batch
+        sizes).
+
+        A missing key raises ``KeyError`` unless ``default`` is given (the result then
+        holds ``default`` there) or ``strict=False`` (skipped). ``filter_empty`` (default)
+        drops the nested containers here that the move left empty. Nothing moves when
+        a key is refused, or on a locked container (``LockedError``).
+
+        >>> import torch
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2), b={"c": torch.ones(2)}, batch_size=[2])
+        >>> moved = td.separates("a", ("b", "c"))
+        >>> moved.keys(True, True), list(td.keys())
+        (['a', ('b', 'c')], [])
+        """
+        have = set(self.keys(True))
+        present = [k for k in keys if _as_key(k) in have]
+        missing = [k for k in keys if _as_key(k) not in have]
+        if missing and strict and default is MISSING:
+            raise TensorDictKeyError(
+                f"separates: key {format_key(unravel_key(missing[0]))} not found (pass "
+                "default= to fill it in the result, or strict=False to skip it)"
+            )
+        if present and self._locked:
+            raise LockedError(f"separates: the container is locked{_UNLOCK}")
+        out = self.select(*present)
+        self.exclude(*present, inplace=True)
+        if filter_empty:
+            _drop_emptied(self, present)
+        if default is not MISSING:
+            for k in missing:
+                out.set(k, default)
+        return out
+
     def flatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
         """One level with keys joined by ``separator``: ``{"a": {"b": x}}`` -> ``{"a.b": x}``.
 
@@ -835,7 +905,8 @@ class KeyMethods(MixinBase):
         return self
 
     def filter_empty_(self) -> Self:
-        """Remove, in place, nested containers that hold no tensor at any depth."""
+        """Remove, in place, nested containers that hold no leaf (tensor or non-tensor
+        value) at any depth."""
         for key in list(self.keys()):
             value = self._tensordict[key]
             if is_container(value) and value.filter_empty_().is_empty():
@@ -1036,3 +1107,43 @@ def _merge(
         out = unravel_key(out_key)
         obj.exclude(*(k for k in keys if unravel_key(k) != out), inplace=True)
     return obj
+
+
+def _has_leaf(td: Any) -> bool:
+    """True when a tensor or non-tensor value lies somewhere below ``td``."""
+    return any(not is_coll(v) or _has_leaf(v) for v in td._tensordict.values())
+
+
+def _resize_update(td: Any, other: Any, inplace: bool, keys: Sequence[NestedKey] | None) -> None:
+    """``update(other, update_batch_size=True)``: where the batch sizes differ, ``td``
+    takes ``other``'s batch size and entries; nested containers present on both sides
+    are merged the same way, and stay the same objects."""
+    mine, theirs = tuple(td.batch_size), tuple(other.batch_size)
+    if mine[: len(theirs)] == theirs[: len(mine)]:
+        if inplace or keys is not None:  # nothing to resize here: a plain update
+            _keyops.update(td, other, inplace, keys)
+            return
+    else:
+        if inplace or keys is not None:
+            raise BatchSizeError(
+                f"update(update_batch_size=True): the batch sizes differ ({mine} here, "
+                f"{theirs} in the source), so neither inplace=True nor keys_to_update can apply"
+            )
+        if td._locked:
+            raise LockedError(f"update(update_batch_size=True): the container is locked{_UNLOCK}")
+        extra = set(td.keys(True)) - set(other.keys(True))
+        if extra:
+            raise BatchSizeError(
+                f"update(update_batch_size=True): key {format_key(unravel_key(next(iter(extra))))} "
+                "is not in the source; every key here must be in it when the batch size changes"
+            )
+        # Leaves go (the source has them all); nested containers stay, resized below.
+        td.exclude(*[k for k, v in td._tensordict.items() if not is_coll(v)], inplace=True)
+        td._batch_size = other.batch_size
+    store = td._tensordict
+    for k, v in other._tensordict.items():
+        cur = store.get(k)
+        if cur is not None and is_coll(cur) and is_coll(v) and type(cur) is type(v):
+            cur.update(v, update_batch_size=True)
+        else:
+            td._set_str(k, v, (k,))

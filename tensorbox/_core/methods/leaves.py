@@ -189,8 +189,18 @@ class LeafMethods(MixinBase):
         return all(v.is_pinned() for v in _tree.tensor_leaves(self))
 
     def share_memory_(self) -> Self:
-        """Move every leaf into shared memory so worker processes see writes."""
-        return self.apply(Tensor.share_memory_, inplace=True)
+        """Move every leaf into shared memory so worker processes see writes, and lock
+        the container (as tensordict and ``memmap_()`` do): a key added afterwards would
+        live in this process only. ``unlock_()`` first to add one knowingly.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2)).share_memory_()
+        >>> td.is_shared(), td.is_locked
+        (True, True)
+        """
+        out: Any = self.apply(Tensor.share_memory_, inplace=True)
+        out.lock_()
+        return self
 
     def is_shared(self) -> builtins.bool:
         """True when every tensor leaf is in shared memory."""
@@ -292,8 +302,10 @@ class LeafMethods(MixinBase):
 
         @property
         def data(self) -> Self:
-            """Every leaf's ``.data`` (detached, sharing storage), as ``Tensor.data``."""
-            return _apply.map_leaves(self, lambda t: t.data)
+            """Every leaf's ``.data`` (detached, sharing storage), as ``Tensor.data``; locked
+            when this container is (as tensordict's ``data``)."""
+            out = _apply.map_leaves(self, lambda t: t.data)
+            return out.lock_() if self._locked else out
 
     @property
     def requires_grad(self) -> builtins.bool:
@@ -316,6 +328,8 @@ class LeafMethods(MixinBase):
         [3.0, 3.0]
         """
         grads: Self | None = self.apply(lambda t: t.grad, filter_empty=True)
+        if grads is not None and self._locked:  # the view of a locked tree is locked too
+            cast(Any, grads).lock_()
         return grads
 
     def zero_grad(self, set_to_none: builtins.bool = True) -> Self:
