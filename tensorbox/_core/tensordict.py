@@ -17,7 +17,7 @@ torch.Size([2, 3])
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any, Self
 
 import torch
@@ -85,6 +85,12 @@ class TensorDictBase(TensorCollection):
     def from_dict(cls, *args: Any, **kwargs: Any) -> Any:
         """``TensorDict.from_dict`` (for ``TensorDictBase.from_dict(...)``)."""
         return TensorDict.from_dict.__func__(cls._concrete(), *args, **kwargs)  # type: ignore[attr-defined]
+
+
+# As tensordict's, the base counts as a MutableMapping, so code that checks for one takes a
+# TensorDict where it takes a dict: ``module.load_state_dict(td.flatten_keys("."))``,
+# ``torch.testing.assert_close``, ``dict.update(td)``. Tensorclasses are not mappings.
+MutableMapping.register(TensorDictBase)
 
 
 class TensorDict(TensorDictBase):
