@@ -17,7 +17,7 @@ torch.Size([2, 3])
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
 import torch
@@ -87,10 +87,9 @@ class TensorDictBase(TensorCollection):
         return TensorDict.from_dict.__func__(cls._concrete(), *args, **kwargs)  # type: ignore[attr-defined]
 
 
-# As tensordict's, the base counts as a MutableMapping, so code that checks for one takes a
-# TensorDict where it takes a dict: ``module.load_state_dict(td.flatten_keys("."))``,
-# ``torch.testing.assert_close``, ``dict.update(td)``. Tensorclasses are not mappings.
-MutableMapping.register(TensorDictBase)
+# Unlike tensordict's, the base is not registered as a Mapping: a container iterates its
+# rows, so code that takes Mappings as dicts (torch's DataLoader ``default_convert`` with
+# ``batch_size=None``) would index it with its own rows and fail. Pass ``to_dict()``.
 
 
 class TensorDict(TensorDictBase):
