@@ -42,10 +42,9 @@ def compare(td: MixinBase, other: Any, op: Callable[..., Tensor]) -> Any:
     """``op`` (``torch.eq`` or ``torch.ne``) leaf by leaf; ``other`` is a container with
     the same keys, a mapping, or a scalar/tensor compared with every tensor leaf."""
     if is_coll(other) or isinstance(other, Mapping):
-        plain = not is_coll(other)  # a container's own entries, not its Mapping view
-        ostore = other._tensordict if not plain else other
+        ostore = other if isinstance(other, Mapping) else other._tensordict
         store = td._tensordict
-        if plain and None in ostore.values():
+        if isinstance(other, Mapping) and None in ostore.values():
             # A None value is no entry (a tensorclass field set to None has none).
             ostore = {k: v for k, v in ostore.items() if v is not None}
         if store.keys() != ostore.keys():
