@@ -76,7 +76,7 @@ def _encode(value: Any, path: tuple[str, ...], tensors: dict[tuple[str, ...], Te
     if isinstance(value, Tensor):
         tensors[path] = value.detach()
         return {"tensor": 1}
-    if isinstance(value, Mapping):
+    if isinstance(value, Mapping) and not getattr(type(value), "_is_tensor_collection", False):
         items: list[Any] = []
         seen: dict[str, Any] = {}
         for k, v in value.items():

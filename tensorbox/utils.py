@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-import torch  # noqa: F401  (the examples use it)
+import torch
 from torch import Tensor
 
 from tensorbox._core.future import TensorDictFuture
@@ -24,6 +24,7 @@ from tensorbox._tensorclass import is_tensorclass
 __all__ = [
     "NestedKey",
     "TensorDictFuture",
+    "convert_ellipsis_to_idx",
     "expand_as_right",
     "expand_right",
     "is_tensor_collection",
@@ -53,6 +54,45 @@ def strtobool(val: str) -> int:
     if low in _FALSE:
         return 0
     raise ValueError(f"strtobool: {val!r} is not a truth value; expected one of {_TRUE + _FALSE}")
+
+
+def convert_ellipsis_to_idx(idx: Any, batch_size: Sequence[int]) -> Any:
+    """``idx`` with its ``...`` written out as the ``slice(None)`` it stands for, for a
+    container (or tensor) of ``batch_size``: the same rows, no ellipsis. An index
+    without one is returned as given; two raise ``RuntimeError``, as in torch.
+
+    >>> convert_ellipsis_to_idx((0, ..., 1), [3, 4, 5])
+    (0, slice(None, None, None), 1)
+    >>> convert_ellipsis_to_idx(..., [2, 2])
+    (slice(None, None, None), slice(None, None, None))
+    """
+    if idx is Ellipsis:
+        return (slice(None),) * len(batch_size)
+    if not isinstance(idx, tuple):
+        return idx
+    found = [i for i, item in enumerate(idx) if item is Ellipsis]
+    if not found:
+        return idx
+    if len(found) > 1:
+        raise RuntimeError(f"index {idx!r} has {len(found)} ellipses; an index takes one at most")
+    used = sum(_dims_used(item) for item in idx)
+    fill = len(batch_size) - used
+    if fill < 0:
+        raise IndexError(
+            f"index {idx!r} uses {used} dims, but the batch size {list(batch_size)} has "
+            f"{len(batch_size)}"
+        )
+    at = found[0]
+    return (*idx[:at], *(slice(None),) * fill, *idx[at + 1 :])
+
+
+def _dims_used(item: Any) -> int:
+    """How many dims an index item consumes (``None`` adds one and uses none)."""
+    if item is None or item is Ellipsis or isinstance(item, bool):
+        return 0  # None and a Python bool add a dim, as torch indexes them
+    if isinstance(item, Tensor) and item.dtype == torch.bool:
+        return item.ndim  # a mask spans its own dims
+    return 1
 
 
 def unravel_key_list(keys: Sequence[NestedKey]) -> list[NestedKey]:

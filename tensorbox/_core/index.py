@@ -187,10 +187,10 @@ def setitem_batch(td: TensorCollection, index: Any, value: Any) -> None:
         _check_no_keys(index)
     index = normalize_index(index, len(td._batch_size))
     store: Mapping[str, Any] | None = None
-    if isinstance(value, Mapping):
+    if getattr(type(value), "_is_tensor_collection", False):
+        store = value._tensordict  # first: a TensorDict is a Mapping too
+    elif isinstance(value, Mapping):
         store = value
-    elif getattr(type(value), "_is_tensor_collection", False):
-        store = value._tensordict
     if store is not None:
         create_missing(td, store, index)  # keys `td` lacks: made whole, then written
         for k, v in store.items():

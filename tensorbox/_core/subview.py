@@ -176,7 +176,7 @@ class SubTensorDict(TensorDict):
                     f"with the batch size {tuple(self._batch_size)} of these rows"
                 )
             return torch.zeros((*full, *value.shape[nb:]), dtype=value.dtype, device=value.device)
-        if isinstance(value, Mapping):
+        if isinstance(value, Mapping) and not is_coll(value):
             value = TensorDict(dict(value), batch_size=self._batch_size, device=self._device)
         if is_coll(value):
             return _blank_tree(value, full, nb)

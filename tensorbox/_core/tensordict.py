@@ -87,6 +87,11 @@ class TensorDictBase(TensorCollection):
         return TensorDict.from_dict.__func__(cls._concrete(), *args, **kwargs)  # type: ignore[attr-defined]
 
 
+# Unlike tensordict's, the base is not registered as a Mapping: a container iterates its
+# rows, so code that takes Mappings as dicts (torch's DataLoader ``default_convert`` with
+# ``batch_size=None``) would index it with its own rows and fail. Pass ``to_dict()``.
+
+
 class TensorDict(TensorDictBase):
     """A dict of tensors (and nested TensorDicts) sharing leading batch dims.
 

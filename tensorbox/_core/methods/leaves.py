@@ -716,6 +716,31 @@ class LeafMethods(MixinBase):
             return self.apply(lambda t: torch.tensor(t.untyped_storage().data_ptr()), batch_size=[])
         return self.apply(lambda t: torch.tensor(t.data_ptr()), batch_size=[])
 
+    def param_count(self, *, count_duplicates: builtins.bool = True) -> builtins.int:
+        """The number of elements of every tensor leaf, summed (tensordict's name). With
+        ``count_duplicates=False`` a tensor held under several keys counts once (the same
+        tensor object; two views of one storage are two tensors).
+
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(3), b=torch.zeros(2, 3))
+        >>> td["c"] = td["a"]
+        >>> td.param_count(), td.param_count(count_duplicates=False)
+        (12, 9)
+        """
+        return sum(t.numel() for t in _counted_leaves(self, count_duplicates))
+
+    def bytes(self, *, count_duplicates: builtins.bool = False) -> builtins.int:
+        """The bytes of every tensor leaf, summed (tensordict's name); a tensor held under
+        several keys counts once unless ``count_duplicates``.
+
+        >>> from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(3), b=torch.zeros(2, dtype=torch.int64))
+        >>> td["c"] = td["a"]
+        >>> td.bytes(), td.bytes(count_duplicates=True)
+        (28, 40)
+        """
+        return sum(t.numel() * t.element_size() for t in _counted_leaves(self, count_duplicates))
+
 
 def _no_names(names: Any) -> None:
     if names is not None:
@@ -729,6 +754,13 @@ def _leaf_list(obj: Any, order: bool | Sequence[NestedKey] | None) -> list[Tenso
     elif order:
         keys = list(order)
     return [obj.get(k) for k in keys]
+
+
+def _counted_leaves(obj: Any, count_duplicates: bool) -> list[Tensor]:
+    leaves = [v for _, v in _leaf_items(obj)]
+    if count_duplicates:
+        return leaves
+    return list({id(t): t for t in leaves}.values())
 
 
 def _tolist(d: Any) -> Any:
