@@ -19,6 +19,7 @@ from tensorbox import tensorclass as _tensorclass_module  # noqa: F401
 from tensorbox._core import pytree as _pytree  # noqa: F401  (registers TensorDict with torch's pytree and collate)
 from tensorbox._core import subview as _subview  # noqa: F401  (registers td._get_sub_tensordict's view class)
 from tensorbox._core.functional import cat, stack
+from tensorbox._core.getdefault import get_defaults_to_none, set_get_defaults_to_none
 from tensorbox._core.jagged_pad import to_padded_tensor
 from tensorbox._core.keys import NestedKey, unravel_key
 from tensorbox._core.lazystack import LazyStackedTensorDict, lazy_stack
@@ -85,14 +86,18 @@ __all__ = [
     "from_parquet",
     "from_safetensors",
     "from_zarr",
+    "get_defaults_to_none",
     "get_printoptions",
+    "is_memmap_archive",
     "is_tensor_collection",
     "is_tensorclass",
     "lazy_stack",
     "merge_tensordicts",
     "pack",
+    "pack_memmap",
     "pad",
     "pad_sequence",
+    "set_get_defaults_to_none",
     "set_printoptions",
     "prefetch",
     "stack",
@@ -101,6 +106,7 @@ __all__ = [
     "to_padded_tensor",
     "to_safetensors",
     "unpack",
+    "unpack_memmap",
     "unravel_key",
 ]
 
@@ -112,6 +118,7 @@ if TYPE_CHECKING:
     from tensorbox._core.future import TensorDictFuture
     from tensorbox._redis import LazyStackedTensorDictStore, TensorDictStore
     from tensorbox._storage.archive.convert import pack, unpack
+    from tensorbox._storage.archive.tdnames import is_memmap_archive, pack_memmap, unpack_memmap
     from tensorbox._storage.remote_tree import prefetch
     from tensorbox.data import BatchLoader, ImageFolderData
     from tensorbox.interop import (
@@ -134,6 +141,9 @@ _LAZY = {
     "ImageFolderData": "data",
     "pack": "_storage.archive.convert",
     "unpack": "_storage.archive.convert",
+    "pack_memmap": "_storage.archive.tdnames",  # tensordict's names for the three
+    "unpack_memmap": "_storage.archive.tdnames",
+    "is_memmap_archive": "_storage.archive.tdnames",
     "prefetch": "_storage.remote_tree",  # trees behind URLs: their rows fetched ahead
     "TensorDictStore": "_redis",  # the redis client loads on first use only
     "LazyStackedTensorDictStore": "_redis",

@@ -14,8 +14,10 @@ from __future__ import annotations
 __all__ = [
     "BatchDimError",
     "BatchSizeError",
+    "FieldNameError",
     "FormatError",
     "IncompleteTreeError",
+    "TreeExistsError",
     "KeyCollisionError",
     "LockedError",
     "TensorboxError",
@@ -47,6 +49,23 @@ class BatchSizeError(TensorboxError, ValueError, RuntimeError):
     ...     td["x"] = torch.zeros(5)
     ... except RuntimeError as err:         # what tensordict raises
     ...     isinstance(err, BatchSizeError), isinstance(err, ValueError)
+    (True, True)
+    """
+
+
+class FieldNameError(TensorboxError, TypeError, AttributeError):
+    """A tensorclass field is named like a container member (``reshape``, ``apply``...).
+
+    Raised when the class is created. Also an ``AttributeError``: tensordict raises that
+    type for the same mistake.
+
+    >>> import torch; from tensorbox import TensorClass
+    >>> from tensorbox.errors import FieldNameError
+    >>> try:
+    ...     class Bad(TensorClass):
+    ...         reshape: torch.Tensor
+    ... except AttributeError as err:       # what tensordict raises
+    ...     isinstance(err, FieldNameError), isinstance(err, TypeError)
     (True, True)
     """
 
@@ -112,6 +131,22 @@ class LockedError(TensorboxError, RuntimeError):
     ... except LockedError:
     ...     "refused"
     'refused'
+    """
+
+
+class TreeExistsError(TensorboxError, FileExistsError, RuntimeError):
+    """A save with ``existsok=False`` found a saved tree at its path (a ``FileExistsError``,
+    and the ``RuntimeError`` tensordict raises).
+
+    >>> import tempfile, torch; from tensorbox import TensorDict
+    >>> from tensorbox.errors import TreeExistsError
+    >>> d = tempfile.mkdtemp()
+    >>> td = TensorDict(x=torch.zeros(2), batch_size=[2]).memmap(d)
+    >>> try:
+    ...     td.memmap(d, existsok=False)
+    ... except RuntimeError as err:
+    ...     isinstance(err, (TreeExistsError, FileExistsError))
+    True
     """
 
 

@@ -168,7 +168,9 @@ class LiveTree(RuleBasedStateMachine):
     @staticmethod
     def _state(td: TensorDict) -> dict[str, object]:
         out: dict[str, object] = {}
-        for k, v in td.items(include_nested=True, leaves_only=True):
+        for k, v in td.items(include_nested=True):  # tensors and text values, not levels
+            if isinstance(v, TensorDict):
+                continue
             key = "/".join(k) if isinstance(k, tuple) else k
             out[key] = v.clone() if isinstance(v, torch.Tensor) else td[k]
         return out

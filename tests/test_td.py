@@ -207,16 +207,18 @@ def test_keys_items_values(td: TensorDict) -> None:
         ("next", "done"),
         "name",
     ]
+    # leaves are the tensors, as in tensordict: the non-tensor "name" is a key, not a leaf
     assert td.keys(include_nested=True, leaves_only=True) == [
         "obs",
         "action",
         ("next", "reward"),
         ("next", "done"),
-        "name",
     ]
-    assert td.keys(leaves_only=True) == ["obs", "action", "name"]
+    assert td.keys(leaves_only=True) == ["obs", "action"]
     items = dict(td.items(include_nested=True, leaves_only=True))
-    assert items["name"] == "cartpole" and items["next", "done"].dtype == torch.bool
+    assert "name" not in items and items["next", "done"].dtype == torch.bool
+    assert dict(td.items(include_nested=True))["name"] == "cartpole"
+    assert td.keys(True, True, is_leaf=lambda cls: True)[-1] == "name"
     assert len(list(td.values())) == 4
     assert td.keys() == td._tensordict.keys()  # a live view, like dict.keys()
 
@@ -231,7 +233,7 @@ def test_select_exclude(td: TensorDict) -> None:
         td.select(("next", "zz"))
     assert td.select("obs", "zz", strict=False).keys(True) == ["obs"]
     e = td.exclude("obs", ("next", "reward"), "zz")
-    assert e.keys(True, True) == ["action", ("next", "done"), "name"]
+    assert e.keys(True) == ["action", "next", ("next", "done"), "name"]
     assert ("next", "reward") in td  # exclude does not touch the original
     td.exclude("obs", inplace=True)
     assert "obs" not in td

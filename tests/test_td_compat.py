@@ -51,7 +51,8 @@ def test_check_device_and_has_non_tensor() -> None:
 
 def test_values_list() -> None:
     td = _td()
-    assert len(td._values_list(True, True)) == 3
+    assert len(td._values_list(True, True)) == 2  # the tensor leaves
+    assert len(td._values_list(True, False)) == 4
     got = td._values_list(True, True, sorting_keys=[("n", "b"), "a"])
     assert got[0] is td["n", "b"] and got[1] is td["a"]
     with pytest.raises(KeyError, match="sorting_keys is not here"):

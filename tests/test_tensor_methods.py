@@ -242,7 +242,7 @@ def test_split_keys_options() -> None:
     part, _ = td.split_keys(["zz"], strict=False, default=torch.full((2,), 3.0))
     assert part["zz"].tolist() == [3.0, 3.0]
     renamed, rest = td.split_keys({("b", "c"): "c", "e": ("x", "e")})
-    assert list(renamed.keys(True, True)) == ["c", ("x", "e")] and renamed["x", "e"] == "text"
+    assert list(renamed.keys(True)) == ["c", "x", ("x", "e")] and renamed["x", "e"] == "text"
     assert list(rest.keys(True, True)) == ["a", ("b", "d")]
     p1, p2, rest = td.split_keys([("b", "c")], [("b", "d")], inplace=True)
     assert rest is td and sorted(td.keys()) == ["a", "e"]  # "b", emptied, is dropped

@@ -205,7 +205,7 @@ def test_storage_and_dunder_names_are_refused() -> None:
         type("Bad", (TensorClass,), {"__annotations__": {"__x__": int}})
 
 
-@pytest.mark.parametrize("default", [[], {}, torch.zeros(2), np.zeros(2)])
+@pytest.mark.parametrize("default", [[], {}, np.zeros(2)])
 def test_mutable_default_is_refused(default: object) -> None:
     with pytest.raises(ValueError, match=r"Bad.x: a \w+ default would be shared.*default_factory"):
         type("Bad", (TensorClass,), {"__annotations__": {"x": object}, "x": default})

@@ -98,7 +98,7 @@ class TensorCollection(
     _device: torch.device | None
     _locked: bool
     _prev_lock: bool
-    _lock_stack: list[bool]
+    _lock_stack: list[tuple[bool, bool]]
     #: (storage, layout) of a consolidated container (see _core/consolidate.py), or None
     _packed: tuple[Tensor, dict[str, Any]] | None
     #: (source, method, args): how a view's in-place changes write back to its source
@@ -192,8 +192,16 @@ class TensorCollection(
 
     @property
     def device(self) -> torch.device | None:
-        """The device every leaf lives on, or None when not fixed."""
+        """The device every leaf lives on, or None when not fixed (read-only, as in
+        tensordict: moving leaves is a copy, ``to(device)``)."""
         return self._device
+
+    @device.setter
+    def device(self, value: Any) -> None:
+        raise RuntimeError(
+            f"device cannot be set with {type(self).__name__}.device = {value!r}: moving the "
+            "leaves is a copy; use .to(device) for a moved copy, or clear_device_()"
+        )
 
     # ------------------------------------------------------------------ locking
 
@@ -242,13 +250,21 @@ class TensorCollection(
         stack = getattr(self, "_lock_stack", None)
         if stack is None:
             stack = self._lock_stack = []
-        stack.append(getattr(self, "_prev_lock", self._locked))
+        prev = getattr(self, "_prev_lock", None)
+        if prev is None:  # no lock_()/unlock_() just before: a view used as a context
+            stack.append((self._locked, False))
+        else:  # `with x.unlock_():` undoes that call only (tensordict's last-op rule)
+            del self._prev_lock
+            stack.append((prev, True))
         return self
 
     def __exit__(self, *exc: object) -> None:
         stack = getattr(self, "_lock_stack", None)
         if stack:
-            self._set_lock(stack.pop())
+            prev, lock_context = stack.pop()
+            self._set_lock(prev)
+            if lock_context:
+                return
         link = getattr(self, "_writeback", None)
         if link is not None and not exc[0]:  # a view used as a context: write it back
             source, op, args = link

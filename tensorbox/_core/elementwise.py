@@ -60,9 +60,12 @@ def compare(td: MixinBase, other: Any, op: Callable[..., Tensor]) -> Any:
             if type(v) is _NJT:  # row lengths, then values
                 out[k] = _jagged.compare(v, o, op)
             elif isinstance(v, Tensor):
-                out[k] = op(v, o)
+                out[k] = op(v, o) if type(o) is not _NTD else _tensor_vs_value(v, o, op)
             elif type(v) is _NTD:
-                out[k] = _compare_nontensor(td, v, o, op)
+                if isinstance(o, Tensor):
+                    out[k] = _tensor_vs_value(o, v, op)
+                else:
+                    out[k] = _compare_nontensor(td, v, o, op)
             else:
                 out[k] = compare(v, o, op)
         return td._new_unsafe(out, td._batch_size, td._device)
@@ -83,6 +86,18 @@ def _compare_nontensor(td: MixinBase, v: NonTensorData, o: Any, op: Any) -> Tens
     eq = np.array([_eq(x, y) for x, y in zip(a.reshape(-1), b.reshape(-1))], dtype=bool)
     res = torch.from_numpy(eq.reshape(tuple(bs)))
     return res if op is torch.eq else ~res
+
+
+def _tensor_vs_value(t: Tensor, v: NonTensorData, op: Callable[..., Tensor]) -> Tensor:
+    """A tensor leaf against the same key held as a value (``3`` saved from a tensor
+    ``tensor(3)``, as ``from_dict(td.to_dict())`` gives): compared as numbers, else unequal."""
+    if not v.stacked:
+        try:
+            return op(t, torch.as_tensor(v.value, device=t.device))
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    unequal = torch.zeros(t.shape, dtype=torch.bool, device=t.device)
+    return unequal if op is torch.eq else ~unequal
 
 
 def _eq(x: Any, y: Any) -> bool:

@@ -40,11 +40,12 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.functional import stack as dense_stack
+from tensorbox._core.getdefault import UNSET, missing_default
 from tensorbox._core.keys import NestedKey, format_key, unravel_key
 from tensorbox._core.methods.compat import LAZYSTACK
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.tensordict import TensorDict
-from tensorbox._core.tree import KEEP, is_coll
+from tensorbox._core.tree import KEEP, is_coll, keys_list
 from tensorbox.errors import BatchSizeError, LockedError
 
 __all__ = ["LazyStackedTensorDict", "lazy_stack"]
@@ -188,9 +189,10 @@ class LazyStackedTensorDict(TensorDict):
         values = [td._tensordict[key] for td in self._members]
         return _stack_values(values, self._stack_dim, self._members[0].batch_size, path)
 
-    def get(self, key: NestedKey, default: Any = None) -> Any:
+    def get(self, key: NestedKey, default: Any = UNSET) -> Any:
         """The members' values at ``key``, stacked (``RuntimeError`` when their shapes
         differ); a nested container comes back as a lazy stack."""
+        default = missing_default(default, KEEP)
         path = unravel_key(key)
         node: Any = self
         for i, part in enumerate(path):
@@ -256,7 +258,7 @@ class LazyStackedTensorDict(TensorDict):
         ``layout=torch.jagged`` stacks heterogeneous leaves as nested tensors instead."""
         if layout is not None:
             out = TensorDict(batch_size=self._batch_size, device=self._device)
-            for key in self._members[0].keys(True, True):
+            for key in keys_list(self._members[0], True, True):  # never drop a value
                 out.set(key, self.get_nestedtensor(key, layout=layout))
             return out
         try:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tensorbox._core.keys import NestedKey, unravel_key
-from tensorbox._core.tree import is_coll, new_plain
+from tensorbox._core.tree import is_coll, keys_list, new_plain
 
 __all__ = ["merge_tensordicts"]
 
@@ -43,7 +43,7 @@ def merge_tensordicts(
             raise TypeError(f"merge_tensordicts: argument {i} is a {type(td).__name__}")
     by_key: dict[tuple[str, ...], list[Any]] = {}
     for td in tensordicts:
-        for key in td.keys(True, True):
+        for key in keys_list(td, True, True):  # non-tensor values merge too
             by_key.setdefault(unravel_key(key), []).append(td.get(key))
     first = tensordicts[0]
     out = new_plain({}, first.batch_size, first.device)

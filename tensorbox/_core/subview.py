@@ -41,7 +41,7 @@ from tensorbox._core.methods.compat import SUBVIEW
 from tensorbox._core.nontensor import NonTensorData, cpu_index
 from tensorbox._core.shape import normalize_index
 from tensorbox._core.tensordict import TensorDict
-from tensorbox._core.tree import KEEP, is_coll, store_of
+from tensorbox._core.tree import KEEP, is_coll, keys_list, store_of
 from tensorbox.errors import BatchSizeError, LockedError
 
 __all__ = ["SubTensorDict"]
@@ -247,8 +247,8 @@ class SubTensorDict(TensorDict):
             if not is_coll(other):
                 other = TensorDict(dict(other), batch_size=self._batch_size)
             items: Any = [
-                (k, v)
-                for k, v in other.items(True, True)
+                (k, other.get(k))
+                for k in keys_list(other, True, True)  # non-tensor values too
                 if any(unravel_key(k)[: len(w)] == w for w in wanted)
             ]
         else:

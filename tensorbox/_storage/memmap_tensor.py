@@ -855,6 +855,8 @@ def shareable(t: Tensor) -> Tensor | FileRef:
     >>> restore(ref).shape, shareable(torch.zeros(2)).shape
     (torch.Size([3, 2]), torch.Size([2]))
     """
+    if getattr(type(t), "_tbx_by_reference", False):
+        return t  # a leaf whose bytes arrive on first use pickles itself by reference
     if t.device.type != "cpu" or t.dtype not in _DTYPE_OK:
         return t
     storage = t.untyped_storage()

@@ -39,7 +39,7 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
     "is_url",
     "check_mode",
     "read_many",
+    "read_streamed",
     "read_whole",
     "stamp",
     "describe",
@@ -341,12 +342,10 @@ def read_ranges(
     return read_many(fs, [(path, url, s, e) for s, e in ranges], gap, limit)
 
 
-def read_many(
-    fs: Any, ranges: Sequence[tuple[str, str, int, int]], gap: int = 1 << 20, limit: int = 1 << 62
-) -> list[bytes]:
-    """The bytes of each ``(path, url, start, end)``: ranges of one object closer than
-    ``gap`` read by one request, every request of the call in flight at once (fsspec's
-    ``cat_ranges``). A failed call is tried :data:`ATTEMPTS` times; an error names the URL."""
+def _groups(
+    ranges: Sequence[tuple[str, str, int, int]], gap: int, limit: int
+) -> list[tuple[str, str, int, int, list[int]]]:
+    """The requests that read ``ranges``: ``(path, url, start, end, members)``."""
     by_path: dict[str, list[int]] = {}
     for i, r in enumerate(ranges):
         by_path.setdefault(r[0], []).append(i)
@@ -357,6 +356,16 @@ def read_many(
             [(ranges[i][2], ranges[i][3]) for i in members], gap, limit
         ):
             groups.append((path, url, start, end, [members[j] for j in inner]))
+    return groups
+
+
+def read_many(
+    fs: Any, ranges: Sequence[tuple[str, str, int, int]], gap: int = 1 << 20, limit: int = 1 << 62
+) -> list[bytes]:
+    """The bytes of each ``(path, url, start, end)``: ranges of one object closer than
+    ``gap`` read by one request, every request of the call in flight at once (fsspec's
+    ``cat_ranges``). A failed call is tried :data:`ATTEMPTS` times; an error names the URL."""
+    groups = _groups(ranges, gap, limit)
     out: list[bytes] = [b""] * len(ranges)
     if not groups:
         return out
@@ -366,6 +375,44 @@ def read_many(
             s, e = ranges[i][2], ranges[i][3]
             out[i] = blob[s - start : e - start]
     return out
+
+
+def read_streamed(
+    fs: Any,
+    ranges: Sequence[tuple[str, str, int, int]],
+    gap: int,
+    limit: int,
+    lanes: int = 4,
+) -> Iterator[list[tuple[int, memoryview]]]:
+    """:func:`read_many`, its requests in ``lanes`` calls in flight together, each call's
+    ranges yielded as soon as that call is done (``(index in ranges, bytes)``): what
+    arrived first is written while the rest is still on its way."""
+    import concurrent.futures
+
+    groups = _groups(ranges, gap, limit)
+    if not groups:
+        return
+    lanes = max(1, min(lanes, len(groups)))
+    split = [groups[i::lanes] for i in range(lanes)]
+
+    def arrived(lane: list[tuple[str, str, int, int, list[int]]], blobs: list[bytes]) -> Any:
+        got: list[tuple[int, memoryview]] = []
+        for (_, _, start, _, members), blob in zip(lane, blobs, strict=True):
+            view = memoryview(blob)
+            for i in members:
+                got.append((i, view[ranges[i][2] - start : ranges[i][3] - start]))
+        return got
+
+    if lanes == 1:  # one call: no thread for it
+        yield arrived(split[0], _cat_ranges(fs, split[0]))
+        return
+    pool = concurrent.futures.ThreadPoolExecutor(lanes, thread_name_prefix="tensorbox-read")
+    try:
+        futures = {pool.submit(_cat_ranges, fs, lane): lane for lane in split}
+        for fut in concurrent.futures.as_completed(futures):
+            yield arrived(futures[fut], fut.result())
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _cat_ranges(fs: Any, groups: list[tuple[str, str, int, int, list[int]]]) -> list[bytes]:
@@ -492,6 +539,11 @@ def upload(tmp: str, url: str, storage_options: dict[str, Any] | None = None) ->
     try:
         try:
             fs.put_file(tmp, path)
+        except PermissionError as err:
+            raise PermissionError(
+                f"{url!r}: the upload was refused, nothing was written there: check the "
+                f"credentials ({err})"
+            ) from err
         except (OSError, ValueError) as err:
             raise OSError(f"{url!r}: the upload failed, nothing was written there ({err})") from err
         ident = identity(fs, path, url)

@@ -40,7 +40,7 @@ import struct
 import threading
 import weakref
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.utils._pytree as _pytree
@@ -53,7 +53,7 @@ from tensorbox._storage.memmap_tensor import MemoryMappedTensor, map_file
 from tensorbox._storage.store import ListedFiles, NodeFiles, Store, TensorEntry
 from tensorbox.errors import FormatError, IncompleteTreeError
 
-__all__ = ["RemoteTensor", "open_url", "prefetch"]
+__all__ = ["RemoteRef", "RemoteTensor", "open_url", "prefetch"]
 
 #: A part is whole rows and at least this many bytes.
 PART_BYTES = 4096
@@ -67,11 +67,16 @@ def gap() -> int:
     return int(os.environ.get("TENSORBOX_REMOTE_GAP", 256 << 10))
 
 
-#: One request reads at most this much (a whole leaf goes out as several).
-MAX_REQUEST = 16 << 20
+#: A fetch is split into about this many requests in flight together...
+REQUESTS = 4
+#: ... each reading at least this much (unless the fetch is smaller) ...
+MIN_REQUEST = 8 << 20
+#: ... and at most this much (a whole leaf goes out as several).
+MAX_REQUEST = 64 << 20
 #: Bytes in flight in one call, at most.
 WAVE = 256 << 20
 _TAIL = 128 << 10  # the end of an archive read at open: its end record and, usually, its index
+_HEAD = 16 << 10  # the start of an archive read with it: the root's meta.json, usually
 _SIDE = struct.Struct("<I")
 
 
@@ -126,6 +131,7 @@ class _Leaf:
         key: dict[str, Any] | None,
     ) -> None:
         self.store, self.name, self.obj, self.url, self.base = store, name, obj, url, base
+        self.entry = e
         self.dtype, self.shape, self.nbytes = e.dtype, e.shape, e.nbytes
         self.key = key
         rows = self.shape[0] if self.shape and self.shape[0] > 0 else 1
@@ -162,6 +168,11 @@ class _Leaf:
                     out.extend(m for m in range(out[-1] + 1, c) if not self.have[m])
                 out.append(c)
             want = out
+            if 2 * len(want) >= self.missing:
+                # Most of what is missing is wanted now: the rest comes with it (at most as
+                # many bytes again), instead of the stragglers costing a request each later
+                # (a whole epoch's dense read becomes a few large requests, not a long tail).
+                want = [c for c in range(self.count) if not self.have[c]]
         return want
 
     def span(self, c: int) -> tuple[int, int]:
@@ -192,10 +203,10 @@ class _Leaf:
                 return
             self._map(path)
         self.side_read += whole
-        for (c,) in _SIDE.iter_unpack(data[:whole]):
-            if c < self.count and not self.have[c]:
-                self.have[c] = 1
-                self.missing -= 1
+        got = torch.frombuffer(bytearray(data[:whole]), dtype=torch.int32).to(torch.int64)
+        have = torch.frombuffer(self.have, dtype=torch.uint8)  # a view: writes land in it
+        have[got[(got >= 0) & (got < self.count)]] = 1
+        self.missing = self.count - int(have.sum())
         self._finish()
 
     # -------- storage
@@ -236,35 +247,63 @@ class _Leaf:
         self.fd = fd
         self._map(path)
 
-    def fill(self, parts: dict[int, bytes]) -> None:
-        """Write arrived parts (whole: every byte of each) and record them."""
+    def write(self, runs: list[tuple[int, int, Any]]) -> list[int]:
+        """Write arrived runs of parts ``(first, stop, bytes)`` (every byte of each part),
+        one write per run, without recording them: the parts written, for :meth:`record`
+        once the fetch is known good. Unrecorded bytes are never served (nor trusted by
+        another process: the ``.have`` file says what is there)."""
         with self.lock:
             if self.storage is None:
                 self._open()
             elif self.fd is None and self.store.cache is not None and self.missing:
                 # mapped from what another process fetched: write into the same file
                 self.fd = os.open(self.store.cache.path_for(self.key or {}), os.O_RDWR)
-            if self.side is None and self.store.cache is not None and self.key is not None:
-                self.side = self.store.cache.path_for(self.key)[: -len(".bin")] + ".have"
-            new = [c for c in parts if not self.have[c]]
-            if self.fd is not None:
-                for c in new:
-                    os.pwrite(self.fd, parts[c], self.span(c)[0])
-                side = os.open(self.side or "", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-                try:
-                    os.write(side, b"".join(_SIDE.pack(c) for c in new))
-                finally:
-                    os.close(side)
-            else:
+            new: list[int] = []
+            if self.fd is None:
                 flat = torch.empty(0, dtype=torch.uint8).set_(self.storage)
                 view = memoryview(flat.numpy())  # type: ignore[arg-type]
-                for c in new:
-                    s, e = self.span(c)
-                    view[s:e] = parts[c]
+            for first, stop, data in runs:
+                data = memoryview(data)
+                fresh = [c for c in range(first, stop) if not self.have[c]]
+                new.extend(fresh)
+                at = self.span(first)[0]
+                pieces = (
+                    [(at, data)]
+                    if len(fresh) == stop - first
+                    else [
+                        (self.span(c)[0], data[self.span(c)[0] - at : self.span(c)[1] - at])
+                        for c in fresh
+                    ]
+                )
+                for off, piece in pieces:
+                    if self.fd is not None:
+                        while piece:  # pwrite may write less than asked (large pieces)
+                            done = os.pwrite(self.fd, piece, off)
+                            piece, off = piece[done:], off + done
+                    else:
+                        view[off : off + len(piece)] = piece
+            return new
+
+    def record(self, parts: list[int]) -> None:
+        """Parts written by :meth:`write` are good: record them (the ``.have`` file)."""
+        with self.lock:
+            new = sorted({c for c in parts if not self.have[c]})
+            if self.side is None and self.store.cache is not None and self.key is not None:
+                self.side = self.store.cache.path_for(self.key)[: -len(".bin")] + ".have"
+            if self.fd is not None and new:
+                side = os.open(self.side or "", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                try:
+                    os.write(side, struct.pack(f"<{len(new)}I", *new))
+                finally:
+                    os.close(side)
             for c in new:
                 self.have[c] = 1
-                self.missing -= 1
+            self.missing -= len(new)
             self._finish()
+
+    def fill(self, runs: list[tuple[int, int, Any]]) -> None:
+        """:meth:`write` then :meth:`record`."""
+        self.record(self.write(runs))
 
     def _finish(self) -> None:
         """Every part here: the tensors become plain mappings of the cache (or memory)."""
@@ -388,6 +427,11 @@ class _RemoteStore(Store):
     def _leaf(self, e: TensorEntry) -> _Leaf:
         raise NotImplementedError
 
+    def version(self, leaf: _Leaf) -> Any:
+        """What identifies the bytes ``leaf`` reads (the object's version), for a
+        reference that another process attaches to (:class:`RemoteRef`)."""
+        raise NotImplementedError
+
     def tensor(self, e: TensorEntry, mode: str) -> torch.Tensor:
         with self.lock:
             leaf = self.leaves.get(e.ident)
@@ -414,29 +458,42 @@ class _RemoteStore(Store):
 
     def fetch(self, todo: list[tuple[_Leaf, list[int]]]) -> None:
         """Read the parts ``todo`` names (and the local headers not checked yet), check
-        the objects did not change meanwhile, then write them where they are kept."""
+        the objects did not change meanwhile, then write them where they are kept.
+
+        Consecutive parts go out as one range, split into requests of :func:`request_size`
+        (a dense read of a whole tree: a few large requests in flight together)."""
         fs = self.src.fs
+        total = sum(
+            self._raw_size(leaf) if leaf.whole else sum(map(_size(leaf), parts))
+            for leaf, parts in todo
+        )
+        size = request_size(total)
         reqs: list[tuple[str, str, int, int]] = []
-        owners: list[tuple[_Leaf, int]] = []  # (leaf, part); part -1: its local header
+        owners: list[tuple[_Leaf, int, int]] = []  # (leaf, first, stop); first -1: the header
         for leaf, parts in todo:
             header = None if leaf.located else self._header(leaf)
             if header is not None:
                 reqs.append((leaf.obj, leaf.url, *header))
-                owners.append((leaf, -1))
-            for c in parts:
-                if leaf.whole:
+                owners.append((leaf, -1, -1))
+            if leaf.whole:
+                if parts:
                     reqs.append((leaf.obj, leaf.url, leaf.base, leaf.base + self._raw_size(leaf)))
-                else:
-                    s, e = leaf.span(c)
-                    reqs.append((leaf.obj, leaf.url, leaf.base + s, leaf.base + e))
-                owners.append((leaf, c))
+                    owners.append((leaf, 0, 1))
+                continue
+            per = max(1, size // max(leaf.part, 1))  # parts in one request, at most
+            for first, stop in _runs(sorted(parts), per):
+                reqs.append(
+                    (leaf.obj, leaf.url, leaf.base + leaf.span(first)[0],
+                     leaf.base + leaf.span(stop - 1)[1])
+                )  # fmt: skip
+                owners.append((leaf, first, stop))
         at = 0
         while at < len(reqs):  # waves: a whole tree is not held in memory at once
-            end, size = at, 0
-            while end < len(reqs) and (end == at or size + reqs[end][3] - reqs[end][2] <= WAVE):
-                size += reqs[end][3] - reqs[end][2]
+            end, got = at, 0
+            while end < len(reqs) and (end == at or got + reqs[end][3] - reqs[end][2] <= WAVE):
+                got += reqs[end][3] - reqs[end][2]
                 end += 1
-            self._wave(fs, reqs[at:end], owners[at:end])
+            self._wave(fs, reqs[at:end], owners[at:end], size)
             at = end
 
     def _raw_size(self, leaf: _Leaf) -> int:
@@ -447,35 +504,87 @@ class _RemoteStore(Store):
         return None
 
     def _wave(
-        self, fs: Any, reqs: list[tuple[str, str, int, int]], owners: list[tuple[_Leaf, int]]
+        self,
+        fs: Any,
+        reqs: list[tuple[str, str, int, int]],
+        owners: list[tuple[_Leaf, int, int]],
+        size: int,
     ) -> None:
+        """Read ``reqs``, writing each run as its request arrives (while the others are on
+        their way); once all arrived and the objects are known unchanged, record them."""
+        headers = {id(leaf) for leaf, first, _ in owners if first == -1}
+        moved: set[int] = set()
+        written: dict[int, tuple[_Leaf, list[int]]] = {}
+        waiting: list[tuple[int, Any]] = []  # runs of leaves whose header has not come
+
+        def take(got: list[tuple[int, Any]]) -> None:
+            for i, blob in sorted(got, key=lambda x: owners[x[0]][1] != -1):  # headers first
+                leaf, first, stop = owners[i]
+                if first == -1:
+                    headers.discard(id(leaf))
+                    if not self._locate(leaf, bytes(blob)):
+                        moved.add(id(leaf))
+                elif id(leaf) in headers:
+                    waiting.append((i, blob))
+                elif id(leaf) not in moved:
+                    data = self._decode(leaf, bytes(blob)) if leaf.whole else blob
+                    new = leaf.write([(first, stop, data)])
+                    written.setdefault(id(leaf), (leaf, []))[1].extend(new)
+
         local = [self._have(r) for r in reqs]
+        take([(i, b) for i, b in enumerate(local) if b is not None])
         far = [i for i, b in enumerate(local) if b is None]
-        blobs: list[bytes] = [b or b"" for b in local]
-        if far:
-            for i, blob in zip(far, _remote.read_many(fs, [reqs[i] for i in far], 0, MAX_REQUEST)):
-                blobs[i] = blob
+        for got in _remote.read_streamed(fs, [reqs[i] for i in far], 0, size, REQUESTS):
+            take([(far[j], blob) for j, blob in got])
+        rest, waiting[:] = list(waiting), []
+        take(rest)
         leaves = list({id(owners[i][0]): owners[i][0] for i in far}.values())
         if leaves:
             self._unchanged(leaves)
-        moved: set[int] = set()
-        for (leaf, c), blob in zip(owners, blobs, strict=True):
-            if c == -1 and not self._locate(leaf, blob):
-                moved.add(id(leaf))
-        got: dict[int, tuple[_Leaf, dict[int, bytes]]] = {}
-        for (leaf, c), blob in zip(owners, blobs, strict=True):
-            if c >= 0 and id(leaf) not in moved:
-                data = self._decode(leaf, blob) if leaf.whole else blob
-                got.setdefault(id(leaf), (leaf, {}))[1][c] = data
-        for leaf, parts in got.values():
-            leaf.fill(parts)
+        for leaf, parts in written.values():
+            leaf.record(parts)
         again = [
-            (leaf, sorted({c for lf, c in owners if lf is leaf and c >= 0}))
-            for leaf in leaves
+            (
+                leaf,
+                sorted({c for lf, a, z in owners if lf is leaf and a >= 0 for c in range(a, z)}),
+            )
+            for leaf in {id(lf): lf for lf, _, _ in owners}.values()
             if id(leaf) in moved
         ]
         if again:  # the data sits elsewhere than guessed (a data descriptor, padding)
             self.fetch(again)
+
+
+def _size(leaf: _Leaf) -> Any:
+    return lambda c: leaf.span(c)[1] - leaf.span(c)[0]
+
+
+def _runs(parts: list[int], most: int) -> list[tuple[int, int]]:
+    """Sorted part numbers as runs ``(first, stop)`` of consecutive ones, ``most`` at most.
+
+    >>> _runs([0, 1, 2, 5, 6, 9], 2)
+    [(0, 2), (2, 3), (5, 7), (9, 10)]
+    """
+    out: list[tuple[int, int]] = []
+    for c in parts:
+        if out and out[-1][1] == c and c - out[-1][0] < most:
+            out[-1] = (out[-1][0], c + 1)
+        else:
+            out.append((c, c + 1))
+    return out
+
+
+def request_size(total: int) -> int:
+    """Bytes one request reads at most, for a fetch of ``total`` bytes: the fetch split
+    into about :data:`REQUESTS` requests in flight together, each between
+    :data:`MIN_REQUEST` and :data:`MAX_REQUEST` bytes. Each request has a fixed cost
+    (a round trip, and on some servers work in proportion to the object's size), so a
+    dense read goes out as a few large requests rather than many small ones.
+
+    >>> request_size(96 << 20) >> 20, request_size(1 << 20) >> 20, request_size(1 << 40) >> 20
+    (24, 8, 64)
+    """
+    return min(MAX_REQUEST, max(MIN_REQUEST, -(-total // REQUESTS)))
 
 
 # ---------------------------------------------------------------- archives
@@ -520,10 +629,17 @@ class RemoteArchiveStore(_RemoteStore):
 
     checksummed = True
 
-    def __init__(self, src: _Source, cache: _remote.RangeCache | None) -> None:
+    def __init__(
+        self, src: _Source, cache: _remote.RangeCache | None, info: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(src, cache)
         fs, path, url = src.fs, src.path, src.url
-        self.ident = _remote.identity(fs, path, url)
+        # the description open_url just read, else a fresh one
+        self.ident = (
+            {"url": url, **_remote.stamp(info)}
+            if info is not None
+            else _remote.identity(fs, path, url)
+        )
         size = int(self.ident["size"] or 0)
         self.buf = _Sparse(self, size)
         key = {"object": self.ident, "part": "index"}
@@ -531,7 +647,14 @@ class RemoteArchiveStore(_RemoteStore):
             if size < 22:
                 raise FormatError(f"{url}: {size} bytes, too short for a zip archive")
             tail = max(0, size - _TAIL)
-            self.buf.add(tail, _remote.read_many(fs, [(path, url, tail, size)])[0])
+            # The head too, in the same call (in flight together): the root's meta.json is
+            # the archive's first entry, so a one-node tree opens in one round trip.
+            head = min(_HEAD, tail)
+            wanted = [(path, url, tail, size)] + ([(path, url, 0, head)] if head else [])
+            got = _remote.read_many(fs, wanted, 0)
+            self.buf.add(tail, got[0])
+            if head:
+                self.buf.add(0, got[1])
             self.index = _zip.read_index(self.buf, url)
             metas = [
                 ze
@@ -614,6 +737,9 @@ class RemoteArchiveStore(_RemoteStore):
 
     def _raw_size(self, leaf: _Leaf) -> int:
         return int(self.index.entries[leaf.name].csize)
+
+    def version(self, leaf: _Leaf) -> Any:
+        return self.ident
 
     def _have(self, req: tuple[str, str, int, int]) -> bytes | None:
         return self.buf.covered(req[2], req[3])
@@ -771,6 +897,9 @@ class RemoteFolderStore(_RemoteStore):
             key = {"file": self.src.url_of(name), **self.stamps[name], "gen": e.gen}
         return _Leaf(self, name, self.src.path_of(name), self.src.url_of(name), 0, e, key)
 
+    def version(self, leaf: _Leaf) -> Any:
+        return self.stamps.get(leaf.name)  # None: not listed, its identity not read yet
+
     def fetch(self, todo: list[tuple[_Leaf, list[int]]]) -> None:
         for leaf, _ in todo:
             if leaf.key is None:  # not listed: the object's identity now, before its bytes
@@ -912,9 +1041,78 @@ class RemoteTensor(MemoryMappedTensor):
         with torch._C.DisableTorchFunctionSubclass():
             return func(*args, **kwargs)
 
+    #: pickled by reference (:class:`RemoteRef`), never fetched for it
+    _tbx_by_reference = True
+
     def __reduce_ex__(self, protocol: Any) -> Any:
-        ensure([(self._tbx_leaf, None)])  # whole now: pickled as a mapping of the cache
-        return self.__reduce_ex__(protocol)
+        from tensorbox._core.pickling import in_torch_save
+
+        if in_torch_save():  # a file written by torch.save holds the bytes themselves
+            ensure([(self._tbx_leaf, None)])  # whole now: a mapping of the cache
+            return self.__reduce_ex__(protocol)
+        return (_attach, (_reference(self._tbx_leaf),))
+
+
+class RemoteRef(NamedTuple):
+    """A leaf behind a URL, by reference: what a process needs to read it lazily on its
+    own (a spawned DataLoader worker, a process on another machine).
+
+    It carries the ``storage_options`` the tree was opened with, as fsspec's own
+    filesystems do when pickled: credentials passed there travel with the pickle. Pass
+    them through the environment instead (``AWS_*``...) to keep them out of pickles;
+    each process then reads its own. The receiving process uses its own cache
+    (``$TENSORBOX_CACHE``): on one machine, the same folder, shared.
+    """
+
+    url: str
+    storage_options: dict[str, Any] | None
+    cache: bool
+    entry: TensorEntry
+    version: Any  # the object's identity when the reference was made (see _attach)
+
+
+def _reference(leaf: _Leaf) -> RemoteRef:
+    store = leaf.store
+    return RemoteRef(
+        store.src.url, store.src.options, store.cache is not None, leaf.entry, store.version(leaf)
+    )
+
+
+#: Stores opened in this process, by URL and options: references to one tree share its
+#: leaves (and what arrived of them) instead of opening it once per leaf.
+_opened: weakref.WeakValueDictionary[str, _RemoteStore] = weakref.WeakValueDictionary()
+_opened_lock = threading.RLock()  # _attach holds it around open_url, which takes it too
+
+
+def _opened_key(url: str, options: dict[str, Any] | None, cache: bool) -> str:
+    return json.dumps([os.getpid(), url, options, cache], sort_keys=True, default=repr)
+
+
+def _attach(ref: RemoteRef) -> torch.Tensor:
+    """The leaf ``ref`` names, attached lazily in this process: its tree opened once
+    (its description only), nothing of the leaf fetched. A tree replaced since the
+    reference was made is an ``OSError`` naming the URL, never the new bytes."""
+    key = _opened_key(ref.url, ref.storage_options, ref.cache)
+    with _opened_lock:
+        store = _opened.get(key)
+        if store is not None and not _same(store, ref):
+            store = None  # opened before a replacement: open the tree as it is now
+        if store is None:
+            store = open_url(ref.url, ref.storage_options, ref.cache)
+    t = store.tensor(ref.entry, "r")
+    if not _same(store, ref):
+        raise OSError(
+            f"{ref.url!r}: the tree was replaced since this reference to "
+            f"{ref.entry.path} was made: open it again to read the new tree"
+        )
+    return t
+
+
+def _same(store: _RemoteStore, ref: RemoteRef) -> bool:
+    if isinstance(store, RemoteArchiveStore):
+        return bool(store.ident == ref.version)
+    now = store.stamps.get(str(ref.entry.ident)) if isinstance(store, RemoteFolderStore) else None
+    return ref.version is None or now is None or now == ref.version
 
 
 # ---------------------------------------------------------------- the public side
@@ -927,9 +1125,14 @@ def open_url(
     src = _Source(url, storage_options)
     kept = _remote.default_cache() if cache else None
     info = _remote.describe(src.fs, src.path, url)
+    store: _RemoteStore
     if info.get("type") == "directory":
-        return RemoteFolderStore(src, kept)
-    return RemoteArchiveStore(src, kept)
+        store = RemoteFolderStore(src, kept)
+    else:
+        store = RemoteArchiveStore(src, kept, info)
+    with _opened_lock:
+        _opened[_opened_key(url, storage_options, cache)] = store
+    return store
 
 
 def _wanted(data: Any, rows: Any) -> list[tuple[_Leaf, torch.Tensor | None]]:

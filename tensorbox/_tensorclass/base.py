@@ -31,7 +31,8 @@ import torch
 
 from tensorbox._core.container import TensorCollection
 from tensorbox._core.methods.keys import KeyMethods
-from tensorbox._tensorclass.build import build_class, check_casting, set_field
+from tensorbox._tensorclass.build import build_class, check_casting, put, set_field
+from tensorbox._tensorclass.compat import from_tensordict_lenient
 from tensorbox._tensorclass.fields import MISSING, Field, field
 from tensorbox.errors import TensorDictKeyError
 
@@ -115,6 +116,15 @@ class TensorClass(TensorCollection, metaclass=_Meta):
     __tc_tensor_only__: ClassVar[bool] = False
     #: fields whose values become tensors (a tensor_only class's tensor fields)
     __tc_cast__: ClassVar[frozenset[str]] = frozenset()
+    #: autocast: fields whose values are cast even when they are tensors
+    __tc_put_only__: ClassVar[frozenset[str]] = frozenset()
+    __tc_casting__: ClassVar[str | None] = None
+    #: frozen or put_only fields: ``__setattr__`` takes its slow path
+    __tc_guarded__: ClassVar[bool] = False
+    #: tensordict's class flags: the options the class was built with
+    _autocast: ClassVar[bool] = False
+    _nocast: ClassVar[bool] = False
+    _frozen: ClassVar[bool] = False
 
     if TYPE_CHECKING:
         # Seen by type checkers as keyword-only fields, so the synthesized
@@ -140,6 +150,8 @@ class TensorClass(TensorCollection, metaclass=_Meta):
             "kw_only": kw_only,
             "shadow": shadow,
             "tensor_only": tensor_only,
+            "autocast": autocast,
+            "nocast": nocast,
         }
         build_class(cls, TensorClass, options)
 
@@ -149,9 +161,8 @@ class TensorClass(TensorCollection, metaclass=_Meta):
     def __class_getitem__(cls, options: str | tuple[str, ...]) -> Any:
         """``class X(TensorClass["frozen"])``: tensordict's spelling of the class options.
 
-        ``"frozen"``, ``"shadow"`` and ``"tensor_only"`` set those options;
-        ``"nocast"``/``"autocast"`` are accepted and change nothing (values are never cast
-        to the annotation here).
+        ``"frozen"``, ``"shadow"``, ``"tensor_only"``, ``"autocast"`` and ``"nocast"`` set
+        those options (see ``tensorbox._tensorclass.casting`` for the last two).
         """
         names = (options,) if isinstance(options, str) else options
         if not isinstance(names, tuple) or not all(isinstance(n, str) for n in names):
@@ -165,7 +176,7 @@ class TensorClass(TensorCollection, metaclass=_Meta):
         check_casting(
             cls.__qualname__, "tensor_only" in names, "autocast" in names, "nocast" in names
         )
-        flags = tuple(sorted(n for n in names if n in ("frozen", "shadow", "tensor_only")))
+        flags = tuple(sorted(n for n in names if n in _OPTIONS))
         if not flags:
             return cls
         base = _OPTION_BASES.get(flags)
@@ -239,6 +250,15 @@ class TensorClass(TensorCollection, metaclass=_Meta):
         return out
 
     @classmethod
+    def _from_tensordict(
+        cls, tensordict: Any, non_tensordict: Mapping[str, Any] | None = None, safe: bool = True
+    ) -> Self:
+        """tensordict's private builder that torchrl calls: ``from_tensordict`` where a
+        field the container lacks reads None (``tensorbox._tensorclass.compat``)."""
+        out: Self = from_tensordict_lenient(cls, tensordict, non_tensordict, safe)
+        return out
+
+    @classmethod
     def from_dict(
         cls,
         source: Mapping[str, Any],
@@ -303,21 +323,29 @@ class TensorClass(TensorCollection, metaclass=_Meta):
                 f"{cls.__name__} has no field {key!r} "
                 f"(fields: {[f.name for f in cls.__tc_fields__]!r})"
             )
-        if cls.__tc_frozen__:
-            raise dataclasses.FrozenInstanceError(
-                f"cannot assign to field {key!r} of frozen {cls.__name__}; "
-                f"use .replace({key}=...) for a changed copy"
-            )
+        if cls.__tc_guarded__:  # one test for the rare cases: frozen, autocast
+            if cls.__tc_frozen__:
+                raise dataclasses.FrozenInstanceError(
+                    f"cannot assign to field {key!r} of frozen {cls.__name__}; "
+                    f"use .replace({key}=...) for a changed copy"
+                )
+            if key in cls.__tc_put_only__:
+                put(cls, self, key, value)  # autocast: even a tensor is cast
+                return
         set_field(self, key, value)
 
     def __setattr__(self, name: str, value: Any) -> None:
         cls = type(self)
         if name in cls.__tc_names__:
-            if cls.__tc_frozen__:
-                raise dataclasses.FrozenInstanceError(
-                    f"cannot assign to field {name!r} of frozen {cls.__name__}; "
-                    f"use .replace({name}=...) for a changed copy"
-                )
+            if cls.__tc_guarded__:  # one test for the rare cases: frozen, autocast
+                if cls.__tc_frozen__:
+                    raise dataclasses.FrozenInstanceError(
+                        f"cannot assign to field {name!r} of frozen {cls.__name__}; "
+                        f"use .replace({name}=...) for a changed copy"
+                    )
+                if name in cls.__tc_put_only__:
+                    put(cls, self, name, value)  # autocast: even a tensor is cast
+                    return
             set_field(self, name, value)
             return
         if name in _STORAGE or hasattr(type(getattr(cls, name, None)), "__set__"):

@@ -38,6 +38,7 @@ from tensorbox._core.nontensor import NonTensorData, read
 from tensorbox._core.shape import as_batch_size
 from tensorbox._core.tree import CLASS_REGISTRY
 from tensorbox._core.unbatched import UnbatchedTensor
+from tensorbox._tensorclass.casting import autocast_value, nocast_value, set_casting
 from tensorbox._tensorclass.fields import (
     MISSING,
     Field,
@@ -76,7 +77,12 @@ def put(cls: type, obj: Any, name: str, value: Any) -> None:
         obj._write(obj._tensordict.pop, name, None)  # on a saved tree, committed at once
         return
     bs = obj._batch_size
-    spec = cls.__tc_simple__.get(name)  # type: ignore[attr-defined]
+    casting = cls.__tc_casting__  # type: ignore[attr-defined]
+    if casting == "nocast":
+        value = nocast_value(value)
+    elif casting == "autocast":
+        value = autocast_value(cls, obj, name, value)
+    spec = cls.__tc_simple__.get(name) if casting is None else None  # type: ignore[attr-defined]
     if spec is not None:
         value = check_simple(cls, name, value, spec, bs)
     if name in cls.__tc_cast__:  # type: ignore[attr-defined]
@@ -95,7 +101,7 @@ def put(cls: type, obj: Any, name: str, value: Any) -> None:
                 f"batch_size {tuple(bs)}; every field's leading dims are the batch dims"
             )
     elif isinstance(value, Mapping) and not _holds_tensor(value):
-        value = NonTensorData(dict(value))
+        value = NonTensorData(value)  # kept as given (the same object), as any other value
     elif not isinstance(value, (Mapping, NonTensorData)) and not _tensor_annotation(
         cls.__dataclass_fields__[name].type  # type: ignore[attr-defined]
     ):
@@ -146,8 +152,13 @@ def _no_names(names: Any) -> None:
     raise TypeError(f"names={names!r}: tensorbox has no named batch dims; drop the argument")
 
 
-def _make_init(cls: type, flds: tuple[Field[Any], ...]) -> Callable[..., Any]:
-    """Source of ``__init__``: fields (positional, then keyword-only), batch_size, device."""
+def _make_init(
+    cls: type, flds: tuple[Field[Any], ...], custom_setattr: bool = False
+) -> Callable[..., Any]:
+    """Source of ``__init__``: fields (positional, then keyword-only), batch_size, device.
+
+    A class with its own ``__setattr__`` gets every field through it, as a dataclass does.
+    """
     g: dict[str, Any] = {
         "__tc_MISSING": MISSING,
         "__tc_as_bs": as_batch_size,
@@ -197,8 +208,15 @@ def _make_init(cls: type, flds: tuple[Field[Any], ...]) -> Callable[..., Any]:
         "    __tc_osa(__tc_self, '_locked', False)",
         "    __tc_n = len(__tc_bs)",
     ]
+    put_only: frozenset[str] = getattr(cls, "__tc_put_only__", frozenset())
     for f in flds:
         n = f.name
+        if custom_setattr:
+            body.append(f"    __tc_self.{n} = {n}")
+            continue
+        if n in put_only:  # autocast to a non-tensor type: even a tensor is cast
+            body.append(f"    __tc_put(__tc_cls, __tc_self, {n!r}, {n})")
+            continue
         # The common case inline: a plain tensor whose leading dims fit.
         body.append(
             f"    if type({n}) is __tc_Tensor and {n}.shape[:__tc_n] == __tc_bs and "
@@ -208,6 +226,8 @@ def _make_init(cls: type, flds: tuple[Field[Any], ...]) -> Callable[..., Any]:
     # ``__tc_self``, not ``self``: a field may be called ``self``.
     if getattr(cls, "__post_init__", None) is not None:
         body.append("    __tc_self.__post_init__()")
+    if cls.__dict__.get("_frozen"):  # as in tensordict, a frozen instance is locked
+        body.append("    __tc_self.lock_()")
     tail = ["batch_size=None", "device=None"] + ([] if has_names else ["names=None"])
     params = ", ".join(["__tc_self", *pos, "*", *kw, *tail])
     src = f"def __init__({params}):\n" + "\n".join(body) + "\n"
@@ -248,9 +268,12 @@ def build_class(cls: type, base: type, options: dict[str, Any]) -> None:
     if shadow:
         reserved = {k: v for k, v in reserved.items() if k not in shadowable_names()}
     flds = collect_fields(cls, bool(kw_only), reserved)
+    set_casting(cls, flds, options)
     for f in flds:
         setattr(cls, f.name, _make_property(cls.__name__, f.name))
-    init: Any = _make_init(cls, flds)
+    custom_setattr = cls.__setattr__ is not base.__setattr__ and not frozen
+    cls._frozen = bool(frozen)  # type: ignore[attr-defined]
+    init: Any = _make_init(cls, flds, custom_setattr)
     init.__tc_generated__ = True
     cls.__init__ = init  # type: ignore[misc]
     cls.__tc_fields__ = flds  # type: ignore[attr-defined]
@@ -261,6 +284,9 @@ def build_class(cls: type, base: type, options: dict[str, Any]) -> None:
         f.name: spec for f in flds if (spec := simple_spec(f)) is not None
     }
     cls.__tc_frozen__ = bool(frozen)  # type: ignore[attr-defined]
+    cls.__tc_guarded__ = bool(frozen) or bool(cls.__tc_put_only__)  # type: ignore[attr-defined]
+    if frozen and "__hash__" not in cls.__dict__:
+        cls.__hash__ = object.__hash__  # type: ignore[assignment]  # frozen: usable as a key
     cls.__tc_shadow__ = bool(shadow)  # type: ignore[attr-defined]
     cls.__tc_tensor_only__ = bool(tensor_only)  # type: ignore[attr-defined]
     cls.__tc_cast__ = tensor_fields(cls, flds) if tensor_only else frozenset()  # type: ignore[attr-defined]

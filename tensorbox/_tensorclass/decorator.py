@@ -108,9 +108,10 @@ def tensorclass(
         tensor_only: every field holds tensors or containers (refused at class creation
             otherwise); values of tensor fields are converted with ``torch.as_tensor``
             (see ``tensorbox._tensorclass.tensor_only``).
-        autocast, nocast: tensordict's casting switches, accepted so its code runs; values
-            are never cast to the annotation here (a simply annotated field refuses a value
-            of another type instead, see ``tensorbox._tensorclass.simple``).
+        autocast: cast every value set to a field to the field's annotation (tensordict's
+            switch; see ``tensorbox._tensorclass.casting``).
+        nocast: store every value as given (numbers and numpy arrays are not made
+            tensors, simple annotations are not checked).
 
     >>> import torch
     >>> @tensorclass(frozen=True)
@@ -126,15 +127,28 @@ def tensorclass(
     check_casting("@tensorclass", tensor_only, autocast, nocast)
 
     def wrap(c: Any) -> Any:
+        casts = {"autocast": autocast or None, "nocast": nocast or None}
         return _make(
-            c, frozen=frozen, kw_only=kw_only, shadow=shadow, tensor_only=tensor_only or None
+            c,
+            frozen=frozen,
+            kw_only=kw_only,
+            shadow=shadow,
+            tensor_only=tensor_only or None,
+            **casts,
         )
 
     return wrap if cls is None else wrap(cls)
 
 
 def _make(
-    cls: type, *, frozen: bool, kw_only: bool, shadow: bool, tensor_only: bool | None
+    cls: type,
+    *,
+    frozen: bool,
+    kw_only: bool,
+    shadow: bool,
+    tensor_only: bool | None,
+    autocast: bool | None = None,
+    nocast: bool | None = None,
 ) -> type:
     if not isinstance(cls, type):
         raise TypeError(f"@tensorclass decorates a class, got {cls!r}")
@@ -142,7 +156,8 @@ def _make(
         # Already built by TensorClass.__init_subclass__ (it subclasses a tensorclass):
         # rebuild in place with these options.
         options = {"frozen": frozen, "kw_only": kw_only, "shadow": shadow}
-        build_class(cls, TensorClass, {**options, "tensor_only": tensor_only})
+        casts = {"autocast": autocast, "nocast": nocast}
+        build_class(cls, TensorClass, {**options, "tensor_only": tensor_only, **casts})
         return cls
     if "__dataclass_fields__" in cls.__dict__:
         raise TypeError(
@@ -157,7 +172,14 @@ def _make(
     new = types.new_class(
         cls.__name__,
         bases,
-        {"frozen": frozen, "kw_only": kw_only, "shadow": shadow, "tensor_only": tensor_only},
+        {
+            "frozen": frozen,
+            "kw_only": kw_only,
+            "shadow": shadow,
+            "tensor_only": tensor_only,
+            "autocast": autocast,
+            "nocast": nocast,
+        },
         lambda body: body.update(ns),
     )
     _rebind_class_cells(new, cls)

@@ -29,6 +29,8 @@ from typing import Any, ClassVar, TypeVar, get_origin, overload
 import numpy as np
 from torch import Tensor
 
+from tensorbox.errors import FieldNameError
+
 __all__ = [
     "FIELD_MAY_HIDE",
     "MISSING",
@@ -83,8 +85,9 @@ def field(
 ) -> Any:
     """Declare a field's default, as ``dataclasses.field`` (which is accepted too).
 
-    ``default_factory`` is called once per construction: use it for tensors and
-    lists, which would otherwise be shared by every instance.
+    ``default_factory`` is called once per construction: use it for lists, dicts and
+    arrays, which would otherwise be shared by every instance (they are refused as a
+    ``default``). A tensor or container ``default`` is copied for each instance.
 
     >>> import torch
     >>> from tensorbox import TensorClass, field
@@ -192,7 +195,7 @@ def _own_fields(cls: type, reserved: Mapping[str, str]) -> list[Field[Any]]:
                 if fname in shadowable_names()
                 else ""
             )
-            raise TypeError(
+            raise FieldNameError(
                 f"{name}: field {fname!r} clashes with the {reserved[fname]} "
                 f"TensorClass.{fname}; a field must not hide a container member. "
                 f"Rename it (for example {fname + '_'!r}){hint}"
@@ -207,6 +210,13 @@ def _own_fields(cls: type, reserved: Mapping[str, str]) -> list[Field[Any]]:
             )
         else:
             spec = dataclasses.field(default=value)
+        if isinstance(spec.default, Tensor) or getattr(
+            type(spec.default), "_is_tensor_collection", False
+        ):
+            # tensordict accepts a tensor default; each instance gets its own copy, so an
+            # in-place write to one instance's field never reaches the others.
+            spec.default_factory = _copy_of(spec.default)
+            spec.default = MISSING
         _check_default(name, fname, spec.default)
         if spec.kw_only is MISSING:
             spec.kw_only = kw_only_from_here or None  # type: ignore[assignment]  # None: the class option decides
@@ -217,12 +227,18 @@ def _own_fields(cls: type, reserved: Mapping[str, str]) -> list[Field[Any]]:
     return out
 
 
+def _copy_of(default: Any) -> Callable[[], Any]:
+    def factory() -> Any:
+        return default.clone()
+
+    factory.__qualname__ = factory.__name__ = "copy_of_the_default"
+    return factory
+
+
 def _check_default(cls_name: str, fname: str, default: Any) -> None:
     if default is MISSING:
         return
-    if isinstance(default, (list, dict, set, Tensor, np.ndarray)) or getattr(
-        type(default), "_is_tensor_collection", False
-    ):
+    if isinstance(default, (list, dict, set, np.ndarray)):
         raise ValueError(
             f"{cls_name}.{fname}: a {type(default).__name__} default would be shared by "
             f"every instance; use field(default_factory=...) instead, e.g. "

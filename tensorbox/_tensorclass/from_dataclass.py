@@ -48,7 +48,7 @@ def from_dataclass(
     """A tensorclass type from a dataclass type, or a tensorclass instance from an instance.
 
     ``frozen``, ``shadow`` and ``tensor_only`` are the options of the class made;
-    ``autocast``/``nocast`` are accepted as in ``@tensorclass`` (values are not cast).
+    ``autocast``/``nocast`` as in ``@tensorclass``.
     For an instance: ``dest_cls`` (a tensorclass) to build instead of a new class,
     ``batch_size`` or ``auto_batch_size=True`` (up to ``batch_dims`` dims), ``device``.
     ``inplace=True`` (turning the dataclass itself into a tensorclass) is refused:
@@ -64,6 +64,7 @@ def from_dataclass(
     ('Pair_tc', tensor(1.))
     """
     check_casting("from_dataclass", tensor_only, autocast, nocast)
+    casts = {"autocast": autocast, "nocast": nocast}
     if inplace:
         raise TypeError(
             "from_dataclass(inplace=True): tensorbox never turns a class into a tensorclass "
@@ -76,7 +77,7 @@ def from_dataclass(
             raise TypeError(
                 f"from_dataclass expects a dataclass or an instance of one, got {obj!r}"
             )
-        return _class_of(obj, frozen=frozen, shadow=shadow, tensor_only=tensor_only)
+        return _class_of(obj, frozen=frozen, shadow=shadow, tensor_only=tensor_only, casts=casts)
     if not dataclasses.is_dataclass(obj):
         raise TypeError(
             f"from_dataclass expects a dataclass or an instance of one, got a {type(obj).__name__}"
@@ -85,7 +86,9 @@ def from_dataclass(
         raise TypeError("from_dataclass: pass batch_size or auto_batch_size=True, not both")
     cls = dest_cls
     if cls is None:
-        cls = _class_of(type(obj), frozen=frozen, shadow=shadow, tensor_only=tensor_only)
+        cls = _class_of(
+            type(obj), frozen=frozen, shadow=shadow, tensor_only=tensor_only, casts=casts
+        )
     elif not is_tensorclass(cls):
         raise TypeError(f"from_dataclass: dest_cls must be a tensorclass, got {cls!r}")
     values = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.init}
@@ -95,7 +98,9 @@ def from_dataclass(
     return out
 
 
-def _class_of(dc: type, *, frozen: bool, shadow: bool, tensor_only: bool) -> type:
+def _class_of(
+    dc: type, *, frozen: bool, shadow: bool, tensor_only: bool, casts: dict[str, bool]
+) -> type:
     ns: dict[str, Any] = {"__module__": dc.__module__, "__qualname__": f"{dc.__qualname__}_tc"}
     annotations: dict[str, Any] = {}
     for f in dataclasses.fields(dc):
@@ -108,5 +113,5 @@ def _class_of(dc: type, *, frozen: bool, shadow: bool, tensor_only: bool) -> typ
             ns[f.name] = tc_field(init=f.init, repr=f.repr)
     ns["__annotations__"] = annotations
     plain = type(f"{dc.__name__}_tc", (), ns)
-    made: type = tensorclass(frozen=frozen, shadow=shadow, tensor_only=tensor_only)(plain)
+    made: type = tensorclass(frozen=frozen, shadow=shadow, tensor_only=tensor_only, **casts)(plain)
     return made

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.tree import keys_list
 from tensorbox.errors import TensorDictKeyError
 from tensorbox.interop._backends import BATCH_ATTR, Backend, encode_non_tensor
 
@@ -103,7 +104,7 @@ def infer_batch_size(shapes: list[tuple[int, ...]], parent: tuple[int, ...]) -> 
 def leaf_keys(value: Any) -> list[Any]:
     if not getattr(type(value), "_is_tensor_collection", False) and hasattr(value, "file"):
         return list(value.keys(True, True))  # a PersistentTensorDict
-    return list(value.keys(include_nested=True, leaves_only=True))
+    return keys_list(value, True, True)  # non-tensor values too
 
 
 def read(backend: Backend, arr: Any, index: Any) -> np.ndarray:

@@ -37,7 +37,7 @@ from tensorbox._core import apply as _apply
 from tensorbox._core.keys import NestedKey, format_key, unravel_key
 from tensorbox._core.methods.base import MixinBase
 from tensorbox._core.nontensor import NonTensorData
-from tensorbox._core.tree import KEEP, iter_shaped
+from tensorbox._core.tree import KEEP, iter_shaped, keys_list
 from tensorbox.errors import BatchSizeError, TensorDictKeyError
 
 __all__ = ["LAZYSTACK", "SUBVIEW", "CompatMethods"]
@@ -172,7 +172,7 @@ class CompatMethods(MixinBase):
             default,
             filter_empty,
         )
-        if filter_empty and not any(True for _ in res.keys(True, True)):
+        if filter_empty and not keys_list(res, True, True):  # non-tensor values count
             return None
         if out is not None:
             out.update(res)

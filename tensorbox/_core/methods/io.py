@@ -26,8 +26,10 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.backing import TREES, Backing, hook, install, sync_open
-from tensorbox._core.methods.base import MixinBase
+from tensorbox._core.keys import NestedKey, unravel_key
+from tensorbox._core.methods.base import MixinBase, is_container
 from tensorbox._core.tree import set_locked
+from tensorbox.errors import TreeExistsError
 
 __all__ = ["IOMethods", "file_refs"]
 
@@ -77,10 +79,14 @@ class IOMethods(MixinBase):
         existsok: bool = True,
         checksum: bool = False,
         progress: bool | None = None,
+        robust_key: bool | None = None,
     ) -> Self:
         """Write every tensor under ``prefix`` (one file each), map them back, and lock.
 
         ``checksum=True`` records each tensor's SHA-256 for ``load_memmap(verify=True)``.
+        ``robust_key`` (a bool or None) is tensordict's switch for encoding keys into file
+        names; tensorbox always encodes them (any key is a safe file name), so it changes
+        nothing.
 
         >>> import torch; from tensorbox import TensorDict
         >>> import tempfile
@@ -92,6 +98,7 @@ class IOMethods(MixinBase):
         """
         from tensorbox._storage import persist as _persist
 
+        _check_robust_key("memmap_", robust_key)
         _refuse_existing(prefix, existsok)
         out: Self = _persist.memmap_(
             self,
@@ -119,6 +126,7 @@ class IOMethods(MixinBase):
         compression: str | int | None = None,
         storage_options: dict[str, Any] | None = None,
         format: str = "tensorbox",
+        robust_key: bool | None = None,
     ) -> Self:
         """A memory-mapped copy written under ``prefix`` (this one is unchanged).
 
@@ -139,12 +147,13 @@ class IOMethods(MixinBase):
         ``format="tensordict"`` writes tensordict's own folder layout, which tensordict
         0.14/0.15 reads with ``TensorDict.load_memmap``: tensorclass nodes become
         TensorDict nodes, and jagged leaves or keys that layout cannot hold are refused
-        (docs/migrating.md says what else the layout lacks).
+        (docs/migrating.md says what else the layout lacks). ``robust_key``: as ``memmap_``.
         """
         from tensorbox._storage import persist as _persist
         from tensorbox._storage.archive import store as _archive
 
         del copy_existing
+        _check_robust_key("memmap", robust_key)
         archive = _archive.wanted(prefix, archive, compression)
         _refuse_existing(prefix, existsok)
         out: Self = _persist.memmap(
@@ -265,6 +274,9 @@ class IOMethods(MixinBase):
         allow_pickle: bool | None = None,
         cache: bool = True,
         prefetch: bool = False,
+        robust_key: bool | None = None,
+        subpath: NestedKey | None = None,
+        num_threads: int = 0,
     ) -> Self:
         """Open a saved tree lazily: nothing is read until a leaf is used.
 
@@ -282,6 +294,12 @@ class IOMethods(MixinBase):
         (``docs/remote.md``).
         ``allow_pickle`` (a bool or None) is tensordict's switch for unpickling values;
         a tensorbox tree holds no pickles, so either value reads the same tree.
+        ``robust_key`` (a bool or None), tensordict's key-encoding switch, likewise: the
+        file names a tree records are read as recorded.
+        ``subpath`` (a nested key, or a str with ``/`` between levels) opens only the
+        container at that key (``ValueError`` when there is none); ``num_threads`` is
+        accepted for tensordict's sake (nothing is read up front, so there is nothing to
+        spread over threads).
 
         >>> import torch; from tensorbox import TensorDict
         >>> import tempfile
@@ -295,6 +313,7 @@ class IOMethods(MixinBase):
                 f"load_memmap: allow_pickle must be a bool or None, got {allow_pickle!r} "
                 f"({type(allow_pickle).__name__})"
             )
+        _check_robust_key("load_memmap", robust_key)
         from tensorbox._storage import persist as _persist
 
         out: Self = _persist.load_memmap(
@@ -309,6 +328,8 @@ class IOMethods(MixinBase):
             cache=cache,
             prefetch=prefetch,
         )
+        if subpath is not None:
+            out = _sub_tree(out, prefix, subpath)
         problem = cls._load_mismatch(out)
         if problem is not None:
             raise TypeError(
@@ -849,13 +870,34 @@ def file_refs() -> tuple[Callable[[Tensor], Any], Callable[[Any], Any]]:
     return shareable, restore
 
 
+def _sub_tree(tree: Any, prefix: Any, subpath: Any) -> Any:
+    """``load_memmap(subpath=)``: the container at ``subpath`` of the loaded tree."""
+    path = tuple(subpath.split("/")) if type(subpath) is str else unravel_key(subpath)
+    node = tree.get(path, None) if path else None
+    if node is None or not is_container(node):
+        raise ValueError(
+            f"load_memmap({str(prefix)!r}, subpath={subpath!r}): no container is saved "
+            f"under {path!r} (the tree's keys: {sorted(map(str, tree.keys()))})"
+        )
+    return node
+
+
+def _check_robust_key(method: str, robust_key: Any) -> None:
+    """tensordict's ``robust_key=`` switch: a bool or None (tensorbox always encodes keys)."""
+    if robust_key is not None and type(robust_key) is not bool:
+        raise TypeError(
+            f"{method}: robust_key must be a bool or None, got {robust_key!r} "
+            f"({type(robust_key).__name__})"
+        )
+
+
 def _refuse_existing(prefix: Any, existsok: bool) -> None:
     if not existsok and prefix is not None:
         import os
 
         p = os.fspath(prefix)
         if os.path.isfile(p) or os.path.exists(os.path.join(p, "meta.json")):
-            raise FileExistsError(
+            raise TreeExistsError(
                 f"{os.fspath(prefix)!r} already holds a saved tree (existsok=False); "
                 "pass existsok=True to replace it"
             )

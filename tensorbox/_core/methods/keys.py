@@ -33,6 +33,7 @@ from tensorbox._core import tree as _tree
 from tensorbox._core.backing import TREES as _TREES
 from tensorbox._core.backing import UNLOCK as _UNLOCK
 from tensorbox._core.entries import copy_leaf, prepare_entry
+from tensorbox._core.getdefault import UNSET, missing_default
 from tensorbox._core.keys import NestedKey, format_key, unravel_key
 from tensorbox._core.methods.base import MISSING, MixinBase, is_container
 from tensorbox._core.nontensor import NonTensorData
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from tensorbox._core.container import TensorCollection
     from tensorbox._core.tensordict import TensorDict
 
-__all__ = ["KeyMethods", "copy_other", "is_key", "put"]
+__all__ = ["KeyList", "KeyMethods", "copy_other", "is_key", "put", "tensor_keys"]
 
 _NTD = NonTensorData
 _PLAIN = _tree.PLAIN
@@ -59,6 +60,40 @@ def is_key(index: Any) -> bool:
     if type(index) is tuple and index:
         return all(type(i) is str or (type(i) is tuple and is_key(i)) for i in index)
     return False
+
+
+class KeyList(list[NestedKey]):
+    """The list ``keys(include_nested=True)`` gives: ``in`` also finds a key spelled with
+    nested tuples or as a one-element tuple (``("a", ("b",), "c")``, ``("a",)``), as
+    tensordict's keys view does.
+
+    >>> import torch; from tensorbox import TensorDict
+    >>> keys = TensorDict({"a": {"b": torch.zeros(1)}}, batch_size=[1]).keys(True)
+    >>> ("a", ("b",)) in keys, ("a",) in keys, ("b",) in keys
+    (True, True, False)
+    """
+
+    __slots__ = ()
+
+    def __contains__(self, key: object) -> bool:
+        if list.__contains__(self, key):
+            return True
+        if type(key) is not tuple or not is_key(key):
+            return False
+        flat = unravel_key(key)
+        return list.__contains__(self, flat[0] if len(flat) == 1 else flat)
+
+
+def tensor_keys(td: Any, nested: bool, prefix: tuple[str, ...] = ()) -> list[NestedKey]:
+    """``keys(nested, leaves_only=True)``: the tensor leaves (an ``UnbatchedTensor``
+    included), never a non-tensor value."""
+    out: list[NestedKey] = []
+    for k, v in td._tensordict.items():
+        if isinstance(v, Tensor) or (type(v) is _NTD and type(v.data) is UnbatchedTensor):
+            out.append((*prefix, k) if prefix else k)
+        elif nested and type(v) is not _NTD:
+            out.extend(tensor_keys(v, True, (*prefix, k)))
+    return out
 
 
 def put(node: Any, key: str, value: Any, path: tuple[str, ...]) -> None:
@@ -92,8 +127,9 @@ class KeyMethods(MixinBase):
 
     # ------------------------------------------------------------------ reading
 
-    def get(self, key: NestedKey, default: Any = None) -> Any:
-        """The value at ``key``, or ``default`` (None) when it is missing.
+    def get(self, key: NestedKey, default: Any = UNSET) -> Any:
+        """The value at ``key``, or ``default`` when it is missing (``None`` when left out,
+        or ``KeyError`` after ``set_get_defaults_to_none(False)``, as in tensordict).
 
         A malformed key (not a str or tuple of str) raises ``TensorDictKeyError``.
 
@@ -105,6 +141,7 @@ class KeyMethods(MixinBase):
         if type(key) is str:
             v = self._tensordict.get(key, KEEP)
             if v is KEEP:
+                default = missing_default(default, KEEP)
                 if default is KEEP:
                     raise missing_key_error(self, (key,), 0)
                 return default
@@ -115,6 +152,7 @@ class KeyMethods(MixinBase):
             return self._get_path(key)
         except TensorDictKeyError:
             unravel_key(key)  # a malformed key raises, whatever the default
+            default = missing_default(default, KEEP)
             if default is KEEP:
                 raise
             return default
@@ -161,7 +199,17 @@ class KeyMethods(MixinBase):
         sort: bool = False,
     ) -> Sequence[NestedKey] | Any:
         """Keys of this level (a live view); with ``include_nested`` or ``leaves_only``
-        a list, with nested keys as tuples."""
+        a list, with nested keys as tuples.
+
+        ``leaves_only`` lists the tensor leaves, as in tensordict: non-tensor entries (a
+        string, a tensorclass's non-tensor field) are keys, not leaves; ``is_leaf(type)``
+        chooses otherwise (``is_leaf=lambda c: True`` lists them too).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict({"x": torch.zeros(2), "n": {"tag": "a"}}, batch_size=[2])
+        >>> td.keys(True), td.keys(True, True)
+        (['x', 'n', ('n', 'tag')], ['x'])
+        """
         if sort:
             keys = list(self.keys(include_nested, leaves_only, is_leaf=is_leaf))
             return sorted(keys, key=_key_order)
@@ -169,13 +217,15 @@ class KeyMethods(MixinBase):
             return [k for k, _ in self._items_is_leaf(include_nested, leaves_only, is_leaf, ())]
         if not include_nested and not leaves_only:
             return self._tensordict.keys()
-        return _tree.keys_list(self, include_nested, leaves_only)  # type: ignore[arg-type]
+        if leaves_only:
+            return KeyList(tensor_keys(self, include_nested))
+        return KeyList(_tree.keys_list(self, include_nested, False))  # type: ignore[arg-type]
 
     def items(
         self, include_nested: bool = False, leaves_only: bool = False, *, sort: bool = False
     ) -> Iterator[tuple[NestedKey, Any]]:
-        """``(key, value)`` pairs; non-tensor entries give their plain value (``sort=True``:
-        in sorted key order)."""
+        """``(key, value)`` pairs; non-tensor entries give their plain value, and are left
+        out by ``leaves_only`` (see ``keys``) (``sort=True``: in sorted key order)."""
         if sort:
             yield from sorted(
                 self.items(include_nested, leaves_only), key=lambda kv: _key_order(kv[0])
@@ -183,7 +233,10 @@ class KeyMethods(MixinBase):
             return
         for k, v in _tree.iter_items(self, include_nested, leaves_only):  # type: ignore[arg-type]
             if type(v) is _NTD:
-                yield k, (self._get_path(k) if type(v.data) is UnbatchedTensor else v.value)
+                if type(v.data) is UnbatchedTensor:
+                    yield k, self._get_path(k if type(k) is tuple else (k,))
+                elif not leaves_only:
+                    yield k, v.value
             else:
                 yield k, v
 
@@ -197,7 +250,11 @@ class KeyMethods(MixinBase):
         """``items`` where ``is_leaf(type(value))`` says what counts as a leaf."""
         for k, v in self._tensordict.items():
             key: NestedKey = (*prefix, k) if prefix else k
-            leaf = isinstance(v, Tensor) or type(v) is _NTD or is_leaf(type(v))
+            if type(v) is _NTD:  # a value has no entries: is_leaf says whether it is listed
+                if not leaves_only or type(v.data) is UnbatchedTensor or is_leaf(_NTD):
+                    yield key, _tree.raw(v)
+                continue
+            leaf = isinstance(v, Tensor) or is_leaf(type(v))
             if leaf or not leaves_only:
                 yield key, _tree.raw(v)
             if nested and not leaf:
@@ -470,7 +527,7 @@ class KeyMethods(MixinBase):
                 src = src.select(*(k for k in wanted if k in have))
             if clone:
                 src = src.clone()
-            missing = [k for k in src.keys(True, True) if k not in self.keys(True)]
+            missing = [k for k in _tree.keys_list(src, True, True) if k not in self.keys(True)]
             if missing:
                 raise TensorDictKeyError(
                     f"update_at_: key {format_key(unravel_key(missing[0]))} is not in the "
@@ -604,7 +661,11 @@ class KeyMethods(MixinBase):
         >>> list(td.filter_non_tensor_data().keys())
         ['a']
         """
-        drop = [k for k, v in self.items(True, True) if not isinstance(v, Tensor)]
+        drop = [
+            k
+            for k, v in _tree.iter_items(self, True, True)  # type: ignore[arg-type]
+            if type(v) is _NTD and type(v.data) is not UnbatchedTensor
+        ]
         return self.exclude(*drop)
 
     # ------------------------------------------------------------ key structure
@@ -920,7 +981,7 @@ class KeyMethods(MixinBase):
         >>> TensorDict({"a": {"b": {"c": 0}}, "d": 0}).depth
         2
         """
-        keys = self.keys(True, True)
+        keys = _tree.keys_list(self, True, True)  # type: ignore[arg-type]
         return max((len(k) - 1 for k in keys if isinstance(k, tuple)), default=0)
 
 

@@ -362,6 +362,11 @@ class LeafMethods(MixinBase):
         outputs = [self.get(k) for k in keys]
         grads: list[Tensor] | None = None
         if gradient is not None:
+            if not is_container(gradient):
+                raise TypeError(
+                    f"backward(): gradient must be a TensorDict or tensorclass matching the "
+                    f"leaves that require grad (by key), got a {type(gradient).__name__}"
+                )
             try:
                 grads = [gradient.get(k, KEEP) for k in keys]
             except KeyError as err:

@@ -32,8 +32,10 @@ from torch import Tensor
 
 from tensorbox._core import padding as _padding
 from tensorbox._core import shapeops as _shapeops
+from tensorbox._core import tree as _tree
 from tensorbox._core.methods.base import C, MixinBase, batch_dim, batch_dims, is_container
 from tensorbox._core.shape import shape_from_args
+from tensorbox._core.unbatched import UnbatchedTensor
 from tensorbox.errors import BatchSizeError, LockedError
 
 _T = TypeVar("_T")
@@ -76,7 +78,10 @@ def index_along(obj: Any, dim: int, index: Any) -> Any:
 def _tensors_only(obj: Any) -> bool:
     """No non-tensor leaf: per-leaf torch ops then move every row (a per-row non-tensor
     value only moves through indexing)."""
-    return all(isinstance(v, Tensor) for _, v in obj.items(True, True))
+    return all(
+        isinstance(v, Tensor) or type(v.data) is UnbatchedTensor
+        for _, v in _tree.iter_items(obj, True, True)
+    )
 
 
 class ShapeMethods(MixinBase):
