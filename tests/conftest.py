@@ -1,8 +1,11 @@
 """Shared test configuration: hypothesis profiles, and ``tests.strategies`` importable.
 
-* ``ci`` (the default, ``make test`` and ``make check``): 40 examples per property, no
-  deadline (a loaded 2-core machine must not turn slow examples into failures),
-  derandomized so a run is reproducible.
+* ``ci`` (the default, ``make test``): 40 examples per property, no deadline (a loaded
+  2-core machine must not turn slow examples into failures), derandomized so a run is
+  reproducible.
+* ``quick`` (``make check``, ``pytest --quick`` without HYPOTHESIS_PROFILE): as ``ci``
+  with 15 examples; the edit-test loop trades the rarer cases for time, ``make test``
+  still tries them.
 * ``dev``: 300 examples, random seeds; ``HYPOTHESIS_PROFILE=dev``.
 * ``thorough``: 2,000 examples, random seeds, and 20 times its own count for a test that
   sets one; for nightly-style runs that hunt for rare cases:
@@ -35,6 +38,7 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     print_blob=True,
 )
+settings.register_profile("quick", settings.get_profile("ci"), max_examples=15)
 settings.register_profile(
     "dev",
     max_examples=300,
@@ -68,10 +72,11 @@ def small_tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
         subprocess.run(["umount", str(mnt)], check=True)
 
 
-# Test modules that start interpreters, process pools, torch.compile or external checkers
-# (mypy, ruff, mkdocs): marked `heavy`, so that `make check` (-m "not slow and not heavy")
-# stays a quick loop. `make test` runs them all. A test elsewhere that starts one
-# subprocess is cheap enough to stay in the quick loop.
+# The quick loop (`make check`, `pytest --quick`) leaves out the tests marked `heavy`:
+# those that start an interpreter (each one imports torch: seconds of CPU), a process
+# pool, a producer process, torch.compile, matplotlib or an external checker (mypy,
+# ruff, mkdocs). `make test` runs them all. The modules below are heavy as a whole, and
+# --quick does not even import them (collecting them costs each xdist worker seconds).
 HEAVY_MODULES = frozenset(
     {
         "test_api_reference",
@@ -94,9 +99,25 @@ HEAVY_MODULES = frozenset(
 )
 
 
-# Single tests of otherwise quick modules that run several processes for seconds.
+# Single tests of otherwise quick modules: "module.py::test" (every parameter set) or
+# "module.py::test[id]" (that one). tests/test_quick_loop.py checks that each names a test.
 HEAVY_TESTS = frozenset(
     {
+        "test_bench_results.py::test_the_charts_draw_from_the_results",
+        "test_buffer_redis.py::test_batches_match_the_local_buffer",
+        "test_buffer_redis.py::test_a_transform_that_raises_surfaces_with_its_traceback",
+        "test_buffer_redis.py::test_a_killed_producer_surfaces_naming_the_batch",
+        "test_interop_package.py::test_import_tensorbox_loads_no_interop_library",
+        "test_interop_safetensors.py::test_a_checkpoint_is_a_store_on_the_seam",
+        "test_layout.py::test_the_graph_is_the_same_under_any_hash_seed",
+        "test_redis_store.py::test_import_tensorbox_loads_no_redis",
+        "test_redis_store.py::test_pickle_attaches_to_the_same_keys",
+        "test_references.py::test_dataloader_workers_start_after_the_tree_was_saved_over[spawn]",
+        "test_remote.py::test_import_tensorbox_loads_no_remote_package",
+        "test_remote.py::test_missing_filesystem_package_names_the_extra",
+        "test_remote_lazy.py::test_dataloader_workers_fetch_only_the_share",
+        "test_remote_share.py::test_s3_refuses_a_wrong_key",  # moto in a process of its own
+        "test_tensordict_guides.py::test_tensordict_submodules_switch_by_the_package_name",
         "test_commit.py::test_two_writers_and_a_reader_never_see_a_torn_or_mixed_tree",
         "test_extend.py::test_kill_readers_and_two_producers",
         "test_data_dataset.py::test_workers_open_the_same_files_by_name",
@@ -130,12 +151,40 @@ def _thorough(items: list[pytest.Item]) -> None:
         fn._hypothesis_internal_use_settings = scaled  # type: ignore[union-attr]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        help="the edit-test loop (make check): leave out the slow, heavy and mds tests, "
+        "without importing the heavy modules (tests/conftest.py lists them)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("quick"):
+        chosen = config.option.markexpr
+        quick = "not slow and not heavy and not mds"
+        config.option.markexpr = f"({chosen}) and {quick}" if chosen else quick
+        if "HYPOTHESIS_PROFILE" not in os.environ:
+            settings.load_profile("quick")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if config.getoption("quick") and collection_path.stem in HEAVY_MODULES:
+        return True
+    return None  # let pytest decide
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if os.environ.get("HYPOTHESIS_PROFILE") == "thorough":
         _thorough(items)
     for item in items:
-        test = f"{item.path.name}::{item.name.split('[')[0]}"
-        if item.path.stem in HEAVY_MODULES or test in HEAVY_TESTS:
+        test = f"{item.path.name}::{item.name}"
+        if (
+            item.path.stem in HEAVY_MODULES
+            or test in HEAVY_TESTS
+            or test.split("[")[0] in HEAVY_TESTS
+        ):
             item.add_marker(pytest.mark.heavy)
 
 

@@ -124,3 +124,33 @@ def re_search(pattern: str, text: str) -> bool:
     import re
 
     return re.search(pattern, text) is not None
+
+
+def test_pack_and_unpack_take_progress(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    import tensorbox
+
+    td = TensorDict({"a": torch.zeros(1 << 14), "n": {"b": torch.ones(1 << 14)}}, [1 << 14])
+    td.memmap(tmp_path / "t")
+    with caplog.at_level(logging.INFO, logger="tensorbox"):
+        assert tensorbox.pack(str(tmp_path / "t"), str(tmp_path / "t.tdz"), progress=True) == (2, 2)
+        assert tensorbox.unpack(str(tmp_path / "t.tdz"), str(tmp_path / "u"), progress=True) == (
+            2,
+            4,
+        )
+    err = capsys.readouterr().err.splitlines()
+    # the bar (tqdm's or the plain line), then the summary line that stays
+    assert any(line.startswith("pack: 128.0 KiB in 2 files, ") for line in err), err
+    assert any(line.startswith("unpack: 128.5 KiB in 4 files, ") for line in err), (
+        err
+    )  # + meta.json
+    logged = [r.getMessage() for r in caplog.records if r.name == "tensorbox"]
+    assert any(m.startswith("pack: 128.0 KiB") for m in logged), logged
+    # progress=False: no bar, no line on stderr (the summary still goes to the logger)
+    tensorbox.pack(str(tmp_path / "t"), str(tmp_path / "q.tdz"), progress=False)
+    tensorbox.unpack(str(tmp_path / "q.tdz"), str(tmp_path / "q"), progress=False)
+    assert capsys.readouterr().err == ""
+    assert torch.equal(TensorDict.load_memmap(tmp_path / "q")["n", "b"], td["n", "b"])

@@ -148,9 +148,9 @@ def test_progress_summary_and_log(
         assert main(["verify", "--read", "--no-progress", str(path)]) == 0
     err = capsys.readouterr().err
     # tqdm's bar (or the plain line without tqdm), then the summary that stays
-    assert "pack: 80 B, " in err and " s, " in err
+    assert "pack: 80 B in 2 files, " in err and " s, " in err
     messages = [r.getMessage() for r in caplog.records if r.name == "tensorbox"]
-    assert any(m.startswith("pack: 80 B, ") for m in messages)
+    assert any(m.startswith("pack: 80 B in 2 files, ") for m in messages)
     assert any(m.startswith("verify: 80 B in 2 files, ") for m in messages)
     # without --progress and without a terminal: only the result line
     assert main(["unpack", str(tmp_path / "t.tbx"), str(tmp_path / "u")]) == 0

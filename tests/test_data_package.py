@@ -1,7 +1,9 @@
 """How the data and buffer parts sit in the package: loaded lazily, built on the public API.
 
 - ``import tensorbox`` loads neither ``tensorbox.data`` nor ``tensorbox.buffer``, nor
-  Pillow or tqdm; ``tensorbox.BatchLoader`` and friends load on first use.
+  Pillow, tqdm, matplotlib or the docs tools (mkdocs, its Material theme), nor does a
+  small save or ``tensorbox.progress``; ``tensorbox.BatchLoader`` and friends load on
+  first use.
 - ``tensorbox/data`` and ``tensorbox/buffer`` use the public face
   (``tensorbox``, ``tensorbox.errors``), never the core's private modules.
 - Nothing in ``tensorbox/`` imports tensordict; the demo, benchmarks and tutorials
@@ -25,26 +27,29 @@ PKG = ROOT / "tensorbox"
 
 _FRESH = textwrap.dedent(
     """
-    import importlib.abc, sys
+    import importlib.abc, sys, tempfile
 
     import torch  # torch.hub imports tqdm when it is installed: not tensorbox's doing
 
     attempts = []
+    BLOCKED = ("PIL", "tqdm", "matplotlib", "mkdocs", "material")
 
     class Refuse(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in ("PIL", "tqdm"):
+            if name.split(".")[0] in BLOCKED:
                 attempts.append(name)
                 raise ImportError(f"{name} is blocked by the test")
             return None
 
-    for name in [m for m in sys.modules if m.split(".")[0] in ("PIL", "tqdm")]:
+    for name in [m for m in sys.modules if m.split(".")[0] in BLOCKED]:
         del sys.modules[name]
     sys.meta_path.insert(0, Refuse())
 
     import tensorbox
+    import tensorbox.progress
 
-    lazy = ("tensorbox.data", "tensorbox.buffer", "PIL", "tqdm")
+    tensorbox.TensorDict(a=torch.zeros(2), batch_size=[2]).memmap(tempfile.mkdtemp())
+    lazy = ("tensorbox.data", "tensorbox.buffer") + BLOCKED
     loaded = sorted(m for m in sys.modules if m.startswith(lazy))
     assert not loaded and not attempts, (loaded, attempts)
 

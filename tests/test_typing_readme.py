@@ -1,7 +1,7 @@
-"""The README's tour type checks clean under ``mypy --strict`` (and pyright in strict
-mode, when a ``pyright`` executable is on the PATH: it is a Node program, not in the
-Python extras). The decorator form's known limits are pinned too, so the docs' claim
-(docs/tensorclass.md, "Type checking") stays true.
+"""The README's tour type checks clean under ``mypy --strict`` and pyright in strict
+mode (the ``test`` extra installs pyright with a Node.js of its own; without a
+``pyright`` on the PATH that test skips). The decorator form's known limits are pinned
+too, so the docs' claim (docs/tensorclass.md, "Type checking") stays true.
 """
 
 from __future__ import annotations

@@ -366,14 +366,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _pack(directory: str, file: str, compression: str | None, force: bool) -> tuple[int, int]:
+def _pack(
+    directory: str, file: str, compression: str | None, force: bool, progress: bool | None
+) -> tuple[int, int]:
     """``pack``; with ``force`` over an existing file, written beside it and renamed over
     it, so that a failed pack leaves the old file whole."""
     if not (force and os.path.isfile(file)):
-        return _archive_convert.pack(directory, file, compression=compression)
+        return _archive_convert.pack(directory, file, compression=compression, progress=progress)
     stage = f"{file}.{os.getpid()}.partial"
     try:
-        counts = _archive_convert.pack(directory, stage, compression=compression)
+        counts = _archive_convert.pack(directory, stage, compression=compression, progress=progress)
         os.replace(stage, file)
     finally:
         if os.path.lexists(stage):
@@ -399,19 +401,16 @@ def _run(args: argparse.Namespace, out: list[str]) -> int:
     if args.command == "pack":
         if not args.force:
             _refuse_existing(args.file, "pack")
-        with _progress.Progress(
-            "pack", _tree_bytes(args.dir, args.progress), progress=args.progress
-        ):
-            nodes, tensors = _pack(args.dir, args.file, args.compression, args.force)
+        # the bar and the summary line: pack and unpack open them (progress=)
+        nodes, tensors = _pack(args.dir, args.file, args.compression, args.force, args.progress)
         out.append(
             f"packed {nodes} node{'s' * (nodes != 1)}, {tensors} tensor"
             f"{'s' * (tensors != 1)} into {_clean(args.file)}"
         )
         return 0
-    with _progress.Progress(
-        "unpack", _tree_bytes(args.file, args.progress), progress=args.progress
-    ):
-        nodes, files = _archive_convert.unpack(args.file, args.dir, force=args.force)
+    nodes, files = _archive_convert.unpack(
+        args.file, args.dir, force=args.force, progress=args.progress
+    )
     out.append(
         f"unpacked {files} file{'s' * (files != 1)} ({nodes} node"
         f"{'s' * (nodes != 1)}) into {_clean(args.dir)}"

@@ -40,7 +40,7 @@ from tensorbox._storage.format.spec import MAX_DEPTH, META
 from tensorbox._storage.memmap_tensor import map_file
 from tensorbox._storage.store import JaggedEntry, TensorEntry, iter_nodes
 from tensorbox.errors import FormatError
-from tensorbox.progress import advance
+from tensorbox.progress import Progress, advance
 
 __all__ = ["pack", "unpack"]
 
@@ -53,6 +53,7 @@ def pack(
     fsync: bool = False,
     compression: Any = None,
     storage_options: dict[str, Any] | None = None,
+    progress: bool | None = None,
 ) -> tuple[int, int]:
     """Write the tree saved at ``directory`` as the archive ``file``; (nodes, tensors).
 
@@ -73,13 +74,20 @@ def pack(
 
     ``file`` may be a URL (``s3://bucket/ds.tdz``): the archive is written locally, then
     put as one object (``storage_options`` as fsspec takes them).
+
+    ``progress``: a bar on stderr and a closing summary line (bytes, files, time, rate),
+    as ``memmap`` takes it: ``True`` always, ``False`` never, ``None`` (default) when
+    stderr is a terminal and the tree is large; the summary also goes to the
+    ``tensorbox`` logger (see :mod:`tensorbox.progress`).
     """
     method = _zip.compression_method(compression)  # checked before anything is read
     url = _remote.split_url(file)
     if url is not None:
         tmp = _remote.save_target(url[1], url[2])
         try:
-            got = pack(directory, tmp, num_threads=num_threads, compression=compression)
+            got = pack(
+                directory, tmp, num_threads=num_threads, compression=compression, progress=progress
+            )
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
@@ -106,6 +114,7 @@ def pack(
                 num_threads=num_threads,
                 fsync=fsync,
                 compression=compression,
+                progress=progress,
             )
             n = t = 0
             for _, node in iter_nodes(store):
@@ -113,7 +122,7 @@ def pack(
                 t += sum(type(e) is TensorEntry for e in node.entries.values())
             return n, t
         items: list[tuple[str, Any, bool]] = []  # (name, payload, align)
-        leaves = 0
+        leaves = total = 0
         for _, node in iter_nodes(store, "", top):
             rel = f"{node.rel}/" if node.rel else ""
             raw = store.read_meta(node.rel)
@@ -123,17 +132,19 @@ def pack(
             for key, e in node.entries.items():
                 if type(e) is TensorEntry:
                     items.append(_leaf_item(rel + doc[key]["file"], e, method))
-                    leaves += 1
+                    leaves, total = leaves + 1, total + e.nbytes
                 elif type(e) is JaggedEntry:
                     for part, sub in zip(e, ("values", "offsets"), strict=True):
                         items.append(_leaf_item(rel + doc[key][sub]["file"], part, method))
+                        total += part.nbytes
                     leaves += 1
         nodes = sum(name.endswith(META) for name, _, _ in items)
     finally:
         _commit.read_unlock(lock)
-    with _commit.writing(root):
+    with _commit.writing(root), Progress("pack", total, progress=progress):
         _archive._check_target(root)
         _archive.write_file(root, items, [None] * len(items), num_threads, fsync)
+        advance(total, files=sum(align for *_, align in items))  # the leaves, written whole
     return nodes, leaves
 
 
@@ -162,6 +173,7 @@ def unpack(
     fsync: bool = False,
     force: bool = False,
     storage_options: dict[str, Any] | None = None,
+    progress: bool | None = None,
 ) -> tuple[int, int]:
     """Extract the archive ``file`` (``FILE::DIR`` for a sub-tree) into the folder
     ``directory``, in one step like a save; (nodes, files written).
@@ -170,7 +182,8 @@ def unpack(
     parts and :data:`MAX_NAME_BYTES` bytes), and every entry's CRC-32 while it is
     written. A folder already at ``directory`` (not empty) is refused unless
     ``force=True``, which replaces the tree there as a save does (the files of the tree
-    go, any other file stays). A failed unpack leaves nothing behind.
+    go, any other file stays). A failed unpack leaves nothing behind. ``progress`` as
+    for :func:`pack`.
 
     >>> import tempfile, torch
     >>> from tensorbox import TensorDict, unpack
@@ -223,16 +236,18 @@ def unpack(
                 "force=True (--force) to replace the tree there, or choose another folder"
             )
         stage = _commit.new_stage(root)
+        total = sum(ar.entries[name].usize for name in names)
         try:
             made = {stage}
-            for name in names:
-                target = os.path.join(stage, *name[len(pre) :].split("/"))
-                parent = os.path.dirname(target)
-                if parent not in made:
-                    os.makedirs(parent, exist_ok=True)
-                    made.add(parent)
-                _extract(ar, ar.entries[name], target, fsync)
-                advance(ar.entries[name].usize)  # a bar, when the caller opened one
+            with Progress("unpack", total, progress=progress):
+                for name in names:
+                    target = os.path.join(stage, *name[len(pre) :].split("/"))
+                    parent = os.path.dirname(target)
+                    if parent not in made:
+                        os.makedirs(parent, exist_ok=True)
+                        made.add(parent)
+                    _extract(ar, ar.entries[name], target, fsync)
+                    advance(ar.entries[name].usize)  # the bar
             if fsync:
                 for d in made:
                     fsync_dir(d)
