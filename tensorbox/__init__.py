@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 # that ``tensorbox.tensorclass`` stays the decorator (importing a submodule later would
 # rebind the package attribute to the module).
 from tensorbox import tensorclass as _tensorclass_module  # noqa: F401
-from tensorbox._core import pytree as _pytree  # noqa: F401  (registers TensorDict with torch's pytree and collate)
 from tensorbox._core import lazyshape as _lazyshape  # noqa: F401  (registers the lazy-legacy views)
+from tensorbox._core import pytree as _pytree  # noqa: F401  (registers TensorDict with torch's pytree and collate)
 from tensorbox._core import subview as _subview  # noqa: F401  (registers td._get_sub_tensordict's view class)
 from tensorbox._core.functional import cat, stack
 from tensorbox._core.getdefault import get_defaults_to_none, set_get_defaults_to_none

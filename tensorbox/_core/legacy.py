@@ -65,7 +65,7 @@ def lazy_legacy() -> bool:
     return STATE[0]
 
 
-class set_lazy_legacy(contextlib.ContextDecorator):  # noqa: N801 (tensordict's name)
+class set_lazy_legacy(contextlib.ContextDecorator):
     """Switch tensordict's lazy-legacy shape views on or off.
 
     A context manager and a decorator (the previous mode comes back on exit), or
