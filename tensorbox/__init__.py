@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 # that ``tensorbox.tensorclass`` stays the decorator (importing a submodule later would
 # rebind the package attribute to the module).
 from tensorbox import tensorclass as _tensorclass_module  # noqa: F401
+from tensorbox._core import lazyshape as _lazyshape  # noqa: F401  (registers the lazy-legacy views)
 from tensorbox._core import pytree as _pytree  # noqa: F401  (registers TensorDict with torch's pytree and collate)
 from tensorbox._core import subview as _subview  # noqa: F401  (registers td._get_sub_tensordict's view class)
 from tensorbox._core.functional import cat, stack
@@ -23,6 +24,7 @@ from tensorbox._core.getdefault import get_defaults_to_none, set_get_defaults_to
 from tensorbox._core.jagged_pad import to_padded_tensor
 from tensorbox._core.keys import NestedKey, unravel_key
 from tensorbox._core.lazystack import LazyStackedTensorDict, lazy_stack
+from tensorbox._core.legacy import lazy_legacy, set_lazy_legacy
 from tensorbox._core.merge import merge_tensordicts
 from tensorbox._core.nontensor import MetaData, NonTensorData, NonTensorStack
 from tensorbox._core.padding import pad, pad_sequence
@@ -91,6 +93,7 @@ __all__ = [
     "is_memmap_archive",
     "is_tensor_collection",
     "is_tensorclass",
+    "lazy_legacy",
     "lazy_stack",
     "merge_tensordicts",
     "pack",
@@ -98,6 +101,7 @@ __all__ = [
     "pad",
     "pad_sequence",
     "set_get_defaults_to_none",
+    "set_lazy_legacy",
     "set_printoptions",
     "prefetch",
     "stack",

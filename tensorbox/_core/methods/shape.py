@@ -33,6 +33,8 @@ from torch import Tensor
 from tensorbox._core import padding as _padding
 from tensorbox._core import shapeops as _shapeops
 from tensorbox._core import tree as _tree
+from tensorbox._core.legacy import STATE as _LEGACY
+from tensorbox._core.legacy import VIEW as _LAZY_VIEW
 from tensorbox._core.methods.base import C, MixinBase, batch_dim, batch_dims, is_container
 from tensorbox._core.shape import shape_from_args
 from tensorbox._core.unbatched import UnbatchedTensor
@@ -124,6 +126,10 @@ class ShapeMethods(MixinBase):
             return viewed
         if batch_size is not None:
             shape = (batch_size,)
+        if _LEGACY[0]:  # tensordict's lazy-legacy mode (_core/legacy.py)
+            lazy = _LAZY_VIEW[0](self, "view", shape)
+            if lazy is not None:
+                return lazy  # type: ignore[no-any-return]
         out: Self = _shapeops.reshape(self, shape, "view")
         out._writeback = (self, "reshape", (tuple(self._batch_size),))
         return out
@@ -160,6 +166,10 @@ class ShapeMethods(MixinBase):
         >>> td.unsqueeze(-1)["x"].shape   # -1 counts batch dims, not the leaf's dims
         torch.Size([3, 1, 5])
         """
+        if _LEGACY[0]:  # tensordict's lazy-legacy mode (_core/legacy.py)
+            lazy = _LAZY_VIEW[0](self, "unsqueeze", (dim,))
+            if lazy is not None:
+                return lazy  # type: ignore[no-any-return]
         out: Self = _shapeops.unsqueeze(self, dim)
         out._writeback = (self, "reshape", (tuple(self._batch_size),))
         return out
@@ -172,6 +182,10 @@ class ShapeMethods(MixinBase):
         >>> td.squeeze().batch_size, td.squeeze(0).batch_size
         (torch.Size([3]), torch.Size([3, 1]))
         """
+        if _LEGACY[0]:  # tensordict's lazy-legacy mode (_core/legacy.py)
+            lazy = _LAZY_VIEW[0](self, "squeeze", (dim,))
+            if lazy is not None:
+                return lazy  # type: ignore[no-any-return]
         out: Self = _shapeops.squeeze(self, dim)
         out._writeback = (self, "reshape", (tuple(self._batch_size),))
         return out
@@ -251,6 +265,10 @@ class ShapeMethods(MixinBase):
         >>> td.permute(1, 0)["x"].shape   # feature dims stay last
         torch.Size([3, 2, 5])
         """
+        if _LEGACY[0]:  # tensordict's lazy-legacy mode (_core/legacy.py)
+            lazy = _LAZY_VIEW[0](self, "permute", dims)
+            if lazy is not None:
+                return lazy  # type: ignore[no-any-return]
         out: Self = _shapeops.permute(self, dims)
         nd = len(out._batch_size)
         order = [d % nd for d in shape_from_args(dims)]
@@ -266,6 +284,10 @@ class ShapeMethods(MixinBase):
         >>> td.transpose(0, 1).batch_size
         torch.Size([3, 2])
         """
+        if _LEGACY[0]:  # tensordict's lazy-legacy mode (_core/legacy.py)
+            lazy = _LAZY_VIEW[0](self, "transpose", (dim0, dim1))
+            if lazy is not None:
+                return lazy  # type: ignore[no-any-return]
         out: Self = _shapeops.transpose(self, dim0, dim1)
         out._writeback = (self, "transpose", (dim0, dim1))
         return out
@@ -304,6 +326,8 @@ class ShapeMethods(MixinBase):
             order[d] = s
         rest = iter(i for i in range(nd) if i not in src)
         perm = [next(rest) if o is None else o for o in order]
+        if perm == list(range(nd)):  # nothing moves: the container itself, as tensordict
+            return self
         return self.permute(*perm)
 
     # ------------------------------------------------------------------- pieces

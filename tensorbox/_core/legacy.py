@@ -1,0 +1,118 @@
+"""tensordict's "lazy legacy" switch: shape ops that give views writing into their source.
+
+Off by default, and then nothing changes: ``permute``, ``transpose``, ``unsqueeze``,
+``squeeze`` and ``view`` give new containers whose tensors are views. Switched on
+(``set_lazy_legacy(True)`` as a decorator, a context manager, or ``.set()``; the
+environment variable ``LAZY_LEGACY_OP`` gives the starting mode, as in tensordict),
+those ops on a ``TensorDict`` give a view of it (``_core/lazyshape.py``) that reads
+the source's entries on each access, whose writes (``set``, ``set_``,
+``td[key] = ...``, new keys included) reach the source, and on which the inverse op
+gives the source itself: ``td.permute(1, 0).permute(1, 0) is td``.
+
+The mode is one switch for the whole process, as tensordict's.
+
+>>> import torch
+>>> from tensorbox import TensorDict, lazy_legacy, set_lazy_legacy
+>>> td = TensorDict(a=torch.zeros(2, 3), batch_size=[2, 3])
+>>> with set_lazy_legacy(True):
+...     t = td.transpose(0, 1)
+...     t["b"] = torch.ones(3, 2)          # written into td, transposed back
+...     same = t.transpose(1, 0) is td
+>>> td["b"].shape, same, lazy_legacy()
+(torch.Size([2, 3]), True, False)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+__all__ = ["STATE", "VIEW", "lazy_legacy", "set_lazy_legacy", "suspended"]
+
+
+def _parse(value: str | None) -> bool:
+    if value is None:
+        return False
+    text = value.strip().lower()
+    if text in ("y", "yes", "t", "true", "on", "1"):
+        return True
+    if text in ("n", "no", "f", "false", "off", "0", ""):
+        return False
+    raise ValueError(
+        f"environment variable LAZY_LEGACY_OP={value!r}: expected a truth value "
+        "(1/0, true/false, yes/no, on/off)"
+    )
+
+
+#: ``[mode]``: read by the shape methods on each call (one list lookup when off).
+STATE: list[bool] = [_parse(os.environ.get("LAZY_LEGACY_OP"))]
+
+#: ``[fn]``: ``fn(td, op, args)`` gives the lazy view, or None for a container that
+#: has none (tensorclasses, rows views, lazy stacks: they keep the plain op).
+#: Filled by ``_core/lazyshape.py``, which sits above the container classes.
+VIEW: list[Callable[[Any, str, tuple[Any, ...]], Any]] = []
+
+
+def lazy_legacy() -> bool:
+    """True while shape ops give lazy views (see ``set_lazy_legacy``).
+
+    >>> from tensorbox import lazy_legacy
+    >>> lazy_legacy()
+    False
+    """
+    return STATE[0]
+
+
+class set_lazy_legacy(contextlib.ContextDecorator):
+    """Switch tensordict's lazy-legacy shape views on or off.
+
+    A context manager and a decorator (the previous mode comes back on exit), or
+    ``set_lazy_legacy(mode).set()`` to switch for good.
+
+    >>> import torch
+    >>> from tensorbox import TensorDict, set_lazy_legacy
+    >>> td = TensorDict(a=torch.zeros(3), batch_size=[3])
+    >>> @set_lazy_legacy(True)
+    ... def roundtrip(td):
+    ...     return td.unsqueeze(0).squeeze(0) is td
+    >>> roundtrip(td), td.unsqueeze(0).squeeze(0) is td
+    (True, False)
+    """
+
+    def __init__(self, mode: bool) -> None:
+        self.mode = bool(mode)
+        self._saved: list[bool] = []  # one per entry: a decorator may re-enter
+
+    def clone(self) -> set_lazy_legacy:
+        """A fresh switch with the same mode."""
+        return type(self)(self.mode)
+
+    def set(self) -> None:
+        """Switch now, without restoring later."""
+        STATE[0] = self.mode
+
+    def __enter__(self) -> set_lazy_legacy:
+        self._saved.append(STATE[0])
+        STATE[0] = self.mode
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        STATE[0] = self._saved.pop()
+
+    def __repr__(self) -> str:
+        return f"set_lazy_legacy({self.mode})"
+
+
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """The plain ops for the duration (a lazy view computes its entries with them)."""
+    if not STATE[0]:
+        yield
+        return
+    STATE[0] = False
+    try:
+        yield
+    finally:
+        STATE[0] = True
