@@ -128,6 +128,14 @@ HEAVY_TESTS = frozenset(
         "test_tensorclass.py::test_pytree_roundtrip_and_compile",
         "test_cli_polish.py::test_closed_pipe_is_quiet",
         "test_cli_polish.py::test_usage_errors_exit_2",
+        # waits out a timeout or starts a process: seconds each, nothing a quick loop needs
+        "test_redis_store.py::test_no_server",
+        "test_buffer_redis.py::test_no_producer_is_an_error_not_a_hang",
+        "test_remote_lazy.py::test_batch_loader_fetches_only_its_share",
+        "test_remote_lazy.py::test_silent_server_times_out",
+        "test_remote_share.py::test_half_of_the_rows_alone_with_no_gap",
+        "test_lazy_legacy.py::test_environment_variable_gives_the_starting_mode",
+        "test_archive.py::test_written_by_tensordict_when_installed",
     }
 )
 
