@@ -49,6 +49,7 @@ from tensorbox.errors import (
     TensorboxError,
     TensorDictKeyError,
 )
+from tensorbox.utils import convert_ellipsis_to_idx
 
 __version__ = "0.1.0"
 
@@ -77,6 +78,7 @@ __all__ = [
     "TensorboxError",
     "UnbatchedTensor",
     "cat",
+    "convert_ellipsis_to_idx",
     "field",
     "fields",
     "from_arrow",
