@@ -1,6 +1,6 @@
 """The README's tour type checks clean under ``mypy --strict`` and pyright in strict
 mode (the ``test`` extra installs pyright with a Node.js of its own; without a
-``pyright`` on the PATH that test skips). The decorator form's known limits are pinned
+``pyright`` beside the interpreter or on the PATH that test skips). The decorator form's known limits are pinned
 too, so the docs' claim (docs/tensorclass.md, "Type checking") stays true.
 """
 
@@ -32,13 +32,20 @@ def test_readme_tour_checks_under_mypy_strict() -> None:
     assert 'List item 0 has incompatible type "TensorDict"; expected "Tensor"' in out
 
 
-@pytest.mark.skipif(shutil.which("pyright") is None, reason="pyright is not on the PATH")
+def _pyright() -> str | None:
+    """The pyright the test extra installs beside this interpreter (a venv's bin is not on
+    the PATH when pytest runs as ``.venv/bin/python -m pytest``), else one on the PATH."""
+    beside = Path(sys.executable).parent / "pyright"
+    return str(beside) if beside.exists() else shutil.which("pyright")
+
+
+@pytest.mark.skipif(_pyright() is None, reason="pyright is not installed (the test extra has it)")
 def test_readme_tour_checks_under_pyright(tmp_path: Path) -> None:
     (tmp_path / "tour.py").write_text(_mypy.readme_tour(), encoding="utf-8")
     config = {"pythonVersion": "3.11", "typeCheckingMode": "strict", "extraPaths": [str(ROOT)]}
     (tmp_path / "pyrightconfig.json").write_text(json.dumps(config))
     proc = subprocess.run(
-        ["pyright", "--pythonpath", sys.executable, "tour.py"],
+        [str(_pyright()), "--pythonpath", sys.executable, "tour.py"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
