@@ -41,6 +41,7 @@ from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.shape import check_dim, shape_from_args
 from tensorbox._core.tensordict import TensorDict
 from tensorbox._core.tree import new_plain
+from tensorbox._core.viewentries import SourceLock, ViewEntries
 from tensorbox.errors import TensorDictKeyError
 
 __all__ = ["ShapeView", "legacy_op"]
@@ -49,20 +50,7 @@ _NTD = NonTensorData
 _new = object.__new__
 
 
-class _Entries(dict[str, Any]):
-    """The view's entries, computed from the source; a write goes to the source."""
-
-    __slots__ = ("view",)
-    view: Any
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self.view._set_str(key, value, (key,))
-
-    def __delitem__(self, key: str) -> None:
-        self.view._source.del_(key)
-
-
-class ShapeView(TensorDict):
+class ShapeView(SourceLock, TensorDict):
     """``source`` seen through one batch-shape op (see the module doc).
 
     ``op`` is ``"permute"`` (``args``: the dims), ``"transpose"`` (the two dims),
@@ -133,7 +121,7 @@ class ShapeView(TensorDict):
 
     @property
     def _tensordict(self) -> dict[str, Any]:  # type: ignore[override]
-        out = _Entries()
+        out = ViewEntries()
         out.view = self
         put = dict.__setitem__
         with suspended():
@@ -148,13 +136,8 @@ class ShapeView(TensorDict):
 
     # ------------------------------------------------------------- lock, shape
 
-    @property
-    def _locked(self) -> bool:
-        return bool(self._source._locked)
-
-    @_locked.setter
-    def _locked(self, value: bool) -> None:
-        self._source._locked = value
+    def _del_entry(self, key: str) -> None:
+        self._source.del_(key)
 
     def _set_lock(self, flag: bool) -> None:
         self._source._set_lock(flag)

@@ -47,6 +47,7 @@ from tensorbox._core.methods.compat import LAZYSTACK
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.tensordict import TensorDict
 from tensorbox._core.tree import KEEP, is_coll, keys_list
+from tensorbox._core.viewentries import ViewEntries
 from tensorbox.errors import BatchSizeError, LockedError
 
 __all__ = ["LazyStackedTensorDict", "lazy_stack"]
@@ -60,19 +61,6 @@ _UPDATE_OPTIONS = (
     "is_leaf",
     "update_batch_size",
 )
-
-
-class _Entries(dict[str, Any]):
-    """The stack's entries, stacked on read; a write into this dict goes to the members."""
-
-    __slots__ = ("owner",)
-    owner: Any
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self.owner._set_str(key, value, (key,))
-
-    def __delitem__(self, key: str) -> None:
-        self.owner.del_(key)
 
 
 class LazyStackedTensorDict(TensorDict):
@@ -181,10 +169,13 @@ class LazyStackedTensorDict(TensorDict):
         for td in self._members:
             td._set_lock(flag)
 
+    def _del_entry(self, key: str) -> None:
+        self.del_(key)
+
     @property
     def _tensordict(self) -> dict[str, Any]:  # type: ignore[override]
-        out = _Entries()
-        out.owner = self
+        out = ViewEntries()
+        out.view = self
         put = dict.__setitem__
         if self._members:
             for k in self._members[0]._tensordict:

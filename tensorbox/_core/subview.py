@@ -42,6 +42,7 @@ from tensorbox._core.nontensor import NonTensorData, cpu_index
 from tensorbox._core.shape import normalize_index
 from tensorbox._core.tensordict import TensorDict
 from tensorbox._core.tree import KEEP, is_coll, keys_list, store_of
+from tensorbox._core.viewentries import SourceLock, ViewEntries
 from tensorbox.errors import BatchSizeError, LockedError
 
 __all__ = ["SubTensorDict"]
@@ -49,23 +50,7 @@ __all__ = ["SubTensorDict"]
 _NTD = NonTensorData
 
 
-class _Rows(dict[str, Any]):
-    """The view's entries, read from the source; a write into this dict writes the rows."""
-
-    __slots__ = ("view",)
-    view: Any
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self.view._set_str(key, value, (key,))
-
-    def __delitem__(self, key: str) -> None:
-        raise RuntimeError(
-            f"cannot delete {key!r} from rows of a TensorDict (a sub-TensorDict view): "
-            "delete it from the source"
-        )
-
-
-class SubTensorDict(TensorDict):
+class SubTensorDict(SourceLock, TensorDict):
     """The rows ``idx`` of ``source``, read and written in place (see the module doc)."""
 
     __slots__ = ("_idx", "_source")
@@ -98,7 +83,7 @@ class SubTensorDict(TensorDict):
     @property
     def _tensordict(self) -> dict[str, Any]:  # type: ignore[override]
         idx = self._idx
-        out = _Rows()
+        out = ViewEntries()
         out.view = self
         put = dict.__setitem__
         for k, v in self._source._tensordict.items():
@@ -110,13 +95,11 @@ class SubTensorDict(TensorDict):
                 put(out, k, _index.getitem(v, idx) if is_coll(v) else v[idx])
         return out
 
-    @property
-    def _locked(self) -> bool:
-        return bool(self._source._locked)
-
-    @_locked.setter
-    def _locked(self, value: bool) -> None:
-        self._source._locked = value
+    def _del_entry(self, key: str) -> None:
+        raise RuntimeError(
+            f"cannot delete {key!r} from rows of a TensorDict (a sub-TensorDict view): "
+            "delete it from the source"
+        )
 
     @property
     def batch_size(self) -> torch.Size:
