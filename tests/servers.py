@@ -121,7 +121,7 @@ def s3_server() -> Iterator[S3Server]:
 
 class _RangeHandler(http.server.SimpleHTTPRequestHandler):
     """GET with one ``Range: bytes=A-B``, HEAD, an ETag from size and mtime; counts the
-    body bytes it sends, and cuts the reply after ``cut_after`` bytes when set; with a
+    GETs and the body bytes it sends, and cuts the reply after ``cut_after`` bytes when set; with a
     ``token``, refuses (403) every request without ``Authorization: Bearer <token>``."""
 
     server: _RangeHTTPServer
@@ -159,6 +159,7 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
             self.end_headers()
 
     def do_GET(self) -> None:
+        self.server.gets += 1
         found = self._target()
         if found is None:
             return
@@ -197,6 +198,7 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
 class _RangeHTTPServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     sent = 0
+    gets = 0
     cut_after: int | None = None
     token: str | None = None
 
@@ -210,6 +212,11 @@ class HTTPServer:
     @property
     def bytes_sent(self) -> int:
         return self.server.sent
+
+    @property
+    def gets(self) -> int:
+        """GET requests answered so far (refused ones included)."""
+        return self.server.gets
 
     def cut_replies_after(self, n: int | None) -> None:
         """From now on, drop every reply after ``n`` body bytes (None: whole replies)."""

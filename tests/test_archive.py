@@ -70,16 +70,19 @@ def test_round_trip_zip_layout_and_alignment(tmp_path: Path) -> None:
         names = [i.filename for i in zf.infolist()]
         assert all(i.compress_type == zipfile.ZIP_STORED for i in zf.infolist())
         zf.extractall(tmp_path / "unzipped")
-    # The entries are the folder layout: each node's meta.json first, then its leaves.
+    # The entries are the folder layout: every leaf, then every meta.json, the root's last
+    # (beside the central directory, where a reader over a network starts).
     folder = tmp_path / "folder"
     td.memmap(folder)
     files = sorted(
         str(p.relative_to(folder)).replace(os.sep, "/") for p in folder.rglob("*") if p.is_file()
     )
     assert sorted(names) == files
-    assert names[0] == "meta.json" and names.index("info/meta.json") < names.index(
+    assert names[-1] == "meta.json" and names.index("info/meta.json") > names.index(
         "info/step.memmap"
     )
+    metas = [i for i, n in enumerate(names) if n.endswith("meta.json")]
+    assert metas == list(range(len(names) - len(metas), len(names)))
     # unzip gives a folder that loads
     assert_same(TensorDict.load_memmap(tmp_path / "unzipped"), td)
     ar = _archive.Archive(str(path))
@@ -326,7 +329,7 @@ def test_overlapping_entries(tmp_path: Path) -> None:
 
 def test_bad_crc_on_meta_json(tmp_path: Path) -> None:
     path, raw = _saved(tmp_path)
-    at = raw.index(b'"format"')
+    at = raw.rindex(b'"format"')  # the root's meta.json: the last entry
     path.write_bytes(raw[:at] + b'"formaT"' + raw[at + 8 :])
     with pytest.raises(
         FormatError, match=r"m\.tbx, entry 'meta\.json': CRC-32 [0-9a-f]{8} does not"

@@ -39,7 +39,7 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 __all__ = [
@@ -51,8 +51,8 @@ __all__ = [
     "identity",
     "is_url",
     "check_mode",
+    "read_into",
     "read_many",
-    "read_streamed",
     "read_whole",
     "stamp",
     "describe",
@@ -377,42 +377,236 @@ def read_many(
     return out
 
 
-def read_streamed(
+#: A streamed reply's bytes are handed on about this many at a time (one write each).
+STREAM_CHUNK = 1 << 20
+
+#: ``sink(i, offset, buffers)``: bytes of range ``i``, ``offset`` bytes into it.
+Sink = Callable[[int, int, list[memoryview]], None]
+
+
+def read_into(
     fs: Any,
     ranges: Sequence[tuple[str, str, int, int]],
-    gap: int,
-    limit: int,
+    sink: Sink,
+    gap: int = 0,
+    limit: int = 1 << 62,
     lanes: int = 4,
-) -> Iterator[list[tuple[int, memoryview]]]:
-    """:func:`read_many`, its requests in ``lanes`` calls in flight together, each call's
-    ranges yielded as soon as that call is done (``(index in ranges, bytes)``): what
-    arrived first is written while the rest is still on its way."""
-    import concurrent.futures
+) -> None:
+    """Read each ``(path, url, start, end)`` range, handing its bytes on as they arrive:
+    ``sink(i, offset, buffers)`` for the bytes of range ``i`` from ``offset`` on, every
+    byte of every range once, in order within a range. Ranges of one object closer than
+    ``gap`` are one request (at most ``limit`` bytes unless one range alone is longer);
+    ``lanes`` requests are in flight together.
 
+    From S3 (s3fs) and HTTP(S) servers the replies are **streamed**: a request's bytes
+    are handed on about every :data:`STREAM_CHUNK` bytes as they come off the network,
+    from fsspec's event-loop thread, never gathered into one object, so writing them
+    overlaps the transfer. A request that fails midway is resumed where it stopped
+    (:data:`ATTEMPTS` tries in all). Other filesystems hand on each request's bytes
+    whole once it is done (fsspec's ``cat_ranges``), from the calling thread. Calls to
+    ``sink`` never overlap; an exception it raises stops the read and is raised here.
+    Errors name the URL, as :func:`read_many`'s do.
+
+    >>> import fsspec
+    >>> fs = fsspec.filesystem("memory")
+    >>> fs.pipe("/r/obj", bytes(range(100)))
+    >>> got = {}
+    >>> obj = ("/r/obj", "memory://r/obj")
+    >>> read_into(fs, [(*obj, 65, 68), (*obj, 90, 92)],
+    ...           lambda i, at, bufs: got.setdefault(i, []).append((at, b"".join(bufs))))
+    >>> got
+    {0: [(0, b'ABC')], 1: [(0, b'Z[')]}
+    """
     groups = _groups(ranges, gap, limit)
     if not groups:
         return
+    opener = _opener(fs)
+    if opener is not None:
+        _stream(fs, opener, ranges, groups, sink, lanes)
+        return
+    import concurrent.futures
+
     lanes = max(1, min(lanes, len(groups)))
     split = [groups[i::lanes] for i in range(lanes)]
 
-    def arrived(lane: list[tuple[str, str, int, int, list[int]]], blobs: list[bytes]) -> Any:
-        got: list[tuple[int, memoryview]] = []
+    def hand_on(lane: list[_Group], blobs: list[bytes]) -> None:
         for (_, _, start, _, members), blob in zip(lane, blobs, strict=True):
             view = memoryview(blob)
             for i in members:
-                got.append((i, view[ranges[i][2] - start : ranges[i][3] - start]))
-        return got
+                sink(i, 0, [view[ranges[i][2] - start : ranges[i][3] - start]])
 
     if lanes == 1:  # one call: no thread for it
-        yield arrived(split[0], _cat_ranges(fs, split[0]))
+        hand_on(split[0], _cat_ranges(fs, split[0]))
         return
     pool = concurrent.futures.ThreadPoolExecutor(lanes, thread_name_prefix="tensorbox-read")
     try:
         futures = {pool.submit(_cat_ranges, fs, lane): lane for lane in split}
         for fut in concurrent.futures.as_completed(futures):
-            yield arrived(futures[fut], fut.result())
+            hand_on(futures[fut], fut.result())
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+_Group = tuple[str, str, int, int, list[int]]
+#: ``await read()`` gives the reply's next bytes (b"" at its end); ``close()`` drops it.
+_Body = tuple[Callable[[], Awaitable[bytes]], Callable[[], Any]]
+
+
+def _opener(fs: Any) -> Callable[[Any, str, int, int], Awaitable[_Body]] | None:
+    """How to stream a range of ``fs``'s objects, or None (no streaming for it)."""
+    if getattr(fs, "loop", None) is None:
+        return None
+    module = type(fs).__module__
+    if module.startswith("s3fs") and hasattr(fs, "_call_s3"):
+        return _s3_body
+    if module.startswith("fsspec.implementations.http") and hasattr(fs, "set_session"):
+        return _http_body
+    return None
+
+
+async def _s3_body(fs: Any, path: str, start: int, end: int) -> _Body:
+    bucket, key, version = fs.split_path(path)
+    extra = {"VersionId": version} if version else {}
+    reply = await fs._call_s3(
+        "get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", **extra
+    )
+    body = reply["Body"]
+    content = getattr(getattr(body, "_raw_stream", None), "content", None)
+    if content is not None and hasattr(content, "readany"):
+        return content.readany, body.close  # aiohttp's chunks as they came: no copy
+    return (lambda: body.read(STREAM_CHUNK)), body.close
+
+
+async def _http_body(fs: Any, path: str, start: int, end: int) -> _Body:
+    kw = dict(getattr(fs, "kwargs", None) or {})
+    headers = dict(kw.pop("headers", None) or {})
+    headers["Range"] = f"bytes={start}-{end - 1}"
+    session = await fs.set_session()
+    reply = await session.get(fs.encode_url(path), headers=headers, **kw)
+    try:
+        if reply.status == 404:
+            raise FileNotFoundError(path)
+        reply.raise_for_status()  # aiohttp's error: its status is mapped by the caller
+        if reply.status != 206 and reply.content_length != end - start:
+            raise OSError(
+                f"the server answered bytes {start}..{end} with the whole object (HTTP "
+                f"{reply.status}): it does not honour Range requests"
+            )
+    except BaseException:
+        reply.release()
+        raise
+    return reply.content.readany, reply.release
+
+
+class _SinkFailed(Exception):
+    """What the sink raised, carried out of the read untouched (never retried)."""
+
+    def __init__(self, err: BaseException) -> None:
+        self.err = err
+
+
+def _stream(
+    fs: Any,
+    opener: Callable[[Any, str, int, int], Awaitable[_Body]],
+    ranges: Sequence[tuple[str, str, int, int]],
+    groups: list[_Group],
+    sink: Sink,
+    lanes: int,
+) -> None:
+    import asyncio
+
+    from fsspec.asyn import sync
+
+    def hand_on(members: list[int], at: int, bufs: list[bytes]) -> None:
+        """``bufs``: the object's bytes from ``at`` on, spread over the ranges inside."""
+        out: dict[int, tuple[int, list[memoryview]]] = {}
+        for b in bufs:
+            view, a = memoryview(b), at
+            at += len(view)
+            for i in members:
+                s, e = ranges[i][2], ranges[i][3]
+                lo, hi = max(s, a), min(e, at)
+                if lo < hi:
+                    out.setdefault(i, (lo - s, []))[1].append(view[lo - a : hi - a])
+        try:
+            for i, (offset, views) in out.items():
+                sink(i, offset, views)
+        except BaseException as err:
+            raise _SinkFailed(err) from err
+
+    async def one(group: _Group, lane: asyncio.Semaphore) -> None:
+        path, url, start, end, members = group
+        got = 0  # bytes handed on
+        async with lane:
+            for attempt in range(ATTEMPTS):
+                try:
+                    read, close = await opener(fs, path, start + got, end)
+                    try:
+                        pending: list[bytes] = []
+                        held = 0
+                        while True:
+                            chunk = await read()
+                            if chunk and start + got + held + len(chunk) > end:
+                                raise OSError(f"more than the {end - start} bytes asked for")
+                            if chunk:
+                                pending.append(chunk)
+                                held += len(chunk)
+                            if held and (held >= STREAM_CHUNK or not chunk):
+                                hand_on(members, start + got, pending)
+                                got, pending, held = got + held, [], 0
+                            if not chunk:
+                                break
+                    finally:
+                        close()
+                    if got != end - start:
+                        raise OSError(
+                            f"{url!r}: bytes {start}..{end} came back as {got} bytes (the "
+                            "object is shorter than its tree says, or the server cut the reply)"
+                        )
+                    return
+                except _SinkFailed:
+                    raise
+                except Exception as err:
+                    mapped = _refusal(err, url)
+                    if mapped is not None:
+                        raise mapped from err
+                    if attempt + 1 == ATTEMPTS:
+                        raise OSError(
+                            f"{url!r}: reading bytes {start}..{end} failed {ATTEMPTS} times "
+                            f"({type(err).__name__}: {err})"
+                        ) from err
+                    await asyncio.sleep(0.1 * 4**attempt)
+
+    async def every() -> None:
+        lane = asyncio.Semaphore(max(1, lanes))
+        tasks = [asyncio.ensure_future(one(g, lane)) for g in groups]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+    try:
+        sync(fs.loop, every)
+    except _SinkFailed as failed:
+        raise failed.err from None
+
+
+def _refusal(err: BaseException, where: str) -> BaseException | None:
+    """The error to raise at once for ``err`` (a missing object, refused credentials),
+    or None when trying again may help."""
+    if isinstance(err, FileNotFoundError):
+        return FileNotFoundError(f"{where!r}: no such object ({err})")
+    if isinstance(err, PermissionError):
+        return PermissionError(f"{where!r}: access refused: check the credentials ({err})")
+    status = getattr(err, "status", None)  # each filesystem raises its own types
+    if status in (401, 403):
+        return PermissionError(f"{where!r}: access refused (HTTP {status}): check the credentials")
+    if status == 404:
+        return FileNotFoundError(f"{where!r}: no such object (HTTP 404)")
+    return None
 
 
 def _cat_ranges(fs: Any, groups: list[tuple[str, str, int, int, list[int]]]) -> list[bytes]:
@@ -437,20 +631,10 @@ def _cat_ranges(fs: Any, groups: list[tuple[str, str, int, int, list[int]]]) -> 
                         "object is shorter than its tree says, or the server cut the reply)"
                     )
             return list(blobs)
-        except FileNotFoundError as err:
-            raise FileNotFoundError(f"{where!r}: no such object ({err})") from err
-        except PermissionError as err:
-            raise PermissionError(
-                f"{where!r}: access refused: check the credentials ({err})"
-            ) from err
         except Exception as err:  # each filesystem raises its own types (aiohttp, botocore...)
-            status = getattr(err, "status", None)
-            if status in (401, 403):
-                raise PermissionError(
-                    f"{where!r}: access refused (HTTP {status}): check the credentials"
-                ) from err
-            if status == 404:
-                raise FileNotFoundError(f"{where!r}: no such object (HTTP 404)") from err
+            mapped = _refusal(err, where)
+            if mapped is not None:
+                raise mapped from err
             if attempt + 1 == ATTEMPTS:
                 raise OSError(
                     f"{where!r}: reading {len(groups)} range(s) failed {ATTEMPTS} times "

@@ -1,9 +1,9 @@
 """Trees behind URLs, read lazily: an archive object or a folder of objects, as a store.
 
 Opening a tree reads its description only: for an archive, the tail of the object (the
-zip central directory, parsed by :func:`tensorbox._storage.archive.zip.read_index`) and
-every ``meta.json`` entry, in one request; for a folder, each node's ``meta.json`` and
-its listing. Leaf sizes come from the central directory or the listing: nothing is
+zip central directory, parsed by :func:`tensorbox._storage.archive.zip.read_index`, and
+the ``meta.json`` entries, which tensorbox writes beside it: one request); for a folder,
+each node's ``meta.json`` and its listing. Leaf sizes come from the central directory or the listing: nothing is
 fetched per leaf at open.
 
 Each leaf is a :class:`RemoteTensor`: a tensor of the leaf's shape whose bytes arrive
@@ -76,8 +76,8 @@ MAX_REQUEST = 64 << 20
 #: Bytes in flight in one call, at most.
 WAVE = 256 << 20
 _TAIL = 128 << 10  # the end of an archive read at open: its end record and, usually, its index
-_HEAD = 16 << 10  # the start of an archive read with it: the root's meta.json, usually
 _SIDE = struct.Struct("<I")
+_LOCAL_SIZE = 30  # a zip local header's fixed part
 
 
 class _Source:
@@ -247,17 +247,44 @@ class _Leaf:
         self.fd = fd
         self._map(path)
 
+    def _ready(self) -> None:
+        """Somewhere to write (the caller holds the lock)."""
+        if self.storage is None:
+            self._open()
+        elif self.fd is None and self.store.cache is not None and self.missing:
+            # mapped from what another process fetched: write into the same file
+            self.fd = os.open(self.store.cache.path_for(self.key or {}), os.O_RDWR)
+
+    def put(self, at: int, bufs: list[memoryview]) -> None:
+        """Write ``bufs`` (consecutive bytes of the leaf) at byte ``at``, without recording
+        anything (see :meth:`write`): a streamed reply's bytes, as they arrive. The parts
+        they fill are recorded by :meth:`record` once the whole fetch is known good."""
+        with self.lock:
+            self._ready()
+            if self.fd is not None:
+                todo = [b for b in bufs if len(b)]
+                while todo:  # pwritev may write less than asked
+                    done = os.pwritev(self.fd, todo, at)
+                    at += done
+                    while todo and done >= len(todo[0]):
+                        done -= len(todo[0])
+                        todo.pop(0)
+                    if todo and done:
+                        todo[0] = todo[0][done:]
+                return
+            flat = torch.empty(0, dtype=torch.uint8).set_(self.storage)
+            view = memoryview(flat.numpy())  # type: ignore[arg-type]
+            for b in bufs:
+                view[at : at + len(b)] = b
+                at += len(b)
+
     def write(self, runs: list[tuple[int, int, Any]]) -> list[int]:
         """Write arrived runs of parts ``(first, stop, bytes)`` (every byte of each part),
         one write per run, without recording them: the parts written, for :meth:`record`
         once the fetch is known good. Unrecorded bytes are never served (nor trusted by
         another process: the ``.have`` file says what is there)."""
         with self.lock:
-            if self.storage is None:
-                self._open()
-            elif self.fd is None and self.store.cache is not None and self.missing:
-                # mapped from what another process fetched: write into the same file
-                self.fd = os.open(self.store.cache.path_for(self.key or {}), os.O_RDWR)
+            self._ready()
             new: list[int] = []
             if self.fd is None:
                 flat = torch.empty(0, dtype=torch.uint8).set_(self.storage)
@@ -510,37 +537,86 @@ class _RemoteStore(Store):
         owners: list[tuple[_Leaf, int, int]],
         size: int,
     ) -> None:
-        """Read ``reqs``, writing each run as its request arrives (while the others are on
-        their way); once all arrived and the objects are known unchanged, record them."""
-        headers = {id(leaf) for leaf, first, _ in owners if first == -1}
-        moved: set[int] = set()
-        written: dict[int, tuple[_Leaf, list[int]]] = {}
-        waiting: list[tuple[int, Any]] = []  # runs of leaves whose header has not come
+        """Read ``reqs``, writing each run's bytes as they arrive (streamed where the
+        filesystem allows: :func:`tensorbox._storage.remote.read_into`); once all arrived
+        and the objects are known unchanged, record them.
 
-        def take(got: list[tuple[int, Any]]) -> None:
-            for i, blob in sorted(got, key=lambda x: owners[x[0]][1] != -1):  # headers first
-                leaf, first, stop = owners[i]
-                if first == -1:
-                    headers.discard(id(leaf))
-                    if not self._locate(leaf, bytes(blob)):
-                        moved.add(id(leaf))
-                elif id(leaf) in headers:
-                    waiting.append((i, blob))
-                elif id(leaf) not in moved:
-                    data = self._decode(leaf, bytes(blob)) if leaf.whole else blob
-                    new = leaf.write([(first, stop, data)])
-                    written.setdefault(id(leaf), (leaf, []))[1].extend(new)
+        A run of a leaf whose local header is not checked yet is held back until the
+        header has arrived and agrees (the header is read in the same request as the
+        leaf's first run, ahead of it, where they are adjacent); a compressed leaf is
+        decoded once all its bytes are here."""
+        headers: dict[int, bytearray] = {}  # request -> what arrived of a local header
+        state: dict[int, str] = {}  # leaf -> "wait" (its header not checked), "ok", "moved"
+        held: dict[int, list[tuple[int, list[memoryview]]]] = {}  # request -> bytes kept
+        for leaf, first, _ in owners:
+            if first == -1:
+                state[id(leaf)] = "wait"
+
+        def put(i: int, at: int, bufs: list[memoryview]) -> None:
+            leaf, first, _ = owners[i]
+            leaf.put(leaf.span(first)[0] + at, bufs)
+
+        def sink(i: int, at: int, bufs: list[memoryview]) -> None:
+            leaf, first, _ = owners[i]
+            if first == -1:
+                got = headers.setdefault(i, bytearray())
+                for b in bufs:
+                    got += b
+                if len(got) < reqs[i][3] - reqs[i][2]:
+                    return
+                # Checked here only when the bytes at hand settle it (nothing to fetch):
+                # else after the read, in the caller's thread, which may fetch.
+                if self._fits(leaf, bytes(got)) and self._locate(leaf, bytes(got)):
+                    state[id(leaf)] = "ok"
+                    for j in list(held):
+                        if owners[j][0] is leaf and not leaf.whole:
+                            for a, views in held.pop(j):
+                                put(j, a, views)
+                else:
+                    state[id(leaf)] = "later"
+                return
+            now = state.get(id(leaf), "ok")
+            if now in ("moved", "later"):
+                return
+            if leaf.whole or now == "wait":
+                held.setdefault(i, []).append((at, list(bufs)))  # views of immutable bytes
+                return
+            put(i, at, bufs)
 
         local = [self._have(r) for r in reqs]
-        take([(i, b) for i, b in enumerate(local) if b is not None])
+        for i, b in sorted(enumerate(local), key=lambda x: owners[x[0]][1] != -1):
+            if b is not None:  # headers first
+                sink(i, 0, [memoryview(b)])
         far = [i for i, b in enumerate(local) if b is None]
-        for got in _remote.read_streamed(fs, [reqs[i] for i in far], 0, size, REQUESTS):
-            take([(far[j], blob) for j, blob in got])
-        rest, waiting[:] = list(waiting), []
-        take(rest)
+        # adjacent ranges (a leaf's header and its first run) in one request
+        _remote.read_into(
+            fs,
+            [reqs[i] for i in far],
+            lambda j, at, bufs: sink(far[j], at, bufs),
+            0,
+            size + GAP,
+            REQUESTS,
+        )
+        for i, got in headers.items():
+            leaf = owners[i][0]
+            if state[id(leaf)] == "later":  # checked now (fetching what it needs), and
+                self._locate(leaf, bytes(got))  # its runs, dropped meanwhile, read again
+                state[id(leaf)] = "moved"
         leaves = list({id(owners[i][0]): owners[i][0] for i in far}.values())
         if leaves:
             self._unchanged(leaves)
+        written: dict[int, tuple[_Leaf, list[int]]] = {}
+        for i, (leaf, first, stop) in enumerate(owners):
+            if first == -1 or state.get(id(leaf), "ok") != "ok":
+                continue
+            if leaf.whole:
+                raw = b"".join(b for _, views in held.pop(i, []) for b in views)
+                new = leaf.write([(0, 1, self._decode(leaf, raw))])
+            else:
+                for a, views in held.pop(i, []):  # a header that came after its run
+                    put(i, a, views)
+                new = [c for c in range(first, stop) if not leaf.have[c]]
+            written.setdefault(id(leaf), (leaf, []))[1].extend(new)
         for leaf, parts in written.values():
             leaf.record(parts)
         again = [
@@ -549,10 +625,15 @@ class _RemoteStore(Store):
                 sorted({c for lf, a, z in owners if lf is leaf and a >= 0 for c in range(a, z)}),
             )
             for leaf in {id(lf): lf for lf, _, _ in owners}.values()
-            if id(leaf) in moved
+            if state.get(id(leaf)) == "moved"
         ]
         if again:  # the data sits elsewhere than guessed (a data descriptor, padding)
             self.fetch(again)
+
+    def _fits(self, leaf: _Leaf, header: bytes) -> bool:
+        """Whether ``header`` (a leaf's local header, read up to where its data should
+        start) holds all that checking it needs, so that no byte more is fetched."""
+        return True
 
 
 def _size(leaf: _Leaf) -> Any:
@@ -646,15 +727,12 @@ class RemoteArchiveStore(_RemoteStore):
         if not self._from_cache(key):
             if size < 22:
                 raise FormatError(f"{url}: {size} bytes, too short for a zip archive")
+            # The tail: the end record, the central directory and, as tensorbox lays an
+            # archive out, every meta.json (the root's last, beside the directory): a tree
+            # opens in one request. Archives laid out otherwise (older tensorbox versions
+            # wrote each node's meta.json first) cost one more, below.
             tail = max(0, size - _TAIL)
-            # The head too, in the same call (in flight together): the root's meta.json is
-            # the archive's first entry, so a one-node tree opens in one round trip.
-            head = min(_HEAD, tail)
-            wanted = [(path, url, tail, size)] + ([(path, url, 0, head)] if head else [])
-            got = _remote.read_many(fs, wanted, 0)
-            self.buf.add(tail, got[0])
-            if head:
-                self.buf.add(0, got[1])
+            self.buf.add(tail, _remote.read_many(fs, [(path, url, tail, size)], 0)[0])
             self.index = _zip.read_index(self.buf, url)
             metas = [
                 ze
@@ -747,6 +825,13 @@ class RemoteArchiveStore(_RemoteStore):
     def _header(self, leaf: _Leaf) -> tuple[int, int]:
         ze = self.index.entries[leaf.name]
         return ze.header, max(leaf.base, ze.header + 30)
+
+    def _fits(self, leaf: _Leaf, header: bytes) -> bool:
+        ze = self.index.entries[leaf.name]
+        if len(header) < _LOCAL_SIZE or header[:4] != b"PK\x03\x04":
+            return False  # damaged: the check, after the read, says how
+        n, x = struct.unpack_from("<HH", header, 26)  # the name's and extra field's lengths
+        return ze.header + _LOCAL_SIZE + n + x == leaf.base == ze.header + len(header)
 
     def _locate(self, leaf: _Leaf, header: bytes) -> bool:
         ze = self.index.entries[leaf.name]

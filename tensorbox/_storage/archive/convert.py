@@ -122,11 +122,12 @@ def pack(
                 t += sum(type(e) is TensorEntry for e in node.entries.values())
             return n, t
         items: list[tuple[str, Any, bool]] = []  # (name, payload, align)
+        metas: list[tuple[str, Any, bool]] = []  # parents first
         leaves = total = 0
         for _, node in iter_nodes(store, "", top):
             rel = f"{node.rel}/" if node.rel else ""
             raw = store.read_meta(node.rel)
-            items.append((rel + META, raw, False))
+            metas.append((rel + META, raw, False))
             # Names as meta.json gives them (a leaf may be a symlink to another file name)
             doc = parse_json(raw, store.where(rel + META))["entries"]
             for key, e in node.entries.items():
@@ -138,7 +139,8 @@ def pack(
                         items.append(_leaf_item(rel + doc[key][sub]["file"], part, method))
                         total += part.nbytes
                     leaves += 1
-        nodes = sum(name.endswith(META) for name, _, _ in items)
+        items.extend(reversed(metas))  # after the leaves, the root's last, as a save lays them
+        nodes = len(metas)
     finally:
         _commit.read_unlock(lock)
     with _commit.writing(root), Progress("pack", total, progress=progress):

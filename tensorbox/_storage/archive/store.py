@@ -2,7 +2,8 @@
 
 The archive holds the directory tree of :mod:`tensorbox._storage.format.spec` byte for byte: a
 STORED entry per file, at the file's relative path (``meta.json``,
-``info/meta.json``, ``info/step.memmap``...), each node's ``meta.json`` first. Tensor
+``info/meta.json``, ``info/step.memmap``...): every leaf first, then every ``meta.json``,
+the root's last, beside the central directory (see :class:`ArchiveWriter`). Tensor
 data starts on a 64-byte boundary (see :mod:`tensorbox._storage.archive.zip`), so one private mapping
 of the whole file serves every leaf without a copy, both parts of a jagged leaf
 included (its offsets checked as a folder's are). ``unzip`` gives back the folder.
@@ -302,10 +303,7 @@ class ArchiveWriter(Writer):
         sizes: list[int | None] = []
         at: dict[int, int] = {}  # leaf -> its item
         method = self.method
-        for d in self.order:  # each node's meta.json first, then its leaves
-            meta, std_json = self.metas[d]
-            items.append((f"{d}/{META}" if d else META, meta_bytes(meta, std_json), False))
-            sizes.append(None)
+        for d in self.order:  # every node's leaves, then the meta.json files (below)
             for i, name, t in self.leaves.get(d, ()):
                 at[i] = len(items)
                 if method != _zip.STORED:
@@ -319,6 +317,14 @@ class ArchiveWriter(Writer):
                 else:
                     items.append((name, lambda t=t: byte_chunks(t), True))
                 sizes.append(t.numel() * t.element_size())
+        # Then each node's meta.json, children first and the root's last: the descriptions
+        # sit beside the central directory at the end of the file, so a reader that fetches
+        # the archive over a network gets both in one read of its tail (readers go by the
+        # central directory: the order is free, and archives in other orders read alike).
+        for d in reversed(self.order):
+            meta, std_json = self.metas[d]
+            items.append((f"{d}/{META}" if d else META, meta_bytes(meta, std_json), False))
+            sizes.append(None)
         starts = write_file(self.root, items, sizes, num_threads, self.fsync)
         advance(sum(n for n in sizes if n is not None), files=self.count)  # written whole
         self.starts = {i: starts[j] for i, j in at.items()}
