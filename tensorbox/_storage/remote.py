@@ -391,7 +391,8 @@ def read_into(
     gap: int = 0,
     limit: int = 1 << 62,
     lanes: int = 4,
-) -> None:
+    etags: dict[str, str | None] | None = None,
+) -> bool:
     """Read each ``(path, url, start, end)`` range, handing its bytes on as they arrive:
     ``sink(i, offset, buffers)`` for the bytes of range ``i`` from ``offset`` on, every
     byte of every range once, in order within a range. Ranges of one object closer than
@@ -407,6 +408,11 @@ def read_into(
     ``sink`` never overlap; an exception it raises stops the read and is raised here.
     Errors name the URL, as :func:`read_many`'s do.
 
+    ``etags`` (path -> the ETag the object had when its tree was opened): True comes
+    back when every reply was streamed with that ETag, so that the bytes are known to be
+    that version's (the objects need no other check); False when some were not (not
+    streamed, no ETag known or sent, or another one: the caller asks the server).
+
     >>> import fsspec
     >>> fs = fsspec.filesystem("memory")
     >>> fs.pipe("/r/obj", bytes(range(100)))
@@ -419,11 +425,11 @@ def read_into(
     """
     groups = _groups(ranges, gap, limit)
     if not groups:
-        return
+        return True
     opener = _opener(fs)
     if opener is not None:
-        _stream(fs, opener, ranges, groups, sink, lanes)
-        return
+        vouched = _stream(fs, opener, ranges, groups, sink, lanes, etags or {})
+        return vouched >= {g[0] for g in groups}
     import concurrent.futures
 
     lanes = max(1, min(lanes, len(groups)))
@@ -437,7 +443,7 @@ def read_into(
 
     if lanes == 1:  # one call: no thread for it
         hand_on(split[0], _cat_ranges(fs, split[0]))
-        return
+        return False
     pool = concurrent.futures.ThreadPoolExecutor(lanes, thread_name_prefix="tensorbox-read")
     try:
         futures = {pool.submit(_cat_ranges, fs, lane): lane for lane in split}
@@ -445,11 +451,13 @@ def read_into(
             hand_on(futures[fut], fut.result())
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+    return False
 
 
 _Group = tuple[str, str, int, int, list[int]]
 #: ``await read()`` gives the reply's next bytes (b"" at its end); ``close()`` drops it.
-_Body = tuple[Callable[[], Awaitable[bytes]], Callable[[], Any]]
+#: The reply's ETag (None: it sent none) comes with them.
+_Body = tuple[Callable[[], Awaitable[bytes]], Callable[[], Any], str | None]
 
 
 def _opener(fs: Any) -> Callable[[Any, str, int, int], Awaitable[_Body]] | None:
@@ -473,8 +481,8 @@ async def _s3_body(fs: Any, path: str, start: int, end: int) -> _Body:
     body = reply["Body"]
     content = getattr(getattr(body, "_raw_stream", None), "content", None)
     if content is not None and hasattr(content, "readany"):
-        return content.readany, body.close  # aiohttp's chunks as they came: no copy
-    return (lambda: body.read(STREAM_CHUNK)), body.close
+        return content.readany, body.close, reply.get("ETag")  # aiohttp's chunks: no copy
+    return (lambda: body.read(STREAM_CHUNK)), body.close, reply.get("ETag")
 
 
 async def _http_body(fs: Any, path: str, start: int, end: int) -> _Body:
@@ -495,7 +503,7 @@ async def _http_body(fs: Any, path: str, start: int, end: int) -> _Body:
     except BaseException:
         reply.release()
         raise
-    return reply.content.readany, reply.release
+    return reply.content.readany, reply.release, reply.headers.get("ETag")
 
 
 class _SinkFailed(Exception):
@@ -512,10 +520,15 @@ def _stream(
     groups: list[_Group],
     sink: Sink,
     lanes: int,
-) -> None:
+    etags: dict[str, str | None],
+) -> set[str]:
+    """Stream ``groups``; the paths whose every reply's ETag matched ``etags``."""
     import asyncio
 
     from fsspec.asyn import sync
+
+    vouched: set[str] = set()
+    unvouched: set[str] = set()
 
     def hand_on(members: list[int], at: int, bufs: list[bytes]) -> None:
         """``bufs``: the object's bytes from ``at`` on, spread over the ranges inside."""
@@ -540,8 +553,12 @@ def _stream(
         async with lane:
             for attempt in range(ATTEMPTS):
                 try:
-                    read, close = await opener(fs, path, start + got, end)
+                    read, close, tag = await opener(fs, path, start + got, end)
                     try:
+                        # Another ETag: a replaced object, or a server whose replies
+                        # name one version differently; the caller asks the server.
+                        known = etags.get(path)
+                        (vouched if known is not None and tag == known else unvouched).add(path)
                         pending: list[bytes] = []
                         held = 0
                         while True:
@@ -592,6 +609,7 @@ def _stream(
         sync(fs.loop, every)
     except _SinkFailed as failed:
         raise failed.err from None
+    return vouched - unvouched
 
 
 def _refusal(err: BaseException, where: str) -> BaseException | None:

@@ -588,22 +588,23 @@ class _RemoteStore(Store):
             if b is not None:  # headers first
                 sink(i, 0, [memoryview(b)])
         far = [i for i, b in enumerate(local) if b is None]
+        leaves = list({id(owners[i][0]): owners[i][0] for i in far}.values())
         # adjacent ranges (a leaf's header and its first run) in one request
-        _remote.read_into(
+        vouched = _remote.read_into(
             fs,
             [reqs[i] for i in far],
             lambda j, at, bufs: sink(far[j], at, bufs),
             0,
             size + GAP,
             REQUESTS,
+            self._etags(leaves),
         )
         for i, got in headers.items():
             leaf = owners[i][0]
             if state[id(leaf)] == "later":  # checked now (fetching what it needs), and
                 self._locate(leaf, bytes(got))  # its runs, dropped meanwhile, read again
                 state[id(leaf)] = "moved"
-        leaves = list({id(owners[i][0]): owners[i][0] for i in far}.values())
-        if leaves:
+        if not vouched:  # the replies' ETags said nothing: ask for the objects' now
             self._unchanged(leaves)
         written: dict[int, tuple[_Leaf, list[int]]] = {}
         for i, (leaf, first, stop) in enumerate(owners):
@@ -629,6 +630,10 @@ class _RemoteStore(Store):
         ]
         if again:  # the data sits elsewhere than guessed (a data descriptor, padding)
             self.fetch(again)
+
+    def _etags(self, leaves: list[_Leaf]) -> dict[str, str | None]:
+        """The ETag each leaf's object had when the tree was opened (None: unknown)."""
+        return {}
 
     def _fits(self, leaf: _Leaf, header: bytes) -> bool:
         """Whether ``header`` (a leaf's local header, read up to where its data should
@@ -698,8 +703,7 @@ class _Sparse:
         got = self.covered(a, b)
         if got is not None:
             return got
-        src = self.store.src
-        blob = _remote.read_many(src.fs, [(src.path, src.url, a, b)])[0]
+        blob = self.store.read([(a, b)], 0)[0]
         self.add(a, blob)
         return blob
 
@@ -723,6 +727,7 @@ class RemoteArchiveStore(_RemoteStore):
         )
         size = int(self.ident["size"] or 0)
         self.buf = _Sparse(self, size)
+        self.vouched = True  # every reply of the open vouched for by its ETag, so far
         key = {"object": self.ident, "part": "index"}
         if not self._from_cache(key):
             if size < 22:
@@ -732,7 +737,7 @@ class RemoteArchiveStore(_RemoteStore):
             # opens in one request. Archives laid out otherwise (older tensorbox versions
             # wrote each node's meta.json first) cost one more, below.
             tail = max(0, size - _TAIL)
-            self.buf.add(tail, _remote.read_many(fs, [(path, url, tail, size)], 0)[0])
+            self.buf.add(tail, self.read([(tail, size)], 0)[0])
             self.index = _zip.read_index(self.buf, url)
             metas = [
                 ze
@@ -741,12 +746,10 @@ class RemoteArchiveStore(_RemoteStore):
             ]
             metas = [ze for ze in metas if self.buf.covered(ze.header, ze.bound) is None]
             for ze, blob in zip(
-                metas,
-                _remote.read_many(fs, [(path, url, ze.header, ze.bound) for ze in metas], GAP),
-                strict=True,
+                metas, self.read([(ze.header, ze.bound) for ze in metas], GAP), strict=True
             ):
                 self.buf.add(ze.header, blob)
-            if _remote.identity(fs, path, url) != self.ident:
+            if not self.vouched and _remote.identity(fs, path, url) != self.ident:
                 raise OSError(f"{url!r}: the object was replaced while it was opened; open again")
             self._to_cache(key)
         self.sizes = {name: ze.usize for name, ze in self.index.entries.items()}
@@ -825,6 +828,29 @@ class RemoteArchiveStore(_RemoteStore):
     def _header(self, leaf: _Leaf) -> tuple[int, int]:
         ze = self.index.entries[leaf.name]
         return ze.header, max(leaf.base, ze.header + 30)
+
+    def _etags(self, leaves: list[_Leaf]) -> dict[str, str | None]:
+        return {self.src.path: self.ident.get("ETag")}
+
+    def read(self, ranges: list[tuple[int, int]], gap: int) -> list[bytes]:
+        """The bytes of each ``(start, end)`` of the object; ranges closer than ``gap``
+        read by one request. Replies not vouched for by their ETag leave
+        :attr:`vouched` False (the object's identity is then read again)."""
+        src = self.src
+        out = [bytearray() for _ in ranges]
+
+        def sink(i: int, at: int, bufs: list[memoryview]) -> None:
+            for b in bufs:
+                out[i] += b
+
+        self.vouched &= _remote.read_into(
+            src.fs,
+            [(src.path, src.url, a, b) for a, b in ranges],
+            sink,
+            gap,
+            etags=self._etags([]),
+        )
+        return [bytes(b) for b in out]
 
     def _fits(self, leaf: _Leaf, header: bytes) -> bool:
         ze = self.index.entries[leaf.name]
@@ -984,6 +1010,9 @@ class RemoteFolderStore(_RemoteStore):
 
     def version(self, leaf: _Leaf) -> Any:
         return self.stamps.get(leaf.name)  # None: not listed, its identity not read yet
+
+    def _etags(self, leaves: list[_Leaf]) -> dict[str, str | None]:
+        return {leaf.obj: self.stamps.get(leaf.name, {}).get("ETag") for leaf in leaves}
 
     def fetch(self, todo: list[tuple[_Leaf, list[int]]]) -> None:
         for leaf, _ in todo:
