@@ -121,8 +121,9 @@ def s3_server() -> Iterator[S3Server]:
 
 class _RangeHandler(http.server.SimpleHTTPRequestHandler):
     """GET with one ``Range: bytes=A-B``, HEAD, an ETag from size and mtime; counts the
-    GETs and the body bytes it sends, and cuts the reply after ``cut_after`` bytes when set; with a
-    ``token``, refuses (403) every request without ``Authorization: Bearer <token>``."""
+    GETs, the HEADs and the body bytes it sends, and cuts the reply after ``cut_after``
+    bytes when set; with a ``token``, refuses (403) every request without
+    ``Authorization: Bearer <token>``."""
 
     server: _RangeHTTPServer
 
@@ -153,6 +154,7 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
         self.send_header("Last-Modified", self.date_time_string(int(st.st_mtime)))
 
     def do_HEAD(self) -> None:
+        self.server.heads += 1
         found = self._target()
         if found is not None:
             self._headers(found[1], found[1].st_size, 200)
@@ -199,6 +201,7 @@ class _RangeHTTPServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     sent = 0
     gets = 0
+    heads = 0
     cut_after: int | None = None
     token: str | None = None
 
@@ -217,6 +220,11 @@ class HTTPServer:
     def gets(self) -> int:
         """GET requests answered so far (refused ones included)."""
         return self.server.gets
+
+    @property
+    def heads(self) -> int:
+        """HEAD requests answered so far."""
+        return self.server.heads
 
     def cut_replies_after(self, n: int | None) -> None:
         """From now on, drop every reply after ``n`` body bytes (None: whole replies)."""

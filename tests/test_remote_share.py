@@ -210,6 +210,7 @@ def test_a_large_fetch_goes_out_as_a_few_requests(
     http_server: HTTPServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = TensorDict({"x": torch.randint(0, 255, (6144, 4096), dtype=torch.uint8)}, [6144])
+    monkeypatch.setattr(remote_tree, "MIN_REQUEST", 8 << 20)
     url = _serve(http_server, "large.tdz", data, tmp_path)  # 24 MiB: 3 requests of 8 MiB
     td = TensorDict.load_memmap(url)
     mark, gets = http_server.bytes_sent, http_server.gets

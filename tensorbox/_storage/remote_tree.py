@@ -69,8 +69,10 @@ def gap() -> int:
 
 #: A fetch is split into about this many requests in flight together...
 REQUESTS = 4
-#: ... each reading at least this much (unless the fetch is smaller) ...
-MIN_REQUEST = 8 << 20
+#: ... each reading at least this much (unless the fetch is smaller): replies are streamed
+#: into the cache, so a large request costs no memory, and fewer requests pay fewer fixed
+#: costs (a round trip; on some servers, moto's among them, a read of the whole object) ...
+MIN_REQUEST = 32 << 20
 #: ... and at most this much (a whole leaf goes out as several).
 MAX_REQUEST = 64 << 20
 #: Bytes in flight in one call, at most.
@@ -668,7 +670,7 @@ def request_size(total: int) -> int:
     dense read goes out as a few large requests rather than many small ones.
 
     >>> request_size(96 << 20) >> 20, request_size(1 << 20) >> 20, request_size(1 << 40) >> 20
-    (24, 8, 64)
+    (32, 32, 64)
     """
     return min(MAX_REQUEST, max(MIN_REQUEST, -(-total // REQUESTS)))
 
@@ -857,7 +859,7 @@ class RemoteArchiveStore(_RemoteStore):
         if len(header) < _LOCAL_SIZE or header[:4] != b"PK\x03\x04":
             return False  # damaged: the check, after the read, says how
         n, x = struct.unpack_from("<HH", header, 26)  # the name's and extra field's lengths
-        return ze.header + _LOCAL_SIZE + n + x == leaf.base == ze.header + len(header)
+        return bool(ze.header + _LOCAL_SIZE + n + x == leaf.base == ze.header + len(header))
 
     def _locate(self, leaf: _Leaf, header: bytes) -> bool:
         ze = self.index.entries[leaf.name]
