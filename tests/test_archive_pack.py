@@ -154,3 +154,14 @@ def test_pack_and_unpack_take_progress(
     tensorbox.unpack(str(tmp_path / "q.tdz"), str(tmp_path / "q"), progress=False)
     assert capsys.readouterr().err == ""
     assert torch.equal(TensorDict.load_memmap(tmp_path / "q")["n", "b"], td["n", "b"])
+
+
+def test_pack_lays_the_meta_json_entries_out_last(tmp_path: Path) -> None:
+    folder = tmp_path / "tree"
+    TensorDict({"a": torch.ones(3), "n": {"b": torch.zeros(3), "m": {"c": torch.arange(3)}}}, [3]).memmap(folder)  # fmt: skip
+    pack(str(folder), str(tmp_path / "p.tdz"))
+    with zipfile.ZipFile(tmp_path / "p.tdz") as zf:
+        names = zf.namelist()
+    # as a save lays them: the leaves, then each meta.json, children first, the root's last
+    assert names[-3:] == ["n/m/meta.json", "n/meta.json", "meta.json"]
+    assert not any(n.endswith("meta.json") for n in names[:-3])

@@ -420,6 +420,7 @@ def read_into(
     >>> obj = ("/r/obj", "memory://r/obj")
     >>> read_into(fs, [(*obj, 65, 68), (*obj, 90, 92)],
     ...           lambda i, at, bufs: got.setdefault(i, []).append((at, b"".join(bufs))))
+    False
     >>> got
     {0: [(0, b'ABC')], 1: [(0, b'Z[')]}
     """

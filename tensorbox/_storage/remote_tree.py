@@ -21,10 +21,13 @@ one request.
 The local cache (:class:`tensorbox._storage.remote.RangeCache`) holds one file per
 leaf, keyed by the object's identity (size, ETag or modification time), the entry and
 the leaf's recorded file id: a tree replaced remotely gets new files, never mixed ones.
-The file is sparse; a part is written into it only once all its bytes arrived, then
-recorded in a ``.have`` file beside it (so a server dying mid-read leaves nothing
-recorded, and nothing at all before the first part). Every fetch checks the object's
-identity again afterwards: bytes of an object replaced since the tree was opened are an
+The file is sparse; bytes are written into it as they arrive (streamed replies, see
+:func:`tensorbox._storage.remote.read_into`), and the parts they fill are recorded in a
+``.have`` file beside it only once the whole fetch arrived and the object is known
+unchanged (so a server dying mid-read leaves nothing recorded: unrecorded bytes are
+never served, nor trusted by another process). Every fetch checks the object's identity:
+each streamed reply's ETag against the one the tree was opened at, else one look at the
+object afterwards; bytes of an object replaced since the tree was opened are an
 ``OSError`` naming the URL, never served. With ``cache=False`` parts land in memory.
 """
 
