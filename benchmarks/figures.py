@@ -234,13 +234,13 @@ def layout(plt: Any) -> None:
     ax.text(
         58, 40.5, 'td.memmap("run.tbx", archive=True)  one zip file', fontsize=9.5, weight="bold"
     )
-    entries = [
-        ("local header  meta.json", "#fff3bf", 3),
+    entries = [  # the leaves, then the meta.json files beside the index (one read of the tail)
         ("local header  obs.memmap", "#e9ecef", 1.6),
         ("  data, 64-byte aligned", "#ffd8a8", 5),
         ("local header  reward.memmap", "#e9ecef", 1.6),
         ("  data", "#ffd8a8", 2),
-        ("info/meta.json, info/step.memmap", "#fff3bf", 3),
+        ("info/step.memmap", "#ffd8a8", 2),
+        ("info/meta.json, meta.json", "#fff3bf", 3),
         ("central directory (the index)", "#d0ebff", 3),
     ]
     y = 37
