@@ -158,7 +158,8 @@ def test_pack_and_unpack_take_progress(
 
 def test_pack_lays_the_meta_json_entries_out_last(tmp_path: Path) -> None:
     folder = tmp_path / "tree"
-    TensorDict({"a": torch.ones(3), "n": {"b": torch.zeros(3), "m": {"c": torch.arange(3)}}}, [3]).memmap(folder)  # fmt: skip
+    nested = {"b": torch.zeros(3), "m": {"c": torch.arange(3)}}
+    TensorDict({"a": torch.ones(3), "n": nested}, [3]).memmap(folder)
     pack(str(folder), str(tmp_path / "p.tdz"))
     with zipfile.ZipFile(tmp_path / "p.tdz") as zf:
         names = zf.namelist()

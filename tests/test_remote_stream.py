@@ -73,7 +73,8 @@ def _meta_first(path: Path) -> None:
             if not n.endswith("meta.json") and n[: len(n) - len(n.rpartition("/")[2])] == node
         ]
     assert sorted(order) == sorted(names)
-    write_file(str(path), [(n, data[n], n.endswith(".memmap")) for n in order], [None] * len(order), 0, False)  # fmt: skip
+    items = [(n, data[n], n.endswith(".memmap")) for n in order]
+    write_file(str(path), items, [None] * len(items), 0, False)
     with zipfile.ZipFile(path) as zf:
         assert zf.namelist()[0] == "meta.json" and zf.testzip() is None
 

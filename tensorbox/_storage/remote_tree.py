@@ -3,8 +3,8 @@
 Opening a tree reads its description only: for an archive, the tail of the object (the
 zip central directory, parsed by :func:`tensorbox._storage.archive.zip.read_index`, and
 the ``meta.json`` entries, which tensorbox writes beside it: one request); for a folder,
-each node's ``meta.json`` and its listing. Leaf sizes come from the central directory or the listing: nothing is
-fetched per leaf at open.
+each node's ``meta.json`` and its listing. Leaf sizes come from the central directory or
+the listing: nothing is fetched per leaf at open.
 
 Each leaf is a :class:`RemoteTensor`: a tensor of the leaf's shape whose bytes arrive
 on first use. Reading rows (``t[i]``, ``t[idx]``, ``t[a:b]``, ``index_select`` along
