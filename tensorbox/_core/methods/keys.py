@@ -1100,7 +1100,7 @@ def _merge(
     tensors = []
     for key in keys:
         path = unravel_key(key)
-        value = _parent(obj, path, what).get(path[-1])
+        value = _parent(obj, path, what)._get_value(path[-1])
         if not isinstance(value, Tensor):
             raise TypeError(
                 f"{what}: the entry at {format_key(path)} is a {type(value).__name__}, not a tensor"
