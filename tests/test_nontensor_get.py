@@ -141,3 +141,18 @@ def test_stack_get_matches_tensordict(values: list[str]) -> None:
     assert (a.batch_size, a.tolist()) == (b.batch_size, b.tolist())
     assert list(ours["s"]) == list(theirs["s"])
     assert ours.get_at("s", 1).data == theirs.get_at("s", 1).data
+
+
+def test_tensor_only_field_annotated_nontensordata_reads_the_wrapper() -> None:
+    from collections import UserDict
+
+    from tensorbox import TensorClass
+
+    class Holder(TensorClass["tensor_only"]):
+        data: NonTensorData
+        x: torch.Tensor | None = None
+
+    value = UserDict({"metadata": "value"})
+    h = Holder(data=value)
+    assert isinstance(h.data, NonTensorData) and h.data.data is value
+    assert h.x is None

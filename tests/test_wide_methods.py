@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tensorbox import (
-    NonTensorData,
     LazyStackedTensorDict,
+    NonTensorData,
     TensorClass,
     TensorDict,
     get_defaults_to_none,
