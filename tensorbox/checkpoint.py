@@ -148,7 +148,7 @@ def _decode(node: Any, path: tuple[str, ...], tree: Any) -> Any:
 def state_from_tree(tree: Any) -> dict[str, Any]:
     """The state dict that ``state_to_tree`` mapped to ``tree``, exactly (fresh tensors)."""
     try:
-        raw = tree.get(LAYOUT_KEY)
+        raw = tree._get_value(LAYOUT_KEY)
     except KeyError:
         raw = None
     if not isinstance(raw, str):

@@ -334,7 +334,8 @@ def test_pad_pads_per_row_non_tensor_values_with_none() -> None:
     assert td.pad([1, 1])["instr"] == [None, "a", "b", "c", None]
     assert td.pad([-1, 1])["instr"] == ["b", "c", None]
     shared = TensorDict(meta=NonTensorData("m"), batch_size=[3])
-    assert shared.pad([0, 2])["meta"] == "m"  # one shared value stays one value
+    assert shared.pad([0, 2])["meta"] == ["m", "m", "m", None, None]  # new rows hold None
+    assert shared.pad([-1, 0])["meta"] == "m"  # cropping keeps one shared value
     grid = NonTensorStack.from_list([["00", "01"], ["10", "11"]])
     out = TensorDict(g=grid, batch_size=[2, 2]).pad([0, 1, 1, 0])
     assert out["g"] == [[None, "00", "01"], [None, "10", "11"], [None, None, None]]

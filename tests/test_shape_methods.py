@@ -71,7 +71,7 @@ def check(
     assert out.batch_size == a.shape[:new_bd]
     assert out.get("n").batch_size == torch.Size([*a.shape[:new_bd], 2])
     rows = oracle(_rows(tuple(obj.batch_size)), bd)
-    got = out.get("s")
+    got = out["s"]
     if rows.ndim == 0 or len(set(rows.reshape(-1).tolist())) > 1:
         assert got == _labels(rows)
 

@@ -217,7 +217,7 @@ def test_keys_items_values(td: TensorDict) -> None:
     assert td.keys(leaves_only=True) == ["obs", "action"]
     items = dict(td.items(include_nested=True, leaves_only=True))
     assert "name" not in items and items["next", "done"].dtype == torch.bool
-    assert dict(td.items(include_nested=True))["name"] == "cartpole"
+    assert dict(td.items(include_nested=True))["name"].data == "cartpole"
     assert td.keys(True, True, is_leaf=lambda cls: True)[-1] == "name"
     assert len(list(td.values())) == 4
     assert td.keys() == td._tensordict.keys()  # a live view, like dict.keys()

@@ -631,7 +631,7 @@ def test_replace_update_select_exclude_keys() -> None:
     assert sel.pixels is None  # a field without an entry reads None, as in tensordict
     assert list(o.exclude("tag").keys()) == ["pixels", "reward"]
     assert list(o.keys()) == ["pixels", "reward", "tag"] and "reward" in o
-    assert dict(o.items())["tag"] == "train" and len(list(o.values())) == 3
+    assert dict(o.items())["tag"].data == "train" and len(list(o.values())) == 3
     assert o.get("nope", 5) == 5 and o.get("tag") == "train"
     s = make_step()
     s.set(("obs", "reward"), torch.full((4,), 3.0))

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from tensorbox import (
     LazyStackedTensorDict,
+    NonTensorData,
     TensorClass,
     TensorDict,
     get_defaults_to_none,
@@ -124,12 +125,12 @@ def test_leaves_only_lists_tensor_leaves() -> None:
     assert td.keys(False, True) == ["a"]
     assert [type(v) for v in td.values(True, True)] == [torch.Tensor] * 3
     assert dict(td.items(True, True)).keys() == {"a", ("n", "b"), ("tc", "X")}
-    # without leaves_only every entry is listed, the non-tensor ones as values
+    # without leaves_only every entry is listed, the non-tensor ones as NonTensorData
     assert set(td.keys(True)) == {"a", "n", ("n", "tag"), ("n", "b"), "s", "tc"} | {
         ("tc", "X"),
         ("tc", "z"),
     }
-    assert dict(td.items(True))["n", "tag"] == "x"
+    assert dict(td.items(True))["n", "tag"].data == "x"
     assert td["tc"].keys(True, True) == ["X"]
 
 
@@ -139,9 +140,8 @@ def test_is_leaf_decides_for_non_tensor_values() -> None:
     assert tensors == ["a", ("n", "b"), ("tc", "X")]
     everything = td.keys(True, True, is_leaf=lambda cls: not issubclass(cls, TensorDict))
     assert ("n", "tag") in everything and "s" in everything and "tc" in everything
-    assert [v for v in td.values(True, True, is_leaf=lambda cls: True) if isinstance(v, str)] == [
-        "text"
-    ]
+    wrapped = td.values(True, True, is_leaf=lambda cls: True)
+    assert [v.data for v in wrapped if isinstance(v, NonTensorData)] == ["text"]
 
 
 def test_casts_and_views_reach_every_tensor_leaf_of_a_mixed_tree() -> None:

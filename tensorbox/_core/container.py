@@ -287,7 +287,8 @@ class TensorCollection(
                 raise missing_key_error(self, (index,), 0) from None
             return _read(v, self._batch_size) if type(v) is _NTD else v
         if type(index) is tuple and index and type(index[0]) is str:
-            return self._get_path(index)
+            v = self._get_path(index)
+            return v.value if type(v) is _NTD else v
         return _index.getitem(self, index)
 
     def __setitem__(self, index: Any, value: Any) -> None:

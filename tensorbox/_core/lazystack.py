@@ -45,6 +45,7 @@ from tensorbox._core.keys import NestedKey, format_key, unravel_key
 from tensorbox._core.lazystack_pad import pad_in_place
 from tensorbox._core.methods.compat import LAZYSTACK
 from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.nontensor import wrap as _wrap
 from tensorbox._core.tensordict import TensorDict
 from tensorbox._core.tree import KEEP, is_coll, keys_list
 from tensorbox._core.viewentries import ViewEntries
@@ -194,6 +195,7 @@ class LazyStackedTensorDict(TensorDict):
         default = missing_default(default, KEEP)
         path = unravel_key(key)
         node: Any = self
+        parent: Any = self
         for i, part in enumerate(path):
             if not isinstance(node, LazyStackedTensorDict):
                 return node.get(path[i:], default)
@@ -202,16 +204,17 @@ class LazyStackedTensorDict(TensorDict):
                     raise KeyError(f"key {format_key(path)} not found in the lazy stack")
                 return default
             try:
-                node = node._stack_key(part, path[: i + 1])
+                parent, node = node, node._stack_key(part, path[: i + 1])
             except KeyError:
                 if default is KEEP:
                     raise
                 return default
-        return node.value if type(node) is _NTD else node
+        return _wrap(node, parent._batch_size) if type(node) is _NTD else node
 
     def __getitem__(self, index: Any) -> Any:
         if type(index) is str or (type(index) is tuple and index and type(index[0]) is str):
-            return self.get(index, KEEP)
+            v = self.get(index, KEEP)
+            return v.value if type(v) is _NTD else v
         if self._stack_dim == 0 and type(index) is int:
             return self._members[index]
         if self._stack_dim == 0 and type(index) is slice:

@@ -17,6 +17,7 @@ element over the stacked dims, so indexing keeps working.
 
 from __future__ import annotations
 
+import copy
 import operator
 import warnings
 from collections.abc import Callable, Sequence
@@ -28,7 +29,7 @@ import torch
 from tensorbox._core.unbatched import UnbatchedTensor
 from tensorbox.errors import BatchDimError, BatchSizeError
 
-__all__ = ["MetaData", "NonTensorData", "NonTensorStack", "cpu_index", "read"]
+__all__ = ["MetaData", "NonTensorData", "NonTensorStack", "cpu_index", "read", "wrap"]
 
 
 class NonTensorData:
@@ -197,6 +198,19 @@ class NonTensorData:
     def repeat_interleave(self, repeats: int, dim: int | None = None) -> NonTensorData:
         """Each element repeated ``repeats`` times along ``dim``, as ``Tensor.repeat_interleave``."""
         return self._op(lambda t: t.repeat_interleave(repeats, dim))
+
+    def clone(self, recurse: bool = True) -> NonTensorData:
+        """A copy holding a deep copy of the value(s) (``recurse=False``: the same ones).
+
+        >>> d = NonTensorData(["x"], batch_size=[2])
+        >>> c = d.clone()
+        >>> c.data == d.data, c.data is d.data, c.batch_size
+        (True, False, torch.Size([2]))
+        """
+        data = copy.deepcopy(self.data) if recurse else self.data
+        if self.stacked:
+            return NonTensorData(data if recurse else data.copy(), stacked=True, device=self.device)
+        return NonTensorData(data, batch_size=self._batch_size, device=self.device)
 
     def contiguous(self, *args: Any, **kwargs: Any) -> NonTensorData:
         """The values themselves (they are always held in one array)."""
@@ -403,6 +417,30 @@ class NonTensorStack(metaclass=_StackType):
                 item = item[i]
             arr[pos] = item.data if type(item) is NonTensorData else item
         return NonTensorData(arr, stacked=True)
+
+
+def wrap(v: NonTensorData, batch_size: torch.Size) -> Any:
+    """What ``get`` of entry ``v`` in a container of ``batch_size`` gives, as in tensordict:
+    a stack itself (its shape is that batch size), a shared value as a ``NonTensorData``
+    reporting that batch size, an UnbatchedTensor reporting it.
+
+    >>> wrap(NonTensorData("a"), torch.Size([2])).tolist()
+    ['a', 'a']
+    """
+    if v.stacked:
+        return v
+    data = v.data
+    if type(data) is UnbatchedTensor:
+        return data.in_batch(batch_size)
+    out = _NEW(NonTensorData)
+    out.data = data
+    out.stacked = False
+    out.device = v.device
+    out._batch_size = batch_size
+    return out
+
+
+_NEW = object.__new__
 
 
 def read(v: NonTensorData, batch_size: torch.Size) -> Any:

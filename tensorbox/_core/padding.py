@@ -26,6 +26,7 @@ from torch import Tensor
 
 from tensorbox._core.nontensor import NonTensorData, pad_values
 from tensorbox._core.tree import new_plain
+from tensorbox._core.unbatched import UnbatchedTensor
 from tensorbox.errors import BatchDimError, BatchSizeError
 
 if TYPE_CHECKING:
@@ -88,11 +89,18 @@ def _pad_node(node: Any, pairs: list[tuple[int, int]], value: float, bs: torch.S
                 flat += list(pairs[d]) if d < nb else [0, 0]
             out[k] = F.pad(v, flat, value=value)
         elif type(v) is _NTD:
-            # one value per row: new rows hold None (as tensordict); a shared value stays
+            # one value per row: new rows hold None (as tensordict), a shared value too once
+            # rows are added; cropping keeps it one value
+            if not v.stacked and type(v.data) is not UnbatchedTensor and _adds_rows(pairs):
+                v = NonTensorData(v.full(node._batch_size), stacked=True, device=v.device)
             out[k] = pad_values(v, pairs) if v.stacked else v
         else:
             out[k] = _pad_node(v, pairs, value, torch.Size((*bs, *v._batch_size[len(bs) :])))
     return node._new_unsafe(out, bs, node._device)
+
+
+def _adds_rows(pairs: list[tuple[int, int]]) -> bool:
+    return any(b > 0 or a > 0 for b, a in pairs)
 
 
 def pad_sequence(

@@ -30,7 +30,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self, dataclass_transform, over
 import torch
 
 from tensorbox._core.container import TensorCollection
+from tensorbox._core.getdefault import UNSET
 from tensorbox._core.methods.keys import KeyMethods
+from tensorbox._core.nontensor import NonTensorData
 from tensorbox._tensorclass.build import build_class, check_casting, put, set_field
 from tensorbox._tensorclass.compat import from_tensordict_lenient
 from tensorbox._tensorclass.fields import MISSING, Field, field
@@ -314,6 +316,23 @@ class TensorClass(TensorCollection, metaclass=_Meta):
     __replace__ = replace  # copy.replace (Python 3.13+)
 
     # ------------------------------------------------------------ attributes
+
+    def get(self, key: Any, default: Any = UNSET) -> Any:
+        """The entry at ``key`` (see ``TensorDict.get``); a non-tensor field of this class
+        reads as its attribute does, the Python value, as in tensordict (``items()`` and a
+        nested key into a TensorDict field give the ``NonTensorData``).
+
+        >>> from tensorbox import tensorclass
+        >>> @tensorclass
+        ... class Tagged:
+        ...     tag: str
+        >>> Tagged(tag="a").get("tag")
+        'a'
+        """
+        v = TensorCollection.get(self, key, default)
+        if type(v) is NonTensorData and (type(key) is str or len(key) == 1):
+            return v.value
+        return v
 
     def _set_str(self, key: str, value: Any, path: tuple[str, ...]) -> None:
         """The gate for ``set``/``update``/``tc[key] = v``: declared fields only."""

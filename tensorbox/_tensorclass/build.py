@@ -34,7 +34,7 @@ from torch import Tensor
 
 from tensorbox._core.backing import OPEN as _OPEN
 from tensorbox._core.container import TensorCollection
-from tensorbox._core.nontensor import NonTensorData, read
+from tensorbox._core.nontensor import NonTensorData, read, wrap
 from tensorbox._core.shape import as_batch_size
 from tensorbox._core.tree import CLASS_REGISTRY
 from tensorbox._core.unbatched import UnbatchedTensor
@@ -47,7 +47,7 @@ from tensorbox._tensorclass.fields import (
     shadowable_names,
 )
 from tensorbox._tensorclass.simple import check_simple, simple_spec
-from tensorbox._tensorclass.tensor_only import as_tensor, tensor_fields
+from tensorbox._tensorclass.tensor_only import as_tensor, tensor_fields, wrapper_fields
 from tensorbox.errors import BatchSizeError, LockedError
 
 __all__ = ["build_class", "check_casting", "register", "set_field"]
@@ -120,7 +120,7 @@ def _tensor_annotation(ann: Any) -> bool:
 # ------------------------------------------------------------- generation
 
 
-def _make_property(cls_name: str, name: str) -> property:
+def _make_property(cls_name: str, name: str, wrapped: bool = False) -> property:
     ntd = NonTensorData
 
     def get(self: Any) -> Any:
@@ -128,6 +128,12 @@ def _make_property(cls_name: str, name: str) -> property:
         # as in tensordict, where None fields are not entries either.
         v = self._tensordict.get(name)
         return read(v, self._batch_size) if type(v) is ntd else v
+
+    if wrapped:  # a tensor_only field annotated NonTensorData reads as the wrapper
+
+        def get(self: Any) -> Any:
+            v = self._tensordict.get(name)
+            return wrap(v, self._batch_size) if type(v) is ntd else v
 
     def set_(self: Any, value: Any) -> None:
         set_field(self, name, value)
@@ -269,8 +275,9 @@ def build_class(cls: type, base: type, options: dict[str, Any]) -> None:
         reserved = {k: v for k, v in reserved.items() if k not in shadowable_names()}
     flds = collect_fields(cls, bool(kw_only), reserved)
     set_casting(cls, flds, options)
+    wrapped = wrapper_fields(cls, flds) if tensor_only else frozenset()
     for f in flds:
-        setattr(cls, f.name, _make_property(cls.__name__, f.name))
+        setattr(cls, f.name, _make_property(cls.__name__, f.name, f.name in wrapped))
     custom_setattr = cls.__setattr__ is not base.__setattr__ and not frozen
     cls._frozen = bool(frozen)  # type: ignore[attr-defined]
     init: Any = _make_init(cls, flds, custom_setattr)

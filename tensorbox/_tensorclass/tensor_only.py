@@ -38,7 +38,7 @@ from torch import Tensor
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._tensorclass.fields import Field
 
-__all__ = ["tensor_fields"]
+__all__ = ["tensor_fields", "wrapper_fields"]
 
 # The names an annotation may use when it cannot be evaluated (a class local to a function).
 _TENSOR_NAMES = re.compile(r"^(torch\.)?\w*Tensor$")
@@ -63,6 +63,28 @@ def tensor_fields(cls: type, flds: tuple[Field[Any], ...]) -> frozenset[str]:
                 f"union of them); got {_show(f.type)!r}"
             )
         if "tensor" in kinds:
+            out.add(f.name)
+    return frozenset(out)
+
+
+def wrapper_fields(cls: type, flds: tuple[Field[Any], ...]) -> frozenset[str]:
+    """The fields of tensor_only class ``cls`` annotated ``NonTensorData`` (or optional):
+    reading one gives the ``NonTensorData`` holding the value, as in tensordict."""
+    out = set()
+    for f in flds:
+        ann = f.type
+        if isinstance(ann, str):
+            named = {p for p in re.split(r"[|\[\],\s]", ann) if p}
+            named -= {"Optional", "Union", "typing.Optional", "typing.Union", "None"}
+            if named == {"NonTensorData"}:
+                out.add(f.name)
+            continue
+        args = (
+            typing.get_args(ann)
+            if typing.get_origin(ann) in (typing.Union, types.UnionType)
+            else (ann,)
+        )
+        if [a for a in args if a is not type(None)] == [NonTensorData]:
             out.add(f.name)
     return frozenset(out)
 

@@ -37,7 +37,7 @@ from tensorbox._core.getdefault import UNSET, missing_default
 from tensorbox._core.keys import NestedKey, format_key, unravel_key
 from tensorbox._core.methods.base import MISSING, MixinBase, is_container
 from tensorbox._core.nontensor import NonTensorData
-from tensorbox._core.nontensor import read as _read
+from tensorbox._core.nontensor import wrap as _wrap
 from tensorbox._core.shape import normalize_index
 from tensorbox._core.tree import KEEP, find_missing, is_coll, missing_key_error
 from tensorbox._core.unbatched import UnbatchedTensor
@@ -128,8 +128,12 @@ class KeyMethods(MixinBase):
     # ------------------------------------------------------------------ reading
 
     def get(self, key: NestedKey, default: Any = UNSET) -> Any:
-        """The value at ``key``, or ``default`` when it is missing (``None`` when left out,
+        """The entry at ``key``, or ``default`` when it is missing (``None`` when left out,
         or ``KeyError`` after ``set_get_defaults_to_none(False)``, as in tensordict).
+
+        A non-tensor entry comes as tensordict gives it: a ``NonTensorData`` whose
+        ``batch_size`` is this level's (``.data`` the value, ``.tolist()`` one per row), or
+        the ``NonTensorStack`` of per-row values; ``td[key]`` gives the Python value.
 
         A malformed key (not a str or tuple of str) raises ``TensorDictKeyError``.
 
@@ -137,6 +141,9 @@ class KeyMethods(MixinBase):
         >>> td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2)}}, batch_size=[2])
         >>> td.get(("n", "b")).tolist(), td.get("missing"), td.get("missing", 0)
         ([1.0, 1.0], None, 0)
+        >>> td["tag"] = "x"
+        >>> td.get("tag").data, td.get("tag").tolist(), td["tag"]
+        ('x', ['x', 'x'], 'x')
         """
         if type(key) is str:
             v = self._tensordict.get(key, KEEP)
@@ -145,7 +152,7 @@ class KeyMethods(MixinBase):
                 if default is KEEP:
                     raise missing_key_error(self, (key,), 0)
                 return default
-            return _read(v, self._batch_size) if type(v) is _NTD else v
+            return _wrap(v, self._batch_size) if type(v) is _NTD else v
         if type(key) is not tuple:
             key = unravel_key(key)  # raises for anything but a (str subclass) key
         try:
@@ -168,13 +175,17 @@ class KeyMethods(MixinBase):
             if flat != path:
                 return self._get_path(flat)
             raise find_missing(self, flat) from None
-        if type(node) is _NTD:
-            if type(node.data) is UnbatchedTensor:  # it reports the batch size of its level
-                return _read(
-                    node, self._get_path(path[:-1])._batch_size if path[1:] else self._batch_size
-                )
-            return node.value
+        if type(node) is _NTD:  # it reports the batch size of its level
+            return _wrap(
+                node, self._get_path(path[:-1])._batch_size if path[1:] else self._batch_size
+            )
         return node
+
+    def _get_value(self, key: NestedKey, default: Any = UNSET) -> Any:
+        """``get``, with a non-tensor entry read as its Python value (as ``td[key]``): the
+        internal read of code that works on values."""
+        v = self.get(key, default)
+        return v.value if type(v) is _NTD else v
 
     def __contains__(self, key: object) -> bool:
         if type(key) is str:
@@ -224,8 +235,9 @@ class KeyMethods(MixinBase):
     def items(
         self, include_nested: bool = False, leaves_only: bool = False, *, sort: bool = False
     ) -> Iterator[tuple[NestedKey, Any]]:
-        """``(key, value)`` pairs; non-tensor entries give their plain value, and are left
-        out by ``leaves_only`` (see ``keys``) (``sort=True``: in sorted key order)."""
+        """``(key, value)`` pairs; non-tensor entries come as ``get`` gives them (a
+        ``NonTensorData``/``NonTensorStack``), and are left out by ``leaves_only`` (see
+        ``keys``) (``sort=True``: in sorted key order)."""
         if sort:
             yield from sorted(
                 self.items(include_nested, leaves_only), key=lambda kv: _key_order(kv[0])
@@ -233,10 +245,8 @@ class KeyMethods(MixinBase):
             return
         for k, v in _tree.iter_items(self, include_nested, leaves_only):  # type: ignore[arg-type]
             if type(v) is _NTD:
-                if type(v.data) is UnbatchedTensor:
+                if not leaves_only or type(v.data) is UnbatchedTensor:
                     yield k, self._get_path(k if type(k) is tuple else (k,))
-                elif not leaves_only:
-                    yield k, v.value
             else:
                 yield k, v
 
@@ -252,11 +262,11 @@ class KeyMethods(MixinBase):
             key: NestedKey = (*prefix, k) if prefix else k
             if type(v) is _NTD:  # a value has no entries: is_leaf says whether it is listed
                 if not leaves_only or type(v.data) is UnbatchedTensor or is_leaf(_NTD):
-                    yield key, _tree.raw(v)
+                    yield key, _wrap(v, self._batch_size)
                 continue
             leaf = isinstance(v, Tensor) or is_leaf(type(v))
             if leaf or not leaves_only:
-                yield key, _tree.raw(v)
+                yield key, v
             if nested and not leaf:
                 yield from v._items_is_leaf(True, leaves_only, is_leaf, (*prefix, k))
 
@@ -665,7 +675,7 @@ class KeyMethods(MixinBase):
                     f"get_non_tensor: key {format_key(path)} not found"
                 ) from None
             return default
-        return parent.get(path[-1])
+        return parent._get_value(path[-1])
 
     def is_non_tensor(self, key: NestedKey) -> bool:
         """Whether the entry at ``key`` is non-tensor data (neither a tensor nor a
@@ -1090,7 +1100,7 @@ def _merge(
     tensors = []
     for key in keys:
         path = unravel_key(key)
-        value = _parent(obj, path, what).get(path[-1])
+        value = _parent(obj, path, what)._get_value(path[-1])
         if not isinstance(value, Tensor):
             raise TypeError(
                 f"{what}: the entry at {format_key(path)} is a {type(value).__name__}, not a tensor"

@@ -607,6 +607,8 @@ class LeafMethods(MixinBase):
         for k, v in self.items():
             if isinstance(v, Tensor) or is_container(v):
                 out[cast(str, k)] = v.numpy()  # top-level keys: always str
+            elif type(v) is _NTD:  # a non-tensor entry: its value, as tensordict
+                out[cast(str, k)] = v.value
             elif v is not None:
                 out[cast(str, k)] = v
         return out
