@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.backing import TREES, Backing, hook, install, sync_open
+from tensorbox._core import lockgraph
 from tensorbox._core.keys import NestedKey, unravel_key
 from tensorbox._core.methods.base import MixinBase, is_container
 from tensorbox._core.tree import set_locked
@@ -48,7 +49,11 @@ class IOMethods(MixinBase):
             from tensorbox._core.consolidate import drop
 
             drop(self)
+        if not flag:
+            lockgraph.forget(self)  # refuses while a locked parent still holds the subtree
         set_locked(self, flag)
+        if flag:
+            lockgraph.record(self)
         if TREES:
             sync_open(self)
 
