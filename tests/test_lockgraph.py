@@ -61,9 +61,8 @@ def test_two_locked_roots_sharing_a_child() -> None:
 
 def test_lock_context_and_setter_keep_the_graph() -> None:
     td = _tree()
-    with td.lock_():
-        with pytest.raises(LockedError):
-            td["a"].is_locked = False
+    with td.lock_(), pytest.raises(LockedError):
+        td["a"].is_locked = False
     assert not td["a"].is_locked
     td["a"].lock_().unlock_()
 

@@ -25,8 +25,8 @@ from typing import Any, Literal, Self, overload
 import torch
 from torch import Tensor
 
-from tensorbox._core.backing import TREES, Backing, hook, install, sync_open
 from tensorbox._core import lockgraph
+from tensorbox._core.backing import TREES, Backing, hook, install, sync_open
 from tensorbox._core.keys import NestedKey, unravel_key
 from tensorbox._core.methods.base import MixinBase, is_container
 from tensorbox._core.tree import set_locked
