@@ -23,6 +23,7 @@ __all__ = [
     "LockedError",
     "TensorboxError",
     "TensorDictKeyError",
+    "UnknownFieldError",
     "WeightsMismatchError",
 ]
 
@@ -85,6 +86,25 @@ class TensorDictKeyError(TensorboxError, KeyError):
     def __str__(self) -> str:
         # KeyError.__str__ repr()-quotes its argument, which mangles a sentence.
         return str(self.args[0]) if self.args else ""
+
+
+class UnknownFieldError(TensorDictKeyError, AttributeError, ValueError):
+    """A tensorclass has no field of that name (``tc.set("other", x)``, or a row write
+    ``tc[rows] = other`` from a class with fields this one lacks).
+
+    Also an ``AttributeError`` and a ``ValueError``: tensordict raises those types for
+    the same two mistakes.
+
+    >>> import torch; from tensorbox import TensorClass
+    >>> from tensorbox.errors import UnknownFieldError
+    >>> class P(TensorClass):
+    ...     x: torch.Tensor
+    >>> try:
+    ...     P(x=torch.zeros(1)).set("y", torch.zeros(1))
+    ... except AttributeError as err:       # what tensordict raises
+    ...     isinstance(err, UnknownFieldError), isinstance(err, KeyError)
+    (True, True)
+    """
 
 
 class KeyCollisionError(TensorboxError, ValueError, KeyError):
