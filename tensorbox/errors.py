@@ -201,10 +201,12 @@ class IncompleteTreeError(FormatError):
     """
 
 
-class WeightsMismatchError(TensorboxError, ValueError, RuntimeError):
+class WeightsMismatchError(TensorboxError, ValueError, RuntimeError, KeyError):
     """Weights and module (or state dict) disagree on keys or shapes.
 
-    Also a ``RuntimeError``, which is what ``nn.Module.load_state_dict`` raises.
+    Also a ``RuntimeError``, which is what ``nn.Module.load_state_dict`` raises, and a
+    ``KeyError``, which is what tensordict's ``load_state_dict`` raises for a key it
+    does not expect.
 
     >>> import torch; from tensorbox import TensorDict; from tensorbox.errors import WeightsMismatchError
     >>> try:
@@ -213,6 +215,10 @@ class WeightsMismatchError(TensorboxError, ValueError, RuntimeError):
     ...     isinstance(err, WeightsMismatchError)
     True
     """
+
+    def __str__(self) -> str:
+        # KeyError.__str__ repr()-quotes its argument, which mangles the listing.
+        return str(self.args[0]) if self.args else ""
 
 
 class KeyTypeError(TensorboxError, TypeError, RuntimeError):
