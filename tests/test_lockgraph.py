@@ -70,3 +70,24 @@ def test_lock_context_and_setter_keep_the_graph() -> None:
 def test_a_lock_set_in_one_pass_records_no_parent() -> None:
     td = TensorDict({"a": {"b": torch.zeros(1)}}, [1], lock=True)
     assert td["a"].unlock_().is_locked is False
+
+
+def _live_locked(refs: list) -> int:  # type: ignore[type-arg]
+    return len({id(r()) for r in refs if r() is not None and r().is_locked})
+
+
+def test_every_locked_ancestor_is_recorded() -> None:
+    td = TensorDict({("a", "b", "c", "d"): 1.0}, []).lock_()
+    a, b, c = td["a"], td["a", "b"], td["a", "b", "c"]
+    assert td._lock_parents_weakrefs == []
+    assert [_live_locked(x._lock_parents_weakrefs) for x in (a, b, c)] == [1, 2, 3]
+    td.unlock_()
+    assert [_live_locked(x._lock_parents_weakrefs) for x in (a, b, c)] == [0, 0, 0]
+    td.lock_()
+    del td
+    gc.collect()
+    assert [_live_locked(x._lock_parents_weakrefs) for x in (b, c)] == [1, 2]
+    with pytest.raises(LockedError, match="held by a locked TensorDict"):
+        c.unlock_()
+    a.unlock_()
+    assert not c.is_locked

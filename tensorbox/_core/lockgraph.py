@@ -1,8 +1,8 @@
 """The lock graph: a container held by a locked parent cannot be unlocked on its own.
 
 tensordict's rule, kept so that code written for it behaves the same: ``lock_()`` records,
-in every nested container, a weak reference to the container that holds it
-(``_lock_parents_weakrefs``). ``unlock_()`` of a container refuses while any container of
+in every nested container, weak references to the containers above it
+(``_lock_parents_weakrefs``: its parent, the parent's parent... up to the one locked). ``unlock_()`` of a container refuses while any container of
 its subtree is still held by a locked parent outside that subtree: unlocking the child
 would let the locked parent's entries change. The references are weak, so a child never
 keeps a parent alive: once the parent is gone the child unlocks freely. Unlocking the
@@ -56,12 +56,18 @@ def nodes(td: Any) -> list[Any]:
 
 
 def record(td: Any) -> None:
-    """After ``td`` was locked: every nested container remembers its (locked) holder."""
-    for parent in nodes(td):
+    """After ``td`` was locked: every nested container remembers each locked container
+    above it (its parent, the parent's parent, ... up to ``td``), as tensordict does."""
+    if getattr(td, _ATTR, None) is None:
+        object.__setattr__(td, _ATTR, [])
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(td, ())]
+    seen = {id(td)}
+    while stack:
+        parent, above = stack.pop()
         entries = parent._tensordict
         if type(entries) is not dict:
             continue
-        ref = None
+        chain = (*above, weakref.ref(parent))
         for v in entries.values():
             if not is_coll(v) or type(v._tensordict) is not dict:
                 continue
@@ -69,9 +75,13 @@ def record(td: Any) -> None:
             if refs is None:
                 refs = []
                 object.__setattr__(v, _ATTR, refs)
-            if not any(r() is parent for r in refs):
-                ref = ref or weakref.ref(parent)
-                refs.append(ref)
+            for ref in chain:
+                target = ref()
+                if not any(r() is target for r in refs):
+                    refs.append(ref)
+            if id(v) not in seen:
+                seen.add(id(v))
+                stack.append((v, chain))
 
 
 def forget(td: Any) -> None:
