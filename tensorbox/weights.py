@@ -491,7 +491,9 @@ def _plain_updates(td: Any, meta: Any) -> list[tuple[Any, str, Any]]:
         return out
     for prefix, rec in meta.items():
         plain = rec.get("_non_tensor") if isinstance(rec, Mapping) else None
-        node = _node_at(td, prefix) if isinstance(plain, Mapping) else None
+        if not isinstance(plain, Mapping):
+            continue
+        node = _node_at(td, prefix)
         if node is None or not _is_tc(node):
             continue
         for name, value in plain.items():

@@ -248,28 +248,33 @@ class MathMethods(MixinBase):
         [3.0, 3.0]
         """
         if alpha is None:
-            return self + other
+            plain: Self = self + other
+            return plain
         out: Self = _elementwise.binary(self, other, lambda a, b: torch.add(a, b, alpha=alpha))
         return out
 
     def sub(self, other: Any, *, alpha: Any = None) -> Self:
         """``self - alpha * other`` leaf by leaf (``torch.sub``)."""
         if alpha is None:
-            return self - other
+            plain: Self = self - other
+            return plain
         out: Self = _elementwise.binary(self, other, lambda a, b: torch.sub(a, b, alpha=alpha))
         return out
 
     def mul(self, other: Any) -> Self:
         """``self * other`` leaf by leaf (``torch.mul``)."""
-        return self * other
+        out: Self = self * other
+        return out
 
     def div(self, other: Any) -> Self:
         """``self / other`` leaf by leaf (``torch.div``)."""
-        return self / other
+        out: Self = self / other
+        return out
 
     def pow(self, other: Any) -> Self:
         """``self ** other`` leaf by leaf (``torch.pow``)."""
-        return self**other
+        out: Self = self**other
+        return out
 
     # -------------------------------------------------------------- elementwise
 
