@@ -792,6 +792,22 @@ class IOMethods(MixinBase):
         return structs.to_namedtuple(self, dest_cls)
 
     @classmethod
+    def from_pytree(cls, pytree: Any, *, batch_size: Any = None, **kwargs: Any) -> Self:
+        """A container of a torch pytree's leaves (nested tuples, lists, dicts,
+        namedtuples), keyed by their paths; ``to_pytree()`` rebuilds the tree (see
+        :mod:`tensorbox.interop.pytrees`)."""
+        from tensorbox.interop import pytrees
+
+        return pytrees.from_pytree(pytree, cls=cls, batch_size=batch_size, **kwargs)  # type: ignore[no-any-return]
+
+    def to_pytree(self) -> Any:
+        """The pytree this container was built from by ``from_pytree`` (nested dicts for
+        any other container)."""
+        from tensorbox.interop import pytrees
+
+        return pytrees.to_pytree(self)
+
+    @classmethod
     def from_dataclass(cls, dataclass: Any, **kwargs: Any) -> Any:
         """A container of a dataclass instance's fields."""
         from tensorbox.interop import structs
