@@ -25,6 +25,7 @@ from tensorbox._core.jagged_pad import to_padded_tensor
 from tensorbox._core.keys import NestedKey, unravel_key
 from tensorbox._core.lazystack import LazyStackedTensorDict, lazy_stack
 from tensorbox._core.legacy import lazy_legacy, set_lazy_legacy
+from tensorbox._core.liststack import list_to_stack, set_list_to_stack
 from tensorbox._core.merge import merge_tensordicts
 from tensorbox._core.nontensor import MetaData, NonTensorData, NonTensorStack
 from tensorbox._core.padding import pad, pad_sequence
@@ -97,6 +98,7 @@ __all__ = [
     "is_tensorclass",
     "lazy_legacy",
     "lazy_stack",
+    "list_to_stack",
     "merge_tensordicts",
     "pack",
     "pack_memmap",
@@ -104,6 +106,7 @@ __all__ = [
     "pad_sequence",
     "set_get_defaults_to_none",
     "set_lazy_legacy",
+    "set_list_to_stack",
     "set_printoptions",
     "prefetch",
     "stack",

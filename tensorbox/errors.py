@@ -23,6 +23,7 @@ __all__ = [
     "LockedError",
     "TensorboxError",
     "TensorDictKeyError",
+    "UnknownFieldError",
     "WeightsMismatchError",
 ]
 
@@ -85,6 +86,25 @@ class TensorDictKeyError(TensorboxError, KeyError):
     def __str__(self) -> str:
         # KeyError.__str__ repr()-quotes its argument, which mangles a sentence.
         return str(self.args[0]) if self.args else ""
+
+
+class UnknownFieldError(TensorDictKeyError, AttributeError, ValueError):
+    """A tensorclass has no field of that name (``tc.set("other", x)``, or a row write
+    ``tc[rows] = other`` from a class with fields this one lacks).
+
+    Also an ``AttributeError`` and a ``ValueError``: tensordict raises those types for
+    the same two mistakes.
+
+    >>> import torch; from tensorbox import TensorClass
+    >>> from tensorbox.errors import UnknownFieldError
+    >>> class P(TensorClass):
+    ...     x: torch.Tensor
+    >>> try:
+    ...     P(x=torch.zeros(1)).set("y", torch.zeros(1))
+    ... except AttributeError as err:       # what tensordict raises
+    ...     isinstance(err, UnknownFieldError), isinstance(err, KeyError)
+    (True, True)
+    """
 
 
 class KeyCollisionError(TensorboxError, ValueError, KeyError):
@@ -181,10 +201,12 @@ class IncompleteTreeError(FormatError):
     """
 
 
-class WeightsMismatchError(TensorboxError, ValueError, RuntimeError):
+class WeightsMismatchError(TensorboxError, ValueError, RuntimeError, KeyError):
     """Weights and module (or state dict) disagree on keys or shapes.
 
-    Also a ``RuntimeError``, which is what ``nn.Module.load_state_dict`` raises.
+    Also a ``RuntimeError``, which is what ``nn.Module.load_state_dict`` raises, and a
+    ``KeyError``, which is what tensordict's ``load_state_dict`` raises for a key it
+    does not expect.
 
     >>> import torch; from tensorbox import TensorDict; from tensorbox.errors import WeightsMismatchError
     >>> try:
@@ -193,6 +215,10 @@ class WeightsMismatchError(TensorboxError, ValueError, RuntimeError):
     ...     isinstance(err, WeightsMismatchError)
     True
     """
+
+    def __str__(self) -> str:
+        # KeyError.__str__ repr()-quotes its argument, which mangles the listing.
+        return str(self.args[0]) if self.args else ""
 
 
 class KeyTypeError(TensorboxError, TypeError, RuntimeError):

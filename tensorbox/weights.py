@@ -434,6 +434,10 @@ def state_dict(
 
     def walk(node: Any, path: _Path, into: Any) -> None:
         meta[_dotted(path)] = {"batch_size": node.batch_size, "device": node.device}
+        if _is_tc(node):  # tensordict's record of a tensorclass: its name and plain fields
+            meta[_dotted(path)].update(
+                _type=type(node).__qualname__, _non_tensor=_plain_fields(node)
+            )
         for k, v in node._tensordict.items():
             if isinstance(v, Tensor):
                 v = v if keep_vars else v.detach()
@@ -453,6 +457,61 @@ def state_dict(
     with contextlib.suppress(AttributeError):  # a plain dict destination takes no attribute
         out._metadata = meta
     return out  # type: ignore[no-any-return]
+
+
+def _is_tc(node: Any) -> bool:
+    return hasattr(type(node), "__dataclass_fields__")
+
+
+def _plain_fields(node: Any) -> dict[str, Any]:
+    """A tensorclass's non-tensor fields (``None`` for a field without an entry)."""
+    out: dict[str, Any] = {}
+    for name in (f.name for f in type(node).__tc_fields__):
+        v = node._tensordict.get(name)
+        if v is None:
+            out[name] = None
+        elif not isinstance(v, Tensor) and not is_coll(v):
+            out[name] = getattr(node, name)
+    return out
+
+
+def _node_at(td: Any, prefix: str) -> Any:
+    node = td
+    for k in prefix.split(".") if prefix else ():
+        node = node._tensordict.get(k) if is_coll(node) else None
+    return node if is_coll(node) else None
+
+
+def _plain_updates(td: Any, meta: Any) -> list[tuple[Any, str, Any]]:
+    """``(node, field, value)`` for the ``_non_tensor`` records of a state dict's
+    ``_metadata`` that land on a tensorclass of ``td``; a name that is no field of it
+    is an error (a ``KeyError``), as in tensordict."""
+    out: list[tuple[Any, str, Any]] = []
+    if not isinstance(meta, Mapping):
+        return out
+    for prefix, rec in meta.items():
+        plain = rec.get("_non_tensor") if isinstance(rec, Mapping) else None
+        if not isinstance(plain, Mapping):
+            continue
+        node = _node_at(td, prefix)
+        if node is None or not _is_tc(node):
+            continue
+        for name, value in plain.items():
+            if name not in type(node).__tc_names__:
+                raise WeightsMismatchError(
+                    f"load_state_dict: _metadata[{prefix!r}]['_non_tensor'] names {name!r}, "
+                    f"which is no field of {type(node).__name__}; key {name!r} was not expected"
+                )
+            if value is not None or name in node._tensordict:
+                out.append((node, name, value))
+    return out
+
+
+def _legacy_tensorclass(state_dict: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """tensordict's old tensorclass form ``{"_tensordict": {...}, "_non_tensordict": {...}}``
+    as (tensor entries, plain fields)."""
+    plain = state_dict.get("_non_tensordict") or {}
+    return _flat_input(state_dict["_tensordict"]), dict(plain)
 
 
 def _flat_input(state_dict: Mapping[str, Any]) -> dict[str, Any]:
@@ -495,11 +554,22 @@ def load_state_dict(
     >>> net.weight.tolist()                   # copied in place, so the module sees it
     [[1.0, 1.0]]
     """
+    meta = getattr(state_dict, "_metadata", None)
+    plain: list[tuple[Any, str, Any]] = []
+    if (
+        _is_tc(td)
+        and isinstance(state_dict, Mapping)
+        and set(state_dict) == {"_tensordict", "_non_tensordict"}
+    ):
+        state_dict, fields = _legacy_tensorclass(state_dict)
+        meta = {"": {"_non_tensor": fields}}
     if isinstance(state_dict, TensorDict | ParamTree):
         state_dict = _flat(state_dict, keep_vars=True)
     elif any(isinstance(v, Mapping) for v in state_dict.values()) or "__batch_size" in state_dict:
         state_dict = _flat_input(state_dict)  # nested (flatten=False) or legacy form
     leaves = {_dotted(p): t for p, t in _leaves(td).items()}
+    if meta is not None and not isinstance(td, ParamTree):
+        plain = _plain_updates(td, meta)
     missing = [k for k in leaves if k not in state_dict]
     unexpected = [k for k in state_dict if k not in leaves]
     mismatched = [
@@ -520,6 +590,8 @@ def load_state_dict(
     _reserve_all((t, (k,)) for t, _, k in todo)  # a full disk raises before the first copy
     for t, v, _ in todo:
         copy_chunked(t, v, chunk_bytes)
+    for node, name, value in plain:
+        setattr(node, name, value)
     return IncompatibleKeys(missing, unexpected)
 
 

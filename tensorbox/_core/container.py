@@ -84,6 +84,7 @@ class TensorCollection(
         "__weakref__",
         "_batch_size",
         "_device",
+        "_lock_parents_weakrefs",
         "_lock_stack",
         "_locked",
         "_packed",

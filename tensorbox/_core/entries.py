@@ -24,6 +24,7 @@ from torch import Tensor
 
 from tensorbox._core import chunks as _chunks
 from tensorbox._core import jagged as _jagged
+from tensorbox._core import liststack as _liststack
 from tensorbox._core.backing import RESERVE
 from tensorbox._core.keys import check_str_key, format_key
 from tensorbox._core.nontensor import NonTensorData
@@ -136,6 +137,9 @@ def prepare_entry(td: TensorCollection, key: str, value: Any, path: tuple[str, .
                 "give one value per row, or wrap it in NonTensorData to keep it as a Python value"
             )
         return prepare_entry(td, key, number, path)
+    if type(value) is list and _liststack.STATE[0]:  # set_list_to_stack(True): one item per row
+        entry = _liststack.from_list(value, bs, path)
+        return prepare_entry(td, key, entry, path) if isinstance(entry, Tensor) else entry
     return NonTensorData(value)
 
 

@@ -266,6 +266,17 @@ def _gather(items: list[TensorCollection], what: str) -> list[tuple[str, Any, li
         raise _keys_differ(items, bad, what) from None
 
 
+def _check_same_class(items: Sequence[Any], i: int, what: str) -> None:
+    """Items of different classes, one of them a tensorclass, do not join (TypeError, as
+    torch's dispatch in tensordict): the result could only be one of the two classes."""
+    a, b = type(items[0]), type(items[i])
+    if hasattr(a, "__dataclass_fields__") or hasattr(b, "__dataclass_fields__"):
+        raise TypeError(
+            f"{what}: element {i} is a {b.__name__} and element 0 a {a.__name__}; "
+            f"{what} joins containers of one class (convert with to_tensordict() first)"
+        )
+
+
 def stack(items: Sequence[Any], dim: int = 0) -> Any:
     items = list(items)
     if not items:
@@ -273,7 +284,10 @@ def stack(items: Sequence[Any], dim: int = 0) -> Any:
     first = items[0]
     bs = first._batch_size
     d = check_dim(dim, len(bs) + 1)
+    ft = type(first)
     for i, it in enumerate(items):
+        if type(it) is not ft:
+            _check_same_class(items, i, "stack")
         obs = it._batch_size
         if obs is not bs and obs != bs:
             raise BatchSizeError(
@@ -318,7 +332,10 @@ def cat(items: Sequence[Any], dim: int = 0) -> Any:
     first = items[0]
     bs = first._batch_size
     d = check_dim(dim, len(bs))
+    ft = type(first)
     for i, it in enumerate(items[1:], 1):
+        if type(it) is not ft:
+            _check_same_class(items, i, "cat")
         obs = it._batch_size
         if len(obs) != len(bs) or obs[:d] != bs[:d] or obs[d + 1 :] != bs[d + 1 :]:
             raise BatchSizeError(

@@ -36,7 +36,7 @@ from tensorbox._core.nontensor import NonTensorData
 from tensorbox._tensorclass.build import build_class, check_casting, put, set_field
 from tensorbox._tensorclass.compat import from_tensordict_lenient
 from tensorbox._tensorclass.fields import MISSING, Field, field
-from tensorbox.errors import TensorDictKeyError
+from tensorbox.errors import TensorDictKeyError, UnknownFieldError
 
 __all__ = ["TensorClass"]
 
@@ -338,7 +338,7 @@ class TensorClass(TensorCollection, metaclass=_Meta):
         """The gate for ``set``/``update``/``tc[key] = v``: declared fields only."""
         cls = type(self)
         if key not in cls.__tc_names__:
-            raise TensorDictKeyError(
+            raise UnknownFieldError(
                 f"{cls.__name__} has no field {key!r} "
                 f"(fields: {[f.name for f in cls.__tc_fields__]!r})"
             )

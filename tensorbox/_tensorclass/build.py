@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from tensorbox._core import liststack as _liststack
 from tensorbox._core.backing import OPEN as _OPEN
 from tensorbox._core.container import TensorCollection
 from tensorbox._core.nontensor import NonTensorData, read, wrap
@@ -89,6 +90,8 @@ def put(cls: type, obj: Any, name: str, value: Any) -> None:
         value = as_tensor(value)
     if isinstance(value, np.ndarray) and value.dtype != object:
         value = torch.from_numpy(value)
+    if type(value) is list and _liststack.STATE[0]:  # set_list_to_stack(True): rows
+        value = _liststack.from_list(value, bs, (name,))
     if type(value) is UnbatchedTensor:  # one value for the whole batch: no shape to check
         TensorCollection._set_str(obj, name, value, (name,))
         return

@@ -25,6 +25,7 @@ from typing import Any, Literal, Self, overload
 import torch
 from torch import Tensor
 
+from tensorbox._core import lockgraph
 from tensorbox._core.backing import TREES, Backing, hook, install, sync_open
 from tensorbox._core.keys import NestedKey, unravel_key
 from tensorbox._core.methods.base import MixinBase, is_container
@@ -48,7 +49,11 @@ class IOMethods(MixinBase):
             from tensorbox._core.consolidate import drop
 
             drop(self)
+        if not flag:
+            lockgraph.forget(self)  # refuses while a locked parent still holds the subtree
         set_locked(self, flag)
+        if flag:
+            lockgraph.record(self)
         if TREES:
             sync_open(self)
 
@@ -785,6 +790,22 @@ class IOMethods(MixinBase):
         from tensorbox.interop import structs
 
         return structs.to_namedtuple(self, dest_cls)
+
+    @classmethod
+    def from_pytree(cls, pytree: Any, *, batch_size: Any = None, **kwargs: Any) -> Self:
+        """A container of a torch pytree's leaves (nested tuples, lists, dicts,
+        namedtuples), keyed by their paths; ``to_pytree()`` rebuilds the tree (see
+        :mod:`tensorbox.interop.pytrees`)."""
+        from tensorbox.interop import pytrees
+
+        return pytrees.from_pytree(pytree, cls=cls, batch_size=batch_size, **kwargs)  # type: ignore[no-any-return]
+
+    def to_pytree(self) -> Any:
+        """The pytree this container was built from by ``from_pytree`` (nested dicts for
+        any other container)."""
+        from tensorbox.interop import pytrees
+
+        return pytrees.to_pytree(self)
 
     @classmethod
     def from_dataclass(cls, dataclass: Any, **kwargs: Any) -> Any:

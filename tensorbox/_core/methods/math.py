@@ -237,6 +237,45 @@ class MathMethods(MixinBase):
     def __pow__(self, other: Any) -> Self:
         return _binary(self, other, torch.pow)
 
+    # tensordict's method spellings of the operators (``td.add(1)`` is ``td + 1``)
+
+    def add(self, other: Any, *, alpha: Any = None) -> Self:
+        """``self + alpha * other`` leaf by leaf (``torch.add``); ``other`` a number, a
+        tensor or a container with the same keys.
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> TensorDict(a=torch.ones(2)).add(1, alpha=2)["a"].tolist()
+        [3.0, 3.0]
+        """
+        if alpha is None:
+            plain: Self = self + other
+            return plain
+        out: Self = _elementwise.binary(self, other, lambda a, b: torch.add(a, b, alpha=alpha))
+        return out
+
+    def sub(self, other: Any, *, alpha: Any = None) -> Self:
+        """``self - alpha * other`` leaf by leaf (``torch.sub``)."""
+        if alpha is None:
+            plain: Self = self - other
+            return plain
+        out: Self = _elementwise.binary(self, other, lambda a, b: torch.sub(a, b, alpha=alpha))
+        return out
+
+    def mul(self, other: Any) -> Self:
+        """``self * other`` leaf by leaf (``torch.mul``)."""
+        out: Self = self * other
+        return out
+
+    def div(self, other: Any) -> Self:
+        """``self / other`` leaf by leaf (``torch.div``)."""
+        out: Self = self / other
+        return out
+
+    def pow(self, other: Any) -> Self:
+        """``self ** other`` leaf by leaf (``torch.pow``)."""
+        out: Self = self**other
+        return out
+
     # -------------------------------------------------------------- elementwise
 
     abs = _unary(torch.abs, "abs")
