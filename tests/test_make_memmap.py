@@ -115,7 +115,7 @@ def test_load_memmap_into_a_container(tmp_path) -> None:
     TensorDict({"a": torch.ones(4, 2)}, [4, 2]).memmap(tmp_path / "rows")
     rows._get_sub_tensordict((slice(None), slice(0, 2))).load_memmap_(tmp_path / "rows")
     assert rows["a"].sum() == 8  # a row view writes its rows
-    saved, path = _tree(tmp_path)
+    saved, _ = _tree(tmp_path)
     with pytest.raises(RuntimeError, match="backed by a saved tree"):
         saved.load_memmap_(tmp_path / "src")
 

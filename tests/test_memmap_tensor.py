@@ -291,8 +291,8 @@ def test_views_keep_the_class_and_the_file(tmp_path: Path, file: bool) -> None:
         assert type(v) is MemoryMappedTensor
         assert v.filename == m.filename and v._handler is m._handler
     assert [float(v) for v in m] == list(range(10)) and type(next(iter(m))) is MemoryMappedTensor
-    for copy in (m[torch.tensor([0, 1])], m[m > 4], m.clone(), m * 2):
-        assert type(copy) is torch.Tensor
+    for copied in (m[torch.tensor([0, 1])], m[m > 4], m.clone(), m * 2):
+        assert type(copied) is torch.Tensor
     view = m[2:5]
     view[0] = -1.0  # a view: the write reaches the mapping
     assert m[2] == -1.0 and torch.equal(m.clone()[2:5], view.clone())

@@ -1070,7 +1070,8 @@ def _sub_tree(tree: Any, prefix: Any, subpath: Any) -> Any:
 def _fill_from(dst: Any, src: Any) -> None:
     """``load_memmap_``: ``dst`` takes ``src``'s keys and leaves, its nested containers
     kept and filled alike."""
-    for k in [k for k in dst.keys() if k not in src.keys()]:
+    gone = [k for k in dst.keys() if k not in set(src.keys())]  # noqa: SIM118
+    for k in gone:
         del dst[k]
     for k, v in src.items():
         cur = dst.get(k, None)
