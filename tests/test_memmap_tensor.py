@@ -305,3 +305,17 @@ def test_view_pickles_by_reference(tmp_path: Path) -> None:
     assert type(back) is MemoryMappedTensor and back.filename == m.filename
     m.fill_(1.0)
     assert back.tolist() == [1.0] * 3  # the same file, not a copy
+
+
+def test_rows_of_a_saved_tree_save_elsewhere(tmp_path: Path) -> None:
+    from tensorbox import TensorDict
+
+    saved = TensorDict({"a": torch.arange(6.0)}, [6]).memmap(tmp_path / "x")
+    rows = saved[:2]
+    assert rows.is_memmap() and type(rows["a"]) is MemoryMappedTensor  # views of the file
+    rows.memmap_(tmp_path / "y")  # written like any tensor: a view is not a whole file
+    assert TensorDict.load_memmap(tmp_path / "y")["a"].tolist() == [0.0, 1.0]
+    assert rows["a"].filename == str(tmp_path / "y" / "a.memmap")
+    whole = TensorDict.load_memmap(tmp_path / "x")
+    with pytest.raises(RuntimeError, match="already memory-mapped at .*copy_existing=True"):
+        whole.memmap_(tmp_path / "z")

@@ -724,12 +724,27 @@ class MemoryMappedTensor(Tensor):
         return out
 
     def unbind(self, dim: int = 0) -> tuple[Tensor, ...]:  # type: ignore[override]
+        """``torch.Tensor.unbind``, the slices MemoryMappedTensors of the same file.
+
+        >>> [type(r).__name__ for r in MemoryMappedTensor.zeros(2, 3).unbind(0)]
+        ['MemoryMappedTensor', 'MemoryMappedTensor']
+        """
         return _views(Tensor.unbind(self, dim))
 
     def split(self, split_size: Any, dim: int = 0) -> tuple[Tensor, ...]:  # type: ignore[override]
+        """``torch.Tensor.split``, the parts MemoryMappedTensors of the same file.
+
+        >>> [p.shape[0] for p in MemoryMappedTensor.zeros(10).split((3, 7))]
+        [3, 7]
+        """
         return _views(Tensor.split(self, split_size, dim))
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:  # type: ignore[override]
+        """``torch.Tensor.chunk``, the chunks MemoryMappedTensors of the same file.
+
+        >>> type(MemoryMappedTensor.zeros(9).chunk(3)[1]).__name__
+        'MemoryMappedTensor'
+        """
         return _views(Tensor.chunk(self, chunks, dim))
 
     # -------------------------------------------------------- copying and pickling
