@@ -317,5 +317,5 @@ def test_rows_of_a_saved_tree_save_elsewhere(tmp_path: Path) -> None:
     assert TensorDict.load_memmap(tmp_path / "y")["a"].tolist() == [0.0, 1.0]
     assert rows["a"].filename == str(tmp_path / "y" / "a.memmap")
     whole = TensorDict.load_memmap(tmp_path / "x")
-    with pytest.raises(RuntimeError, match="already memory-mapped at .*copy_existing=True"):
+    with pytest.raises(RuntimeError, match=r"already memory-mapped at .*copy_existing=True"):
         whole.memmap_(tmp_path / "z")
