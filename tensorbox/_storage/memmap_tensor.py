@@ -720,7 +720,7 @@ class MemoryMappedTensor(Tensor):
         # reference); an advanced index copies, into a plain tensor.
         out = Tensor.__getitem__(self, index)
         if out._base is not None and not _compiling():
-            return out.as_subclass(MemoryMappedTensor)
+            out.__class__ = MemoryMappedTensor  # a fresh tensor: as as_subclass, without a copy
         return out
 
     def unbind(self, dim: int = 0) -> tuple[Tensor, ...]:  # type: ignore[override]
@@ -763,15 +763,16 @@ class MemoryMappedTensor(Tensor):
         return self.clone()
 
 
-def _compiling() -> bool:
-    # dynamo traces plain tensors: it cannot rebuild the subclass
-    return bool(torch.compiler.is_compiling())
+_compiling = torch.compiler.is_compiling  # dynamo traces plain tensors, not the subclass
 
 
 def _views(parts: Sequence[Tensor]) -> tuple[Tensor, ...]:
     if _compiling():
         return tuple(parts)
-    return tuple(p.as_subclass(MemoryMappedTensor) if p._base is not None else p for p in parts)
+    for p in parts:
+        if p._base is not None:
+            p.__class__ = MemoryMappedTensor  # fresh tensors: as as_subclass, without a copy
+    return tuple(parts)
 
 
 def _rewrap(t: Tensor) -> MemoryMappedTensor:
