@@ -13,7 +13,7 @@ storage the entry could be made in.
 >>> with tempfile.TemporaryDirectory() as d:
 ...     td = TensorDict(a=torch.zeros(3), batch_size=[3]).memmap(d)
 ...     x = td.make_memmap(("nested", "b"), (3, 4))
-...     x.fill_(1.0)                                # into the file
+...     _ = x.fill_(1.0)                            # into the file
 ...     td.is_locked, TensorDict.load_memmap(d)["nested", "b"].sum().item()
 (True, 12.0)
 """

@@ -404,7 +404,7 @@ class IOMethods(MixinBase):
         >>> with tempfile.TemporaryDirectory() as d:
         ...     td = TensorDict(a=torch.zeros(3), batch_size=[3]).memmap(d)
         ...     x = td.make_memmap("b", (3, 2), dtype=torch.int64)
-        ...     x.fill_(1)
+        ...     _ = x.fill_(1)
         ...     td["b"] is x, int(TensorDict.load_memmap(d)["b"].sum())
         (True, 6)
         """
