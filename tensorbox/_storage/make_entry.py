@@ -138,7 +138,7 @@ def make_from_storage(
 
 def _entry_file(node: Any, path: tuple[str, ...]) -> str:
     """The file a new tensor entry at ``path`` of ``node`` gets in its tree."""
-    parts = [TREES[id(node)].dir]
+    parts: list[str] = [str(TREES[id(node)].dir)]
     parts += [encode_key(k, node=True) for k in path[:-1]]
     parts.append(encode_key(path[-1]) + SUFFIX)
     return os.path.join(*parts)

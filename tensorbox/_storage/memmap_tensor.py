@@ -723,7 +723,7 @@ class MemoryMappedTensor(Tensor):
             out.__class__ = MemoryMappedTensor  # a fresh tensor: as as_subclass, without a copy
         return out
 
-    def unbind(self, dim: int = 0) -> tuple[Tensor, ...]:  # type: ignore[override]
+    def unbind(self, dim: int = 0) -> tuple[Tensor, ...]:
         """``torch.Tensor.unbind``, the slices MemoryMappedTensors of the same file.
 
         >>> [type(r).__name__ for r in MemoryMappedTensor.zeros(2, 3).unbind(0)]
@@ -731,15 +731,15 @@ class MemoryMappedTensor(Tensor):
         """
         return _views(Tensor.unbind(self, dim))
 
-    def split(self, split_size: Any, dim: int = 0) -> tuple[Tensor, ...]:  # type: ignore[override]
+    def split(self, split_size: Any, dim: int = 0) -> tuple[Tensor, ...]:
         """``torch.Tensor.split``, the parts MemoryMappedTensors of the same file.
 
         >>> [p.shape[0] for p in MemoryMappedTensor.zeros(10).split((3, 7))]
         [3, 7]
         """
-        return _views(Tensor.split(self, split_size, dim))
+        return _views(Tensor.split(self, split_size, dim))  # type: ignore[no-untyped-call]
 
-    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:  # type: ignore[override]
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
         """``torch.Tensor.chunk``, the chunks MemoryMappedTensors of the same file.
 
         >>> type(MemoryMappedTensor.zeros(9).chunk(3)[1]).__name__

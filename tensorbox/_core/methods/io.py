@@ -383,7 +383,7 @@ class IOMethods(MixinBase):
                 "tree with load_memmap(prefix) instead"
             )
         loaded = type(self).load_memmap(
-            prefix, device=self.device, mode=mode, allow_pickle=allow_pickle
+            prefix, device=getattr(self, "device", None), mode=mode, allow_pickle=allow_pickle
         )
         _fill_from(self, loaded)
         return self
