@@ -88,7 +88,8 @@ def test_existing_file_is_replaced_never_written_into(tmp_path: Path) -> None:
 def test_results_are_plain_tensors_and_views(tmp_path: Path) -> None:
     m = MemoryMappedTensor.from_tensor(torch.arange(12.0).reshape(3, 4), filename=tmp_path / "x")
     row = m[1]
-    assert type(row) is torch.Tensor and type(m + 1) is torch.Tensor
+    assert type(row) is MemoryMappedTensor and type(m + 1) is torch.Tensor
+    assert row.filename == str(tmp_path / "x")
     assert type(m.sum()) is torch.Tensor and type(torch.stack([m, m])) is torch.Tensor
     assert row.untyped_storage().filename == str(tmp_path / "x")
     row[0] = 100.0  # a view: the write reaches the file
@@ -278,3 +279,43 @@ def test_round_trip_property(tmp_path_factory, dtype, shape, transpose) -> None:
     m = MemoryMappedTensor.from_tensor(t, filename=path)
     assert torch.equal(MemoryMappedTensor.from_filename(path, dtype, t.shape, mode="r"), t)
     assert torch.equal(restore(shareable(m)), t)
+
+
+@pytest.mark.parametrize("file", [True, False])
+def test_views_keep_the_class_and_the_file(tmp_path: Path, file: bool) -> None:
+    # tensordict's behaviour: a view of the file is still a MemoryMappedTensor
+    name = tmp_path / "x" if file else None
+    m = MemoryMappedTensor.from_tensor(torch.arange(10.0), filename=name)
+    views = [m[:2], m[:2][:1], m[3], m[..., 1:], *m.split((3, 3, 4)), *m.chunk(3), *m.unbind(0)]
+    for v in views:
+        assert type(v) is MemoryMappedTensor
+        assert v.filename == m.filename and v._handler is m._handler
+    assert [float(v) for v in m] == list(range(10)) and type(next(iter(m))) is MemoryMappedTensor
+    for copied in (m[torch.tensor([0, 1])], m[m > 4], m.clone(), m * 2):
+        assert type(copied) is torch.Tensor
+    view = m[2:5]
+    view[0] = -1.0  # a view: the write reaches the mapping
+    assert m[2] == -1.0 and torch.equal(m.clone()[2:5], view.clone())
+    assert MemoryMappedTensor.from_tensor(view)._filename == view._filename
+
+
+def test_view_pickles_by_reference(tmp_path: Path) -> None:
+    m = MemoryMappedTensor.from_tensor(torch.zeros(10), filename=tmp_path / "x")
+    back = pickle.loads(pickle.dumps(m[:3]))
+    assert type(back) is MemoryMappedTensor and back.filename == m.filename
+    m.fill_(1.0)
+    assert back.tolist() == [1.0] * 3  # the same file, not a copy
+
+
+def test_rows_of_a_saved_tree_save_elsewhere(tmp_path: Path) -> None:
+    from tensorbox import TensorDict
+
+    saved = TensorDict({"a": torch.arange(6.0)}, [6]).memmap(tmp_path / "x")
+    rows = saved[:2]
+    assert rows.is_memmap() and type(rows["a"]) is MemoryMappedTensor  # views of the file
+    rows.memmap_(tmp_path / "y")  # written like any tensor: a view is not a whole file
+    assert TensorDict.load_memmap(tmp_path / "y")["a"].tolist() == [0.0, 1.0]
+    assert rows["a"].filename == str(tmp_path / "y" / "a.memmap")
+    whole = TensorDict.load_memmap(tmp_path / "x")
+    with pytest.raises(RuntimeError, match=r"already memory-mapped at .*copy_existing=True"):
+        whole.memmap_(tmp_path / "z")

@@ -120,6 +120,8 @@ class TensorCollection(
     def _set_str(self, key: str, value: Any, path: tuple[str, ...]) -> None:
         """The one gate through which a key is added or replaced at this level."""
         if self._locked:
+            if isinstance(value, Tensor) and self._tensordict.get(key) is value:
+                return  # the very leaf again (``td[k] += 1`` after its in-place add): no change
             raise LockedError(
                 f"cannot set {format_key(path)}: the {type(self).__name__} is locked{_UNLOCK}, "
                 "or write in place with set_ / td[idx] = ..."

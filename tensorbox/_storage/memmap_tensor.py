@@ -3,16 +3,20 @@
 A :class:`MemoryMappedTensor` is a ``torch.Tensor`` subclass over storage that
 ``torch.UntypedStorage.from_file`` maps from a file. Torch's subclass machinery
 is switched off (``__torch_function__`` is the disabled implementation), so
-every operation, indexing included, returns a plain ``torch.Tensor``: a view of
-the same file when the index allows. Reading a batch costs what it costs on a
+every operation returns a plain ``torch.Tensor``, except the ones that make views
+of the file: indexing, ``unbind``, ``split`` and ``chunk`` give a MemoryMappedTensor
+(with its ``filename``) when the result shares the file, a plain tensor when it is a
+copy (``t[index_tensor]``), as tensordict's do. Arithmetic costs what it costs on a
 plain tensor.
 
 >>> import os, tempfile, torch
 >>> path = os.path.join(tempfile.mkdtemp(), "x.memmap")
 >>> t = MemoryMappedTensor.from_tensor(torch.arange(6).reshape(2, 3), filename=path)
->>> row = t[1]                    # a plain tensor, a view of the file
->>> type(row) is torch.Tensor, row.untyped_storage().filename == path
-(True, True)
+>>> row = t[1]                    # a view of the file, still naming it
+>>> type(row).__name__, row.filename == path, type(t[torch.tensor([0])]) is torch.Tensor
+('MemoryMappedTensor', True, True)
+>>> type(t + 1) is torch.Tensor   # computed values live in memory
+True
 >>> t[0, 0] = 7                   # "r+" (the default): writes reach the file
 >>> ro = MemoryMappedTensor.from_filename(path, torch.int64, (2, 3), mode="r")
 >>> ro[0].tolist()
@@ -312,7 +316,8 @@ class MemoryMappedTensor(Tensor):
 
     Build one with :meth:`empty`, :meth:`zeros`, :meth:`ones`, :meth:`full`, their
     ``*_like`` forms, :meth:`from_tensor` (or ``MemoryMappedTensor(data)``) or
-    :meth:`from_filename`. Every operation on it returns a plain ``torch.Tensor``.
+    :meth:`from_filename`. Every operation on it returns a plain ``torch.Tensor``,
+    except views of its file (indexing, ``unbind``, ``split``, ``chunk``).
 
     >>> import tempfile, torch; from tensorbox import MemoryMappedTensor
     >>> with tempfile.TemporaryDirectory() as d:
@@ -708,6 +713,40 @@ class MemoryMappedTensor(Tensor):
         shp = shape_from("from_storage", (shape,))
         return _indexed(_on_storage(storage, dtype, shp), index)
 
+    # -------------------------------------------------------- views of the file
+
+    def __getitem__(self, index: Any) -> Tensor:
+        # A view still maps the file: it keeps the class (filename, pickling by
+        # reference); an advanced index copies, into a plain tensor.
+        out = Tensor.__getitem__(self, index)
+        if out._base is not None and not _compiling():
+            out.__class__ = MemoryMappedTensor  # a fresh tensor: as as_subclass, without a copy
+        return out
+
+    def unbind(self, dim: int = 0) -> tuple[Tensor, ...]:
+        """``torch.Tensor.unbind``, the slices MemoryMappedTensors of the same file.
+
+        >>> [type(r).__name__ for r in MemoryMappedTensor.zeros(2, 3).unbind(0)]
+        ['MemoryMappedTensor', 'MemoryMappedTensor']
+        """
+        return _views(Tensor.unbind(self, dim))
+
+    def split(self, split_size: Any, dim: int = 0) -> tuple[Tensor, ...]:
+        """``torch.Tensor.split``, the parts MemoryMappedTensors of the same file.
+
+        >>> [p.shape[0] for p in MemoryMappedTensor.zeros(10).split((3, 7))]
+        [3, 7]
+        """
+        return _views(Tensor.split(self, split_size, dim))  # type: ignore[no-untyped-call]
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        """``torch.Tensor.chunk``, the chunks MemoryMappedTensors of the same file.
+
+        >>> type(MemoryMappedTensor.zeros(9).chunk(3)[1]).__name__
+        'MemoryMappedTensor'
+        """
+        return _views(Tensor.chunk(self, chunks, dim))
+
     # -------------------------------------------------------- copying and pickling
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
@@ -722,6 +761,18 @@ class MemoryMappedTensor(Tensor):
     def __deepcopy__(self, memo: dict[int, Any]) -> Tensor:
         # A deep copy is data in memory: a copy claiming the same file would be a lie.
         return self.clone()
+
+
+_compiling = torch.compiler.is_compiling  # dynamo traces plain tensors, not the subclass
+
+
+def _views(parts: Sequence[Tensor]) -> tuple[Tensor, ...]:
+    if _compiling():
+        return tuple(parts)
+    for p in parts:
+        if p._base is not None:
+            p.__class__ = MemoryMappedTensor  # fresh tensors: as as_subclass, without a copy
+    return tuple(parts)
 
 
 def _rewrap(t: Tensor) -> MemoryMappedTensor:

@@ -272,7 +272,9 @@ class Saver:
                 return entry
             where_now = t.filename or "anonymous shared memory"
             assert self.root is not None
-            if not self.copy_existing and not where_now.startswith(self.root + os.sep):
+            # a view (rows of a mapped leaf, ``td[i]``) is written like any tensor
+            whole = t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.itemsize
+            if whole and not self.copy_existing and not where_now.startswith(self.root + os.sep):
                 raise RuntimeError(
                     f"key {format_key(kpath)} is already memory-mapped at {where_now!r}; "
                     f"memmap_({self.root!r}) would leave it there. Pass copy_existing=True to "

@@ -343,6 +343,129 @@ class IOMethods(MixinBase):
             )
         return out
 
+    @property
+    def saved_path(self) -> str | None:
+        """The folder of the saved tree this container (or node) is backed by, else None.
+
+        >>> import tempfile, torch; from tensorbox import TensorDict
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     TensorDict(a=torch.zeros(1)).memmap(d).saved_path == d
+        True
+        """
+        rec = TREES.get(id(self)) if TREES else None
+        if rec is None or rec.node() is not self:
+            return None
+        path: str = rec.dir
+        return path
+
+    def load_memmap_(
+        self,
+        prefix: Any,
+        robust_key: bool | None = None,
+        *,
+        allow_pickle: bool | None = None,
+        mode: str | None = None,
+    ) -> Self:
+        """Load the tree saved at ``prefix`` into this container, and return it.
+
+        Each leaf is replaced by the loaded one (so its storage is not reused; on a
+        sub-view, ``td[rows]``, the rows are written), nested containers are kept and
+        filled the same way, and keys the saved tree lacks are removed. To copy into
+        the existing storage instead: ``td.update_(TensorDict.load_memmap(prefix))``.
+
+        >>> import tempfile, torch; from tensorbox import TensorDict
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = TensorDict(a=torch.ones(2), batch_size=[2]).memmap(d)
+        ...     dest = TensorDict(a=torch.zeros(2), old=torch.zeros(2), batch_size=[2])
+        ...     dest.load_memmap_(d)["a"].tolist(), list(dest.keys())
+        ([1.0, 1.0], ['a'])
+        """
+        _check_robust_key("load_memmap_", robust_key)
+        if TREES and id(self) in TREES:
+            raise RuntimeError(
+                f"load_memmap_({str(prefix)!r}): this {type(self).__name__} is backed by a "
+                "saved tree, which loading another tree into it would rewrite; open that "
+                "tree with load_memmap(prefix) instead"
+            )
+        loaded = type(self).load_memmap(
+            prefix, device=getattr(self, "device", None), mode=mode, allow_pickle=allow_pickle
+        )
+        _fill_from(self, loaded)
+        return self
+
+    def make_memmap(
+        self,
+        key: NestedKey,
+        shape: Any,
+        *,
+        dtype: torch.dtype | None = None,
+        robust_key: bool | None = None,
+    ) -> Tensor:
+        """Add a new zero-filled memory-mapped tensor of ``shape`` at ``key`` to this
+        memory-mapped container, even while it is locked, and return it: on a saved tree
+        the entry is committed at once and the tensor maps its new file.
+
+        >>> import tempfile, torch; from tensorbox import TensorDict
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     td = TensorDict(a=torch.zeros(3), batch_size=[3]).memmap(d)
+        ...     x = td.make_memmap("b", (3, 2), dtype=torch.int64)
+        ...     _ = x.fill_(1)
+        ...     td["b"] is x, int(TensorDict.load_memmap(d)["b"].sum())
+        (True, 6)
+        """
+        from tensorbox._storage import make_entry
+
+        _check_robust_key("make_memmap", robust_key)
+        return make_entry.make_new(self, key, shape, dtype)
+
+    def make_memmap_from_tensor(
+        self,
+        key: NestedKey,
+        tensor: Tensor,
+        *,
+        copy_data: bool = True,
+        robust_key: bool | None = None,
+    ) -> Tensor:
+        """Add a memory-mapped copy of ``tensor`` at ``key`` to this memory-mapped
+        container (see :meth:`make_memmap`), and return it; ``copy_data=False`` takes only
+        its shape and dtype (zero-filled). The result never shares ``tensor``'s storage.
+
+        >>> import tempfile, torch; from tensorbox import TensorDict
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     td = TensorDict(a=torch.zeros(3), batch_size=[3]).memmap(d)
+        ...     td.make_memmap_from_tensor("b", torch.ones(3, 2)).sum().item()
+        6.0
+        """
+        from tensorbox._storage import make_entry
+
+        _check_robust_key("make_memmap_from_tensor", robust_key)
+        return make_entry.make_from_tensor(self, key, tensor, copy_data)
+
+    def make_memmap_from_storage(
+        self,
+        key: NestedKey,
+        storage: Any,
+        shape: Any,
+        *,
+        dtype: torch.dtype | None = None,
+        robust_key: bool | None = None,
+    ) -> Tensor:
+        """Add a memory-mapped tensor of ``shape`` reading ``storage`` at ``key`` to this
+        memory-mapped container (see :meth:`make_memmap`), and return it. On a saved tree
+        the storage must map the new entry's own file (``RuntimeError`` otherwise: use
+        :meth:`make_memmap_from_tensor` to copy the data in).
+
+        >>> import torch; from tensorbox import TensorDict
+        >>> td = TensorDict(a=torch.zeros(3), batch_size=[3]).memmap()  # shared memory
+        >>> data = torch.arange(6.0).share_memory_()
+        >>> td.make_memmap_from_storage("b", data.untyped_storage(), (3, 2))[2].tolist()
+        [4.0, 5.0]
+        """
+        from tensorbox._storage import make_entry
+
+        _check_robust_key("make_memmap_from_storage", robust_key)
+        return make_entry.make_from_storage(self, key, storage, shape, dtype)
+
     def consolidate(
         self,
         filename: Any = None,
@@ -963,6 +1086,20 @@ def _sub_tree(tree: Any, prefix: Any, subpath: Any) -> Any:
             f"under {path!r} (the tree's keys: {sorted(map(str, tree.keys()))})"
         )
     return node
+
+
+def _fill_from(dst: Any, src: Any) -> None:
+    """``load_memmap_``: ``dst`` takes ``src``'s keys and leaves, its nested containers
+    kept and filled alike."""
+    gone = [k for k in dst.keys() if k not in set(src.keys())]  # noqa: SIM118
+    for k in gone:
+        del dst[k]
+    for k, v in src.items():
+        cur = dst.get(k, None)
+        if is_container(v) and is_container(cur) and type(cur) is type(v):
+            _fill_from(cur, v)
+        else:
+            dst[k] = v
 
 
 def _check_robust_key(method: str, robust_key: Any) -> None:
