@@ -132,3 +132,7 @@ def test_augmented_assignment_on_a_locked_tree(tmp_path) -> None:
     assert loaded["a"].tolist() == [1.0] * 3 and archive.read_bytes() == before
     with pytest.raises(LockedError, match="cannot set 'a': the TensorDict is locked"):
         td["a"] = td["a"] + 1  # a new tensor is still a replacement
+    with pytest.raises(LockedError, match="cannot set 'a': the TensorDict is locked"):
+        td.set("a", td["a"])  # set() of a locked container refuses, as tensordict's
+    with pytest.raises(LockedError, match="cannot set"):
+        td.set(("a",), td["a"])

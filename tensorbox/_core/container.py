@@ -120,8 +120,6 @@ class TensorCollection(
     def _set_str(self, key: str, value: Any, path: tuple[str, ...]) -> None:
         """The one gate through which a key is added or replaced at this level."""
         if self._locked:
-            if isinstance(value, Tensor) and self._tensordict.get(key) is value:
-                return  # the very leaf again (``td[k] += 1`` after its in-place add): no change
             raise LockedError(
                 f"cannot set {format_key(path)}: the {type(self).__name__} is locked{_UNLOCK}, "
                 "or write in place with set_ / td[idx] = ..."
@@ -296,6 +294,8 @@ class TensorCollection(
 
     def __setitem__(self, index: Any, value: Any) -> None:
         if type(index) is str:
+            if self._locked and isinstance(value, Tensor) and self._tensordict.get(index) is value:
+                return  # ``td[k] += 1`` sets back the leaf it just added to in place: no change
             self._set_str(index, value, (index,))
         elif is_key(index):
             self.set(index, value)
