@@ -559,3 +559,41 @@ def test_incomplete_trees_of_version_1_writers_are_still_refused(tmp_path: Path)
     (tmp_path / "meta.json").unlink()
     with pytest.raises(IncompleteTreeError, match="did not finish"):
         TensorDict.load_memmap(tmp_path)
+
+
+@pytest.mark.parametrize("num_threads", [0, 4])
+def test_the_root_meta_json_is_written_last(tmp_path, monkeypatch, num_threads) -> None:
+    """A stage with a meta.json at its top is a finished tree: a save killed before its
+    swap leaves one that recovery takes apart whole (not nodes whose meta.json is missing,
+    whose files it would take for a user's)."""
+    order: list[str] = []
+    real = folder.write_new_meta
+
+    def record(path, *args, **kw):
+        order.append(os.path.basename(path))  # the node's directory in the stage
+        return real(path, *args, **kw)
+
+    monkeypatch.setattr(folder, "write_new_meta", record)
+    nested = {f"n{i}": {"m": {"x": torch.zeros(2)}} for i in range(6)}
+    TensorDict(nested, [2]).memmap(tmp_path / "t", num_threads=num_threads)
+    assert len(order) == 13 and order[-1].startswith(".t.tbx-new-"), order  # the root
+    assert not any(o.startswith(".t.tbx-new-") for o in order[:-1]), order
+
+
+def test_a_save_killed_with_its_stage_finished_leaves_nothing(tmp_path) -> None:
+    """Recovery after a kill between the last meta.json and the swap: the finished stage
+    goes, the live tree stays as it was, and no file of the stage reaches it."""
+    root = tmp_path / "t"
+    TensorDict({"n": {"x": torch.ones(2)}}, [2]).memmap(root)
+    stage = Path(_commit.new_stage(str(root)))
+    TensorDict({"n": {"x": torch.zeros(2), "y": torch.zeros(2)}}, [2]).memmap(tmp_path / "s")
+    for p in (tmp_path / "s").rglob("*"):
+        dest = stage / p.relative_to(tmp_path / "s")
+        dest.mkdir() if p.is_dir() else dest.write_bytes(p.read_bytes())
+    (tmp_path / ".t.tbx-lock").touch()  # what a killed writer leaves
+    TensorDict({"z": torch.ones(2)}, [2]).memmap(tmp_path / "other")
+    with _commit.writing(str(root)):
+        pass
+    assert _hidden(tmp_path) == []
+    assert sorted(os.listdir(root / "n")) == ["meta.json", "x.memmap"]
+    assert TensorDict.load_memmap(root)["n", "x"].tolist() == [1.0, 1.0]
