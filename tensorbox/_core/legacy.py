@@ -29,6 +29,8 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from tensorbox._core.modeswitch import ModeSwitch
+
 __all__ = ["STATE", "VIEW", "lazy_legacy", "set_lazy_legacy", "suspended"]
 
 
@@ -65,7 +67,7 @@ def lazy_legacy() -> bool:
     return STATE[0]
 
 
-class set_lazy_legacy(contextlib.ContextDecorator):
+class set_lazy_legacy(ModeSwitch):
     """Switch tensordict's lazy-legacy shape views on or off.
 
     A context manager and a decorator (the previous mode comes back on exit), or
@@ -81,28 +83,7 @@ class set_lazy_legacy(contextlib.ContextDecorator):
     (True, False)
     """
 
-    def __init__(self, mode: bool) -> None:
-        self.mode = bool(mode)
-        self._saved: list[bool] = []  # one per entry: a decorator may re-enter
-
-    def clone(self) -> set_lazy_legacy:
-        """A fresh switch with the same mode."""
-        return type(self)(self.mode)
-
-    def set(self) -> None:
-        """Switch now, without restoring later."""
-        STATE[0] = self.mode
-
-    def __enter__(self) -> set_lazy_legacy:
-        self._saved.append(STATE[0])
-        STATE[0] = self.mode
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        STATE[0] = self._saved.pop()
-
-    def __repr__(self) -> str:
-        return f"set_lazy_legacy({self.mode})"
+    STATE = STATE
 
 
 @contextlib.contextmanager

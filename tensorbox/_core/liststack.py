@@ -25,7 +25,6 @@ rows, as tensordict 0.15 does by default:
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import Any
 
@@ -34,6 +33,7 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.keys import format_key
+from tensorbox._core.modeswitch import ModeSwitch
 from tensorbox._core.nontensor import NonTensorData, per_row
 from tensorbox.errors import BatchSizeError
 
@@ -68,7 +68,7 @@ def list_to_stack() -> bool:
     return STATE[0]
 
 
-class set_list_to_stack(contextlib.ContextDecorator):
+class set_list_to_stack(ModeSwitch):
     """Switch tensordict's list-to-stack reading of lists on or off.
 
     A context manager and a decorator (the previous mode comes back on exit), or
@@ -82,28 +82,7 @@ class set_list_to_stack(contextlib.ContextDecorator):
     'z'
     """
 
-    def __init__(self, mode: bool) -> None:
-        self.mode = bool(mode)
-        self._saved: list[bool] = []  # one per entry: a decorator may re-enter
-
-    def clone(self) -> set_list_to_stack:
-        """A fresh switch with the same mode."""
-        return type(self)(self.mode)
-
-    def set(self) -> None:
-        """Switch now, without restoring later."""
-        STATE[0] = self.mode
-
-    def __enter__(self) -> set_list_to_stack:
-        self._saved.append(STATE[0])
-        STATE[0] = self.mode
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        STATE[0] = self._saved.pop()
-
-    def __repr__(self) -> str:
-        return f"set_list_to_stack({self.mode})"
+    STATE = STATE
 
 
 def _stack_tensors(value: list[Any]) -> Tensor | None:
