@@ -342,29 +342,15 @@ class TensorClass(TensorCollection, metaclass=_Meta):
                 f"{cls.__name__} has no field {key!r} "
                 f"(fields: {[f.name for f in cls.__tc_fields__]!r})"
             )
-        if cls.__tc_guarded__:  # one test for the rare cases: frozen, autocast
-            if cls.__tc_frozen__:
-                raise dataclasses.FrozenInstanceError(
-                    f"cannot assign to field {key!r} of frozen {cls.__name__}; "
-                    f"use .replace({key}=...) for a changed copy"
-                )
-            if key in cls.__tc_put_only__:
-                put(cls, self, key, value)  # autocast: even a tensor is cast
-                return
+        if cls.__tc_guarded__ and _guarded_write(cls, self, key, value):
+            return
         set_field(self, key, value)
 
     def __setattr__(self, name: str, value: Any) -> None:
         cls = type(self)
         if name in cls.__tc_names__:
-            if cls.__tc_guarded__:  # one test for the rare cases: frozen, autocast
-                if cls.__tc_frozen__:
-                    raise dataclasses.FrozenInstanceError(
-                        f"cannot assign to field {name!r} of frozen {cls.__name__}; "
-                        f"use .replace({name}=...) for a changed copy"
-                    )
-                if name in cls.__tc_put_only__:
-                    put(cls, self, name, value)  # autocast: even a tensor is cast
-                    return
+            if cls.__tc_guarded__ and _guarded_write(cls, self, name, value):
+                return
             set_field(self, name, value)
             return
         if name in _STORAGE or hasattr(type(getattr(cls, name, None)), "__set__"):
@@ -390,3 +376,18 @@ class TensorClass(TensorCollection, metaclass=_Meta):
         if isinstance(out, cls) and keys <= cls.__tc_names__:  # None fields have no entry
             return None
         return f"with keys {sorted(keys)!r}, not the fields of {cls.__name__} {sorted(cls.__tc_names__)!r}"
+
+
+def _guarded_write(cls: Any, obj: Any, name: str, value: Any) -> bool:
+    """The rare cases of a field write, behind one flag test (``__tc_guarded__``): a
+    frozen class refuses; an autocast field is cast, even from a tensor. True when the
+    write is done here."""
+    if cls.__tc_frozen__:
+        raise dataclasses.FrozenInstanceError(
+            f"cannot assign to field {name!r} of frozen {cls.__name__}; "
+            f"use .replace({name}=...) for a changed copy"
+        )
+    if name in cls.__tc_put_only__:
+        put(cls, obj, name, value)
+        return True
+    return False
