@@ -35,8 +35,8 @@ from tensorbox._core.methods.keys import KeyMethods
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._tensorclass.build import build_class, check_casting, put, set_field
 from tensorbox._tensorclass.compat import from_tensordict_lenient
-from tensorbox._tensorclass.fields import MISSING, Field, field
-from tensorbox.errors import TensorDictKeyError, UnknownFieldError
+from tensorbox._tensorclass.fields import Field, field
+from tensorbox.errors import UnknownFieldError
 
 __all__ = ["TensorClass"]
 
@@ -223,32 +223,9 @@ class TensorClass(TensorCollection, metaclass=_Meta):
         >>> p.a is td["a"], p.label
         (True, 'none')
         """
-        if not getattr(type(td), "_is_tensor_collection", False):
-            raise TypeError(f"{cls.__name__}.from_tensordict expects a TensorDict, got {td!r}")
-        store = td._tensordict
-        extra = sorted(set(store) - cls.__tc_names__)
-        if extra:
-            raise TensorDictKeyError(
-                f"{cls.__name__}.from_tensordict: keys {extra!r} are not fields of "
-                f"{cls.__name__} (fields: {[f.name for f in cls.__tc_fields__]!r})"
-            )
-        out = cls._new_unsafe({}, td._batch_size, td._device)
-        for f in cls.__tc_fields__:
-            if f.name in store:
-                out._tensordict[f.name] = store[f.name]  # already a valid entry of td
-                continue
-            if f.default is not MISSING:
-                value = f.default
-            elif f.default_factory is not MISSING:
-                value = f.default_factory()  # type: ignore[operator]  # narrowed by the test above
-            else:
-                raise TensorDictKeyError(
-                    f"{cls.__name__}.from_tensordict: required field {f.name!r} is missing "
-                    f"(keys: {sorted(store)!r})"
-                )
-            set_field(out, f.name, value)
-        if run_post_init and hasattr(out, "__post_init__"):
-            out.__post_init__()
+        out: Self = from_tensordict_lenient(
+            cls, td, lenient=False, run_post_init=run_post_init, what="from_tensordict"
+        )
         return out
 
     @classmethod

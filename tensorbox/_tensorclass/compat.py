@@ -31,20 +31,30 @@ __all__ = ["from_tensordict_lenient"]
 
 
 def from_tensordict_lenient(
-    cls: Any, tensordict: Any, non_tensordict: Mapping[str, Any] | None = None, safe: bool = True
+    cls: Any,
+    tensordict: Any,
+    non_tensordict: Mapping[str, Any] | None = None,
+    safe: bool = True,
+    *,
+    lenient: bool = True,
+    run_post_init: bool = True,
+    what: str = "_from_tensordict",
 ) -> Any:
     """An instance of ``cls`` sharing ``tensordict``'s entries (see the module doc);
-    ``safe`` is tensordict's keyword, accepted: keys that are not fields are always refused."""
+    ``safe`` is tensordict's keyword, accepted: keys that are not fields are always refused.
+
+    The public ``from_tensordict`` builds through here with ``lenient=False``: a required
+    field the container lacks is then an error instead of reading None."""
     if not getattr(type(tensordict), "_is_tensor_collection", False):
         raise TypeError(
-            f"{cls.__name__}._from_tensordict expects a TensorDict, got {type(tensordict).__name__}"
+            f"{cls.__name__}.{what} expects a TensorDict, got {type(tensordict).__name__}"
         )
     store = tensordict._tensordict
     extra = dict(non_tensordict or {})
     unknown = sorted((set(store) | set(extra)) - cls.__tc_names__)
     if unknown:
         raise TensorDictKeyError(
-            f"{cls.__name__}._from_tensordict: keys {unknown!r} are not fields of "
+            f"{cls.__name__}.{what}: keys {unknown!r} are not fields of "
             f"{cls.__name__} (fields: {[f.name for f in cls.__tc_fields__]!r})"
         )
     out = cls._new_unsafe({}, tensordict._batch_size, tensordict._device)
@@ -57,7 +67,12 @@ def from_tensordict_lenient(
             set_field(out, f.name, f.default)
         elif f.default_factory is not MISSING:
             set_field(out, f.name, f.default_factory())
+        elif not lenient:
+            raise TensorDictKeyError(
+                f"{cls.__name__}.{what}: required field {f.name!r} is missing "
+                f"(keys: {sorted(store)!r})"
+            )
         # else: no entry, the field reads None until set
-    if hasattr(out, "__post_init__"):
+    if run_post_init and hasattr(out, "__post_init__"):
         out.__post_init__()
     return out
