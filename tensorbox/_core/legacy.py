@@ -83,7 +83,7 @@ class set_lazy_legacy(ModeSwitch):
     (True, False)
     """
 
-    STATE = STATE
+    _state = STATE
 
 
 @contextlib.contextmanager

@@ -82,7 +82,7 @@ class set_list_to_stack(ModeSwitch):
     'z'
     """
 
-    STATE = STATE
+    _state = STATE
 
 
 def _stack_tensors(value: list[Any]) -> Tensor | None:

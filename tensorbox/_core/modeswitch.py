@@ -2,15 +2,15 @@
 ``set_list_to_stack``): a context manager and a decorator that restores the previous
 mode on exit, or ``.set()`` to switch for good.
 
-A subclass names the one-element list its module reads on the hot path
+A subclass names, as ``_state``, the one-element list its module reads on the hot path
 (``STATE[0]``: a list, so readers index it instead of looking up a global).
 
 >>> class set_demo(ModeSwitch):
-...     STATE = [False]
+...     _state = [False]
 >>> with set_demo(True):
-...     set_demo.STATE[0]
+...     set_demo._state[0]
 True
->>> set_demo.STATE[0], set_demo(True)
+>>> set_demo._state[0], set_demo(True)
 (False, set_demo(True))
 """
 
@@ -25,7 +25,7 @@ __all__ = ["ModeSwitch"]
 class ModeSwitch(contextlib.ContextDecorator):
     """Base of the mode switches (see the module doc)."""
 
-    STATE: ClassVar[list[bool]]
+    _state: ClassVar[list[bool]]
 
     def __init__(self, mode: bool) -> None:
         self.mode = bool(mode)
@@ -37,15 +37,15 @@ class ModeSwitch(contextlib.ContextDecorator):
 
     def set(self) -> None:
         """Switch now, without restoring later."""
-        self.STATE[0] = self.mode
+        self._state[0] = self.mode
 
     def __enter__(self) -> Self:
-        self._saved.append(self.STATE[0])
-        self.STATE[0] = self.mode
+        self._saved.append(self._state[0])
+        self._state[0] = self.mode
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.STATE[0] = self._saved.pop()
+        self._state[0] = self._saved.pop()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.mode})"
