@@ -88,11 +88,15 @@ def test_environment_variable_gives_the_starting_mode(value: str, expected: str)
     assert out.stdout.strip() == expected
 
 
-def test_environment_variable_bad_value() -> None:
-    from tensorbox._core.legacy import _parse
+@pytest.mark.parametrize("name", ["LAZY_LEGACY_OP", "LIST_TO_STACK"])
+def test_environment_variable_bad_value(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tensorbox._core.modeswitch import env_flag
 
-    with pytest.raises(ValueError, match=r"LAZY_LEGACY_OP='maybe': expected a truth value"):
-        _parse("maybe")
+    monkeypatch.setenv(name, "maybe")
+    with pytest.raises(ValueError, match=rf"{name}='maybe': expected a truth value"):
+        env_flag(name)
+    monkeypatch.setenv(name, " TRUE ")
+    assert env_flag(name) is True
 
 
 def test_off_nothing_changes() -> None:

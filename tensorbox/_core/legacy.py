@@ -25,31 +25,16 @@ The mode is one switch for the whole process, as tensordict's.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tensorbox._core.modeswitch import ModeSwitch
+from tensorbox._core.modeswitch import ModeSwitch, env_flag
 
 __all__ = ["STATE", "VIEW", "lazy_legacy", "set_lazy_legacy", "suspended"]
 
 
-def _parse(value: str | None) -> bool:
-    if value is None:
-        return False
-    text = value.strip().lower()
-    if text in ("y", "yes", "t", "true", "on", "1"):
-        return True
-    if text in ("n", "no", "f", "false", "off", "0", ""):
-        return False
-    raise ValueError(
-        f"environment variable LAZY_LEGACY_OP={value!r}: expected a truth value "
-        "(1/0, true/false, yes/no, on/off)"
-    )
-
-
 #: ``[mode]``: read by the shape methods on each call (one list lookup when off).
-STATE: list[bool] = [_parse(os.environ.get("LAZY_LEGACY_OP"))]
+STATE: list[bool] = [env_flag("LAZY_LEGACY_OP")]
 
 #: ``[fn]``: ``fn(td, op, args)`` gives the lazy view, or None for a container that
 #: has none (tensorclasses, rows views, lazy stacks: they keep the plain op).

@@ -25,7 +25,6 @@ rows, as tensordict 0.15 does by default:
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -33,29 +32,15 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.keys import format_key
-from tensorbox._core.modeswitch import ModeSwitch
+from tensorbox._core.modeswitch import ModeSwitch, env_flag
 from tensorbox._core.nontensor import NonTensorData, per_row
 from tensorbox.errors import BatchSizeError
 
 __all__ = ["STATE", "from_list", "list_to_stack", "set_list_to_stack"]
 
 
-def _parse(value: str | None) -> bool:
-    if value is None:
-        return False
-    text = value.strip().lower()
-    if text in ("y", "yes", "t", "true", "on", "1"):
-        return True
-    if text in ("n", "no", "f", "false", "off", "0", ""):
-        return False
-    raise ValueError(
-        f"environment variable LIST_TO_STACK={value!r}: expected a truth value "
-        "(1/0, true/false, yes/no, on/off)"
-    )
-
-
 #: ``[mode]``: read when a list is set (one list lookup).
-STATE: list[bool] = [_parse(os.environ.get("LIST_TO_STACK"))]
+STATE: list[bool] = [env_flag("LIST_TO_STACK")]
 
 
 def list_to_stack() -> bool:

@@ -17,9 +17,31 @@ True
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import ClassVar, Self
 
-__all__ = ["ModeSwitch"]
+__all__ = ["ModeSwitch", "env_flag"]
+
+
+def env_flag(name: str) -> bool:
+    """The starting mode from the environment variable ``name`` (unset or empty: off); a
+    value that is no truth value raises ``ValueError`` naming the variable.
+
+    >>> os.environ["TB_DEMO_FLAG"] = "On"
+    >>> env_flag("TB_DEMO_FLAG"), env_flag("TB_UNSET_FLAG")
+    (True, False)
+    >>> del os.environ["TB_DEMO_FLAG"]
+    """
+    value = os.environ.get(name)
+    text = "" if value is None else value.strip().lower()
+    if text in ("y", "yes", "t", "true", "on", "1"):
+        return True
+    if text in ("n", "no", "f", "false", "off", "0", ""):
+        return False
+    raise ValueError(
+        f"environment variable {name}={value!r}: expected a truth value "
+        "(1/0, true/false, yes/no, on/off)"
+    )
 
 
 class ModeSwitch(contextlib.ContextDecorator):
