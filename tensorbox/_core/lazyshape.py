@@ -41,7 +41,7 @@ from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.shape import check_dim, shape_from_args
 from tensorbox._core.tensordict import TensorDict
 from tensorbox._core.tree import new_plain
-from tensorbox._core.viewentries import SourceLock, ViewEntries
+from tensorbox._core.viewentries import DenseResults, FixedBatch, SourceLock, ViewEntries
 from tensorbox.errors import TensorDictKeyError
 
 __all__ = ["ShapeView", "legacy_op"]
@@ -50,7 +50,7 @@ _NTD = NonTensorData
 _new = object.__new__
 
 
-class ShapeView(SourceLock, TensorDict):
+class ShapeView(DenseResults, FixedBatch, SourceLock, TensorDict):
     """``source`` seen through one batch-shape op (see the module doc).
 
     ``op`` is ``"permute"`` (``args``: the dims), ``"transpose"`` (the two dims),
@@ -73,13 +73,6 @@ class ShapeView(SourceLock, TensorDict):
         self._batch_size = batch_size
         self._device = source._device
         return self
-
-    @classmethod
-    def _new_unsafe(
-        cls, source: dict[str, Any], batch_size: torch.Size, device: torch.device | None
-    ) -> Any:
-        # what an operation builds from the view's entries is a plain TensorDict
-        return TensorDict._new_unsafe(source, batch_size, device)
 
     # ------------------------------------------------------------------ the op
 
@@ -142,14 +135,8 @@ class ShapeView(SourceLock, TensorDict):
     def _set_lock(self, flag: bool) -> None:
         self._source._set_lock(flag)
 
-    @property
-    def batch_size(self) -> torch.Size:
-        """The batch size seen through the op (read-only on a view)."""
-        return self._batch_size
-
-    @batch_size.setter
-    def batch_size(self, value: Any) -> None:
-        raise RuntimeError(
+    def _fixed_batch_message(self) -> str:
+        return (
             f"cannot set the batch size of a lazy {self._op} view of a TensorDict: call "
             "to_tensordict() first and set it on the copy"
         )

@@ -48,7 +48,7 @@ from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.nontensor import wrap as _wrap
 from tensorbox._core.tensordict import TensorDict
 from tensorbox._core.tree import KEEP, is_coll, keys_list
-from tensorbox._core.viewentries import ViewEntries
+from tensorbox._core.viewentries import DenseResults, ViewEntries
 from tensorbox.errors import BatchSizeError, LockedError
 
 __all__ = ["LazyStackedTensorDict", "lazy_stack"]
@@ -64,7 +64,7 @@ _UPDATE_OPTIONS = (
 )
 
 
-class LazyStackedTensorDict(TensorDict):
+class LazyStackedTensorDict(DenseResults, TensorDict):
     """Containers stacked along ``stack_dim`` without copying (see the module doc).
 
     >>> import torch
@@ -125,13 +125,6 @@ class LazyStackedTensorDict(TensorDict):
             out.update(res, inplace=True)
             return out
         return res
-
-    @classmethod
-    def _new_unsafe(
-        cls, source: dict[str, Any], batch_size: torch.Size, device: torch.device | None
-    ) -> Any:
-        # what an operation builds from the stacked entries is a dense TensorDict
-        return TensorDict._new_unsafe(source, batch_size, device)
 
     # ------------------------------------------------------------- properties
 

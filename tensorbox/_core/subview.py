@@ -42,7 +42,7 @@ from tensorbox._core.nontensor import NonTensorData, cpu_index
 from tensorbox._core.shape import normalize_index
 from tensorbox._core.tensordict import TensorDict
 from tensorbox._core.tree import KEEP, is_coll, keys_list, store_of
-from tensorbox._core.viewentries import SourceLock, ViewEntries
+from tensorbox._core.viewentries import DenseResults, FixedBatch, SourceLock, ViewEntries
 from tensorbox.errors import BatchSizeError, LockedError
 
 __all__ = ["SubTensorDict"]
@@ -50,7 +50,7 @@ __all__ = ["SubTensorDict"]
 _NTD = NonTensorData
 
 
-class SubTensorDict(SourceLock, TensorDict):
+class SubTensorDict(DenseResults, FixedBatch, SourceLock, TensorDict):
     """The rows ``idx`` of ``source``, read and written in place (see the module doc)."""
 
     __slots__ = ("_idx", "_source")
@@ -67,13 +67,6 @@ class SubTensorDict(SourceLock, TensorDict):
         self._idx = idx
         self._batch_size = torch.empty(()).expand(bs)[cpu_index(idx)].shape
         self._device = source._device
-
-    @classmethod
-    def _new_unsafe(
-        cls, source: dict[str, Any], batch_size: torch.Size, device: torch.device | None
-    ) -> Any:
-        # what an operation builds from the view's entries is a plain TensorDict
-        return TensorDict._new_unsafe(source, batch_size, device)
 
     @property
     def idx(self) -> Any:
@@ -101,14 +94,8 @@ class SubTensorDict(SourceLock, TensorDict):
             "delete it from the source"
         )
 
-    @property
-    def batch_size(self) -> torch.Size:
-        """The batch size of the rows (read-only on a view)."""
-        return self._batch_size
-
-    @batch_size.setter
-    def batch_size(self, value: Any) -> None:
-        raise RuntimeError(
+    def _fixed_batch_message(self) -> str:
+        return (
             "cannot set the batch size of rows of a TensorDict (a sub-TensorDict view): "
             "call to_tensordict() first and set it on the copy"
         )

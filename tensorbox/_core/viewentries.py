@@ -11,7 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SourceLock", "ViewEntries"]
+import torch
+
+from tensorbox._core.tensordict import TensorDict
+
+__all__ = ["DenseResults", "FixedBatch", "SourceLock", "ViewEntries"]
 
 
 class ViewEntries(dict[str, Any]):
@@ -42,3 +46,36 @@ class SourceLock:
     @_locked.setter
     def _locked(self, value: bool) -> None:
         self._source._locked = value
+
+
+class DenseResults:
+    """Mixin of a view: what an operation builds from its entries is a plain
+    ``TensorDict``, not another view."""
+
+    __slots__ = ()
+
+    @classmethod
+    def _new_unsafe(
+        cls, source: dict[str, Any], batch_size: torch.Size, device: torch.device | None
+    ) -> Any:
+        return TensorDict._new_unsafe(source, batch_size, device)
+
+
+class FixedBatch:
+    """Mixin of a view whose batch size follows from its source: it reads, and setting
+    it raises ``RuntimeError`` with the view's ``_fixed_batch_message()``."""
+
+    __slots__ = ()
+    _batch_size: torch.Size
+
+    def _fixed_batch_message(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def batch_size(self) -> torch.Size:
+        """The batch size seen through the view (read-only)."""
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: Any) -> None:
+        raise RuntimeError(self._fixed_batch_message())
