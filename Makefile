@@ -76,7 +76,7 @@ lint: $(VENV)/.core
 	$(BIN)/ruff check tensorbox tests benchmarks tutorials tools
 	$(BIN)/ruff format --check tensorbox tests benchmarks tutorials tools
 
-# docs/api.md, the API reference, regenerated from the code (tests/test_api_reference.py
+# docs/api/, the API reference (a page per public area), regenerated from the code (tests/test_api_reference.py
 # fails until it is, whenever a public name, signature or docstring changes).
 apiref: $(VENV)/.core
 	$(BIN)/python -m tools.apiref
