@@ -124,6 +124,9 @@ def test_site_builds_strict(site: Path) -> None:
     # site_url set: the sitemap lists absolute addresses, and 404.html's assets resolve.
     assert "<loc>http" in (site / "sitemap.xml").read_text(encoding="utf-8")
     assert 'href="http' in (site / "404.html").read_text(encoding="utf-8")
+    # code lines longer than the column wrap (Material's own scrollbar shows on hover only)
+    assert "white-space: pre-wrap" in (site / "css" / "extra.css").read_text(encoding="utf-8")
+    assert 'href="../css/extra.css"' in _built(site, "cli.md").read_text(encoding="utf-8")
 
 
 #: Every tag the theme and Python-Markdown write. Another tag in a page is text that the

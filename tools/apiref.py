@@ -675,7 +675,7 @@ def _render_class(page: _Page, entry: Entry, notes: list[str]) -> None:
     page.lines += [f"*class* `{entry.name}{_bases(cls)}`", ""]
     if sig:
         page.lines += [f"Constructor: `{entry.name}{sig}`", ""]
-    page.lines += [*render_doc(raw_doc(cls)), *_pointer(entry), *notes]
+    page.lines += [*_doc(entry, notes), *_pointer(entry), *notes]
     fields = _field_names(cls)
     if fields:
         hints = getattr(cls, "__annotations__", {})
@@ -729,6 +729,17 @@ def _module_notes(entry: Entry, shown: set[str]) -> list[str]:
     return [summary, "", *render_doc(doc), "</details>", ""]
 
 
+_MODULE_DOC = re.compile(r"\b(?:the\s+)?module\s+doc(?:string)?\b")
+
+
+def _doc(entry: Entry, notes: list[str]) -> list[str]:
+    """The entry's docstring; "see the module doc" points to the notes folded below it."""
+    doc = raw_doc(entry.obj)
+    if notes:
+        doc = _MODULE_DOC.sub(f'"More about {entry.name}" below', doc)
+    return render_doc(doc)
+
+
 def _render_entry(page: _Page, entry: Entry, shown: set[str]) -> None:
     page.heading(3, f"`{entry.qualname}`", entry.qualname)
     obj = entry.obj
@@ -736,7 +747,7 @@ def _render_entry(page: _Page, entry: Entry, shown: set[str]) -> None:
     if inspect.isclass(obj):
         _render_class(page, entry, notes)
     elif callable(obj):
-        page.lines += [f"*function* `{entry.name}{signature(obj)}`", "", *render_doc(raw_doc(obj))]
+        page.lines += [f"*function* `{entry.name}{signature(obj)}`", "", *_doc(entry, notes)]
         page.lines += [*_pointer(entry), *notes]
     else:
         code, doc = _attribute_docs().get(entry.name, (f"{entry.name} = {obj!r}", ""))
