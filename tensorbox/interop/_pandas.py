@@ -59,7 +59,8 @@ def _series_value(s: Any, name: str, where: str) -> tuple[Any, dict[str, Any] | 
                 f"{where}: column {name!r} has {int(s.isna().sum())} missing value(s) and a "
                 "tensor has no null: fill them first (DataFrame.fillna) or drop those rows"
             )
-        return torch.from_numpy(s.to_numpy(dtype=numpy_dtype).copy()), None
+        info = {"pandas": str(dt)}  # to_pandas gives back the nullable dtype
+        return torch.from_numpy(s.to_numpy(dtype=numpy_dtype).copy()), info
     if numpy_dtype is not None and numpy_dtype.kind in "mM":  # pyarrow-backed datetimes
         ns, info = temporal(_pa().array(s, from_pandas=True), name, where)
         return torch.from_numpy(ns), info
@@ -78,7 +79,7 @@ def _frame_columns(dataframe: Any, index: bool) -> list[tuple[Any, str, Any, boo
             auto = "index" if idx.nlevels == 1 else f"level_{i}"
             key = auto if level is None else str(level)
             series = pd.Series(idx.get_level_values(i), copy=False)
-            out.append((level if level is not None else key, key, series, True))
+            out.append((level, key, series, True))
     for i, col in enumerate(dataframe.columns):
         out.append((col, str(col), i, False))
     return out
@@ -130,17 +131,18 @@ def from_pandas(
     if not isinstance(dataframe, pd.DataFrame):
         raise TypeError(f"{where}: expected a pandas DataFrame, got {type(dataframe).__name__}")
     columns = _frame_columns(dataframe, index)
-    check_names(((original, key) for original, key, _, _ in columns), separator, where)
+    check_names(((key if o is None else o, key) for o, key, _, _ in columns), separator, where)
     source: dict[str, Any] = {}
     infos: dict[str, Any] = {}
     for original, key, series, is_index in columns:
         if not is_index:
             series = dataframe.iloc[:, series]
         value, info = _series_value(series, key, where)
-        if dtype is not None and info is None and _is_number(value):
-            value = value.to(dtype)
-        if is_index:
-            info = {**(info or {}), "index": None if original == key and _auto(key) else original}
+        if dtype is not None and "kind" not in (info or {}) and _is_number(value):
+            value, info = value.to(dtype), None  # cast: no longer the nullable dtype
+        if is_index:  # the level's name, None when it had none
+            name = original if original is None or isinstance(original, str | int | float) else key
+            info = {**(info or {}), "index": name}
         if info is not None:
             infos[key] = info
         source[key] = value
@@ -152,10 +154,6 @@ def from_pandas(
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, Tensor) and value.dtype is not torch.bool
-
-
-def _auto(key: str) -> bool:
-    return key == "index" or (key.startswith("level_") and key[6:].isdigit())
 
 
 def _columns(
@@ -208,6 +206,8 @@ def _columns(
         else:
             value = value.detach().cpu()
             out[col] = (value.float() if value.dtype is torch.bfloat16 else value).numpy()
+        if "pandas" in info:
+            out[col] = pd.array(out[col], dtype=info["pandas"])
         if "index" in info:
             index.append((col, info["index"]))
     return out

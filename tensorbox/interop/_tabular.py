@@ -13,7 +13,9 @@ restore the column:
   ``{"kind": "duration", "unit": ...}``, ``{"kind": "date32"|"date64"}``,
   ``{"kind": "time32"|"time64", "unit": ...}``: the entry holds int64 nanoseconds (since
   the epoch in UTC, or since midnight for times);
-- ``"index": name`` (beside or without a kind): the column was the frame's index.
+- ``"index": name`` (beside or without a kind): the column was the frame's index;
+- ``"pandas": dtype name``: a pandas nullable column (``Int64``, ``boolean``...) without
+  missing values, made that dtype again by ``to_pandas``.
 
 >>> check_names([("a.b", "a.b"), ("a", "a")], ".", "from_pandas")
 Traceback (most recent call last):
@@ -208,10 +210,12 @@ def check_info(info: Any, label: str, where: str) -> dict[str, Any]:
     index = info.get("index")
     if index is not None and not isinstance(index, str | int | float):
         raise bad(f"has index name {index!r}; expected a string or a number")
+    if not isinstance(info.get("pandas", ""), str):
+        raise bad(f"has pandas dtype {info['pandas']!r}; expected its name")
     kind = info.get("kind")
     if kind is None:
-        if "index" not in info:
-            raise bad("has neither a kind nor an index name")
+        if "index" not in info and "pandas" not in info:
+            raise bad("has neither a kind, a pandas dtype nor an index name")
         return info
     if kind not in _KINDS:
         raise bad(f"has kind {kind!r}; expected one of {sorted(_KINDS)}")

@@ -270,7 +270,7 @@ def _node(
 ) -> dict[str, Any]:
     """The entries of one node (its column infos under ``COLUMNS_KEY``, a plain dict)."""
     pa = _pa()
-    node_bs = tuple(meta.get("nodes", {}).get("/".join(path), (rows,)))
+    node_bs = _rows_first(meta.get("nodes", {}).get("/".join(path), [rows]), rows)
     out: dict[str, Any] = {}
     infos: dict[str, Any] = {}
     for name, col in arrays.items():
@@ -318,6 +318,12 @@ def _node(
     return _Nested(out, node_bs) if path else out
 
 
+def _rows_first(shape: list[int], rows: int) -> tuple[int, ...]:
+    """A recorded batch size with this table's rows first: a row group or a batch of
+    a file holds fewer rows than the file ``to_arrow`` recorded it for."""
+    return (rows, *shape[1:]) if shape else tuple(shape)
+
+
 def _trusted(tensor: Tensor, label: str, meta: dict[str, Any], t: Any, where: str) -> Tensor:
     """The column's tensor as the schema metadata describes it (bfloat16 kept as int16,
     trailing dims), once the metadata is checked against what the column holds."""
@@ -330,8 +336,10 @@ def _trusted(tensor: Tensor, label: str, meta: dict[str, Any], t: Any, where: st
             )
         tensor = tensor.view(torch.bfloat16)
     shape = meta.get("shapes", {}).get(label)
+    if shape:  # its rows are those of this table (a row group of the file, a batch)
+        shape = [tensor.shape[0], *shape[1:]]
     if shape is not None and list(tensor.shape) != shape:
-        if not shape or shape[0] != tensor.shape[0] or math.prod(shape) != tensor.numel():
+        if not shape or math.prod(shape) != tensor.numel():
             raise FormatError(
                 f"{where}: the schema metadata gives column {label!r} shape {shape}, but "
                 f"it holds {list(tensor.shape)} values"
@@ -510,7 +518,7 @@ def from_arrow(
     if copy:
         source = _copied(source)
     if batch_size is None and not auto_batch_size:
-        batch_size = meta.get("batch_size", [rows])
+        batch_size = _rows_first(meta.get("batch_size", [rows]), rows)
     source = _place_infos(_split(_build(source), separator), infos, separator)
     return container_of(cls, source, batch_size, device, auto_batch_size, batch_dims, where)
 
