@@ -48,7 +48,7 @@ def _series_value(s: Any, name: str, where: str) -> tuple[Any, dict[str, Any] | 
         if dt.kind in "biufc":
             return torch.from_numpy(np.array(s.to_numpy(), copy=True)), None
         if dt.kind == "O":
-            return NonTensorData(s.to_numpy(dtype=object).copy(), stacked=True), None
+            return _objects(s, dt)
         raise TypeError(
             f"{where}: column {name!r} has dtype {dt}, which has no tensor form; {_UNSUPPORTED}"
         )
@@ -65,7 +65,17 @@ def _series_value(s: Any, name: str, where: str) -> tuple[Any, dict[str, Any] | 
         ns, info = temporal(_pa().array(s, from_pandas=True), name, where)
         return torch.from_numpy(ns), info
     # string dtypes and other extension types: the Python values, one per row
-    return NonTensorData(s.to_numpy(dtype=object).copy(), stacked=True), None
+    return _objects(s, dt)
+
+
+def _objects(s: Any, dt: Any) -> tuple[NonTensorData, dict[str, Any] | None]:
+    """A column of Python values, one per row; its dtype recorded when pandas would not
+    infer it again from those values (an object column of numbers, an empty one...)."""
+    pd = require("pandas", "arrow")
+    values = s.to_numpy(dtype=object).copy()
+    inferred = pd.Series(list(values[:1000]) if len(values) else []).dtype
+    info = None if inferred == dt and len(values) <= 1000 else {"pandas": str(dt)}
+    return NonTensorData(values, stacked=True), info
 
 
 def _frame_columns(dataframe: Any, index: bool) -> list[tuple[Any, str, Any, bool]]:
@@ -207,7 +217,7 @@ def _columns(
             value = value.detach().cpu()
             out[col] = (value.float() if value.dtype is torch.bfloat16 else value).numpy()
         if "pandas" in info:
-            out[col] = pd.array(out[col], dtype=info["pandas"])
+            out[col] = pd.Series(out[col], dtype=info["pandas"], copy=False)
         if "index" in info:
             index.append((col, info["index"]))
     return out
