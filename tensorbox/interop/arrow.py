@@ -123,7 +123,9 @@ def container_of(
     if auto_batch_size:
         td.auto_batch_size_(batch_dims=batch_dims)
     if cls is not None and is_tensorclass(cls):
-        return cls.from_tensordict(td)
+        # a tensorclass has no field for the column record: its entries stay the codes
+        # and the int64 nanoseconds (as tensordict's), without categories and units
+        return cls.from_tensordict(td.exclude(COLUMNS_KEY) if COLUMNS_KEY in td.keys() else td)
     return td
 
 
