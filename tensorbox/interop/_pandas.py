@@ -14,7 +14,14 @@ from torch import Tensor
 
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox.interop._extras import require
-from tensorbox.interop._tabular import COLUMNS_KEY, WHERE, check_names, node_infos, temporal
+from tensorbox.interop._tabular import (
+    COLUMNS_KEY,
+    WHERE,
+    check_names,
+    node_infos,
+    numpy_temporal,
+    temporal,
+)
 
 __all__ = ["from_pandas", "to_pandas"]
 
@@ -41,7 +48,10 @@ def _series_value(s: Any, name: str, where: str) -> tuple[Any, dict[str, Any] | 
             f"{where}: column {name!r} holds {dt} values, which have no tensor form; split "
             "it into columns of numbers first (.array.left / .array.right, or .dt.start_time)"
         )
-    if isinstance(dt, pd.DatetimeTZDtype) or (isinstance(dt, np.dtype) and dt.kind in "mM"):
+    if isinstance(dt, np.dtype) and dt.kind in "mM":
+        ns, info = numpy_temporal(s.to_numpy(), name, where)
+        return torch.from_numpy(ns), info
+    if isinstance(dt, pd.DatetimeTZDtype):
         ns, info = temporal(_pa().array(s, from_pandas=True), name, where)
         return torch.from_numpy(ns), info
     if isinstance(dt, np.dtype):

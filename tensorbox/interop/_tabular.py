@@ -137,14 +137,38 @@ def temporal(arr: Any, label: str, where: str) -> tuple[np.ndarray, dict[str, An
     raw = arr.view(pa.int64() if t.bit_width == 64 else pa.int32())
     values = np.asarray(raw.to_numpy(zero_copy_only=False), dtype=np.int64)
     factor = _DAY_NS if unit == "D" else NS_PER[unit]
-    limit = _INT64_MAX // factor
-    bad = np.flatnonzero((values > limit) | (values < -limit) | (values == _INT64_MIN))
-    if bad.size:
+    return to_ns(values, factor, label, where, lambda i: arr[i]), info
+
+
+def numpy_temporal(values: np.ndarray, label: str, where: str) -> tuple[np.ndarray, dict[str, Any]]:
+    """A numpy ``datetime64``/``timedelta64`` array (a naive pandas column) as int64
+    nanoseconds and its info, as ``temporal`` (no detour through Arrow)."""
+    unit, _ = np.datetime_data(values.dtype)
+    if unit not in NS_PER:
+        raise TypeError(f"{where}: column {label!r} has dtype {values.dtype}; expected s to ns")
+    ints = values.view(np.int64)
+    if len(ints) and ints.min() == _INT64_MIN:
         raise ValueError(
-            f"{where}: column {label!r} holds {arr[int(bad[0])]} (and {bad.size - 1} more "
+            f"{where}: column {label!r} has {int((ints == _INT64_MIN).sum())} null/NaT "
+            "value(s); a datetime tensor has no NaT (tensorbox stores no sentinel for it): "
+            "fill them first (fillna) or drop those rows"
+        )
+    kind = "timestamp" if values.dtype.kind == "M" else "duration"
+    info = {"kind": kind, "unit": unit, **({"tz": None} if kind == "timestamp" else {})}
+    return to_ns(ints, NS_PER[unit], label, where, lambda i: values[i]), info
+
+
+def to_ns(values: np.ndarray, factor: int, label: str, where: str, show: Any) -> np.ndarray:
+    """``values * factor`` (a new array), refused naming the column when one leaves int64
+    (``show(i)``: value ``i`` as the user knows it)."""
+    limit = _INT64_MAX // factor
+    if len(values) and (values.max() > limit or values.min() < -limit):  # INT64_MIN too
+        bad = np.flatnonzero((values > limit) | (values < -limit))
+        raise ValueError(
+            f"{where}: column {label!r} holds {show(int(bad[0]))} (and {bad.size - 1} more "
             f"value(s)) outside {_RANGE}; drop those rows or store the column as numbers"
         )
-    return values * factor if factor != 1 else values.copy(), info
+    return values * factor if factor != 1 else values.copy()
 
 
 def restore_temporal(values: np.ndarray, info: dict[str, Any], key: str, where: str) -> Any:

@@ -125,7 +125,7 @@ def container_of(
     if cls is not None and is_tensorclass(cls):
         # a tensorclass has no field for the column record: its entries stay the codes
         # and the int64 nanoseconds (as tensordict's), without categories and units
-        return cls.from_tensordict(td.exclude(COLUMNS_KEY) if COLUMNS_KEY in td.keys() else td)
+        return cls.from_tensordict(td.exclude(COLUMNS_KEY) if COLUMNS_KEY in td._tensordict else td)
     return td
 
 
@@ -589,7 +589,8 @@ def _info_array(t: Tensor, rows: int, key: str, info: dict[str, Any], where: str
     codes = t.numpy()
     if t.dtype.is_floating_point or t.is_complex() or t.dtype is torch.bool:
         raise TypeError(f"{where}: entry {key!r} holds categorical codes of dtype {t.dtype}")
-    if len(codes) and (codes.min() < -1 or codes.max() >= len(categories)):
+    low, high = (int(codes.min()), int(codes.max())) if len(codes) else (0, 0)
+    if low < -1 or high >= len(categories):
         raise ValueError(
             f"{where}: entry {key!r} holds codes outside -1..{len(categories) - 1}: it has "
             f"{len(categories)} recorded categories"
@@ -600,8 +601,9 @@ def _info_array(t: Tensor, rows: int, key: str, info: dict[str, Any], where: str
         raise TypeError(
             f"{where}: the categories of entry {key!r} have no Arrow form ({err})"
         ) from None
-    indices = pa.array(codes, mask=codes < 0) if len(codes) else pa.array(codes)
-    return pa.DictionaryArray.from_arrays(indices, values, ordered=info.get("ordered", False))
+    indices = pa.array(codes, mask=codes < 0) if low < 0 else pa.array(codes)
+    ordered = info.get("ordered", False)
+    return pa.DictionaryArray.from_arrays(indices, values, ordered=ordered, safe=False)
 
 
 def _recorded(info: dict[str, Any]) -> dict[str, Any]:
