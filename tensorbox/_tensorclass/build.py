@@ -290,6 +290,8 @@ def build_class(cls: type, base: type, options: dict[str, Any]) -> None:
     cls.__dataclass_fields__ = _dataclass_fields(flds)  # type: ignore[attr-defined]
     cls.__dataclass_params__ = _dataclass_params(bool(frozen))  # type: ignore[attr-defined]
     cls.__tc_names__ = frozenset(f.name for f in flds)  # type: ignore[attr-defined]
+    # tensordict's spelling of the same set (its ClassVars left out), read by code written for it
+    cls.__expected_keys__ = cls.__tc_names__  # type: ignore[attr-defined]
     cls.__tc_simple__ = {  # type: ignore[attr-defined]
         f.name: spec for f in flds if (spec := simple_spec(f)) is not None
     }
