@@ -47,6 +47,17 @@ def test_or_of_per_row_values_is_per_row() -> None:
     assert (x ^ x)["v"].tolist() == [False, False, False]
 
 
+def test_equal_values_without_the_operator_stay_as_they_are() -> None:
+    # a tag beside masks: tensordict raises TypeError (str | str); the tag is kept here
+    x, y = _flags("train", "train")
+    assert (x | y)["n", "v"] == "train" and (x ^ y).get(("n", "v")).data == "train"
+    per_row = TensorDict(v=NonTensorStack("a", "b"), batch_size=[2])
+    assert (per_row | per_row)["v"] == ["a", "b"]
+    mixed = TensorDict(v=NonTensorStack("a", True), batch_size=[2])
+    with pytest.raises(TypeError, match=r"key \('v',\) holds values some of which have no \|"):
+        mixed | mixed
+
+
 def test_or_of_values_without_the_operator_raises_naming_the_key() -> None:
     x, y = _flags("a", "b")
     with pytest.raises(TypeError, match=r"key \('n', 'v'\) holds the values 'a' and 'b'"):

@@ -131,6 +131,7 @@ def logical(td: MixinBase, other: Any, op: Callable[..., Tensor], sym: str) -> A
     """``td | other`` / ``td ^ other``: ``op`` on the tensor leaves, and the operator
     ``sym`` on two non-tensor values under the same key, as tensordict does: one bool per
     batch element (``True ^ True`` is ``tensor(False)``, never the left value unchanged).
+    Equal values without the operator (a string tag) stay as they are.
 
     >>> from tensorbox import TensorDict, NonTensorData
     >>> td = TensorDict(flag=NonTensorData(True), x=torch.ones(2), batch_size=[2])
@@ -175,13 +176,18 @@ def _value_op(
     sym: str,
     td: Any,
     path: tuple,
-) -> Tensor:
+) -> Tensor | NonTensorData:
+    """``pyop`` of two values as one bool per batch element. Values without the operator
+    (strings: a tag beside masks) stay as they are when equal on both sides (tensordict
+    raises), and are refused when they differ (keeping either would drop the other)."""
     bs = td._batch_size
 
     def one(a: Any, b: Any) -> Any:
         try:
             return pyop(a, b)
         except TypeError:
+            if _eq(a, b):
+                return _UNDEFINED
             raise TypeError(
                 f"{sym} of two containers: key {path!r} holds the values {a!r} and {b!r}, "
                 f"and {type(a).__name__} {sym} {type(b).__name__} is not defined"
@@ -189,11 +195,25 @@ def _value_op(
 
     if not (v.stacked or o.stacked):
         val = one(v.data, o.data)
+        if val is _UNDEFINED:
+            return v
         if isinstance(val, Tensor):
             return val
         if isinstance(val, np.ndarray):
             return torch.as_tensor(val, device=td._device)
         return torch.full(tuple(bs), bool(val), device=td._device)
     a, b = v.full(bs), o.full(bs)
-    flat = [bool(one(x, y)) for x, y in zip(a.reshape(-1), b.reshape(-1))]
+    vals = [one(x, y) for x, y in zip(a.reshape(-1), b.reshape(-1))]
+    undefined = sum(r is _UNDEFINED for r in vals)
+    if undefined == len(vals):
+        return v
+    if undefined:
+        raise TypeError(
+            f"{sym} of two containers: key {path!r} holds values some of which have no "
+            f"{sym} (they are kept only when every element lacks it)"
+        )
+    flat = [bool(r) for r in vals]
     return torch.tensor(flat, dtype=torch.bool, device=td._device).reshape(tuple(bs))
+
+
+_UNDEFINED = object()
