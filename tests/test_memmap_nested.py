@@ -119,3 +119,23 @@ def test_nested_memmap_matches_tensordict(tmp_path: Path) -> None:
         if lib:
             want = (got, size, type(out).__name__)
     assert (got, size, type(out).__name__) == want
+
+
+def test_a_container_refuses_a_strided_nested_tensor_naming_the_key() -> None:
+    from tensorbox import TensorClass, TensorDict
+
+    class C(TensorClass):
+        x: torch.Tensor
+
+    nt = _nested([(3, 4), (3, 5)])
+    msg = r"key {} is a nested tensor with the torch\.strided layout, which a container does not"
+    with pytest.raises(TypeError, match=msg.format("'a'")):
+        TensorDict({"a": nt}, batch_size=[2])
+    with pytest.raises(TypeError, match=msg.format(r"\('n', 'a'\)")):
+        TensorDict(batch_size=[2]).set(("n", "a"), nt)
+    td = TensorDict(batch_size=[2])
+    with pytest.raises(TypeError, match=msg.format("'a'")):
+        td["a"] = MemoryMappedTensor.from_tensor(nt)
+    with pytest.raises(TypeError, match=msg.format("'x'")):
+        C(x=nt, batch_size=[2])
+    assert list(td.keys()) == []
