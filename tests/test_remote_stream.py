@@ -166,7 +166,12 @@ def test_a_failing_sink_stops_the_read_at_once(http_server: HTTPServer, tmp_path
     assert bytes(got) == bytes(range(256)) * 16384
     tag = fs.info(url)["ETag"]  # the version the replies carry: they vouch for it
     assert remote.read_into(fs, [(url, url, 5, 9)], keep, etags={url: tag}) is True
-    assert remote.read_into(fs, [(url, url, 5, 9)], keep, etags={url: '"other"'}) is False
+    # a reply of another version: refused before any of its bytes reach the sink
+    seen = len(got)
+    got.clear()
+    with pytest.raises(remote.ReplyMismatch, match=r"blob'.*changed since the tree was opened"):
+        remote.read_into(fs, [(url, url, 5, 9)], keep, etags={url: '"other"'})
+    assert not got and seen
 
 
 def test_s3_replies_are_streamed_and_vouched_for(

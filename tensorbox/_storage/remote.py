@@ -168,12 +168,7 @@ def describe(fs: Any, path: str, url: str) -> dict[str, Any]:
     try:
         info: dict[str, Any] = fs.info(path)
     except FileNotFoundError as err:
-        status = getattr(err.__cause__, "status", None)  # fsspec's HTTP: any failure
-        if status in (401, 403):
-            raise PermissionError(
-                f"{url!r}: access refused (HTTP {status}): check the credentials"
-            ) from err
-        raise FileNotFoundError(f"{url!r}: no such object") from None
+        raise _not_found(err, url) from err.__cause__
     except PermissionError as err:
         raise PermissionError(f"{url!r}: access refused: check the credentials ({err})") from err
     except Exception as err:  # aiohttp, botocore...: their own types
@@ -184,6 +179,31 @@ def describe(fs: Any, path: str, url: str) -> dict[str, Any]:
             ) from err
         raise OSError(f"{url!r}: cannot read the object's description ({err})") from err
     return info
+
+
+def _not_found(err: FileNotFoundError, url: str) -> OSError:
+    """What a ``FileNotFoundError`` from fsspec means: fsspec's HTTP filesystem raises it
+    for any failure of its HEAD and GET (a dead server, HTTP 503...), with the real
+    error as its cause; only a 404 or 410 (or no cause: another filesystem's own
+    verdict) is a missing object."""
+    cause = err.__cause__
+    if cause is None or not type(cause).__module__.startswith(("aiohttp", "asyncio")):
+        if cause is not None and isinstance(cause, (TimeoutError, ConnectionError)):
+            return ConnectionError(f"{url!r}: cannot reach the server ({cause!r})")
+        return FileNotFoundError(f"{url!r}: no such object")
+    status = getattr(cause, "status", None)
+    if status in (404, 410):
+        return FileNotFoundError(f"{url!r}: no such object (HTTP {status})")
+    if status in (401, 403):
+        return PermissionError(f"{url!r}: access refused (HTTP {status}): check the credentials")
+    if status is not None:
+        return OSError(
+            f"{url!r}: the server answered HTTP {status} ({getattr(cause, 'message', '')}), "
+            "not the object: try again later"
+        )
+    return ConnectionError(
+        f"{url!r}: cannot reach the server ({type(cause).__name__}: {cause}): is it running?"
+    )
 
 
 _VERSION_FIELDS = (
@@ -220,8 +240,34 @@ def identity(fs: Any, path: str, url: str) -> dict[str, Any]:
     return {"url": url, **stamp(info)}
 
 
+#: Validators that name one version of an object's bytes: a strong ETag, a version id,
+#: a generation, a content hash. A modification time is not one: two versions written in
+#: the same second (or clock tick) share it.
+_STRONG = ("ETag", "etag", "generation", "VersionId", "version_id", "md5Hash")
+
+
 def _versioned(ident: dict[str, Any]) -> bool:
-    return len(ident) > 2  # more than url and size: a version the server vouches for
+    """Whether ``ident`` holds a strong validator (see :data:`_STRONG`); a weak ETag
+    (``W/"..."``) is not one."""
+    for k in _STRONG:
+        v = ident.get(k)
+        if v is not None and not str(v).startswith("W/"):
+            return True
+    return False
+
+
+def trust_weak() -> bool:
+    """Whether files of a folder tree on a server without a strong validator may be read
+    (``$TENSORBOX_TRUST_WEAK_VALIDATORS=1``; archives need no such opt-in: their content
+    is checked)."""
+    return os.environ.get("TENSORBOX_TRUST_WEAK_VALIDATORS", "") not in ("", "0")
+
+
+def strong_etag(ident: dict[str, Any]) -> str | None:
+    """The object's ETag when it is a strong one (a reply carrying it vouches for its
+    bytes), else None."""
+    tag = ident.get("ETag", ident.get("etag"))
+    return None if tag is None or str(tag).startswith("W/") else str(tag)
 
 
 def coalesce(
@@ -254,9 +300,14 @@ class RangeCache:
     """A local disk cache of remote bytes, bounded, least recently used evicted first.
 
     Every file is named by a hash of its key (the URL, the object's identity and what
-    part of it), written under a temporary name and renamed into place: a reader sees
-    a whole file or none. Use refreshes a file's modification time, which is the LRU
-    order (shared by every process using the same folder).
+    part of it). Whole files (an archive's index, a ``meta.json``) are written under a
+    temporary name and renamed into place, with a SHA-256 of their bytes in front: a
+    reader sees a whole file or none, and a damaged one is dropped and fetched again.
+    A leaf's file records which of its parts arrived inside itself (see
+    :mod:`tensorbox._storage.remote_tree`). Use refreshes a file's modification time,
+    which is the LRU order (shared by every process using the same folder). The bound
+    holds for every file written here, leaves included: past it, the least recently
+    used files are deleted (a tree that maps one keeps reading its pages).
     """
 
     def __init__(self, directory: str | None = None, max_bytes: int = 10 << 30) -> None:
@@ -267,10 +318,22 @@ class RangeCache:
         )
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
+        self._held = -1  # bytes held as of the last scan plus those written since (-1: unknown)
 
     def path_for(self, key: dict[str, Any]) -> str:
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:40]
         return os.path.join(self.directory, digest + ".bin")
+
+    def failure(self, err: OSError, url: str, path: str | None = None) -> OSError:
+        """``err`` from writing the cache, as an error naming the cache file and the URL
+        (a full disk: ENOSPC)."""
+        where = path or self.directory
+        return OSError(
+            err.errno,
+            f"{where}: cannot write the local cache of {url!r} ({err.strerror or err}): free "
+            "space there, lower $TENSORBOX_CACHE_BYTES, point $TENSORBOX_CACHE elsewhere, or "
+            "open with cache=False",
+        )
 
     def get(self, key: dict[str, Any]) -> str | None:
         path = self.path_for(key)
@@ -284,8 +347,44 @@ class RangeCache:
         """Move the finished file ``tmp`` (in this folder) into place under ``key``."""
         path = self.path_for(key)
         os.replace(tmp, path)
-        self.evict(keep=path)
+        self.added(os.path.getsize(path), keep=path)
         return path
+
+    _MAGIC = b"TBXC1\n"
+
+    def put_bytes(self, key: dict[str, Any], data: bytes, url: str) -> None:
+        """Keep ``data`` under ``key``, with its SHA-256 (see :meth:`get_bytes`)."""
+        tmp = None
+        try:
+            tmp = self.new_tmp()
+            with open(tmp, "wb") as f:
+                f.write(self._MAGIC + hashlib.sha256(data).digest() + data)
+            self.put_file(key, tmp)
+        except OSError as err:
+            if tmp is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+            raise self.failure(err, url, tmp) from err
+
+    def get_bytes(self, key: dict[str, Any]) -> bytes | None:
+        """What :meth:`put_bytes` kept under ``key``, or None: absent, or damaged (a byte
+        changed, cut short), in which case the file is dropped and the caller fetches
+        the bytes again."""
+        path = self.get(key)
+        if path is None:
+            return None
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except OSError:
+            return None
+        n = len(self._MAGIC)
+        data = raw[n + 32 :]
+        if raw[:n] != self._MAGIC or hashlib.sha256(data).digest() != raw[n : n + 32]:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            return None
+        return data
 
     def new_tmp(self) -> str:
         os.makedirs(self.directory, exist_ok=True)
@@ -293,29 +392,46 @@ class RangeCache:
         os.close(fd)
         return tmp
 
+    def added(self, nbytes: int, keep: str | None = None) -> None:
+        """``nbytes`` more are held (a file put, a leaf's parts written): evict when the
+        bound is passed. Files are scanned only then, down to 7/8 of the bound, so a
+        steady stream of small writes costs one scan per eighth of the bound."""
+        with self._lock:
+            if self._held >= 0:
+                self._held += nbytes
+                if self._held <= self.max_bytes:
+                    return
+        self.evict(keep)
+
     def evict(self, keep: str | None = None) -> None:
+        """Delete the least recently used files until at most 7/8 of the bound is held
+        (``keep`` last of all, and only when it alone passes the bound)."""
         with self._lock:
             files = []
             try:
                 found = list(os.scandir(self.directory))
             except FileNotFoundError:
+                self._held = 0
                 return
             for e in found:
-                if e.name.endswith(".bin") and e.is_file():
-                    st = e.stat()
+                if e.name.endswith((".bin", ".have")):
+                    try:
+                        st = e.stat()
+                    except FileNotFoundError:  # another process evicted it
+                        continue
                     # a leaf's file is sparse until every part of it was fetched
                     used = min(st.st_size, getattr(st, "st_blocks", st.st_size // 512 + 1) * 512)
-                    files.append((st.st_mtime, used, e.path))
-            total = sum(f[1] for f in files)
-            for _, size, path in sorted(files):
-                if total <= self.max_bytes:
+                    last = e.path == keep or e.path[: -len(".have")] + ".bin" == keep
+                    files.append((last, st.st_mtime, used, e.path))
+            total = sum(f[2] for f in files)
+            target = self.max_bytes - self.max_bytes // 8 if total > self.max_bytes else total
+            for _, _, size, path in sorted(files):
+                if total <= target:
                     break
-                if path == keep:
-                    continue
-                for gone in (path, path[: -len(".bin")] + ".have"):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(gone)  # a process mapping it keeps its pages
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)  # a process mapping it keeps its pages
                 total -= size
+            self._held = total
 
 
 _default: RangeCache | None = None
@@ -392,6 +508,7 @@ def read_into(
     limit: int = 1 << 62,
     lanes: int = 4,
     etags: dict[str, str | None] | None = None,
+    sizes: dict[str, int] | None = None,
 ) -> bool:
     """Read each ``(path, url, start, end)`` range, handing its bytes on as they arrive:
     ``sink(i, offset, buffers)`` for the bytes of range ``i`` from ``offset`` on, every
@@ -412,6 +529,9 @@ def read_into(
     back when every reply was streamed with that ETag, so that the bytes are known to be
     that version's (the objects need no other check); False when some were not (not
     streamed, no ETag known or sent, or another one: the caller asks the server).
+    ``sizes`` (path -> the object's size when its tree was opened): a streamed reply
+    whose ``Content-Range`` names another size, or other bytes than those asked for, is
+    an :class:`ReplyMismatch`, never handed on.
 
     >>> import fsspec
     >>> fs = fsspec.filesystem("memory")
@@ -429,7 +549,7 @@ def read_into(
         return True
     opener = _opener(fs)
     if opener is not None:
-        vouched = _stream(fs, opener, ranges, groups, sink, lanes, etags or {})
+        vouched = _stream(fs, opener, ranges, groups, sink, lanes, etags or {}, sizes or {})
         return vouched >= {g[0] for g in groups}
     import concurrent.futures
 
@@ -461,7 +581,46 @@ _Group = tuple[str, str, int, int, list[int]]
 _Body = tuple[Callable[[], Awaitable[bytes]], Callable[[], Any], str | None]
 
 
-def _opener(fs: Any) -> Callable[[Any, str, int, int], Awaitable[_Body]] | None:
+class ReplyMismatch(OSError):
+    """A reply that is not the bytes asked for (another status, ``Content-Range`` or
+    length): never served, never retried."""
+
+
+def _check_range(status: int, header: str | None, length: int | None, rng: _Range) -> None:
+    """Raise :class:`ReplyMismatch` unless a reply (HTTP ``status``, ``Content-Range``
+    ``header``, ``length`` bytes announced) is bytes ``start..end`` of an object of
+    ``total`` bytes (None: not known), as asked."""
+    start, end, total = rng
+    asked = f"bytes {start}..{end}"
+    if status == 200:  # the whole object: acceptable when it is exactly what was asked
+        if start == 0 and length == end and total in (None, end):
+            return
+        raise ReplyMismatch(
+            f"the server answered {asked} with the whole object ({length} bytes, HTTP 200): "
+            "it does not honour Range requests"
+        )
+    if status != 206:
+        raise ReplyMismatch(f"the server answered {asked} with HTTP {status}")
+    m = re.fullmatch(r"\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*", header or "")
+    if m is None or (int(m.group(1)), int(m.group(2)) + 1) != (start, end):
+        raise ReplyMismatch(
+            f"the server answered {asked} with Content-Range {header!r}: other bytes than "
+            "those asked for"
+        )
+    if total is not None and m.group(3) != "*" and int(m.group(3)) != total:
+        raise ReplyMismatch(
+            f"the server answered {asked} with Content-Range {header!r}: an object of "
+            f"{m.group(3)} bytes, not the {total} it had when the tree was opened (replaced?)"
+        )
+    if length is not None and length != end - start:
+        raise ReplyMismatch(f"the server answered {asked} with {length} bytes")
+
+
+#: ``(start, end, the object's size or None)`` of a request.
+_Range = tuple[int, int, "int | None"]
+
+
+def _opener(fs: Any) -> Callable[[Any, str, _Range], Awaitable[_Body]] | None:
     """How to stream a range of ``fs``'s objects, or None (no streaming for it)."""
     if getattr(fs, "loop", None) is None:
         return None
@@ -473,20 +632,28 @@ def _opener(fs: Any) -> Callable[[Any, str, int, int], Awaitable[_Body]] | None:
     return None
 
 
-async def _s3_body(fs: Any, path: str, start: int, end: int) -> _Body:
+async def _s3_body(fs: Any, path: str, rng: _Range) -> _Body:
+    start, end, _ = rng
     bucket, key, version = fs.split_path(path)
     extra = {"VersionId": version} if version else {}
     reply = await fs._call_s3(
         "get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", **extra
     )
     body = reply["Body"]
+    status = reply.get("ResponseMetadata", {}).get("HTTPStatusCode", 206)
+    try:
+        _check_range(status, reply.get("ContentRange"), reply.get("ContentLength"), rng)
+    except BaseException:
+        body.close()
+        raise
     content = getattr(getattr(body, "_raw_stream", None), "content", None)
     if content is not None and hasattr(content, "readany"):
         return content.readany, body.close, reply.get("ETag")  # aiohttp's chunks: no copy
     return (lambda: body.read(STREAM_CHUNK)), body.close, reply.get("ETag")
 
 
-async def _http_body(fs: Any, path: str, start: int, end: int) -> _Body:
+async def _http_body(fs: Any, path: str, rng: _Range) -> _Body:
+    start, end, _ = rng
     kw = dict(getattr(fs, "kwargs", None) or {})
     headers = dict(kw.pop("headers", None) or {})
     headers["Range"] = f"bytes={start}-{end - 1}"
@@ -496,11 +663,7 @@ async def _http_body(fs: Any, path: str, start: int, end: int) -> _Body:
         if reply.status == 404:
             raise FileNotFoundError(path)
         reply.raise_for_status()  # aiohttp's error: its status is mapped by the caller
-        if reply.status != 206 and reply.content_length != end - start:
-            raise OSError(
-                f"the server answered bytes {start}..{end} with the whole object (HTTP "
-                f"{reply.status}): it does not honour Range requests"
-            )
+        _check_range(reply.status, reply.headers.get("Content-Range"), reply.content_length, rng)
     except BaseException:
         reply.release()
         raise
@@ -516,12 +679,13 @@ class _SinkFailed(Exception):
 
 def _stream(
     fs: Any,
-    opener: Callable[[Any, str, int, int], Awaitable[_Body]],
+    opener: Callable[[Any, str, _Range], Awaitable[_Body]],
     ranges: Sequence[tuple[str, str, int, int]],
     groups: list[_Group],
     sink: Sink,
     lanes: int,
     etags: dict[str, str | None],
+    sizes: dict[str, int],
 ) -> set[str]:
     """Stream ``groups``; the paths whose every reply's ETag matched ``etags``."""
     import asyncio
@@ -554,11 +718,17 @@ def _stream(
         async with lane:
             for attempt in range(ATTEMPTS):
                 try:
-                    read, close, tag = await opener(fs, path, start + got, end)
+                    read, close, tag = await opener(fs, path, (start + got, end, sizes.get(path)))
                     try:
-                        # Another ETag: a replaced object, or a server whose replies
-                        # name one version differently; the caller asks the server.
+                        # Another ETag than the strong one the tree was opened at: the
+                        # object was replaced, and these bytes are never written.
                         known = etags.get(path)
+                        if known is not None and tag is not None and tag != known:
+                            raise ReplyMismatch(
+                                f"the object changed since the tree was opened (it was "
+                                f"replaced: ETag {tag} now, {known} then): open it again to "
+                                "read the new tree"
+                            )
                         (vouched if known is not None and tag == known else unvouched).add(path)
                         pending: list[bytes] = []
                         held = 0
@@ -616,6 +786,8 @@ def _stream(
 def _refusal(err: BaseException, where: str) -> BaseException | None:
     """The error to raise at once for ``err`` (a missing object, refused credentials),
     or None when trying again may help."""
+    if isinstance(err, ReplyMismatch):
+        return ReplyMismatch(f"{where!r}: {err}")
     if isinstance(err, FileNotFoundError):
         return FileNotFoundError(f"{where!r}: no such object ({err})")
     if isinstance(err, PermissionError):
@@ -672,31 +844,56 @@ def read_whole(fs: Any, path: str, url: str, limit: int) -> bytes:
     return read_many(fs, [(path, url, 0, size)])[0] if size else b""
 
 
+def _local_tree_id(path: str) -> str:
+    """:func:`~tensorbox._storage.remote_tree.tree_id` of the archive file at ``path``."""
+    import mmap
+
+    from tensorbox._storage.archive import zip as _zip
+    from tensorbox._storage.remote_tree import tree_id
+
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        return tree_id(_zip.read_index(buf, path), buf)
+
+
 def fetch_archive(
     url: str, storage_options: dict[str, Any] | None = None, cache: RangeCache | None = None
 ) -> str:
     """A local file holding the archive at ``url`` now, from the cache when the object is
-    unchanged there (same size and ETag/modification time), else fetched in ranges
-    into the cache. The object's identity is read again after the fetch: one replaced
-    meanwhile is an error, never a file mixing two versions."""
+    unchanged there (the same identity and the same index: see
+    :func:`~tensorbox._storage.remote_tree.tree_id`), else fetched in ranges into the
+    cache. The fetched file's index must be the one read first, and the object's identity
+    is read again after the fetch: one replaced meanwhile is an error, never a file
+    mixing two versions."""
+    from tensorbox._storage import remote_tree
+
     cache = cache or default_cache()
-    fs, path = filesystem(url, storage_options)
-    ident = identity(fs, path, url)
-    key = {"object": ident, "part": "whole"}
-    if _versioned(ident):
-        hit = cache.get(key)
-        if hit is not None and os.path.getsize(hit) == ident["size"]:
-            return hit
-    size = int(ident["size"] or 0)
+    store = remote_tree.open_url(url, storage_options, cache=True, kept=cache)
+    if not isinstance(store, remote_tree.RemoteArchiveStore):
+        raise IsADirectoryError(f"{url!r} is a folder, not an archive")
+    fs, path = store.src.fs, store.src.path
+    ident, size = store.ident, store.buf.size
+    key = {"object": ident, "tree": store.tree, "part": "whole"}
+    hit = cache.get(key)
+    if hit is not None and os.path.getsize(hit) == size:
+        return hit
     tmp = cache.new_tmp()
     try:
-        with open(tmp, "wb") as f:
-            starts = list(range(0, size, _CHUNK))
-            for i in range(0, len(starts), 8):  # eight requests in flight, 128 MiB at most
-                batch = [(s, min(s + _CHUNK, size)) for s in starts[i : i + 8]]
-                for blob in read_ranges(fs, path, url, batch, gap=0):
-                    f.write(blob)
-        if identity(fs, path, url) != ident:
+        try:
+            with open(tmp, "wb") as f:
+                starts = list(range(0, size, _CHUNK))
+                for i in range(0, len(starts), 8):  # eight requests in flight, 128 MiB at most
+                    batch = [(s, min(s + _CHUNK, size)) for s in starts[i : i + 8]]
+                    for blob in read_ranges(fs, path, url, batch, gap=0):
+                        f.write(blob)
+        except OSError as err:
+            if isinstance(err, (ConnectionError, FileNotFoundError, PermissionError)) or (
+                str(url) in str(err)
+            ):
+                raise
+            raise cache.failure(err, url, tmp) from err
+        if _local_tree_id(tmp) != store.tree or (
+            _versioned(ident) and identity(fs, path, url) != ident
+        ):
             raise OSError(f"{url!r}: the object was replaced while it was being read; read again")
         return cache.put_file(key, tmp)
     except BaseException:
@@ -736,10 +933,16 @@ def save_target(url: str, sub: str | None) -> str:
 
 def upload(tmp: str, url: str, storage_options: dict[str, Any] | None = None) -> str:
     """Put the archive written at ``tmp`` to ``url`` as one object (one put: readers see
-    the old object or the new one, whole); the local copy, kept in the cache."""
+    the old object or the new one, whole); the local copy, kept in the cache.
+
+    The copy is kept under the identity the server reports after the put *and* the
+    archive's own tree id (:func:`~tensorbox._storage.remote_tree.tree_id`): should
+    another writer's upload land between this put and that look, its identity is never
+    tied to these bytes, since a later read compares the object's index with the
+    copy's."""
     cache = default_cache()
-    fs, path = filesystem(url, storage_options)
     try:
+        fs, path = filesystem(url, storage_options)
         try:
             fs.put_file(tmp, path)
         except PermissionError as err:
@@ -747,10 +950,15 @@ def upload(tmp: str, url: str, storage_options: dict[str, Any] | None = None) ->
                 f"{url!r}: the upload was refused, nothing was written there: check the "
                 f"credentials ({err})"
             ) from err
-        except (OSError, ValueError) as err:
-            raise OSError(f"{url!r}: the upload failed, nothing was written there ({err})") from err
+        except Exception as err:  # botocore, aiohttp...: their own types (a dead endpoint)
+            raise OSError(
+                f"{url!r}: the upload failed, nothing was written there "
+                f"({type(err).__name__}: {err})"
+            ) from err
         ident = identity(fs, path, url)
-        return cache.put_file({"object": ident, "part": "whole"}, tmp) if _versioned(ident) else tmp
+        if ident.get("size") != os.path.getsize(tmp):
+            return tmp  # not these bytes (another upload won): kept out of the cache
+        return cache.put_file({"object": ident, "tree": _local_tree_id(tmp), "part": "whole"}, tmp)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

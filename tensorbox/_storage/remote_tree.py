@@ -81,7 +81,11 @@ MAX_REQUEST = 64 << 20
 #: Bytes in flight in one call, at most.
 WAVE = 256 << 20
 _TAIL = 128 << 10  # the end of an archive read at open: its end record and, usually, its index
-_SIDE = struct.Struct("<I")
+#: The most bytes of a remote archive's index (its central directory and end records) read:
+#: a larger claim is refused before anything is fetched (``$TENSORBOX_MAX_INDEX_BYTES``).
+MAX_INDEX_BYTES = int(os.environ.get("TENSORBOX_MAX_INDEX_BYTES", 256 << 20))
+#: The end of a leaf's cache file (after its bytes and its parts' marks).
+_LEAF_MAGIC = b"TBXLEAF2"
 _LOCAL_SIZE = 30  # a zip local header's fixed part
 
 
@@ -150,9 +154,7 @@ class _Leaf:
         self.located = True  # the archive's local header was checked (base is right)
         self.lock = threading.Lock()
         self.storage: Any = None
-        self.fd: int | None = None
-        self.side: str | None = None
-        self.side_read = 0
+        self.fd: int | None = None  # the cache file, open while parts are missing
         self.tensors: list[weakref.ref[torch.Tensor]] = []
         self.inflight: dict[int, threading.Event] = {}  # parts being fetched, by whom
 
@@ -185,40 +187,113 @@ class _Leaf:
         return c * self.part, min((c + 1) * self.part, self.nbytes)
 
     def refresh(self) -> None:
-        """Parts another process (or an earlier open) recorded in the cache since."""
-        if self.side is None and self.store.cache is not None and self.key is not None:
-            self.side = self.store.cache.path_for(self.key)[: -len(".bin")] + ".have"
-        if self.side is None or self.missing == 0:
+        """Parts another process (or an earlier open) recorded in the cache file since."""
+        if self.missing == 0 or self.store.cache is None or self.key is None:
             return
-        try:
-            with open(self.side, "rb") as f:
-                f.seek(self.side_read)
-                data = f.read()
-        except FileNotFoundError:
-            return
-        whole = len(data) // _SIDE.size * _SIDE.size
-        if not whole:
-            return
-        path = self.store.cache.path_for(self.key) if self.store.cache and self.key else None
-        if self.storage is None and path is not None:
-            try:
-                if os.path.getsize(path) != self.nbytes:
-                    return
-            except FileNotFoundError:
+        with self.lock:
+            if self.fd is None:
+                if self.storage is not None:
+                    return  # in memory (its cache file was damaged): nothing to learn
+                self._file(create=False)
                 return
-            self._map(path)
-        self.side_read += whole
-        got = torch.frombuffer(bytearray(data[:whole]), dtype=torch.int32).to(torch.int64)
-        have = torch.frombuffer(self.have, dtype=torch.uint8)  # a view: writes land in it
-        have[got[(got >= 0) & (got < self.count)]] = 1
-        self.missing = self.count - int(have.sum())
-        self._finish()
+            try:
+                marks = os.pread(self.fd, self.count, self.nbytes)
+            except OSError:
+                return
+            self._merge(marks)
 
     # -------- storage
+    #
+    # A leaf's cache file is its bytes, then one mark per part (1: recorded, 0: not),
+    # then _LEAF_MAGIC. Marks live in the same file as the bytes they vouch for: a file
+    # deleted (evicted, or by hand) takes its marks with it, and a tree holding it open
+    # keeps both (its mapping and descriptor keep the file), so no mark ever names bytes
+    # that are not there. A file of another size, another magic or marks other than 0
+    # and 1 is damaged: it is dropped and its parts fetched again.
 
-    def _map(self, path: str) -> None:
-        mapped = map_file(path, torch.uint8, (self.nbytes,), "r", self.nbytes)
-        self._attach(mapped.untyped_storage())
+    def _merge(self, marks: bytes) -> bool:
+        """Take the parts ``marks`` records; False (nothing taken) when they are damaged."""
+        got = torch.frombuffer(bytearray(marks), dtype=torch.uint8)
+        if len(marks) != self.count or bool((got > 1).any()):
+            return False
+        have = torch.frombuffer(self.have, dtype=torch.uint8)  # a view: writes land in it
+        have |= got
+        self.missing = self.count - int(have.sum())
+        self._finish()
+        return True
+
+    def _size_on_disk(self) -> int:
+        return self.nbytes + self.count + len(_LEAF_MAGIC)
+
+    def _drop(self, fd: int, path: str) -> None:
+        """Close ``fd`` and delete ``path`` when it still names that damaged file."""
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                os.unlink(path)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(fd)
+
+    def _file(self, create: bool) -> None:
+        """Open (``create``: or make) the leaf's cache file and map it (the caller holds
+        the lock); a damaged one is dropped. Without ``create``, a missing or damaged file
+        leaves the leaf as it was."""
+        cache = self.store.cache
+        assert cache is not None and self.key is not None
+        path = cache.path_for(self.key)
+        flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
+        for _ in range(4):  # a file another process deletes meanwhile: open again
+            try:
+                if create:
+                    os.makedirs(cache.directory, exist_ok=True)
+                fd = os.open(path, flags | (os.O_CREAT if create else 0), 0o644)
+            except FileNotFoundError:
+                if not create:
+                    return
+                continue
+            except OSError as err:
+                raise cache.failure(err, self.url, path) from err
+            try:
+                size = os.fstat(fd).st_size
+                if size == 0 and create:
+                    os.ftruncate(fd, self._size_on_disk())
+                    size = self._size_on_disk()
+                magic = os.pread(fd, len(_LEAF_MAGIC), self.nbytes + self.count)
+                marks = os.pread(fd, self.count, self.nbytes)
+                if size != self._size_on_disk() or magic not in (_LEAF_MAGIC, bytes(8)):
+                    self._drop(fd, path)
+                    if not create:
+                        return
+                    continue
+                if magic != _LEAF_MAGIC:  # made just now (here, or by another process)
+                    os.pwrite(fd, _LEAF_MAGIC, self.nbytes + self.count)
+                mapped = map_file(path, torch.uint8, (self.nbytes,), "r", self.nbytes)
+                # The file still at the path is the one this descriptor holds: the mapping
+                # is of it (a deleted file never comes back under its name).
+                if os.stat(path).st_ino != os.fstat(fd).st_ino:
+                    os.close(fd)
+                    continue
+            except FileNotFoundError:
+                os.close(fd)
+                continue
+            except OSError as err:
+                os.close(fd)
+                raise cache.failure(err, self.url, path) from err
+            self.fd = fd
+            self._attach(mapped.untyped_storage())
+            if not self._merge(marks):
+                self.fd = None
+                self._drop(fd, path)
+                self.have[:] = bytes(self.count)
+                self.missing = self.count
+                self.storage = None
+                if not create:
+                    return
+                continue
+            return
+        # Files that keep vanishing under this process: keep the parts in memory.
+        self._attach(torch.UntypedStorage(self.nbytes))  # type: ignore[no-untyped-call]
 
     def _attach(self, storage: Any) -> None:
         self.storage = storage
@@ -228,37 +303,41 @@ class _Leaf:
                 if t is not None:
                     t.set_(storage, 0, self.shape, _strides(self.shape))
 
-    def _open(self) -> None:
-        """The leaf's cache file (sparse, its full size) or memory, made at the first part."""
-        cache = self.store.cache
-        if cache is None:
-            self._attach(torch.UntypedStorage(self.nbytes))  # type: ignore[no-untyped-call]
-            return
-        assert self.key is not None
-        path = cache.path_for(self.key)
-        os.makedirs(cache.directory, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-        size = os.fstat(fd).st_size
-        if size != self.nbytes:
-            if size:  # not this leaf's file (damaged): start it again
-                os.close(fd)
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-                if self.side:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(self.side)
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-            os.ftruncate(fd, self.nbytes)
-        self.fd = fd
-        self._map(path)
-
     def _ready(self) -> None:
-        """Somewhere to write (the caller holds the lock)."""
+        """Somewhere to write (the caller holds the lock): the cache file, or memory."""
         if self.storage is None:
-            self._open()
-        elif self.fd is None and self.store.cache is not None and self.missing:
-            # mapped from what another process fetched: write into the same file
-            self.fd = os.open(self.store.cache.path_for(self.key or {}), os.O_RDWR)
+            if self.store.cache is None:
+                self._attach(torch.UntypedStorage(self.nbytes))  # type: ignore[no-untyped-call]
+            else:
+                self._file(create=True)
+
+    def _unmarked(self, at: int, bufs: list[memoryview]) -> list[tuple[int, list[memoryview]]]:
+        """The pieces of ``bufs`` (bytes of the leaf from ``at`` on) that fall in parts not
+        recorded yet, here or in the shared file: bytes recorded by another process are
+        never written over (a reply from a replaced object is found out only after it
+        arrived)."""
+        n = sum(len(b) for b in bufs)
+        if n == 0:
+            return []
+        first, last = at // self.part, (at + n - 1) // self.part
+        have = bytes(self.have[first : last + 1])
+        if self.fd is not None:
+            marks = os.pread(self.fd, last + 1 - first, self.nbytes + first)
+            if any(marks):
+                have = bytes(a | b for a, b in zip(have, marks, strict=False))
+        if not any(have):
+            return [(at, bufs)]
+        out: list[tuple[int, list[memoryview]]] = []
+        for b in bufs:
+            pos = 0
+            while pos < len(b):
+                c = (at + pos) // self.part
+                stop = min(len(b), (c + 1) * self.part - at)
+                if not have[c - first]:
+                    out.append((at + pos, [b[pos:stop]]))
+                pos = stop
+            at += len(b)
+        return out
 
     def put(self, at: int, bufs: list[memoryview]) -> None:
         """Write ``bufs`` (consecutive bytes of the leaf) at byte ``at``, without recording
@@ -266,72 +345,55 @@ class _Leaf:
         they fill are recorded by :meth:`record` once the whole fetch is known good."""
         with self.lock:
             self._ready()
+            pieces = self._unmarked(at, bufs)
             if self.fd is not None:
-                todo = [b for b in bufs if len(b)]
-                while todo:  # pwritev may write less than asked
-                    done = os.pwritev(self.fd, todo, at)
-                    at += done
-                    while todo and done >= len(todo[0]):
-                        done -= len(todo[0])
-                        todo.pop(0)
-                    if todo and done:
-                        todo[0] = todo[0][done:]
+                try:
+                    for off, views in pieces:
+                        _zip._pwrite_all(self.fd, views, off)
+                except OSError as err:
+                    raise self._failure(err) from err
                 return
             flat = torch.empty(0, dtype=torch.uint8).set_(self.storage)
             view = memoryview(flat.numpy())  # type: ignore[arg-type]
-            for b in bufs:
-                view[at : at + len(b)] = b
-                at += len(b)
+            for off, views in pieces:
+                for b in views:
+                    view[off : off + len(b)] = b
+                    off += len(b)
+
+    def _failure(self, err: OSError) -> OSError:
+        cache = self.store.cache
+        assert cache is not None and self.key is not None
+        return cache.failure(err, self.url, cache.path_for(self.key))
 
     def write(self, runs: list[tuple[int, int, Any]]) -> list[int]:
         """Write arrived runs of parts ``(first, stop, bytes)`` (every byte of each part),
-        one write per run, without recording them: the parts written, for :meth:`record`
-        once the fetch is known good. Unrecorded bytes are never served (nor trusted by
-        another process: the ``.have`` file says what is there)."""
-        with self.lock:
-            self._ready()
-            new: list[int] = []
-            if self.fd is None:
-                flat = torch.empty(0, dtype=torch.uint8).set_(self.storage)
-                view = memoryview(flat.numpy())  # type: ignore[arg-type]
-            for first, stop, data in runs:
-                data = memoryview(data)
-                fresh = [c for c in range(first, stop) if not self.have[c]]
-                new.extend(fresh)
-                at = self.span(first)[0]
-                pieces = (
-                    [(at, data)]
-                    if len(fresh) == stop - first
-                    else [
-                        (self.span(c)[0], data[self.span(c)[0] - at : self.span(c)[1] - at])
-                        for c in fresh
-                    ]
-                )
-                for off, piece in pieces:
-                    if self.fd is not None:
-                        while piece:  # pwrite may write less than asked (large pieces)
-                            done = os.pwrite(self.fd, piece, off)
-                            piece, off = piece[done:], off + done
-                    else:
-                        view[off : off + len(piece)] = piece
-            return new
+        without recording them: the parts written, for :meth:`record` once the fetch is
+        known good. Unrecorded bytes are never served (nor trusted by another process:
+        the file's marks say what is there)."""
+        new: list[int] = []
+        for first, stop, data in runs:
+            new.extend(c for c in range(first, stop) if not self.have[c])
+            self.put(self.span(first)[0], [memoryview(data)])
+        return new
 
     def record(self, parts: list[int]) -> None:
-        """Parts written by :meth:`write` are good: record them (the ``.have`` file)."""
+        """Parts written by :meth:`write` are good: mark them, in the cache file after
+        their bytes (and then here)."""
         with self.lock:
             new = sorted({c for c in parts if not self.have[c]})
-            if self.side is None and self.store.cache is not None and self.key is not None:
-                self.side = self.store.cache.path_for(self.key)[: -len(".bin")] + ".have"
             if self.fd is not None and new:
-                side = os.open(self.side or "", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                 try:
-                    os.write(side, struct.pack(f"<{len(new)}I", *new))
-                finally:
-                    os.close(side)
+                    for first, stop in _runs(new, 1 << 62):
+                        os.pwrite(self.fd, b"\x01" * (stop - first), self.nbytes + first)
+                except OSError as err:
+                    raise self._failure(err) from err
             for c in new:
                 self.have[c] = 1
             self.missing -= len(new)
+            held = self.fd is not None
             self._finish()
+        if held and new and self.store.cache is not None:
+            self.store.cache.added(sum(map(_size(self), new)) + len(new))
 
     def fill(self, runs: list[tuple[int, int, Any]]) -> None:
         """:meth:`write` then :meth:`record`."""
@@ -603,6 +665,7 @@ class _RemoteStore(Store):
             size + GAP,
             REQUESTS,
             self._etags(leaves),
+            self._sizes(),
         )
         for i, got in headers.items():
             leaf = owners[i][0]
@@ -637,7 +700,11 @@ class _RemoteStore(Store):
             self.fetch(again)
 
     def _etags(self, leaves: list[_Leaf]) -> dict[str, str | None]:
-        """The ETag each leaf's object had when the tree was opened (None: unknown)."""
+        """The strong ETag each leaf's object had when the tree was opened (None: none)."""
+        return {}
+
+    def _sizes(self) -> dict[str, int]:
+        """The size of each object when the tree was opened (replies are checked by it)."""
         return {}
 
     def _fits(self, leaf: _Leaf, header: bytes) -> bool:
@@ -708,9 +775,39 @@ class _Sparse:
         got = self.covered(a, b)
         if got is not None:
             return got
+        if b - a > MAX_INDEX_BYTES:  # a size claim of the end record, checked before reading
+            raise FormatError(
+                f"{self.store.src.url}: its zip index claims {b - a} bytes at offset {a}, over "
+                f"the {MAX_INDEX_BYTES} a remote archive's index may take: damaged, or not "
+                "an archive tensorbox wrote"
+            )
         blob = self.store.read([(a, b)], 0)[0]
         self.add(a, blob)
         return blob
+
+
+def _index_start(index: _zip.ZipIndex, size: int) -> int:
+    """Where the archive's central directory starts (its entries end there)."""
+    return max((ze.bound for ze in index.entries.values()), default=max(0, size - 22))
+
+
+def tree_id(index: _zip.ZipIndex, buf: Any) -> str:
+    """What tells one archive's content from another's: the SHA-256 of its index (the
+    central directory and end records), which holds every entry's CRC-32 and size, and so
+    each ``meta.json``'s, whose file ids are new at every save. A server without a strong
+    validator (an ETag, a version id) is checked by it; an upload is tied to its bytes
+    by it.
+
+    >>> import os, tempfile, torch, tensorbox
+    >>> from tensorbox._storage.archive import zip as _zip
+    >>> f = os.path.join(tempfile.mkdtemp(), "t.tdz")
+    >>> _ = tensorbox.TensorDict(x=torch.zeros(3)).memmap(f, archive=True)
+    >>> raw = open(f, "rb").read()
+    >>> len(tree_id(_zip.read_index(raw, f), raw))
+    64
+    """
+    size = len(buf)
+    return hashlib.sha256(bytes(buf[_index_start(index, size) : size])).hexdigest()
 
 
 class RemoteArchiveStore(_RemoteStore):
@@ -733,7 +830,7 @@ class RemoteArchiveStore(_RemoteStore):
         size = int(self.ident["size"] or 0)
         self.buf = _Sparse(self, size)
         self.vouched = True  # every reply of the open vouched for by its ETag, so far
-        key = {"object": self.ident, "part": "index"}
+        key = {"object": self.ident, "part": "index", "v": 2}
         if not self._from_cache(key):
             if size < 22:
                 raise FormatError(f"{url}: {size} bytes, too short for a zip archive")
@@ -754,41 +851,49 @@ class RemoteArchiveStore(_RemoteStore):
                 metas, self.read([(ze.header, ze.bound) for ze in metas], GAP), strict=True
             ):
                 self.buf.add(ze.header, blob)
-            if not self.vouched and _remote.identity(fs, path, url) != self.ident:
-                raise OSError(f"{url!r}: the object was replaced while it was opened; open again")
+            self.tree = tree_id(self.index, self.buf)
+            if not self.vouched:
+                self._unchanged([])
             self._to_cache(key)
         self.sizes = {name: ze.usize for name, ze in self.index.entries.items()}
 
     def _from_cache(self, key: dict[str, Any]) -> bool:
+        """The index kept from an earlier open of this version (a strong validator only:
+        a modification time does not tell two versions of one second apart)."""
         if self.cache is None or not _remote._versioned(self.ident):
             return False
-        hit = self.cache.get(key)
-        if hit is None:
+        raw = self.cache.get_bytes(key)
+        if raw is None:
             return False
         try:
-            with open(hit, "rb") as f:
-                head = json.loads(f.readline())
-                for start, n in head:
-                    self.buf.add(start, f.read(n))
+            at = raw.index(b"\n")
+            head = json.loads(raw[:at])
+            at += 1
+            for start, n in head["windows"]:
+                self.buf.add(start, raw[at : at + n])
+                at += n
             self.index = _zip.read_index(self.buf, self.src.url)
-        except (OSError, ValueError, FormatError):
-            return False  # a damaged cache entry: read from the server again
+            self.tree = tree_id(self.index, self.buf)
+            if self.tree != head["tree"]:
+                raise ValueError("another tree")
+            for ze in self.index.entries.values():  # each meta.json kept: checked now
+                if ze.name.rpartition("/")[2] == META and self.buf.covered(ze.header, ze.bound):
+                    self.index.read(ze)
+        except (OSError, ValueError, KeyError, TypeError, FormatError):
+            # Damaged (checked above: its SHA-256 matched, so a bug or an older layout):
+            # dropped, read from the server again.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.cache.path_for(key))
+            self.buf = _Sparse(self, self.buf.size)
+            return False
         return True
 
     def _to_cache(self, key: dict[str, Any]) -> None:
         if self.cache is None or not _remote._versioned(self.ident):
             return
-        tmp = self.cache.new_tmp()
-        try:
-            with open(tmp, "wb") as f:
-                f.write(json.dumps([[s, len(d)] for s, d in self.buf.windows]).encode() + b"\n")
-                for _, d in self.buf.windows:
-                    f.write(d)
-            self.cache.put_file(key, tmp)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        head = {"windows": [[s, len(d)] for s, d in self.buf.windows], "tree": self.tree}
+        blob = json.dumps(head).encode() + b"\n" + b"".join(d for _, d in self.buf.windows)
+        self.cache.put_bytes(key, blob, self.src.url)
 
     def where(self, rel: str) -> str:
         return f"{self.src.url}::{rel}"
@@ -813,7 +918,7 @@ class RemoteArchiveStore(_RemoteStore):
 
     def _leaf(self, e: TensorEntry) -> _Leaf:
         ze = self.index.entries[e.ident]
-        key = {"object": self.ident, "entry": e.ident, "gen": e.gen}
+        key = {"object": self.ident, "tree": self.tree, "entry": e.ident, "gen": e.gen, "v": 2}
         leaf = _Leaf(self, e.ident, self.src.path, self.src.url, ze.bound - ze.csize, e, key)
         leaf.located = False
         if ze.method != _zip.STORED:
@@ -825,7 +930,7 @@ class RemoteArchiveStore(_RemoteStore):
         return int(self.index.entries[leaf.name].csize)
 
     def version(self, leaf: _Leaf) -> Any:
-        return self.ident
+        return {**self.ident, "tree": self.tree}
 
     def _have(self, req: tuple[str, str, int, int]) -> bytes | None:
         return self.buf.covered(req[2], req[3])
@@ -835,9 +940,12 @@ class RemoteArchiveStore(_RemoteStore):
         return ze.header, max(leaf.base, ze.header + 30)
 
     def _etags(self, leaves: list[_Leaf]) -> dict[str, str | None]:
-        return {self.src.path: self.ident.get("ETag")}
+        return {self.src.path: _remote.strong_etag(self.ident)}
 
-    def read(self, ranges: list[tuple[int, int]], gap: int) -> list[bytes]:
+    def _sizes(self) -> dict[str, int]:
+        return {self.src.path: self.buf.size}
+
+    def read(self, ranges: list[tuple[int, int]], gap: int, vouch: bool = True) -> list[bytes]:
         """The bytes of each ``(start, end)`` of the object; ranges closer than ``gap``
         read by one request. Replies not vouched for by their ETag leave
         :attr:`vouched` False (the object's identity is then read again)."""
@@ -848,13 +956,16 @@ class RemoteArchiveStore(_RemoteStore):
             for b in bufs:
                 out[i] += b
 
-        self.vouched &= _remote.read_into(
+        vouched = _remote.read_into(
             src.fs,
             [(src.path, src.url, a, b) for a, b in ranges],
             sink,
             gap,
             etags=self._etags([]),
+            sizes=self._sizes(),
         )
+        if vouch:
+            self.vouched &= vouched
         return [bytes(b) for b in out]
 
     def _fits(self, leaf: _Leaf, header: bytes) -> bool:
@@ -888,12 +999,29 @@ class RemoteArchiveStore(_RemoteStore):
             )
 
     def _unchanged(self, leaves: list[_Leaf]) -> None:
-        now = _remote.identity(self.src.fs, self.src.path, self.src.url)
-        if now != self.ident:
-            raise OSError(
-                f"{self.src.url!r}: the object changed since the tree was opened (it was "
-                "replaced): open it again to read the new tree"
-            )
+        """Raise unless the object is still the version opened: by its strong validator
+        (ETag, version id...), else by content: its index read again (every entry's
+        CRC-32 and size, and each save's new file ids in its meta.json entries)."""
+        url = self.src.url
+        changed = OSError(
+            f"{url!r}: the object changed since the tree was opened (it was replaced): "
+            "open it again to read the new tree"
+        )
+        if _remote._versioned(self.ident):
+            if _remote.identity(self.src.fs, self.src.path, url) != self.ident:
+                raise changed
+            return
+        start = _index_start(self.index, self.buf.size)
+        try:
+            again = self.read([(start, self.buf.size)], 0, vouch=False)[0]
+        except (_remote.ReplyMismatch, FileNotFoundError) as err:
+            raise changed from err
+        except OSError as err:
+            if "came back as" in str(err):  # shorter now
+                raise changed from err
+            raise
+        if hashlib.sha256(again).hexdigest() != self.tree:
+            raise changed
 
 
 # ---------------------------------------------------------------- folders
@@ -979,12 +1107,11 @@ class RemoteFolderStore(_RemoteStore):
             )
         key = None
         if info is not None and self.cache is not None:
-            key = {"file": src.url_of(name), **_remote.stamp(info)}
+            key = {"file": src.url_of(name), **_remote.stamp(info), "v": 2}
             if _remote._versioned(key):
-                hit = self.cache.get(key)
+                hit = self.cache.get_bytes(key)  # a damaged copy: dropped, read again
                 if hit is not None:
-                    with open(hit, "rb") as f:
-                        return f.read()
+                    return hit
         try:
             raw = _remote.read_whole(src.fs, src.path_of(name), src.url_of(name), MAX_META_BYTES)
         except FileNotFoundError:
@@ -993,10 +1120,7 @@ class RemoteFolderStore(_RemoteStore):
                 "not finish)"
             ) from None
         if key is not None and self.cache is not None and _remote._versioned(key):
-            tmp = self.cache.new_tmp()
-            with open(tmp, "wb") as f:
-                f.write(raw)
-            self.cache.put_file(key, tmp)
+            self.cache.put_bytes(key, raw, src.url_of(name))
         return raw
 
     def open_node(self, rel: str) -> NodeFiles:
@@ -1010,14 +1134,21 @@ class RemoteFolderStore(_RemoteStore):
         key = None
         if info is not None:
             self.stamps[name] = _remote.stamp(info)
-            key = {"file": self.src.url_of(name), **self.stamps[name], "gen": e.gen}
+            key = {"file": self.src.url_of(name), **self.stamps[name], "gen": e.gen, "v": 2}
         return _Leaf(self, name, self.src.path_of(name), self.src.url_of(name), 0, e, key)
 
     def version(self, leaf: _Leaf) -> Any:
         return self.stamps.get(leaf.name)  # None: not listed, its identity not read yet
 
     def _etags(self, leaves: list[_Leaf]) -> dict[str, str | None]:
-        return {leaf.obj: self.stamps.get(leaf.name, {}).get("ETag") for leaf in leaves}
+        return {leaf.obj: _remote.strong_etag(self.stamps.get(leaf.name, {})) for leaf in leaves}
+
+    def _sizes(self) -> dict[str, int]:
+        return {
+            self.src.path_of(name): int(st["size"])
+            for name, st in self.stamps.items()
+            if st.get("size") is not None
+        }
 
     def fetch(self, todo: list[tuple[_Leaf, list[int]]]) -> None:
         for leaf, _ in todo:
@@ -1029,8 +1160,15 @@ class RemoteFolderStore(_RemoteStore):
                         f"{leaf.nbytes}: the object is truncated or belongs to another tree"
                     )
                 self.stamps[leaf.name] = _remote.stamp(info)
-                leaf.key = {"file": leaf.url, **self.stamps[leaf.name], "gen": None}
+                leaf.key = {"file": leaf.url, **self.stamps[leaf.name], "gen": None, "v": 2}
                 leaf.refresh()
+            if not _remote._versioned(self.stamps[leaf.name]) and not _remote.trust_weak():
+                raise OSError(
+                    f"{leaf.url!r}: the server names no version of this file (no ETag or "
+                    "version id), so bytes of a file replaced during the read could mix with "
+                    "the old ones. Save the tree as one archive (checked by its content), or "
+                    "accept the risk: TENSORBOX_TRUST_WEAK_VALIDATORS=1"
+                )
         super().fetch(todo)
 
     def _unchanged(self, leaves: list[_Leaf]) -> None:
@@ -1229,7 +1367,7 @@ def _attach(ref: RemoteRef) -> torch.Tensor:
 
 def _same(store: _RemoteStore, ref: RemoteRef) -> bool:
     if isinstance(store, RemoteArchiveStore):
-        return bool(store.ident == ref.version)
+        return bool({**store.ident, "tree": store.tree} == ref.version)
     now = store.stamps.get(str(ref.entry.ident)) if isinstance(store, RemoteFolderStore) else None
     return ref.version is None or now is None or now == ref.version
 
@@ -1238,11 +1376,15 @@ def _same(store: _RemoteStore, ref: RemoteRef) -> bool:
 
 
 def open_url(
-    url: str, storage_options: dict[str, Any] | None = None, cache: bool = True
+    url: str,
+    storage_options: dict[str, Any] | None = None,
+    cache: bool = True,
+    kept: _remote.RangeCache | None = None,
 ) -> _RemoteStore:
-    """The store of the tree at ``url`` (an archive object, or a folder of objects)."""
+    """The store of the tree at ``url`` (an archive object, or a folder of objects), its
+    bytes kept in ``kept`` (the process's cache by default) unless ``cache`` is False."""
     src = _Source(url, storage_options)
-    kept = _remote.default_cache() if cache else None
+    kept = (kept or _remote.default_cache()) if cache else None
     info = _remote.describe(src.fs, src.path, url)
     store: _RemoteStore
     if info.get("type") == "directory":
