@@ -226,8 +226,10 @@ def stamp(info: dict[str, Any]) -> dict[str, Any]:
     size and whatever of ETag, modification time, generation or version id it has."""
     out: dict[str, Any] = {"size": info.get("size")}
     for k in _VERSION_FIELDS:
-        if info.get(k) is not None:
-            out[k] = str(info[k])
+        v = info.get(k)
+        if v is not None:
+            # one instant, however it is given (memory:// lists a float, describes a datetime)
+            out[k] = str(v.timestamp() if hasattr(v, "timestamp") else v)
     return out
 
 
