@@ -802,7 +802,8 @@ def tree_id(index: _zip.ZipIndex, buf: Any) -> str:
     >>> from tensorbox._storage.archive import zip as _zip
     >>> f = os.path.join(tempfile.mkdtemp(), "t.tdz")
     >>> _ = tensorbox.TensorDict(x=torch.zeros(3)).memmap(f, archive=True)
-    >>> raw = open(f, "rb").read()
+    >>> import pathlib
+    >>> raw = pathlib.Path(f).read_bytes()
     >>> len(tree_id(_zip.read_index(raw, f), raw))
     64
     """
