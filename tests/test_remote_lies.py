@@ -34,7 +34,7 @@ MiB = 1 << 20
 @pytest.fixture(autouse=True)
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> remote.RangeCache:
     c = remote.RangeCache(str(tmp_path / "cache"), max_bytes=1 << 30)
-    monkeypatch.setattr(remote, "_default", c)
+    monkeypatch.setattr(remote.cache, "_default", c)
     return c
 
 
@@ -401,19 +401,19 @@ def test_a_save_never_adopts_another_writers_upload(
     fs.mkdir("tbx-race")
     ours, theirs = _td(1, 256), _td(2, 256)
     theirs.memmap(str(tmp_path / "theirs.tdz"), archive=True)
-    real = remote.identity
+    real = remote.FsspecTransport.identity
     raced = []
 
-    def put_then_look(fs_: object, path: str, url: str) -> dict[str, object]:
+    def put_then_look(self: remote.FsspecTransport, rel: str = "") -> dict[str, object]:
         if not raced:  # the other writer's put lands right after ours, before our HEAD
             other = s3fs.S3FileSystem(skip_instance_cache=True, **opts)
             other.put_file(str(tmp_path / "theirs.tdz"), "tbx-race/ds.tdz")
             raced.append(True)
-        return real(fs_, path, url)
+        return real(self, rel)
 
-    monkeypatch.setattr(remote, "identity", put_then_look)
+    monkeypatch.setattr(remote.FsspecTransport, "identity", put_then_look)
     saved = ours.memmap("s3://tbx-race/ds.tdz", archive=True, storage_options=opts)
-    monkeypatch.setattr(remote, "identity", real)
+    monkeypatch.setattr(remote.FsspecTransport, "identity", real)
     assert raced and torch.equal(saved["x"], ours["x"])  # the saver keeps its own bytes
     assert fs.size("tbx-race/ds.tdz") == (tmp_path / "theirs.tdz").stat().st_size
     unpack("s3://tbx-race/ds.tdz", str(tmp_path / "out"), storage_options=opts)

@@ -1,27 +1,23 @@
-"""Trees behind URLs (``s3://``, ``gs://``, ``az://``, ``http(s)://``, ``memory://``...),
-through fsspec.
+"""Transports: where a tree's bytes are, behind a URL.
+
+A :class:`Transport` is one small protocol: ranged reads (several ranges per call,
+coalesced here in the base: ranges of one object closer than ``gap`` are one request),
+``describe``/``identity`` (the object's size and whatever validator the server gives:
+ETag, version id, generation, modification time), ``list``, ``put_file``, and capability
+flags (``writable``, ``mappable``, ``listable``, ``transactional``). Every reply is
+checked (its status, ``Content-Range`` and length), and a reply of another version than
+the one asked for is refused before any of its bytes are handed on.
+
+:class:`FsspecTransport` reaches ``s3://``, ``gs://``, ``az://``, ``http(s)://``,
+``memory://`` and ``file://`` through fsspec. Its replies from S3 (s3fs) and HTTP(S)
+are streamed through a fast path on s3fs's and aiohttp's objects (:func:`_opener`),
+feature-detected here and nowhere else; any other filesystem, or one whose internals
+changed, goes through fsspec's public ``cat_ranges`` (tested as such). An obstore
+transport is :class:`tensorbox._storage.remote.obstore.ObstoreTransport`.
 
 A path that looks like a URL (``scheme://...``) is never taken for a local path: a
 known scheme goes to fsspec (its package missing: an ``ImportError`` naming the
-extra to install), an unknown one is a ``ValueError``. Credentials and endpoints come
-from each filesystem's own configuration (``AWS_*`` variables, ``AWS_ENDPOINT_URL``...)
-or from ``storage_options=``, as pandas and zarr take them.
-
-What this module does:
-
-- **Archives only on object storage.** A folder tree is committed by renaming a new
-  generation into place, and object stores have no rename: a reader could list a mix
-  of two generations. A folder save to a URL is refused with the advice to save an
-  archive; an archive is one object, written by one ``put`` (a multipart upload for
-  large files) that readers see whole or not at all.
-- **A bounded local disk cache** (:class:`RangeCache`): fetched bytes are kept under a
-  key made of the URL and the object's identity (size, ETag and modification time,
-  whichever the server reports), so an object replaced remotely is fetched again,
-  never served stale or mixed. Files are written under a temporary name and renamed,
-  so a fetch that fails (a server dying mid-read) leaves nothing half-written; the
-  least recently used files are evicted past ``max_bytes``.
-- **Range requests coalesced**: ranges closer than ``gap`` bytes are read as one
-  request (adjacent leaves of an archive come back in one round trip).
+extra to install), an unknown one is a ``ValueError``.
 
 >>> split_url("/data/ds.tbx") is None, split_url("memory://bucket/ds.tbx")
 (True, ('memory', 'memory://bucket/ds.tbx', None))
@@ -32,35 +28,11 @@ What this module does:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.util
-import json
 import os
 import re
-import tempfile
-import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
-
-__all__ = [
-    "RangeCache",
-    "coalesce",
-    "default_cache",
-    "fetch_archive",
-    "filesystem",
-    "identity",
-    "is_url",
-    "check_mode",
-    "read_into",
-    "read_many",
-    "read_whole",
-    "stamp",
-    "describe",
-    "refuse",
-    "save_target",
-    "upload",
-    "split_url",
-]
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 _SEP = "::"  # URL::DIR names a sub-tree of an archive, as FILE::DIR does locally
@@ -298,156 +270,6 @@ def coalesce(
     return out
 
 
-class RangeCache:
-    """A local disk cache of remote bytes, bounded, least recently used evicted first.
-
-    Every file is named by a hash of its key (the URL, the object's identity and what
-    part of it). Whole files (an archive's index, a ``meta.json``) are written under a
-    temporary name and renamed into place, with a SHA-256 of their bytes in front: a
-    reader sees a whole file or none, and a damaged one is dropped and fetched again.
-    A leaf's file records which of its parts arrived inside itself (see
-    :mod:`tensorbox._storage.remote_tree`). Use refreshes a file's modification time,
-    which is the LRU order (shared by every process using the same folder). The bound
-    holds for every file written here, leaves included: past it, the least recently
-    used files are deleted (a tree that maps one keeps reading its pages).
-    """
-
-    def __init__(self, directory: str | None = None, max_bytes: int = 10 << 30) -> None:
-        self.directory = (
-            directory
-            or os.environ.get("TENSORBOX_CACHE")
-            or os.path.join(os.path.expanduser("~"), ".cache", "tensorbox", "remote")
-        )
-        self.max_bytes = max_bytes
-        self._lock = threading.Lock()
-        self._held = -1  # bytes held as of the last scan plus those written since (-1: unknown)
-
-    def path_for(self, key: dict[str, Any]) -> str:
-        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:40]
-        return os.path.join(self.directory, digest + ".bin")
-
-    def failure(self, err: OSError, url: str, path: str | None = None) -> OSError:
-        """``err`` from writing the cache, as an error naming the cache file and the URL
-        (a full disk: ENOSPC)."""
-        where = path or self.directory
-        return OSError(
-            err.errno,
-            f"{where}: cannot write the local cache of {url!r} ({err.strerror or err}): free "
-            "space there, lower $TENSORBOX_CACHE_BYTES, point $TENSORBOX_CACHE elsewhere, or "
-            "open with cache=False",
-        )
-
-    def get(self, key: dict[str, Any]) -> str | None:
-        path = self.path_for(key)
-        try:
-            os.utime(path)
-        except FileNotFoundError:
-            return None
-        return path
-
-    def put_file(self, key: dict[str, Any], tmp: str) -> str:
-        """Move the finished file ``tmp`` (in this folder) into place under ``key``."""
-        path = self.path_for(key)
-        os.replace(tmp, path)
-        self.added(os.path.getsize(path), keep=path)
-        return path
-
-    _MAGIC = b"TBXC1\n"
-
-    def put_bytes(self, key: dict[str, Any], data: bytes, url: str) -> None:
-        """Keep ``data`` under ``key``, with its SHA-256 (see :meth:`get_bytes`)."""
-        tmp = None
-        try:
-            tmp = self.new_tmp()
-            with open(tmp, "wb") as f:
-                f.write(self._MAGIC + hashlib.sha256(data).digest() + data)
-            self.put_file(key, tmp)
-        except OSError as err:
-            if tmp is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-            raise self.failure(err, url, tmp) from err
-
-    def get_bytes(self, key: dict[str, Any]) -> bytes | None:
-        """What :meth:`put_bytes` kept under ``key``, or None: absent, or damaged (a byte
-        changed, cut short), in which case the file is dropped and the caller fetches
-        the bytes again."""
-        path = self.get(key)
-        if path is None:
-            return None
-        try:
-            with open(path, "rb") as f:
-                raw = f.read()
-        except OSError:
-            return None
-        n = len(self._MAGIC)
-        data = raw[n + 32 :]
-        if raw[:n] != self._MAGIC or hashlib.sha256(data).digest() != raw[n : n + 32]:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            return None
-        return data
-
-    def new_tmp(self) -> str:
-        os.makedirs(self.directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".part-")
-        os.close(fd)
-        return tmp
-
-    def added(self, nbytes: int, keep: str | None = None) -> None:
-        """``nbytes`` more are held (a file put, a leaf's parts written): evict when the
-        bound is passed. Files are scanned only then, down to 7/8 of the bound, so a
-        steady stream of small writes costs one scan per eighth of the bound."""
-        with self._lock:
-            if self._held >= 0:
-                self._held += nbytes
-                if self._held <= self.max_bytes:
-                    return
-        self.evict(keep)
-
-    def evict(self, keep: str | None = None) -> None:
-        """Delete the least recently used files until at most 7/8 of the bound is held
-        (``keep`` last of all, and only when it alone passes the bound)."""
-        with self._lock:
-            files = []
-            try:
-                found = list(os.scandir(self.directory))
-            except FileNotFoundError:
-                self._held = 0
-                return
-            for e in found:
-                if e.name.endswith((".bin", ".have")):
-                    try:
-                        st = e.stat()
-                    except FileNotFoundError:  # another process evicted it
-                        continue
-                    # a leaf's file is sparse until every part of it was fetched
-                    used = min(st.st_size, getattr(st, "st_blocks", st.st_size // 512 + 1) * 512)
-                    last = e.path == keep or e.path[: -len(".have")] + ".bin" == keep
-                    files.append((last, st.st_mtime, used, e.path))
-            total = sum(f[2] for f in files)
-            target = self.max_bytes - self.max_bytes // 8 if total > self.max_bytes else total
-            for _, _, size, path in sorted(files):
-                if total <= target:
-                    break
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)  # a process mapping it keeps its pages
-                total -= size
-            self._held = total
-
-
-_default: RangeCache | None = None
-
-
-def default_cache() -> RangeCache:
-    """The process's cache (``$TENSORBOX_CACHE`` or ``~/.cache/tensorbox/remote``, 10 GiB;
-    ``TENSORBOX_CACHE_BYTES`` changes the bound)."""
-    global _default
-    if _default is None:
-        _default = RangeCache(max_bytes=int(os.environ.get("TENSORBOX_CACHE_BYTES", 10 << 30)))
-    return _default
-
-
 def read_ranges(
     fs: Any,
     path: str,
@@ -549,9 +371,22 @@ def read_into(
     groups = _groups(ranges, gap, limit)
     if not groups:
         return True
+    return _read_groups(fs, ranges, groups, sink, lanes, etags or {}, sizes or {})
+
+
+def _read_groups(
+    fs: Any,
+    ranges: Sequence[tuple[str, str, int, int]],
+    groups: list[_Group],
+    sink: Sink,
+    lanes: int,
+    etags: dict[str, str | None],
+    sizes: dict[str, int],
+) -> bool:
+    """:func:`read_into` once its ranges are coalesced into ``groups``."""
     opener = _opener(fs)
     if opener is not None:
-        vouched = _stream(fs, opener, ranges, groups, sink, lanes, etags or {}, sizes or {})
+        vouched = _stream(fs, opener, ranges, groups, sink, lanes, etags, sizes)
         return vouched >= {g[0] for g in groups}
     import concurrent.futures
 
@@ -581,6 +416,10 @@ _Group = tuple[str, str, int, int, list[int]]
 #: ``await read()`` gives the reply's next bytes (b"" at its end); ``close()`` drops it.
 #: The reply's ETag (None: it sent none) comes with them.
 _Body = tuple[Callable[[], Awaitable[bytes]], Callable[[], Any], str | None]
+
+
+#: ``(start, end, the object's size or None)`` of a request.
+_Range = tuple[int, int, "int | None"]
 
 
 class ReplyMismatch(OSError):
@@ -616,10 +455,6 @@ def _check_range(status: int, header: str | None, length: int | None, rng: _Rang
         )
     if length is not None and length != end - start:
         raise ReplyMismatch(f"the server answered {asked} with {length} bytes")
-
-
-#: ``(start, end, the object's size or None)`` of a request.
-_Range = tuple[int, int, "int | None"]
 
 
 def _opener(fs: Any) -> Callable[[Any, str, _Range], Awaitable[_Body]] | None:
@@ -846,138 +681,175 @@ def read_whole(fs: Any, path: str, url: str, limit: int) -> bytes:
     return read_many(fs, [(path, url, 0, size)])[0] if size else b""
 
 
-def _local_tree_id(path: str) -> str:
-    """:func:`~tensorbox._storage.remote_tree.tree_id` of the archive file at ``path``."""
-    import mmap
-
-    from tensorbox._storage.archive import zip as _zip
-    from tensorbox._storage.remote_tree import tree_id
-
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        return tree_id(_zip.read_index(buf, path), buf)
+# ---------------------------------------------------------------- the protocol
 
 
-def fetch_archive(
-    url: str, storage_options: dict[str, Any] | None = None, cache: RangeCache | None = None
-) -> str:
-    """A local file holding the archive at ``url`` now, from the cache when the object is
-    unchanged there (the same identity and the same index: see
-    :func:`~tensorbox._storage.remote_tree.tree_id`), else fetched in ranges into the
-    cache. The fetched file's index must be the one read first, and the object's identity
-    is read again after the fetch: one replaced meanwhile is an error, never a file
-    mixing two versions."""
-    from tensorbox._storage import remote_tree
+class Transport:
+    """Where one tree's objects are: the object (an archive) or folder at :attr:`url`,
+    named inside by ``rel`` paths ("" is the URL itself).
 
-    cache = cache or default_cache()
-    store = remote_tree.open_url(url, storage_options, cache=True, kept=cache)
-    if not isinstance(store, remote_tree.RemoteArchiveStore):
-        raise IsADirectoryError(f"{url!r} is a folder, not an archive")
-    fs, path = store.src.fs, store.src.path
-    ident, size = store.ident, store.buf.size
-    key = {"object": ident, "tree": store.tree, "part": "whole"}
-    hit = cache.get(key)
-    if hit is not None and os.path.getsize(hit) == size:
-        return hit
-    tmp = cache.new_tmp()
-    try:
+    A subclass implements :meth:`describe`, :meth:`_read`, :meth:`list` and
+    :meth:`put_file`; ranged reads are coalesced here, and :meth:`identity`,
+    :meth:`read_many` and :meth:`read_whole` are built on those.
+    """
+
+    #: Capabilities: objects can be written; read in place (a local mapping); listed;
+    #: changed by a transaction (several objects at once).
+    writable = True
+    mappable = False
+    listable = True
+    transactional = False
+
+    def __init__(self, url: str, options: dict[str, Any] | None = None) -> None:
+        self.url, self.options = url, options
+
+    def path_of(self, rel: str) -> str:
+        """The transport's own name of ``rel`` (what :meth:`read_into` ranges hold)."""
+        return f"{self.url.rstrip('/')}/{rel}" if rel else self.url
+
+    def url_of(self, rel: str) -> str:
+        return f"{self.url.rstrip('/')}/{rel}" if rel else self.url
+
+    def describe(self, rel: str) -> dict[str, Any]:
+        """The object's size, ``type`` ("file" or "directory") and validators; errors name
+        the URL (a missing object: ``FileNotFoundError``; a server that cannot be reached:
+        ``ConnectionError``)."""
+        raise NotImplementedError
+
+    def identity(self, rel: str = "") -> dict[str, Any]:
+        """What identifies the object's current version: its size and validators."""
+        info = self.describe(rel)
+        if info.get("type") == "directory":
+            raise IsADirectoryError(f"{self.url_of(rel)!r} is a folder, not an archive")
+        return {"url": self.url_of(rel), **stamp(info)}
+
+    def read_into(
+        self,
+        ranges: Sequence[tuple[str, str, int, int]],
+        sink: Sink,
+        gap: int = 0,
+        limit: int = 1 << 62,
+        lanes: int = 4,
+        etags: dict[str, str | None] | None = None,
+        sizes: dict[str, int] | None = None,
+    ) -> bool:
+        """Read each ``(path, url, start, end)``, handing its bytes to ``sink`` as they
+        arrive; ranges of one object closer than ``gap`` are one request. True when every
+        reply carried the strong ETag ``etags`` names for its object (see
+        :func:`read_into`)."""
+        groups = _groups(ranges, gap, limit)
+        if not groups:
+            return True
+        return self._read(ranges, groups, sink, lanes, etags or {}, sizes or {})
+
+    def _read(
+        self,
+        ranges: Sequence[tuple[str, str, int, int]],
+        groups: list[_Group],
+        sink: Sink,
+        lanes: int,
+        etags: dict[str, str | None],
+        sizes: dict[str, int],
+    ) -> bool:
+        raise NotImplementedError
+
+    def read_many(
+        self, ranges: Sequence[tuple[str, str, int, int]], gap: int = 1 << 20
+    ) -> list[bytes]:
+        """The bytes of each ``(path, url, start, end)``."""
+        out = [bytearray() for _ in ranges]
+
+        def keep(i: int, at: int, bufs: list[memoryview]) -> None:
+            for b in bufs:
+                out[i] += b
+
+        self.read_into(ranges, keep, gap)
+        return [bytes(b) for b in out]
+
+    def read_whole(self, rel: str, limit: int) -> bytes:
+        """The bytes of a small object (a ``meta.json``), at most ``limit``."""
+        url = self.url_of(rel)
+        size = int(self.describe(rel).get("size") or 0)
+        if size > limit:
+            raise OSError(f"{url!r} is {size} bytes, over the {limit} a description may take")
+        return self.read_many([(self.path_of(rel), url, 0, size)])[0] if size else b""
+
+    def list(self, rel: str) -> list[dict[str, Any]] | None:
+        """The objects and folders directly under ``rel`` (``name``, ``size``, ``type``
+        and validators), or None where the server cannot list."""
+        raise NotImplementedError
+
+    def put_file(self, local: str, rel: str = "") -> dict[str, Any] | None:
+        """Upload the file ``local`` as one object; the identity the upload's reply gives
+        (ties the object to these bytes), or None when the transport returns none."""
+        raise NotImplementedError
+
+
+class FsspecTransport(Transport):
+    """A URL through fsspec's public API (its filesystem made again in a forked child:
+    fsspec's event loop does not survive a fork)."""
+
+    def __init__(self, url: str, options: dict[str, Any] | None = None) -> None:
+        super().__init__(url, options)
+        self._pid = -1
+        self._fs: Any = None
+        self.path = ""
+        scheme = url.partition("://")[0].lower()
+        self.writable = scheme not in _READ_ONLY
+        self.listable = scheme not in _READ_ONLY
+        self.fs  # noqa: B018 - made now: a missing package or a bad URL raises here
+
+    @property
+    def fs(self) -> Any:
+        if self._pid != os.getpid():
+            self._fs, self.path = filesystem(self.url, self.options)
+            self._pid = os.getpid()
+        return self._fs
+
+    def path_of(self, rel: str) -> str:
+        self.fs  # noqa: B018
+        return f"{self.path.rstrip('/')}/{rel}" if rel else self.path
+
+    def describe(self, rel: str) -> dict[str, Any]:
+        return describe(self.fs, self.path_of(rel), self.url_of(rel))
+
+    def _read(
+        self,
+        ranges: Sequence[tuple[str, str, int, int]],
+        groups: list[_Group],
+        sink: Sink,
+        lanes: int,
+        etags: dict[str, str | None],
+        sizes: dict[str, int],
+    ) -> bool:
+        return _read_groups(self.fs, ranges, groups, sink, lanes, etags, sizes)
+
+    def list(self, rel: str) -> list[dict[str, Any]] | None:
         try:
-            with open(tmp, "wb") as f:
-                starts = list(range(0, size, _CHUNK))
-                for i in range(0, len(starts), 8):  # eight requests in flight, 128 MiB at most
-                    batch = [(s, min(s + _CHUNK, size)) for s in starts[i : i + 8]]
-                    for blob in read_ranges(fs, path, url, batch, gap=0):
-                        f.write(blob)
-        except OSError as err:
-            if isinstance(err, (ConnectionError, FileNotFoundError, PermissionError)) or (
-                str(url) in str(err)
-            ):
-                raise
-            raise cache.failure(err, url, tmp) from err
-        if _local_tree_id(tmp) != store.tree or (
-            _versioned(ident) and identity(fs, path, url) != ident
-        ):
-            raise OSError(f"{url!r}: the object was replaced while it was being read; read again")
-        return cache.put_file(key, tmp)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+            rows = self.fs.ls(self.path_of(rel), detail=True)
+        except (NotImplementedError, FileNotFoundError, ValueError, OSError):
+            return None  # a server that does not list (plain HTTP)
+        return [{**r, "name": str(r["name"]).rstrip("/").rpartition("/")[2]} for r in rows]
+
+    def put_file(self, local: str, rel: str = "") -> dict[str, Any] | None:
+        self.fs.put_file(local, self.path_of(rel))
+        return None  # fsspec's put returns nothing to tie the object to these bytes
 
 
-def refuse(what: str, url: str, advice: str) -> None:
-    raise ValueError(f"{what}({url!r}): {advice}")
+def open_transport(url: str, options: dict[str, Any] | None = None) -> Transport:
+    """The transport for ``url``: fsspec's, or obstore's where ``options`` holds
+    ``transport="obstore"`` (or ``$TENSORBOX_REMOTE_TRANSPORT`` is ``obstore``); the
+    other options go to the transport.
 
+    >>> type(open_transport("memory://bucket/x.tdz")).__name__
+    'FsspecTransport'
+    """
+    options = dict(options or {})
+    kind = options.pop("transport", None) or os.environ.get("TENSORBOX_REMOTE_TRANSPORT")
+    if kind in (None, "", "fsspec"):
+        return FsspecTransport(url, options or None)
+    if kind == "obstore":
+        from tensorbox._storage.remote.obstore import ObstoreTransport
 
-_FOLDER_ADVICE = (
-    "a folder tree cannot be saved to object storage: its generations are committed by "
-    "a rename, which object stores do not have, so a reader could see a mix of two "
-    "saves. Save one archive instead, which appears whole or not at all: "
-    "memmap(url, archive=True)"
-)
-
-
-def save_target(url: str, sub: str | None) -> str:
-    """A new local file in the cache where an archive save to ``url`` is written before
-    :func:`upload` (refusals first: ``URL::DIR``, read-only schemes)."""
-    if sub is not None:
-        refuse(
-            "memmap", f"{url}{_SEP}{sub}", "an archive is saved whole; drop '::' and what follows"
-        )
-    scheme = url.partition("://")[0].lower()
-    if scheme in _READ_ONLY:
-        refuse(
-            "memmap", url, "http(s) URLs are read-only; save to object storage (s3://, gs://...)"
-        )
-    tmp = default_cache().new_tmp()
-    os.unlink(tmp)
-    return tmp
-
-
-def upload(tmp: str, url: str, storage_options: dict[str, Any] | None = None) -> str:
-    """Put the archive written at ``tmp`` to ``url`` as one object (one put: readers see
-    the old object or the new one, whole); the local copy, kept in the cache.
-
-    The copy is kept under the identity the server reports after the put *and* the
-    archive's own tree id (:func:`~tensorbox._storage.remote_tree.tree_id`): should
-    another writer's upload land between this put and that look, its identity is never
-    tied to these bytes, since a later read compares the object's index with the
-    copy's."""
-    cache = default_cache()
-    try:
-        fs, path = filesystem(url, storage_options)
-        try:
-            fs.put_file(tmp, path)
-        except PermissionError as err:
-            raise PermissionError(
-                f"{url!r}: the upload was refused, nothing was written there: check the "
-                f"credentials ({err})"
-            ) from err
-        except Exception as err:  # botocore, aiohttp...: their own types (a dead endpoint)
-            raise OSError(
-                f"{url!r}: the upload failed, nothing was written there "
-                f"({type(err).__name__}: {err})"
-            ) from err
-        ident = identity(fs, path, url)
-        if ident.get("size") != os.path.getsize(tmp):
-            return tmp  # not these bytes (another upload won): kept out of the cache
-        return cache.put_file({"object": ident, "tree": _local_tree_id(tmp), "part": "whole"}, tmp)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def check_mode(prefix: str, mode: str | None) -> None:
-    """A tree behind a URL opens read-only: ``mode`` None or ``"r"``."""
-    if mode not in (None, "r"):
-        refuse(
-            "load_memmap",
-            prefix,
-            f"mode={mode!r}: a tree behind a URL opens read-only (mode='r'); "
-            "save a changed copy with memmap(url, archive=True)",
-        )
-
-
-def folder_refusal(what: str, prefix: str) -> None:
-    """The error for a folder save (``memmap``, ``memmap_``, ``memmap_like``) to a URL."""
-    refuse(what, prefix, _FOLDER_ADVICE)
+        return ObstoreTransport(url, options or None)
+    raise ValueError(f"{url!r}: unknown transport {kind!r}; 'fsspec' or 'obstore'")
