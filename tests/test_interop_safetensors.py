@@ -284,3 +284,44 @@ def test_ranges_are_checked_against_the_library(tmp_path, header, match):
         st_torch.load_file(str(path))
     with pytest.raises(FormatError, match=rf"r\.safetensors: .*{match}"):
         from_safetensors(path)
+
+
+def test_writing_is_a_save_through_the_seam(tmp_path):
+    """One class both ways: the saver writes through the store's Writer, and the saved
+    copy it returns is read back from the new file (safetensors is the oracle)."""
+    from tensorbox._storage.persist import save_to
+    from tensorbox.interop._safetensors_store import SafetensorsStore
+
+    path = tmp_path / "m.safetensors"
+    td = TensorDict(
+        {"enc": {"w": torch.arange(6.0).view(2, 3)}, "h": torch.ones(1, dtype=torch.float16)}
+    )
+    saved = save_to(td, SafetensorsStore(path, mode="w"))
+    assert torch.equal(saved["enc", "w"], td["enc", "w"]) and saved["h"].dtype == torch.float16
+    oracle = st_torch.load_file(str(path))
+    assert sorted(oracle) == ["enc.w", "h"] and torch.equal(oracle["enc.w"], td["enc", "w"])
+    store = SafetensorsStore(path)
+    with pytest.raises(
+        FormatError, match=r"m\.safetensors: a \.safetensors file has no meta\.json"
+    ):
+        store.read_meta("")
+    to_safetensors(td, path, metadata={"format": "pt", "n": 3})
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        assert f.metadata() == {"format": "pt", "n": "3"}
+
+
+def test_a_refused_save_leaves_the_old_file(tmp_path):
+    path = tmp_path / "m.safetensors"
+    to_safetensors(TensorDict({"w": torch.ones(2)}), path)
+    before = path.read_bytes()
+    for bad, match in (
+        (TensorDict({"w": torch.zeros(2), "note": "x"}), r"entry 'note' is a NonTensorData"),
+        (TensorDict({"w": torch.zeros(2, dtype=torch.complex128)}), r"entry 'w' has dtype"),
+        (TensorDict({"a": torch.zeros(1), "a.b": torch.zeros(1)}), r"key 'a.b' nests under 'a'"),
+    ):
+        with pytest.raises((TypeError, KeyError), match=rf"m\.safetensors'\): {match}|{match}"):
+            to_safetensors(bad, path)
+        assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.safetensors"]
