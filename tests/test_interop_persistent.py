@@ -339,3 +339,25 @@ def test_zarr_dtypes_without_a_tensor_form_are_named(tmp_path, key):
     with pytest.raises(TypeError, match=want):
         ptd.get_at(key, slice(0, 1))
     assert ptd["big"].tolist() == [1, 2]
+
+
+def test_the_handle_has_real_methods_and_no_forwarding(tmp_path):
+    """Every method is an attribute of the class (typed, documented): no __getattr__."""
+    import inspect
+
+    from tensorbox._core.batchshape import BatchShaped
+
+    assert "__getattr__" not in vars(PersistentTensorDict)
+    assert not any("__getattr__" in vars(c) for c in PersistentTensorDict.__mro__[:-1])
+    assert issubclass(PersistentTensorDict, BatchShaped)
+    for name in ("sum", "int", "to_dict", "select", "to_module", "unbind"):
+        method = getattr(PersistentTensorDict, name)
+        assert inspect.isfunction(method) and method.__name__ == name
+        assert "read into memory" in method.__doc__
+    ptd = _save(_tree(), tmp_path / "s.h5", "h5")
+    assert ptd.int()["a"].dtype == torch.int32 and ptd.sum()["a"].item() == 66.0
+    assert (ptd.shape, ptd.batch_dims, ptd.ndim, ptd.dim(), ptd.numel()) == ((3, 4), 2, 2, 2, 12)
+    with pytest.raises(
+        AttributeError, match="'PersistentTensorDict' object has no attribute 'foo'"
+    ):
+        ptd.foo  # noqa: B018

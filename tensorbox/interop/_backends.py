@@ -49,7 +49,7 @@ ROWS_ATTR = "tensorbox_rows"
 _TENSOR_KINDS = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8), "c": (8, 16)}
 
 
-def tensor_dtype(dtype: Any, key: str, where: str) -> np.dtype:
+def tensor_dtype(dtype: Any, key: str, where: str) -> np.dtype[Any]:
     """The native dtype an array of ``dtype`` reads as (a big-endian array is converted
     to the machine's byte order as it is read); TypeError naming the entry when the
     array has no tensor form.
@@ -60,9 +60,10 @@ def tensor_dtype(dtype: Any, key: str, where: str) -> np.dtype:
     Traceback (most recent call last):
     TypeError: f.h5:/g: entry 'rec' has dtype [('a', '<i4')] (a compound record), which has no tensor form; read it with the file's own library (ptd.file)
     """
-    dt = np.dtype(dtype)
+    dt: np.dtype[Any] = np.dtype(dtype)
     if dt.fields is None and dt.itemsize in _TENSOR_KINDS.get(dt.kind, ()):
-        return dt.newbyteorder("=") if not dt.isnative else dt
+        native: np.dtype[Any] = dt if dt.isnative else dt.newbyteorder("=")
+        return native
     kind = {
         "V": "a compound record" if dt.fields else "opaque bytes",
         "S": "bytes",

@@ -137,7 +137,6 @@ class SafetensorsStore(Store):
         # unreadable file (the header check already bounds every range).
         bytes(self._raw[e.ident : e.ident + e.nbytes].numpy().data)
 
-
     def writer(self, **options: Any) -> Writer:
         """A staged writer of a new file at this path (``metadata``: the header's
         ``__metadata__`` strings; ``fsync``: flush before the rename)."""
@@ -235,7 +234,9 @@ class _Writer(Writer):
         return _tensor(self.mapped, begin, d.numel() * d.element_size(), d.dtype, d.shape)
 
 
-def _tensor(raw: torch.Tensor, begin: int, nbytes: int, dtype: torch.dtype, shape: Any) -> Any:
+def _tensor(
+    raw: torch.Tensor, begin: int, nbytes: int, dtype: torch.dtype, shape: Any
+) -> torch.Tensor:
     """The tensor at ``begin`` of the mapped file ``raw``: a view, or a copy where the
     entry is not aligned to its dtype (torch views need alignment)."""
     chunk = raw[begin : begin + nbytes]

@@ -24,16 +24,19 @@ place once complete: a failed save leaves what was there before.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from tensorbox._core.batchshape import BatchShaped
 from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.tensordict import TensorDict
 from tensorbox._storage.format.spec import MAX_DEPTH
 from tensorbox.errors import BatchSizeError, FormatError, TensorDictKeyError
 from tensorbox.interop._arrays import (
@@ -62,22 +65,95 @@ from tensorbox.interop._backends import (
 __all__ = ["PersistentTensorDict", "as_class", "from_h5", "from_zarr"]
 
 _NO_DEFAULT: Any = object()
-
-#: Methods that read the whole tree and answer from the in-memory copy (never writes:
-#: a write there would not reach the file, so write methods are defined here or refused).
-# fmt: off
-_READ_ONLY = frozenset([
-    "all", "amax", "amin", "any", "apply", "bool", "chunk", "contiguous", "cpu", "cuda",
-    "double", "exclude", "filter_non_tensor_data", "flatten_keys", "float", "half", "int",
-    "long", "mean", "named_apply", "numpy", "select", "split", "state_dict", "std", "sum",
-    "to_arrow", "to_csv", "to_dict", "to_json", "to_mds", "to_module", "to_namedtuple",
-    "to_pandas", "to_parquet", "to_safetensors", "to_struct_array", "tolist", "unbind",
-    "unflatten_keys", "var",
-])
-# fmt: on
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
-class PersistentTensorDict:
+@overload
+def _whole(method: Callable[Concatenate[TensorDict, _P], _R]) -> Callable[_P, _R]: ...
+
+
+@overload  # a method whose self may be named (it takes **kwargs): its return type only
+def _whole(method: Callable[..., _R]) -> Callable[..., _R]: ...
+
+
+def _whole(method: Callable[..., _R]) -> Callable[..., _R]:
+    """``TensorDict``'s ``method``, answered by the tree read into memory: for methods that
+    read every leaf and write nothing back (a write there would not reach the file, so
+    the write methods are written for the file, below). Typed and documented as the
+    ``TensorDict`` method."""
+
+    @functools.wraps(method)
+    def whole(self: _WholeTreeReads, *args: Any, **kwargs: Any) -> Any:
+        # by the name it has in the class (TensorDict.int is a function named "cast")
+        return getattr(self.to_tensordict(), whole.__name__)(*args, **kwargs)
+
+    return whole
+
+
+class _WholeTreeReads:
+    """The methods of ``TensorDict`` that read every leaf and write nothing back, one line
+    each, typed and documented as ``TensorDict``'s (see :func:`_whole`). Anything else is
+    an ordinary ``AttributeError``: read the tree into memory first (``to_tensordict()``).
+    A class of their own, so that their names (``int``, ``bool``...) never shadow the
+    builtins in the handle's own body."""
+
+    def to_tensordict(self) -> Any:
+        raise NotImplementedError
+
+    all = _whole(TensorDict.all)
+    amax = _whole(TensorDict.amax)
+    amin = _whole(TensorDict.amin)
+    any = _whole(TensorDict.any)
+    apply = _whole(TensorDict.apply)
+    bool = _whole(TensorDict.bool)
+    chunk = _whole(TensorDict.chunk)
+    contiguous = _whole(TensorDict.contiguous)
+    cpu = _whole(TensorDict.cpu)
+    cuda = _whole(TensorDict.cuda)
+    double = _whole(TensorDict.double)
+    exclude = _whole(TensorDict.exclude)
+    filter_non_tensor_data = _whole(TensorDict.filter_non_tensor_data)
+    flatten_keys = _whole(TensorDict.flatten_keys)
+    float = _whole(TensorDict.float)
+    half = _whole(TensorDict.half)
+    int = _whole(TensorDict.int)
+    long = _whole(TensorDict.long)
+    mean = _whole(TensorDict.mean)
+    named_apply = _whole(TensorDict.named_apply)
+    numpy = _whole(TensorDict.numpy)
+    select = _whole(TensorDict.select)
+    split = _whole(TensorDict.split)
+    state_dict = _whole(TensorDict.state_dict)
+    std = _whole(TensorDict.std)
+    sum = _whole(TensorDict.sum)
+    to_arrow = _whole(TensorDict.to_arrow)
+    to_csv = _whole(TensorDict.to_csv)
+    to_dict = _whole(TensorDict.to_dict)
+    to_json = _whole(TensorDict.to_json)
+    to_mds = _whole(TensorDict.to_mds)
+    to_module = _whole(TensorDict.to_module)
+    to_namedtuple = _whole(TensorDict.to_namedtuple)
+    to_pandas = _whole(TensorDict.to_pandas)
+    to_parquet = _whole(TensorDict.to_parquet)
+    to_safetensors = _whole(TensorDict.to_safetensors)
+    to_struct_array = _whole(TensorDict.to_struct_array)
+    tolist = _whole(TensorDict.tolist)
+    unbind = _whole(TensorDict.unbind)
+    unflatten_keys = _whole(TensorDict.unflatten_keys)
+    var = _whole(TensorDict.var)
+
+
+for _name, _f in list(vars(_WholeTreeReads).items()):
+    if callable(_f) and hasattr(_f, "__wrapped__"):
+        _f.__name__ = _f.__qualname__ = _name
+        _f.__doc__ = (
+            f"``TensorDict.{_name}`` of the tree read into memory (``to_tensordict()``); "
+            "nothing is written to the file."
+        )
+
+
+class PersistentTensorDict(_WholeTreeReads, BatchShaped):
     """A lazy container over an HDF5 file (``backend="h5"``) or a zarr v3 store
     (``backend="zarr"``).
 
@@ -248,29 +324,6 @@ class PersistentTensorDict:
                     f"batch_size {list(value)}: entry {name!r} has leading shape {list(shape)}"
                 )
         self._batch_size = value
-
-    @property
-    def shape(self) -> torch.Size:
-        """The batch size."""
-        return self._batch_size
-
-    @property
-    def batch_dims(self) -> int:
-        """The number of batch dims."""
-        return len(self._batch_size)
-
-    @property
-    def ndim(self) -> int:
-        """The number of batch dims."""
-        return len(self._batch_size)
-
-    def dim(self) -> int:
-        """The number of batch dims."""
-        return len(self._batch_size)
-
-    def numel(self) -> int:
-        """The number of batch elements."""
-        return int(np.prod(self._batch_size)) if self._batch_size else 1
 
     @property
     def device(self) -> torch.device | None:
@@ -489,14 +542,6 @@ class PersistentTensorDict:
         return self.to_tensordict() == other
 
     __hash__ = None  # type: ignore[assignment]
-
-    def __getattr__(self, name: str) -> Any:
-        if name in _READ_ONLY:
-            return getattr(self.to_tensordict(), name)
-        raise AttributeError(
-            f"{type(self).__name__} has no attribute {name!r}"
-            + (" (read it into memory first: .to_tensordict())" if not name.startswith("_") else "")
-        )
 
     def __repr__(self) -> str:
         fields = ", ".join(self.keys())
