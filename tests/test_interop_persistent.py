@@ -361,3 +361,68 @@ def test_the_handle_has_real_methods_and_no_forwarding(tmp_path):
         AttributeError, match="'PersistentTensorDict' object has no attribute 'foo'"
     ):
         ptd.foo  # noqa: B018
+
+
+# ---------------------------------------------------------------- the layout on the seam
+
+
+def _load(path, backend, **kw):
+    from tensorbox._storage.persist import load_from
+    from tensorbox.interop._group_store import GroupStore
+
+    store = GroupStore(path, backend, **kw)
+    return load_from(store), store
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_file_is_a_layout_on_the_seam(tmp_path, backend):
+    """The one loader, verify and iter_nodes read an HDF5 file / zarr store (h5py and
+    zarr are the oracles): a node a group, a leaf an array, the batch size an attribute."""
+    from tensorbox._storage.store import iter_nodes, verify
+
+    td = _tree()
+    td["rows"] = NonTensorStack(*"abc").unsqueeze(1).expand(3, 4)
+    path = tmp_path / f"s.{backend}"
+    _save(td, path, backend).close()
+    back, store = _load(path, backend)
+    assert back.batch_size == (3, 4) and back["b"].batch_size == (3, 4)
+    for key in (("a",), ("b", "c"), ("b", "flag")):
+        assert np.array_equal(back[key].numpy(), _oracle(path, backend, key))
+    assert back["note"] == "hello" and back[2, 0]["rows"] == "c"
+    assert [k for k, _ in iter_nodes(store)] == [(), ("b",)]
+    assert verify(store) == (2, 3, 12 * 4 + 60 * 8 + 12)
+    with pytest.raises(FormatError, match=rf"s\.{backend}:/: an (HDF5|zarr) file has no meta"):
+        store.read_meta("")
+
+
+def test_h5_leaves_are_views_of_the_file_mapped_once(tmp_path):
+    path = tmp_path / "s.h5"
+    td = TensorDict({"a": torch.zeros(4), "b": torch.ones(4), "z": torch.arange(4)}, [4])
+    td.to_h5(path, compression="gzip").close()  # compressed: read, not mapped
+    with h5py.File(path, "a") as f:
+        f["plain"] = np.arange(4, dtype=np.float32)  # contiguous: mapped
+        f["plain2"] = np.arange(4, dtype=np.float32) * 2
+    back, _ = _load(path, "h5")
+    p, p2 = back["plain"], back["plain2"]
+    assert p.untyped_storage().data_ptr() == p2.untyped_storage().data_ptr()
+    p += 10  # a private mapping: the file keeps its bytes
+    with h5py.File(path, "r") as f:
+        assert f["plain"][...].tolist() == [0, 1, 2, 3]
+    assert torch.equal(back["z"], td["z"]) and back["a"].untyped_storage().data_ptr() != (
+        p.untyped_storage().data_ptr()
+    )
+
+
+def test_foreign_groups_unreadable_entries_and_dtypes_on_the_seam(tmp_path):
+    path = tmp_path / "odd.h5"
+    _odd_h5(path)
+    with pytest.raises(FormatError, match=r"odd\.h5:/: entry 'dangling' is a soft link"):
+        _load(path, "h5")
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        f.create_group("g")["y"] = np.arange(6, dtype=">i4").reshape(3, 2)
+        f["x"] = np.zeros((3, 2))
+    back, _ = _load(tmp_path / "f.h5", "h5")  # no recorded batch size: the parent's, [] here
+    assert back.batch_size == () and back["g", "y"].tolist() == [[0, 1], [2, 3], [4, 5]]
+    _odd_dtypes_h5(tmp_path / "d.h5")
+    with pytest.raises(TypeError, match=r"d\.h5:/: entry 'compound' has dtype .*no tensor form"):
+        _load(tmp_path / "d.h5", "h5")
