@@ -426,3 +426,25 @@ def test_foreign_groups_unreadable_entries_and_dtypes_on_the_seam(tmp_path):
     _odd_dtypes_h5(tmp_path / "d.h5")
     with pytest.raises(TypeError, match=r"d\.h5:/: entry 'compound' has dtype .*no tensor form"):
         _load(tmp_path / "d.h5", "h5")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_writing_is_a_save_through_the_seam(tmp_path, backend):
+    """to_h5/to_zarr run the one saver into the layout's Writer; save_to gives the saved
+    copy read back from the new file (the library is the oracle)."""
+    from tensorbox._storage.persist import save_to
+    from tensorbox.interop._group_store import GroupStore
+
+    td = _tree()
+    path = tmp_path / f"w.{backend}"
+    saved = save_to(td, GroupStore(path, backend, mode="w"))
+    assert torch.equal(saved["b", "c"], td["b", "c"]) and saved["note"] == "hello"
+    assert np.array_equal(_oracle(path, backend, ("b", "c")), td["b", "c"].numpy())
+    jag = TensorDict(
+        {"j": torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], layout=torch.jagged)}, [2]
+    )
+    with pytest.raises(
+        TypeError, match=r"entry 'j' is a jagged tensor, which (HDF5|zarr) does not"
+    ):
+        _save(jag, path, backend)
+    assert np.array_equal(_oracle(path, backend, ("a",)), td["a"].numpy())  # the old file stays

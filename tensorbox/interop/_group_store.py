@@ -39,10 +39,18 @@ from typing import Any
 import numpy as np
 import torch
 
+from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.schema import stacked_array
 from tensorbox._storage.format.parse import JsonEntry
-from tensorbox._storage.store import Node, NodeEntry, NodeFiles, Store, TensorEntry
+from tensorbox._storage.store import Node, NodeEntry, NodeFiles, Store, TensorEntry, Writer
 from tensorbox.errors import FormatError
-from tensorbox.interop._arrays import as_tensor, read_non_tensor
+from tensorbox.interop._arrays import (
+    as_tensor,
+    atomic_path,
+    numpy_of,
+    read_non_tensor,
+    write_non_tensor,
+)
 from tensorbox.interop._backends import BATCH_ATTR, Unreadable, backend_for, tensor_dtype
 
 __all__ = ["GroupStore"]
@@ -56,15 +64,27 @@ class GroupStore(Store):
     (``backend="zarr"``), read-only (see the module doc). ``external_links``: HDF5 only,
     follow links to other files."""
 
-    def __init__(self, path: Any, backend: str = "h5", *, external_links: bool = False) -> None:
+    def __init__(
+        self,
+        path: Any,
+        backend: str = "h5",
+        *,
+        external_links: bool = False,
+        mode: str = "r",
+    ) -> None:
+        self.target = path
         self.name = os.fspath(path) if isinstance(path, str | os.PathLike) else repr(path)
         options = {"external_links": external_links} if backend == "h5" else {}
         self.backend = backend_for(backend, **options)
         self.foreign = _FORMATS[backend]
-        self.root = self.backend.open(path, "r")  # type: ignore[attr-defined]
         self._batches: dict[str, tuple[int, ...]] = {}
         self._arrays: dict[str, Any] = {}  # a leaf's path -> the library's array
         self._raw: torch.Tensor | None = None  # the HDF5 file, mapped on first lazy leaf
+        if mode == "w":  # a file to write (writer()): not opened now
+            return
+        if mode != "r":
+            raise ValueError(f"{self.name}: mode={mode!r}; expected 'r' or 'w'")
+        self.root = self.backend.open(path, "r")  # type: ignore[attr-defined]
 
     def close(self) -> None:
         """Close the file (HDF5) or the store (zarr); mapped leaves stay readable."""
@@ -168,7 +188,99 @@ class GroupStore(Store):
         offset = arr.id.get_offset()
         return None if offset is None else int(offset)
 
+    def writer(self, **options: Any) -> Writer:
+        """A staged writer of a new file or store here (see :class:`_GroupWriter`)."""
+        return _GroupWriter(self, options.get("arrays") or {}, bool(options.get("discard")))
+
     def check(self, e: TensorEntry) -> None:
         # The library checks what the file records (HDF5's fletcher32, zarr's codecs) as
         # it reads every byte.
         self.backend.read_all(self._arrays[e.ident])
+
+
+class _GroupWriter(Writer):
+    """The saver's nodes and leaves as groups and arrays: staged in memory, written at the
+    commit to a temporary name beside a path and renamed into place (a failed save leaves
+    what was there), or straight into a store object. ``arrays``: the library's options
+    for every new array (``compression=``, ``chunks=``...); ``discard``: the caller drops
+    the saved copy, so :meth:`opened` gives the source tensor back instead of a read."""
+
+    def __init__(self, store: GroupStore, arrays: dict[str, Any], discard: bool) -> None:
+        self.store, self.arrays, self.discard = store, arrays, discard
+        self.metas: dict[str, dict[str, Any]] = {}  # node path -> its meta, parents first
+        self.paths: dict[str, tuple[str, ...]] = {"": ()}  # saver's path -> key path
+        self.data: dict[str, np.ndarray] = {}  # a leaf's file in the tree -> its values
+        self.names: list[str] = []
+        self.read: GroupStore | None = None
+
+    def node(self, rel: str, meta: dict[str, Any], std_json: bool) -> None:
+        self.metas[rel] = meta
+        for key, e in meta["entries"].items():
+            path = (*self.paths[rel], key)
+            if e["kind"] == "jagged":
+                raise TypeError(
+                    f"entry {'.'.join(path)!r} is a jagged tensor, which {self.store.foreign} "
+                    "does not store; pad it (to_padded_tensor) or save with memmap()"
+                )
+            if e["kind"] in ("tensor", "node"):
+                name = e["file"] if e["kind"] == "tensor" else e["dir"]
+                self.paths[f"{rel}/{name}" if rel else name] = path
+
+    def leaf(
+        self,
+        rel: str,
+        t: torch.Tensor,
+        reserve: bool = False,
+        gen: str | None = None,
+        key: str = "",
+    ) -> int:
+        data = numpy_of(t, ".".join(self.paths[rel]), self.store.backend.name)  # no bfloat16
+        self.data[rel] = np.zeros_like(data) if reserve else data
+        self.names.append(rel)
+        return len(self.names) - 1
+
+    def commit(self, num_threads: int = 0) -> None:
+        target = self.store.target
+        if isinstance(target, str | os.PathLike):
+            with atomic_path(os.fspath(target)) as tmp:
+                self._write(tmp)
+        else:
+            self._write(target)
+
+    def _write(self, target: Any) -> None:
+        b = self.store.backend
+        root = b.open(target, "w", {BATCH_ATTR: self.metas[""]["batch_size"]})  # type: ignore[attr-defined]
+        try:
+            groups = {"": root}
+            for rel, meta in self.metas.items():
+                group = groups[rel]
+                for key, e in meta["entries"].items():
+                    name = e.get("file") or e.get("dir")
+                    sub = f"{rel}/{name}" if rel else name
+                    if e["kind"] == "tensor":
+                        b.create_array(group, key, self.data[sub], self.arrays)
+                    elif e["kind"] == "node":
+                        attrs = {BATCH_ATTR: self.metas[sub]["batch_size"]}
+                        groups[sub] = b.create_group(group, key, attrs)
+                    else:  # a value: one, or one per batch element
+                        value = NonTensorData(
+                            stacked_array(e["value"], tuple(meta["batch_size"]), key)
+                            if e.get("stacked")
+                            else e["value"],
+                            stacked=bool(e.get("stacked")),
+                        )
+                        write_non_tensor(b, group, key, value, key)
+            b.structure_changed(root)
+        finally:
+            if b.name == "h5":
+                root.close()
+
+    def opened(self, i: int, t: torch.Tensor) -> torch.Tensor:
+        if self.discard:
+            return t
+        if self.read is None:
+            self.read = GroupStore(self.store.target, self.store.backend.name)
+        path = self.paths[self.names[i]]
+        e = self.read.node("/".join(path[:-1])).entries[path[-1]]
+        assert type(e) is TensorEntry
+        return self.read.tensor(e, "r")

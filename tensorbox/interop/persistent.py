@@ -38,10 +38,10 @@ from tensorbox._core.batchshape import BatchShaped
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.tensordict import TensorDict
 from tensorbox._storage.format.spec import MAX_DEPTH
+from tensorbox._storage.save import Saver
 from tensorbox.errors import BatchSizeError, FormatError, TensorDictKeyError
 from tensorbox.interop._arrays import (
     as_tensor,
-    atomic_path,
     infer_batch_size,
     is_key,
     key_path,
@@ -61,6 +61,7 @@ from tensorbox.interop._backends import (
     backend_for,
     tensor_dtype,
 )
+from tensorbox.interop._group_store import GroupStore
 
 __all__ = ["PersistentTensorDict", "as_class", "from_h5", "from_zarr"]
 
@@ -266,20 +267,13 @@ class PersistentTensorDict(_WholeTreeReads, BatchShaped):
         elif batch_size is not None:
             td = td.clone(recurse=False)
             td.batch_size = batch_size
-        adapter = backend_for(backend)
+        # A save through the seam: the one saver walks and checks the tree, the layout's
+        # writer stages it and writes it at once (a path: under a temporary name).
+        store = GroupStore(filename, backend, mode="w")
+        Saver(store, "copy", True, False, arrays=kwargs, discard=True).run(td, 0)
         if isinstance(filename, str | os.PathLike):
-            with atomic_path(os.fspath(filename)) as tmp:
-                root = adapter.open(tmp, "w", tree_attrs(td))  # type: ignore[attr-defined]
-                try:
-                    write_tree(adapter, root, td, (), kwargs)
-                    adapter.structure_changed(root)
-                finally:
-                    if backend == "h5":
-                        root.close()
             return cls(filename=filename, mode="r+", backend=backend, device=device, **kwargs)
-        root = adapter.open(filename, "w", tree_attrs(td))  # type: ignore[attr-defined]
-        write_tree(adapter, root, td, (), kwargs)
-        adapter.structure_changed(root)
+        root = store.backend.open(filename, "r+")  # type: ignore[attr-defined]
         out = cls(group=root, backend=backend, device=device, mode="r+", **kwargs)
         out._filename = filename
         return out
