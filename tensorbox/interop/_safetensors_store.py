@@ -43,6 +43,7 @@ import torch
 from tensorbox._storage.format.spec import META
 from tensorbox._storage.store import Node, NodeEntry, NodeFiles, Store, TensorEntry, Writer
 from tensorbox.errors import FormatError, KeyCollisionError
+from tensorbox.interop._arrays import atomic_path
 from tensorbox.interop._safetensors_format import CODES, nest, read_header
 
 __all__ = ["SafetensorsStore"]
@@ -197,8 +198,6 @@ class _Writer(Writer):
         return len(self.tensors) - 1
 
     def commit(self, num_threads: int = 0) -> None:
-        from tensorbox.interop.files import _atomic
-
         nest([k for k, _ in self.tensors], self._where())
         header: dict[str, Any] = {}
         if self.metadata:
@@ -216,7 +215,7 @@ class _Writer(Writer):
         blob = json.dumps(header, separators=(",", ":")).encode()
         blob += b" " * (-len(blob) % 8)  # the data starts 8-byte aligned
         self.start = 8 + len(blob)
-        with _atomic(self.name, ".safetensors") as target, open(target, "wb") as f:
+        with atomic_path(self.name) as target, open(target, "wb") as f:
             f.write(struct.pack("<Q", len(blob)))
             f.write(blob)
             for _, t in self.tensors:
