@@ -264,3 +264,50 @@ def test_arrow_tables_round_trip_or_are_refused(case):
     back = to_arrow(td)
     assert back.replace_schema_metadata(None).schema == table.schema
     assert _nan_free(back.to_pylist()) == _nan_free(table.to_pylist())  # NaN == NaN here
+
+
+# ------------------------------------------------------------------ CSV and JSON: pandas' readers
+
+
+def _values(entry):
+    values = entry.tolist() if hasattr(entry, "tolist") else list(entry)
+    return [None if isinstance(v, float) and v != v else v for v in values]
+
+
+@st.composite
+def records(draw):
+    n = draw(st.integers(1, 5))
+    kinds = draw(st.lists(st.sampled_from(["int", "float", "bool", "str"]), min_size=1, max_size=4))
+    item = {
+        "int": st.integers(-(2**53), 2**53),
+        "float": st.floats(allow_nan=False, allow_infinity=False, allow_subnormal=False),
+        "bool": st.booleans(),
+        "str": st.text(alphabet="xyzé ,", min_size=1, max_size=4),  # nothing pandas coerces
+    }
+    cols = {f"c{i}": draw(st.lists(item[k], min_size=n, max_size=n)) for i, k in enumerate(kinds)}
+    return [{k: v[r] for k, v in cols.items()} for r in range(n)]
+
+
+@given(records())
+def test_csv_values_are_those_of_pandas_read_csv(tmp_path_factory, rows):
+    path = tmp_path_factory.mktemp("csv") / "t.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    td = TensorDict.from_csv(path)
+    frame = pd.read_csv(path)
+    assert list(td.keys()) == list(frame.columns)
+    for col in frame.columns:
+        assert _values(td[col]) == _values(frame[col].to_numpy()), col
+
+
+@given(records())
+def test_json_values_are_those_of_pandas_read_json(tmp_path_factory, rows):
+    import orjson
+
+    path = tmp_path_factory.mktemp("json") / "t.json"
+    path.write_bytes(orjson.dumps(rows))
+    td = TensorDict.from_json(path)
+    frame = pd.read_json(path, precise_float=True)  # pandas' default parser rounds floats
+    assert list(td.keys()) == list(frame.columns)
+    for col in frame.columns:
+        # pandas reads 1.0 as int64 1: equal values, pandas' dtype or ours
+        assert _values(td[col]) == _values(frame[col].to_numpy()), col
