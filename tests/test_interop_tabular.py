@@ -100,6 +100,13 @@ def test_a_datetime_entry_that_lost_its_whole_units_is_refused():
         td.to_pandas()
 
 
+def test_an_empty_trailing_dim_is_refused_not_a_crash():
+    td = from_arrow(pa.table({"seq": pa.array([[], []], pa.list_(pa.int64()))}))
+    assert td["seq"].shape == (2, 0)
+    with pytest.raises(ValueError, match=r"entry 'seq' of shape \[2, 0\] has an empty trailing"):
+        to_arrow(td)
+
+
 # ------------------------------------------------------------------ categoricals
 
 

@@ -489,6 +489,11 @@ def _tensor_array(t: Tensor, rows: int, key: str, meta: dict[str, Any]) -> Any:
         raise ValueError(
             f"to_arrow: entry {key!r} of shape {list(t.shape)} does not have {rows} rows"
         )
+    if 0 in t.shape[1:]:  # pyarrow cannot build a fixed-size list of size 0 (it crashes)
+        raise ValueError(
+            f"to_arrow: entry {key!r} of shape {list(t.shape)} has an empty trailing dim, "
+            "which Arrow's fixed-size lists cannot hold; drop the entry or that dim first"
+        )
     if t.dim() > 2:
         meta.setdefault("shapes", {})[key] = list(t.shape)
     values = pa.array(t.contiguous().reshape(-1).numpy())
