@@ -236,6 +236,10 @@ def test_metadata_is_checked_against_the_column_type():
         (b'{"nodes": []}', r"'nodes' should be an object, got list"),
         (b'{"columns": {"x": 3}}', r"type of column 'x' should be an object"),
         (b'{"columns": {"x": {"kind": "bogus"}}}', r"column 'x' has kind 'bogus'"),
+        (b'{"batch_size": []}', r"batch_size is empty"),
+        (b'{"columns": {"x": {"kind": "category", "categories": ["a", "a"]}}}', "repeated"),
+        (b'{"columns": {"x": {"index": [1]}}}', r"index name \[1\]; expected"),
+        (b'{"dtypes": {"x": "bfloat16"}, "shapes": {"x": [2, -1]}}', "list of sizes"),
     ],
 )
 def test_hostile_metadata_is_a_format_error_naming_what_is_wrong(raw, message):

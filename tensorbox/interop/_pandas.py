@@ -216,11 +216,14 @@ def _columns(
             )
         elif info.get("kind") == "category":
             arr = info_array(value, rows, col, info, where)  # checks the codes
-            out[col] = pd.Categorical.from_codes(
-                arr.indices.fill_null(-1).to_numpy(zero_copy_only=False),
-                categories=pd.Index(info["categories"]),
-                ordered=info.get("ordered", False),
-            )
+            try:
+                out[col] = pd.Categorical.from_codes(
+                    arr.indices.fill_null(-1).to_numpy(zero_copy_only=False),
+                    categories=pd.Index(info["categories"]),
+                    ordered=info.get("ordered", False),
+                )
+            except ValueError as err:  # categories pandas refuses (NaN among them...)
+                raise ValueError(f"{where}: entry {col!r}: {err}") from None
         elif "kind" in info:
             out[col] = info_array(value, rows, col, info, where).to_pandas()
         else:

@@ -345,8 +345,15 @@ def check_info(info: Any, label: str, where: str) -> dict[str, Any]:
     if kind not in _KINDS:
         raise bad(f"has kind {kind!r}; expected one of {sorted(_KINDS)}")
     if kind == "category":
-        if not isinstance(info.get("categories"), list):
+        categories = info.get("categories")
+        if not isinstance(categories, list):
             raise bad("has no list of categories")
+        try:
+            unique = len(set(categories)) == len(categories)
+        except TypeError:
+            unique = False
+        if not unique:
+            raise bad("has categories that are repeated or not hashable (values pandas takes)")
         if not isinstance(info.get("ordered", False), bool):
             raise bad("has a non-bool 'ordered'")
         return info
@@ -391,6 +398,8 @@ def parse_meta(raw: bytes | None, where: str) -> dict[str, Any]:
         )
     if "batch_size" in meta:
         _shape(meta["batch_size"], "batch_size", where)
+        if not meta["batch_size"]:  # to_arrow writes the rows first, always
+            raise FormatError(f"{where}: the schema metadata's batch_size is empty")
     for field in ("nodes", "dtypes", "shapes", "columns"):
         value = meta.get(field, {})
         if not isinstance(value, dict):
