@@ -17,10 +17,12 @@ from tensorbox.interop._extras import require
 from tensorbox.interop._tabular import (
     COLUMNS_KEY,
     WHERE,
+    check_codes,
     check_names,
     container_of,
     info_array,
     node_infos,
+    numpy_restore,
     numpy_temporal,
     place_infos,
     split,
@@ -215,17 +217,26 @@ def _columns(
                 "to a column: expected one dim (the rows); flatten or split it first"
             )
         elif info.get("kind") == "category":
-            arr = info_array(value, rows, col, info, where)  # checks the codes
+            codes = value.detach().cpu().numpy()
+            if value.dtype.is_floating_point or value.dtype is torch.bool:
+                raise TypeError(f"{where}: entry {col!r} holds categorical codes of {value.dtype}")
+            check_codes(codes, len(info["categories"]), col, where)
             try:
                 out[col] = pd.Categorical.from_codes(
-                    arr.indices.fill_null(-1).to_numpy(zero_copy_only=False),
+                    codes,
                     categories=pd.Index(info["categories"]),
                     ordered=info.get("ordered", False),
                 )
             except ValueError as err:  # categories pandas refuses (NaN among them...)
                 raise ValueError(f"{where}: entry {col!r}: {err}") from None
         elif "kind" in info:
-            out[col] = info_array(value, rows, col, info, where).to_pandas()
+            ns = value.detach().cpu().numpy() if value.dtype is torch.int64 else None
+            naive = None if ns is None or value.dim() != 1 else numpy_restore(ns, info, col, where)
+            out[col] = (
+                naive
+                if naive is not None
+                else info_array(value, rows, col, info, where).to_pandas()
+            )
         else:
             value = value.detach().cpu()
             out[col] = (value.float() if value.dtype is torch.bfloat16 else value).numpy()

@@ -212,6 +212,34 @@ def restore_temporal(values: np.ndarray, info: dict[str, Any], key: str, where: 
     return pa.array(scaled, pa.int64()).view(pa.time64(unit))
 
 
+def numpy_restore(values: np.ndarray, info: dict[str, Any], key: str, where: str) -> Any:
+    """A naive timestamp or duration column as numpy ``datetime64``/``timedelta64`` in
+    its unit (what pandas holds), without the detour through Arrow; ``None`` for the
+    other kinds. Values that are not whole units are refused, as ``restore_temporal``."""
+    kind, unit = info["kind"], info.get("unit")
+    if kind not in ("timestamp", "duration") or info.get("tz") is not None:
+        return None
+    if unit != "ns" and (values % NS_PER[unit]).any():
+        raise ValueError(
+            f"{where}: entry {key!r} was a {kind}[{unit}] column but holds nanoseconds that "
+            f"are not whole {unit}; round them first"
+        )
+    letter = "M" if kind == "timestamp" else "m"
+    return values.view(f"{letter}8[ns]").astype(f"{letter}8[{unit}]")
+
+
+def check_codes(codes: np.ndarray, count: int, key: str, where: str) -> int:
+    """The smallest code, once every code is checked to be -1 (missing) or one of the
+    ``count`` categories (a ``ValueError`` naming the entry otherwise)."""
+    low, high = (int(codes.min()), int(codes.max())) if len(codes) else (0, 0)
+    if low < -1 or high >= count:
+        raise ValueError(
+            f"{where}: entry {key!r} holds codes outside -1..{count - 1}: it has {count} "
+            "recorded categories"
+        )
+    return low
+
+
 def _whole(arr: Any, target: Any, key: str, where: str) -> Any:
     pa = require("pyarrow", "arrow")
     try:
@@ -247,12 +275,7 @@ def info_array(t: Tensor, rows: int, key: str, info: dict[str, Any], where: str)
     codes = t.numpy()
     if t.dtype.is_floating_point or t.is_complex() or t.dtype is torch.bool:
         raise TypeError(f"{where}: entry {key!r} holds categorical codes of dtype {t.dtype}")
-    low, high = (int(codes.min()), int(codes.max())) if len(codes) else (0, 0)
-    if low < -1 or high >= len(categories):
-        raise ValueError(
-            f"{where}: entry {key!r} holds codes outside -1..{len(categories) - 1}: it has "
-            f"{len(categories)} recorded categories"
-        )
+    low = check_codes(codes, len(categories), key, where)
     try:
         values = pa.array(categories)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
