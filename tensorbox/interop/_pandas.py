@@ -22,7 +22,6 @@ from tensorbox.interop._tabular import (
     container_of,
     info_array,
     node_infos,
-    numpy_restore,
     numpy_temporal,
     place_infos,
     split,
@@ -229,14 +228,8 @@ def _columns(
                 )
             except ValueError as err:  # categories pandas refuses (NaN among them...)
                 raise ValueError(f"{where}: entry {col!r}: {err}") from None
-        elif "kind" in info:
-            ns = value.detach().cpu().numpy() if value.dtype is torch.int64 else None
-            naive = None if ns is None or value.dim() != 1 else numpy_restore(ns, info, col, where)
-            out[col] = (
-                naive
-                if naive is not None
-                else info_array(value, rows, col, info, where).to_pandas()
-            )
+        elif "kind" in info:  # Arrow's cast checks the units and is the fastest here
+            out[col] = info_array(value, rows, col, info, where).to_pandas()
         else:
             value = value.detach().cpu()
             out[col] = (value.float() if value.dtype is torch.bfloat16 else value).numpy()

@@ -212,22 +212,6 @@ def restore_temporal(values: np.ndarray, info: dict[str, Any], key: str, where: 
     return pa.array(scaled, pa.int64()).view(pa.time64(unit))
 
 
-def numpy_restore(values: np.ndarray, info: dict[str, Any], key: str, where: str) -> Any:
-    """A naive timestamp or duration column as numpy ``datetime64``/``timedelta64`` in
-    its unit (what pandas holds), without the detour through Arrow; ``None`` for the
-    other kinds. Values that are not whole units are refused, as ``restore_temporal``."""
-    kind, unit = info["kind"], info.get("unit")
-    if kind not in ("timestamp", "duration") or info.get("tz") is not None:
-        return None
-    if unit != "ns" and (values % NS_PER[unit]).any():
-        raise ValueError(
-            f"{where}: entry {key!r} was a {kind}[{unit}] column but holds nanoseconds that "
-            f"are not whole {unit}; round them first"
-        )
-    letter = "M" if kind == "timestamp" else "m"
-    return values.view(f"{letter}8[ns]").astype(f"{letter}8[{unit}]")
-
-
 def check_codes(codes: np.ndarray, count: int, key: str, where: str) -> int:
     """The smallest code, once every code is checked to be -1 (missing) or one of the
     ``count`` categories (a ``ValueError`` naming the entry otherwise)."""
