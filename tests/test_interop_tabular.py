@@ -100,6 +100,13 @@ def test_a_datetime_entry_that_lost_its_whole_units_is_refused():
         td.to_pandas()
 
 
+def test_an_empty_trailing_dim_is_refused_not_a_crash():
+    td = from_arrow(pa.table({"seq": pa.array([[], []], pa.list_(pa.int64()))}))
+    assert td["seq"].shape == (2, 0)
+    with pytest.raises(ValueError, match=r"entry 'seq' of shape \[2, 0\] has an empty trailing"):
+        to_arrow(td)
+
+
 # ------------------------------------------------------------------ categoricals
 
 
@@ -229,6 +236,10 @@ def test_metadata_is_checked_against_the_column_type():
         (b'{"nodes": []}', r"'nodes' should be an object, got list"),
         (b'{"columns": {"x": 3}}', r"type of column 'x' should be an object"),
         (b'{"columns": {"x": {"kind": "bogus"}}}', r"column 'x' has kind 'bogus'"),
+        (b'{"batch_size": []}', r"batch_size is empty"),
+        (b'{"columns": {"x": {"kind": "category", "categories": ["a", "a"]}}}', "repeated"),
+        (b'{"columns": {"x": {"index": [1]}}}', r"index name \[1\]; expected"),
+        (b'{"dtypes": {"x": "bfloat16"}, "shapes": {"x": [2, -1]}}', "list of sizes"),
     ],
 )
 def test_hostile_metadata_is_a_format_error_naming_what_is_wrong(raw, message):

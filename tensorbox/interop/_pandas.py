@@ -17,6 +17,7 @@ from tensorbox.interop._extras import require
 from tensorbox.interop._tabular import (
     COLUMNS_KEY,
     WHERE,
+    check_codes,
     check_names,
     container_of,
     info_array,
@@ -215,13 +216,19 @@ def _columns(
                 "to a column: expected one dim (the rows); flatten or split it first"
             )
         elif info.get("kind") == "category":
-            arr = info_array(value, rows, col, info, where)  # checks the codes
-            out[col] = pd.Categorical.from_codes(
-                arr.indices.fill_null(-1).to_numpy(zero_copy_only=False),
-                categories=pd.Index(info["categories"]),
-                ordered=info.get("ordered", False),
-            )
-        elif "kind" in info:
+            codes = value.detach().cpu().numpy()
+            if value.dtype.is_floating_point or value.dtype is torch.bool:
+                raise TypeError(f"{where}: entry {col!r} holds categorical codes of {value.dtype}")
+            check_codes(codes, len(info["categories"]), col, where)
+            try:
+                out[col] = pd.Categorical.from_codes(
+                    codes,
+                    categories=pd.Index(info["categories"]),
+                    ordered=info.get("ordered", False),
+                )
+            except ValueError as err:  # categories pandas refuses (NaN among them...)
+                raise ValueError(f"{where}: entry {col!r}: {err}") from None
+        elif "kind" in info:  # Arrow's cast checks the units and is the fastest here
             out[col] = info_array(value, rows, col, info, where).to_pandas()
         else:
             value = value.detach().cpu()

@@ -212,6 +212,18 @@ def restore_temporal(values: np.ndarray, info: dict[str, Any], key: str, where: 
     return pa.array(scaled, pa.int64()).view(pa.time64(unit))
 
 
+def check_codes(codes: np.ndarray, count: int, key: str, where: str) -> int:
+    """The smallest code, once every code is checked to be -1 (missing) or one of the
+    ``count`` categories (a ``ValueError`` naming the entry otherwise)."""
+    low, high = (int(codes.min()), int(codes.max())) if len(codes) else (0, 0)
+    if low < -1 or high >= count:
+        raise ValueError(
+            f"{where}: entry {key!r} holds codes outside -1..{count - 1}: it has {count} "
+            "recorded categories"
+        )
+    return low
+
+
 def _whole(arr: Any, target: Any, key: str, where: str) -> Any:
     pa = require("pyarrow", "arrow")
     try:
@@ -247,12 +259,7 @@ def info_array(t: Tensor, rows: int, key: str, info: dict[str, Any], where: str)
     codes = t.numpy()
     if t.dtype.is_floating_point or t.is_complex() or t.dtype is torch.bool:
         raise TypeError(f"{where}: entry {key!r} holds categorical codes of dtype {t.dtype}")
-    low, high = (int(codes.min()), int(codes.max())) if len(codes) else (0, 0)
-    if low < -1 or high >= len(categories):
-        raise ValueError(
-            f"{where}: entry {key!r} holds codes outside -1..{len(categories) - 1}: it has "
-            f"{len(categories)} recorded categories"
-        )
+    low = check_codes(codes, len(categories), key, where)
     try:
         values = pa.array(categories)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
@@ -345,8 +352,15 @@ def check_info(info: Any, label: str, where: str) -> dict[str, Any]:
     if kind not in _KINDS:
         raise bad(f"has kind {kind!r}; expected one of {sorted(_KINDS)}")
     if kind == "category":
-        if not isinstance(info.get("categories"), list):
+        categories = info.get("categories")
+        if not isinstance(categories, list):
             raise bad("has no list of categories")
+        try:
+            unique = len(set(categories)) == len(categories)
+        except TypeError:
+            unique = False
+        if not unique:
+            raise bad("has categories that are repeated or not hashable (values pandas takes)")
         if not isinstance(info.get("ordered", False), bool):
             raise bad("has a non-bool 'ordered'")
         return info
@@ -391,6 +405,8 @@ def parse_meta(raw: bytes | None, where: str) -> dict[str, Any]:
         )
     if "batch_size" in meta:
         _shape(meta["batch_size"], "batch_size", where)
+        if not meta["batch_size"]:  # to_arrow writes the rows first, always
+            raise FormatError(f"{where}: the schema metadata's batch_size is empty")
     for field in ("nodes", "dtypes", "shapes", "columns"):
         value = meta.get(field, {})
         if not isinstance(value, dict):

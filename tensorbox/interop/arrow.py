@@ -337,7 +337,8 @@ def _categorical(
     target = (CATEGORIES.get() or {}).get(label)
     if target is None and recorded is not None:
         target = recorded.get("categories")
-    idx = np.asarray(pc.fill_null(arr.indices, 0).to_numpy(zero_copy_only=False), np.int64)
+    indices = pc.fill_null(arr.indices, 0) if arr.null_count else arr.indices
+    idx = np.array(indices.to_numpy(zero_copy_only=False))  # a copy: the codes are ours
     if target is not None:
         try:
             value_set = pa.array(target, type=dictionary.type)
@@ -354,12 +355,15 @@ def _categorical(
                 f"categories ({len(target)} of them)"
             )
         if len(transpose):
-            idx = np.asarray(transpose.to_numpy(zero_copy_only=False), np.int64)[idx]
+            idx = np.asarray(transpose.to_numpy(zero_copy_only=False))[idx]
         categories = list(target)
     else:
         categories = dictionary.to_pylist()
     index_dtype = np.dtype(arr.type.index_type.to_pandas_dtype())
-    codes = idx.astype(index_dtype if index_dtype.kind == "i" else np.int64)
+    code_dtype = index_dtype if index_dtype.kind == "i" else np.dtype(np.int64)
+    if len(categories) > np.iinfo(code_dtype).max:  # a file's union outgrew the index type
+        code_dtype = np.dtype(np.int64)
+    codes = idx.astype(code_dtype, copy=False)
     if arr.null_count:
         codes[np.asarray(arr.is_null().to_numpy(zero_copy_only=False))] = -1
     info = {"kind": "category", "categories": categories, "ordered": bool(arr.type.ordered)}
@@ -488,6 +492,11 @@ def _tensor_array(t: Tensor, rows: int, key: str, meta: dict[str, Any]) -> Any:
     if t.dim() == 0 or t.shape[0] != rows:
         raise ValueError(
             f"to_arrow: entry {key!r} of shape {list(t.shape)} does not have {rows} rows"
+        )
+    if 0 in t.shape[1:]:  # pyarrow cannot build a fixed-size list of size 0 (it crashes)
+        raise ValueError(
+            f"to_arrow: entry {key!r} of shape {list(t.shape)} has an empty trailing dim, "
+            "which Arrow's fixed-size lists cannot hold; drop the entry or that dim first"
         )
     if t.dim() > 2:
         meta.setdefault("shapes", {})[key] = list(t.shape)
