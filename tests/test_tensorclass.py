@@ -138,6 +138,8 @@ def test_classvar_and_annotation_objects() -> None:
         x: torch.Tensor
 
     assert [f.name for f in fields(C)] == ["x"] and C.scale == 2.0
+    # tensordict's __expected_keys__: the fields, not the ClassVars
+    assert C(x=torch.zeros(1)).__expected_keys__ == {"x"} == C.__expected_keys__
     # Annotations as objects (no ``from __future__ import annotations`` in the user's module).
     ns = {
         "__annotations__": {"scale": ClassVar[int], "_": dataclasses.KW_ONLY, "x": torch.Tensor},
@@ -764,8 +766,9 @@ def test_memmap_save_load_roundtrip(tmp_path: Path) -> None:
     assert type(TensorDict.load_memmap(tmp_path / "s")) is Step
     with pytest.raises(LockedError):
         saved.action = torch.zeros(4)
-    in_ram = Step.load_memmap(tmp_path / "s", device="cpu")
+    in_ram = Step.load_memmap(tmp_path / "s").clone()  # device="cpu" keeps the mapping
     assert not in_ram.is_memmap() and in_ram.action.tolist() == [0, 1, 2, 3]
+    assert type(in_ram) is Step and in_ram.device == torch.device("cpu")
 
 
 def test_memmap_in_place_like_save_and_wrong_class(tmp_path: Path) -> None:

@@ -46,9 +46,7 @@ def from_safetensors(
 
     The file is mapped once and each tensor is a view of the mapping: nothing is read
     until a tensor is used, so loading one layer of a large checkpoint reads that layer.
-    The file is read as a store on the storage seam
-    (:class:`~tensorbox.interop._safetensors_store.SafetensorsStore`), by the loader that
-    reads saved trees.
+    The file is read by the same loader as saved trees.
 
     Args:
         path: the file.
