@@ -42,8 +42,8 @@ def compare(td: MixinBase, other: Any, op: Callable[..., Tensor]) -> Any:
     """``op`` (``torch.eq`` or ``torch.ne``) leaf by leaf; ``other`` is a container with
     the same keys, a mapping, or a scalar/tensor compared with every tensor leaf."""
     if is_coll(other) or isinstance(other, Mapping):
-        ostore = other if isinstance(other, Mapping) else other._tensordict
-        store = td._tensordict
+        ostore: Mapping[str, Any] = other if isinstance(other, Mapping) else other._tensordict
+        store: Mapping[str, Any] = td._tensordict
         if isinstance(other, Mapping) and None in ostore.values():
             # A None value is no entry (a tensorclass field set to None has none).
             ostore = {k: v for k, v in ostore.items() if v is not None}
@@ -169,7 +169,7 @@ _PYOPS: dict[str, Callable[[Any, Any], Any]] = {
 
 
 def _values_op(
-    out: Any, td: Any, other: Any, pyop: Callable[[Any, Any], Any], sym: str, path: tuple
+    out: Any, td: Any, other: Any, pyop: Callable[[Any, Any], Any], sym: str, path: tuple[str, ...]
 ) -> None:
     """Replace, in the fresh result ``out``, each non-tensor value of ``td`` that faces a
     non-tensor value in ``other`` by ``pyop`` of the two (a bool tensor shaped like the
@@ -193,7 +193,7 @@ def _value_op(
     pyop: Callable[[Any, Any], Any],
     sym: str,
     td: Any,
-    path: tuple,
+    path: tuple[str, ...],
 ) -> Tensor | NonTensorData:
     """``pyop`` of two values as one bool per batch element. Values without the operator
     (strings: a tag beside masks) stay as they are when equal on both sides (tensordict

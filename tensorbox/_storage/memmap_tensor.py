@@ -288,7 +288,7 @@ def _shape_arg(method: str, args: tuple[Any, ...], shape: Any = None) -> Any:
 
 def _nested_of(flat: Tensor, shapes: Tensor) -> MemoryMappedTensor:
     """The nested tensor of ``shapes`` over the flat MemoryMappedTensor ``flat``."""
-    return _nested.view(flat, shapes).as_subclass(MemoryMappedTensor)  # type: ignore[no-any-return]
+    return _nested.view(flat, shapes).as_subclass(MemoryMappedTensor)
 
 
 def _on_storage(storage: Any, dtype: torch.dtype, shape: Any) -> MemoryMappedTensor:
@@ -657,8 +657,10 @@ class MemoryMappedTensor(Tensor):
             )
         if tensor.is_nested:  # its values, one element after the other, in one flat buffer
             flat, shapes = _nested.flat_values(tensor)
-            kw = {"filename": filename, "existsok": existsok, "copy_data": copy_data}
-            return _nested_of(cls.from_tensor(flat, **kw), shapes)
+            mapped = cls.from_tensor(
+                flat, filename=filename, existsok=existsok, copy_data=copy_data
+            )
+            return _nested_of(mapped, shapes)
         shape, dtype = tuple(tensor.shape), tensor.dtype
         if filename is None:
             if copy_data:
