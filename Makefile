@@ -22,7 +22,7 @@ $(BIN)/python:
 # torch is installed first and pinned, so resolving the extras never picks a CUDA build.
 $(VENV)/.core: $(BIN)/python pyproject.toml constraints.txt
 	$(PIP) "torch==2.13.0"
-	$(PIP) -e ".[test,images,interop,s3,http,redis,servers]"
+	$(PIP) -e ".[test,images,interop,s3,http,redis,servers,compat]"
 	@# the redis tests start a redis-server of their own; install it once (as root) when missing
 	@command -v redis-server >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -q && apt-get install -y -q redis-server; } || echo "make test: redis-server is missing and cannot be installed here (not root); its tests skip"
 	touch $@
