@@ -213,3 +213,49 @@ def test_kept_numel_of_an_empty_batch(lib: ModuleType) -> None:
     empty = lib.TensorDict(a=torch.zeros(0, 2), batch_size=[0])
     assert empty.batch_size.numel() == 0 and lib.TensorDict(batch_size=[]).numel() == 1
     assert empty.numel() == (1 if lib.__name__ == "tensordict" else 0)
+
+
+def test_kept_keys_set_on_a_loaded_tree(lib: ModuleType, tmp_path: Path) -> None:
+    """tensordict keeps them in memory; tensorbox saves them to the tree (see
+    test_keys_set_on_a_loaded_tree_are_saved). In both, ``clone()`` keeps changes in memory."""
+    _td(lib).memmap(tmp_path / "t")
+    back = lib.TensorDict.load_memmap(tmp_path / "t")
+    back["new"] = torch.zeros(3)
+    saved = "new" in set(lib.TensorDict.load_memmap(tmp_path / "t").keys())
+    assert saved is (lib.__name__ == "tensorbox")
+    private = lib.TensorDict.load_memmap(tmp_path / "t").clone()
+    private["other"] = torch.zeros(3)
+    assert "other" not in set(lib.TensorDict.load_memmap(tmp_path / "t").keys())
+
+
+def test_kept_a_row_write_into_stacked_text(lib: ModuleType) -> None:
+    """tensordict's stack of one row object twice shares its text, so writing one row
+    writes both; tensorbox writes that row only (as both do for distinct rows)."""
+    row = _row(lib)
+    rows = torch.stack([row, row])
+    rows[0] = _row(lib, "dogs")
+    expect = ["dogs", "dogs"] if lib.__name__ == "tensordict" else ["dogs", "cats"]
+    assert rows["s"] == expect
+    apart = torch.stack([_row(lib), _row(lib)])
+    apart[0] = _row(lib, "dogs")
+    assert apart["s"] == ["dogs", "cats"]
+
+
+def test_kept_load_state_dict_of_a_container(lib: ModuleType) -> None:
+    """tensordict's container is a MutableMapping, tensorbox's is not (a Mapping breaks
+    ``DataLoader(ds, batch_size=None)``); the spellings in docs/migrating.md work in both."""
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 1))
+    weights = lib.TensorDict.from_module(model).apply(lambda t: t.detach() + 1)
+    for state in (weights.state_dict(), weights.flatten_keys(".").to_dict()):
+        fresh = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 1))
+        fresh.load_state_dict(state)
+        assert torch.equal(fresh[0].weight, weights["0", "weight"])
+    fresh = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 1))
+    if lib.__name__ == "tensordict":
+        fresh.load_state_dict(weights.flatten_keys("."))
+        assert torch.equal(fresh[1].bias, weights["1", "bias"])
+    else:
+        with pytest.raises(TypeError, match="Expected state_dict to be dict-like"):
+            fresh.load_state_dict(weights.flatten_keys("."))
