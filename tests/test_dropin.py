@@ -156,3 +156,106 @@ def test_kept_a_loaded_tree_saves_elsewhere_without_copy_existing(
     else:
         elsewhere = back.memmap(tmp_path / "elsewhere")
         assert elsewhere["a"].filename == str((tmp_path / "elsewhere" / "a.memmap").resolve())
+
+
+# ---------------------------------------------------------------- text per row
+
+
+def _row(lib: ModuleType, text: str = "cats") -> object:
+    return lib.TensorDict(a=torch.zeros(()), s=text, batch_size=[])
+
+
+def test_stacked_rows_give_a_value_per_row(lib: ModuleType) -> None:
+    rows = torch.stack([_row(lib), _row(lib)])
+    assert rows["s"] == ["cats", "cats"] and isinstance(rows.get("s"), lib.NonTensorStack)
+    assert rows[0]["s"] == "cats" and rows[:1]["s"] == ["cats"]
+    mixed = torch.stack([_row(lib), _row(lib, "dogs")])
+    assert mixed["s"] == ["cats", "dogs"] and mixed[1]["s"] == "dogs"
+    b3 = lib.TensorDict(a=torch.zeros(3), s="cats", batch_size=[3])
+    assert torch.stack([b3, b3], 1)["s"] == [["cats", "cats"]] * 3
+    assert torch.cat([b3, b3])["s"] == "cats"  # one shared value stays one
+
+
+def test_expand_gives_a_value_per_row_where_it_adds_dims(lib: ModuleType) -> None:
+    assert _row(lib).expand(2)["s"] == ["cats", "cats"]
+    assert _row(lib).expand(2, 3)["s"] == [["cats"] * 3] * 2
+    assert _row(lib).unsqueeze(0)["s"] == ["cats"]
+    one = lib.TensorDict(a=torch.zeros(1), s="cats", batch_size=[1])
+    assert one.expand(3)["s"] == "cats"  # no dim added: one shared value
+
+
+def test_per_row_text_round_trips_through_a_save(lib: ModuleType, tmp_path: Path) -> None:
+    rows = torch.stack([_row(lib), _row(lib, "dogs")])
+    rows.memmap(tmp_path / "t")
+    assert lib.TensorDict.load_memmap(tmp_path / "t")["s"] == ["cats", "dogs"]
+
+
+# ---------------------------------------------------------------- sizes and errors
+
+
+def test_indexing_without_batch_dims_raises_runtime_error(lib: ModuleType) -> None:
+    with pytest.raises(RuntimeError):
+        lib.TensorDict(a=torch.zeros(2))[0]
+
+
+def test_indexing_without_batch_dims_is_a_batch_dim_error() -> None:
+    from tensorbox import TensorDict
+    from tensorbox.errors import BatchDimError
+
+    with pytest.raises(BatchDimError, match=r"batch_size \[\] by 0: it has no batch dims") as err:
+        TensorDict(a=torch.zeros(2))[0]
+    assert isinstance(err.value, IndexError) and isinstance(err.value, ValueError)
+
+
+def test_kept_numel_of_an_empty_batch(lib: ModuleType) -> None:
+    """tensordict: at least 1 (``numel()`` of ``[0]`` is 1); tensorbox: the product, 0,
+    as torch's. The line that works in both: ``td.batch_size.numel()``."""
+    empty = lib.TensorDict(a=torch.zeros(0, 2), batch_size=[0])
+    assert empty.batch_size.numel() == 0 and lib.TensorDict(batch_size=[]).numel() == 1
+    assert empty.numel() == (1 if lib.__name__ == "tensordict" else 0)
+
+
+def test_kept_keys_set_on_a_loaded_tree(lib: ModuleType, tmp_path: Path) -> None:
+    """tensordict keeps them in memory; tensorbox saves them to the tree (see
+    test_keys_set_on_a_loaded_tree_are_saved). In both, ``clone()`` keeps changes in memory."""
+    _td(lib).memmap(tmp_path / "t")
+    back = lib.TensorDict.load_memmap(tmp_path / "t")
+    back["new"] = torch.zeros(3)
+    saved = "new" in set(lib.TensorDict.load_memmap(tmp_path / "t").keys())
+    assert saved is (lib.__name__ == "tensorbox")
+    private = lib.TensorDict.load_memmap(tmp_path / "t").clone()
+    private["other"] = torch.zeros(3)
+    assert "other" not in set(lib.TensorDict.load_memmap(tmp_path / "t").keys())
+
+
+def test_kept_a_row_write_into_stacked_text(lib: ModuleType) -> None:
+    """tensordict's stack of one row object twice shares its text, so writing one row
+    writes both; tensorbox writes that row only (as both do for distinct rows)."""
+    row = _row(lib)
+    rows = torch.stack([row, row])
+    rows[0] = _row(lib, "dogs")
+    expect = ["dogs", "dogs"] if lib.__name__ == "tensordict" else ["dogs", "cats"]
+    assert rows["s"] == expect
+    apart = torch.stack([_row(lib), _row(lib)])
+    apart[0] = _row(lib, "dogs")
+    assert apart["s"] == ["dogs", "cats"]
+
+
+def test_kept_load_state_dict_of_a_container(lib: ModuleType) -> None:
+    """tensordict's container is a MutableMapping, tensorbox's is not (a Mapping breaks
+    ``DataLoader(ds, batch_size=None)``); the spellings in docs/migrating.md work in both."""
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 1))
+    weights = lib.TensorDict.from_module(model).apply(lambda t: t.detach() + 1)
+    for state in (weights.state_dict(), weights.flatten_keys(".").to_dict()):
+        fresh = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 1))
+        fresh.load_state_dict(state)
+        assert torch.equal(fresh[0].weight, weights["0", "weight"])
+    fresh = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 1))
+    if lib.__name__ == "tensordict":
+        fresh.load_state_dict(weights.flatten_keys("."))
+        assert torch.equal(fresh[1].bias, weights["1", "bias"])
+    else:
+        with pytest.raises(TypeError, match="Expected state_dict to be dict-like"):
+            fresh.load_state_dict(weights.flatten_keys("."))

@@ -497,14 +497,13 @@ def test_stack_unbind_roundtrip(shape: list[int], data: st.DataObject) -> None:
 
 def test_stack_and_cat_non_tensor_values() -> None:
     a, b = make_obs(2), make_obs(2, tag="val")
-    same = torch.stack([a, a])
-    assert same.tag == "train"
+    same = torch.stack([a, a])  # a value per element, as tensordict's NonTensorStack
+    assert same.tag == [["train", "train"], ["train", "train"]] and same[0, 1].tag == "train"
     mixed = torch.stack([a, b])
     assert mixed.tag == [["train", "train"], ["val", "val"]] and mixed[1, 0].tag == "val"
     cat = torch.cat([a, b])
-    assert (
-        cat.tag == ["train", "train", "val", "val"] and cat[2:].tag == "val"
-    )  # uniform: one value
+    assert cat.tag == ["train", "train", "val", "val"] and cat[2:].tag == ["val", "val"]
+    assert torch.cat([a, a]).tag == "train"  # one shared value stays one, as tensordict
     assert torch.stack([a[0], b[0]]).tag == ["train", "val"]
     assert [x.tag for x in cat] == ["train", "train", "val", "val"]
 
