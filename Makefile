@@ -35,7 +35,7 @@ $(VENV)/.torch: $(BIN)/python constraints.txt
 
 $(VENV)/.core: $(VENV)/.torch pyproject.toml constraints.txt
 	@echo "== installing tensorbox and the test, interop, remote and server extras"
-	$(PIPV) -e ".[test,images,interop,s3,http,redis,servers]"
+	$(PIPV) -e ".[test,images,interop,s3,http,obstore,redis,servers]"
 	@# the redis tests start a redis-server of their own; install it once (as root) when missing
 	@command -v redis-server >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -q && apt-get install -y -q redis-server; } || echo "make test: redis-server is missing and cannot be installed here (not root); its tests skip"
 	touch $@

@@ -448,3 +448,16 @@ def test_writing_is_a_save_through_the_seam(tmp_path, backend):
     ):
         _save(jag, path, backend)
     assert np.array_equal(_oracle(path, backend, ("a",)), td["a"].numpy())  # the old file stays
+
+
+def test_zarr_layout_reads_through_a_store_object(tmp_path):
+    """zarr reads through any of its stores (here one in memory): the layout takes it."""
+    from tensorbox._storage.persist import load_from
+    from tensorbox.interop._group_store import GroupStore
+
+    mem = zarr.storage.MemoryStore()
+    td = _tree()
+    td.to_zarr(mem)
+    back = load_from(GroupStore(mem, "zarr"))
+    assert torch.equal(back["b", "c"], td["b", "c"]) and back.batch_size == (3, 4)
+    assert np.array_equal(np.asarray(zarr.open_group(mem, mode="r")["a"][...]), td["a"].numpy())

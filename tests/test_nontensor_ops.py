@@ -94,3 +94,14 @@ def test_calling_a_non_tensor_value_calls_what_it_holds() -> None:
     assert NonTensorData(lambda *a, **k: (a, k))(1, z=2) == ((1,), {"z": 2})
     with pytest.raises(TypeError, match="'str' object is not callable"):
         NonTensorData("text")()
+
+
+def test_metadata_takes_a_type_parameter_as_in_tensordict() -> None:
+    from tensorbox import MetaData, TensorClass
+
+    class C(TensorClass):
+        custom_data: MetaData[str]
+
+    c = C(custom_data=MetaData[str]("abc"))
+    assert c.custom_data == "abc" and torch.stack([c, c]).custom_data == "abc"
+    assert isinstance(MetaData("x"), MetaData[str]) and MetaData[str]("y").data == "y"

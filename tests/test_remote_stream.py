@@ -195,3 +195,22 @@ def test_s3_replies_are_streamed_and_vouched_for(
     assert torch.equal(back["x"][::3], td["x"][::3])
     _same(back, td)
     assert type(back["x"]) is MemoryMappedTensor
+
+
+def test_without_the_fast_path_reads_go_through_fsspecs_public_api(
+    s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """s3fs's or aiohttp's internals changed (the fast path is feature-detected): the same
+    tree reads through fsspec's ``cat_ranges``, with the same checks."""
+    import s3fs
+
+    opts = s3_server.storage_options()
+    s3fs.S3FileSystem(**opts).mkdir("tbx-public")
+    td = _tree()
+    url = "s3://tbx-public/ds.tdz"
+    td.memmap(url, archive=True, storage_options=opts)
+    monkeypatch.setattr(remote_transport, "_opener", lambda fs: None)
+    back = TensorDict.load_memmap(url, storage_options=opts)
+    assert torch.equal(back["x"][::3], td["x"][::3])
+    _same(back, td)
+    assert type(back["x"]) is MemoryMappedTensor

@@ -498,17 +498,18 @@ def _resolve(pages: list[_Page]) -> dict[str, str]:
     """The pages' text, each placeholder link made a link to its page and anchor."""
     where = {key: (page.name, anchor) for page in pages for key, anchor in page.anchors().items()}
 
-    def address(page: _Page, key: str) -> str:
-        name, anchor = where[key]
-        return f"#{anchor}" if name == page.name else f"{name}#{anchor}"
-
-    out = {}
+    out: dict[str, str] = {}
     for page in pages:
         lines = list(page.lines)
         while lines and not lines[-1]:
             lines.pop()
         body = "\n".join(lines) + "\n"
-        out[page.name] = re.sub(r"@@\{([^}]*)\}", lambda m, p=page: address(p, m.group(1)), body)
+
+        def address(match: re.Match[str], here: str = page.name) -> str:
+            name, anchor = where[match.group(1)]
+            return f"#{anchor}" if name == here else f"{name}#{anchor}"
+
+        out[page.name] = re.sub(r"@@\{([^}]*)\}", address, body)
     return out
 
 

@@ -48,6 +48,11 @@ def compare(td: MixinBase, other: Any, op: Callable[..., Tensor]) -> Any:
             # A None value is no entry (a tensorclass field set to None has none).
             ostore = {k: v for k, v in ostore.items() if v is not None}
         if store.keys() != ostore.keys():
+            # A tensorclass field set to None is no entry, while TensorDict(tc.to_dict())
+            # holds the None: the two are the same value.
+            store = _without_nones(store, ostore, getattr(other, "__tc_names__", ()))
+            ostore = _without_nones(ostore, store, getattr(td, "__tc_names__", ()))
+        if store.keys() != ostore.keys():
             missing = sorted(set(store) - set(ostore))
             extra = sorted(set(ostore) - set(store))
             raise TensorDictKeyError(
@@ -77,6 +82,19 @@ def compare(td: MixinBase, other: Any, op: Callable[..., Tensor]) -> Any:
         if type(v) is not _NTD
     }
     return td._new_unsafe(res, td._batch_size, td._device)
+
+
+def _without_nones(
+    store: Mapping[str, Any], other: Mapping[str, Any], fields: Any
+) -> Mapping[str, Any]:
+    """``store`` less its None values (as ``NonTensorData``) under the tensorclass field
+    names ``fields`` that ``other`` (that tensorclass's entries) lacks."""
+    drop = [
+        k
+        for k, v in store.items()
+        if k in fields and k not in other and type(v) is _NTD and not v.stacked and v.data is None
+    ]
+    return {k: v for k, v in store.items() if k not in drop} if drop else store
 
 
 def _compare_nontensor(td: MixinBase, v: NonTensorData, o: Any, op: Any) -> Tensor:

@@ -273,13 +273,12 @@ class Saver:
         file = (legacy_name(k) if self.legacy else encode_key(k)) + SUFFIX
         target = f"{directory}/{file}" if directory else file  # a single plain component
         entry = {"kind": "tensor", "dtype": dtype, "shape": list(t.shape), "file": file}
-        if self.mode != "like" and isinstance(t, MemoryMappedTensor):
-            if self._linkable(target, t):
-                # The file stays (linked into the new tree): so do its id and the leaf
-                # (``memmap(path)`` again gives the same leaves, as tensordict's).
-                entry["id"] = getattr(t.untyped_storage(), "_tbx_gen", None) or new_id()
-                self.keeps.append((target, t, store, k, entry))
-                return entry
+        if self.mode != "like" and isinstance(t, MemoryMappedTensor) and self._linkable(target, t):
+            # The file stays (linked into the new tree): so do its id and the leaf
+            # (``memmap(path)`` again gives the same leaves, as tensordict's).
+            entry["id"] = getattr(t.untyped_storage(), "_tbx_gen", None) or new_id()
+            self.keeps.append((target, t, store, k, entry))
+            return entry
         if self.mode == "inplace" and isinstance(t, MemoryMappedTensor):
             where_now = t.filename or "anonymous shared memory"
             assert self.root is not None

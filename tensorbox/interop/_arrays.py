@@ -33,7 +33,6 @@ __all__ = [
     "numpy_of",
     "read",
     "read_non_tensor",
-    "read_rows",
     "tree_attrs",
     "write",
     "write_non_tensor",
@@ -127,18 +126,11 @@ def read(backend: Backend, arr: Any, index: Any) -> np.ndarray:
         n = arr.shape[0]
         rows = np.where(idx < 0, idx + n, idx) if (idx < 0).any() else idx
         if len(rows) == 1 or bool((rows[1:] > rows[:-1]).all()):  # sorted already
-            return read_rows(backend, arr, rows)
+            return backend.read_rows(arr, rows)
         uniq, inverse = np.unique(rows, return_inverse=True)
-        return read_rows(backend, arr, uniq)[inverse]
+        return backend.read_rows(arr, uniq)[inverse]
     out: np.ndarray = backend.read_all(arr)[idx]
     return out
-
-
-def read_rows(backend: Backend, arr: Any, rows: np.ndarray) -> np.ndarray:
-    """Rows ``rows`` (strictly increasing) of ``arr``, read natively."""
-    if backend.name == "zarr":
-        return np.asarray(arr.get_orthogonal_selection((rows,)))
-    return np.asarray(arr[rows])
 
 
 def write(backend: Backend, arr: Any, index: Any, value: np.ndarray) -> None:

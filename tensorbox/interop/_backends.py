@@ -16,6 +16,7 @@ ValueError: backend='hdf4'; expected 'h5' or 'zarr'
 
 from __future__ import annotations
 
+import contextlib
 import json
 from importlib import import_module
 from typing import Any
@@ -188,6 +189,28 @@ class Backend:
 
     def structure_changed(self, root: Any) -> None:
         """Called after keys were added, removed or renamed."""
+
+    def written(self, root: Any) -> None:
+        """Called after a whole tree was written at ``root`` (before it is reopened)."""
+        self.structure_changed(root)
+
+    def close(self, root: Any) -> None:
+        """Close the file or store ``root`` was opened from."""
+        with contextlib.suppress(AttributeError):
+            root.store.close()
+
+    def target(self, root: Any, filename: Any) -> Any:
+        """What reopens ``root`` in another process (``filename``: what it was opened from)."""
+        return filename
+
+    def read_rows(self, arr: Any, rows: np.ndarray) -> np.ndarray:
+        """Rows ``rows`` (strictly increasing) of ``arr``, read natively."""
+        return np.asarray(arr[rows])
+
+    def file_offset(self, arr: Any, root: Any) -> int | None:
+        """Where ``arr``'s bytes lie, whole and in native order, in the file ``root`` was
+        opened from (so they can be mapped); None when they cannot be mapped."""
+        return None
 
 
 #: The module of this package holding each backend (imported on first use).

@@ -88,9 +88,7 @@ class GroupStore(Store):
 
     def close(self) -> None:
         """Close the file (HDF5) or the store (zarr); mapped leaves stay readable."""
-        closer = getattr(self.root, "close", None) or getattr(self.root.store, "close", None)
-        if closer is not None:
-            closer()
+        self.backend.close(self.root)
 
     def where(self, rel: str) -> str:
         return f"{self.name}:/{rel}"
@@ -169,7 +167,7 @@ class GroupStore(Store):
 
     def tensor(self, e: TensorEntry, mode: str) -> torch.Tensor:
         arr = self._arrays[e.ident]
-        offset = self._offset(arr)
+        offset = self.backend.file_offset(arr, self.root)
         if offset is not None and e.nbytes and not offset % e.dtype.itemsize:
             if self._raw is None:
                 with open(self.name, "rb") as f:
@@ -177,16 +175,6 @@ class GroupStore(Store):
                 self._raw = torch.frombuffer(mm, dtype=torch.uint8)
             return self._raw[offset : offset + e.nbytes].view(e.dtype).view(e.shape)
         return as_tensor(self.backend.read_all(arr))
-
-    def _offset(self, arr: Any) -> int | None:
-        """Where a contiguous, unfiltered HDF5 dataset's bytes start in its own file (not
-        one reached through an external link), in native order; else None (read it)."""
-        if self.backend.name != "h5" or arr.file.filename != self.root.file.filename:
-            return None
-        if arr.chunks is not None or arr.compression is not None or not arr.dtype.isnative:
-            return None
-        offset = arr.id.get_offset()
-        return None if offset is None else int(offset)
 
     def writer(self, **options: Any) -> Writer:
         """A staged writer of a new file or store here (see :class:`_GroupWriter`)."""
@@ -270,10 +258,8 @@ class _GroupWriter(Writer):
                             stacked=bool(e.get("stacked")),
                         )
                         write_non_tensor(b, group, key, value, key)
-            b.structure_changed(root)
         finally:
-            if b.name == "h5":
-                root.close()
+            b.written(root)
 
     def opened(self, i: int, t: torch.Tensor) -> torch.Tensor:
         if self.discard:

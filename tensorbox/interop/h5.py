@@ -104,5 +104,20 @@ class H5Backend(Backend):
     def move(self, group: Any, src: str, dst: str) -> None:
         group.move(src, dst)
 
-    def filename(self, root: Any) -> str:
+    def target(self, root: Any, filename: Any) -> Any:
         return str(root.file.filename)
+
+    def written(self, root: Any) -> None:
+        root.close()  # reopened by whoever reads it next
+
+    def close(self, root: Any) -> None:
+        root.close()
+
+    def file_offset(self, arr: Any, root: Any) -> int | None:
+        # contiguous, unfiltered, native order, and in this file (not behind an external link)
+        if arr.file.filename != root.file.filename or arr.chunks is not None:
+            return None
+        if arr.compression is not None or not arr.dtype.isnative:
+            return None
+        offset = arr.id.get_offset()
+        return None if offset is None else int(offset)

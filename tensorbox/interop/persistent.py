@@ -23,7 +23,6 @@ place once complete: a failed save leaves what was there before.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import warnings
@@ -755,14 +754,8 @@ class PersistentTensorDict(_WholeTreeReads, BatchShaped):
 
     def close(self) -> None:
         """Close the file (HDF5) or the store (zarr)."""
-        if self._path:
-            return
-        if self._backend.name == "h5":
-            self._root.close()
-        else:
-            store = self._root.store
-            with contextlib.suppress(AttributeError):
-                store.close()
+        if not self._path:
+            self._backend.close(self._root)
 
     def __enter__(self) -> PersistentTensorDict:
         return self
@@ -773,9 +766,7 @@ class PersistentTensorDict(_WholeTreeReads, BatchShaped):
     # ------------------------------------------------------------ pickling
 
     def __getstate__(self) -> dict[str, Any]:
-        target = self._filename
-        if self._backend.name == "h5":
-            target = self._backend.filename(self._root)  # type: ignore[attr-defined]
+        target = self._backend.target(self._root, self._filename)
         if target is None:
             raise TypeError(
                 f"{self._where()}: a PersistentTensorDict opened from a group object cannot "

@@ -74,9 +74,8 @@ def to_safetensors(td: Any, path: Any, *, metadata: dict[str, str] | None = None
     ``.``. Non-tensor entries are refused (the format holds tensors only).
 
     A save through the storage seam: the one saver walks ``td`` and the file's own
-    writer (:class:`~tensorbox.interop._safetensors_store.SafetensorsStore`) writes it
-    under a temporary name, renamed into place once complete. ``metadata``: the header's
-    ``__metadata__`` strings.
+    writer writes it under a temporary name, renamed into place once complete.
+    ``metadata``: the header's ``__metadata__`` strings.
     """
     from tensorbox._storage.save import Saver
     from tensorbox.interop._safetensors_store import SafetensorsStore

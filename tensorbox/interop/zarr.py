@@ -97,6 +97,9 @@ class ZarrBackend(Backend):
     def read(self, arr: Any, index: Any) -> np.ndarray:
         return np.asarray(arr[index])
 
+    def read_rows(self, arr: Any, rows: np.ndarray) -> np.ndarray:
+        return np.asarray(arr.get_orthogonal_selection((rows,)))
+
     def structure_changed(self, root: Any) -> None:
         # The consolidated copy of the tree's metadata is rewritten after every structural
         # change, so that readers (which take it) never see a stale tree. zarr warns

@@ -45,7 +45,6 @@ from tensorbox._storage.remote.transport import (
     filesystem,
     identity,
     is_url,
-    open_transport,
     read_into,
     read_many,
     read_ranges,
@@ -88,7 +87,6 @@ __all__ = [
     "stamp",
     "strong_etag",
     "timeout",
-    "open_transport",
     "trust_weak",
     "upload",
 ]
@@ -190,6 +188,8 @@ def upload(tmp: str, url: str, storage_options: dict[str, Any] | None = None) ->
     copy's."""
     cache = default_cache()
     try:
+        from tensorbox._storage.remote.stores import open_transport
+
         t = open_transport(url, storage_options)
         try:
             reply = t.put_file(tmp)

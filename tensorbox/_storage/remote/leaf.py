@@ -207,6 +207,9 @@ class _Leaf:
                 raise cache.failure(err, self.url, path) from err
             try:
                 size = os.fstat(fd).st_size
+                if size == 0 and not create:  # being made by another process: not yet
+                    os.close(fd)
+                    return
                 if size == 0 and create:
                     os.ftruncate(fd, self._size_on_disk())
                     size = self._size_on_disk()

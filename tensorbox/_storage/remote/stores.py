@@ -60,10 +60,10 @@ from tensorbox._storage.remote.leaf import (
 )
 from tensorbox._storage.remote.tensor import RemoteRef, RemoteTensor
 from tensorbox._storage.remote.transport import (
+    FsspecTransport,
     ReplyMismatch,
     Transport,
     _versioned,
-    open_transport,
     stamp,
     strong_etag,
     trust_weak,
@@ -734,6 +734,25 @@ def _opened_key(url: str, options: dict[str, Any] | None, cache: bool) -> str:
 
 
 # ---------------------------------------------------------------- the public side
+
+
+def open_transport(url: str, options: dict[str, Any] | None = None) -> Transport:
+    """The transport for ``url``: fsspec's, or obstore's where ``options`` holds
+    ``transport="obstore"`` (or ``$TENSORBOX_REMOTE_TRANSPORT`` is ``obstore``); the
+    other options go to the transport.
+
+    >>> type(open_transport("memory://bucket/x.tdz")).__name__
+    'FsspecTransport'
+    """
+    options = dict(options or {})
+    kind = options.pop("transport", None) or os.environ.get("TENSORBOX_REMOTE_TRANSPORT")
+    if kind in (None, "", "fsspec"):
+        return FsspecTransport(url, options or None)
+    if kind == "obstore":
+        from tensorbox._storage.remote.obstore import ObstoreTransport
+
+        return ObstoreTransport(url, options or None)
+    raise ValueError(f"{url!r}: unknown transport {kind!r}; 'fsspec' or 'obstore'")
 
 
 def open_url(

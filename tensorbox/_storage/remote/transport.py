@@ -507,6 +507,28 @@ async def _http_body(fs: Any, path: str, rng: _Range) -> _Body:
     return reply.content.readany, reply.release, reply.headers.get("ETag")
 
 
+def spread(
+    ranges: Sequence[tuple[str, str, int, int]],
+    members: list[int],
+    at: int,
+    bufs: Sequence[Any],
+    sink: Sink,
+) -> None:
+    """Hand ``bufs`` (an object's bytes from ``at`` on, a request's reply) to ``sink``,
+    spread over the ranges ``members`` of that request."""
+    out: dict[int, tuple[int, list[memoryview]]] = {}
+    for b in bufs:
+        view, a = memoryview(b), at
+        at += len(view)
+        for i in members:
+            s, e = ranges[i][2], ranges[i][3]
+            lo, hi = max(s, a), min(e, at)
+            if lo < hi:
+                out.setdefault(i, (lo - s, []))[1].append(view[lo - a : hi - a])
+    for i, (offset, views) in out.items():
+        sink(i, offset, views)
+
+
 class _SinkFailed(Exception):
     """What the sink raised, carried out of the read untouched (never retried)."""
 
@@ -533,19 +555,8 @@ def _stream(
     unvouched: set[str] = set()
 
     def hand_on(members: list[int], at: int, bufs: list[bytes]) -> None:
-        """``bufs``: the object's bytes from ``at`` on, spread over the ranges inside."""
-        out: dict[int, tuple[int, list[memoryview]]] = {}
-        for b in bufs:
-            view, a = memoryview(b), at
-            at += len(view)
-            for i in members:
-                s, e = ranges[i][2], ranges[i][3]
-                lo, hi = max(s, a), min(e, at)
-                if lo < hi:
-                    out.setdefault(i, (lo - s, []))[1].append(view[lo - a : hi - a])
         try:
-            for i, (offset, views) in out.items():
-                sink(i, offset, views)
+            spread(ranges, members, at, bufs, sink)
         except BaseException as err:
             raise _SinkFailed(err) from err
 
@@ -834,22 +845,3 @@ class FsspecTransport(Transport):
     def put_file(self, local: str, rel: str = "") -> dict[str, Any] | None:
         self.fs.put_file(local, self.path_of(rel))
         return None  # fsspec's put returns nothing to tie the object to these bytes
-
-
-def open_transport(url: str, options: dict[str, Any] | None = None) -> Transport:
-    """The transport for ``url``: fsspec's, or obstore's where ``options`` holds
-    ``transport="obstore"`` (or ``$TENSORBOX_REMOTE_TRANSPORT`` is ``obstore``); the
-    other options go to the transport.
-
-    >>> type(open_transport("memory://bucket/x.tdz")).__name__
-    'FsspecTransport'
-    """
-    options = dict(options or {})
-    kind = options.pop("transport", None) or os.environ.get("TENSORBOX_REMOTE_TRANSPORT")
-    if kind in (None, "", "fsspec"):
-        return FsspecTransport(url, options or None)
-    if kind == "obstore":
-        from tensorbox._storage.remote.obstore import ObstoreTransport
-
-        return ObstoreTransport(url, options or None)
-    raise ValueError(f"{url!r}: unknown transport {kind!r}; 'fsspec' or 'obstore'")
