@@ -4,7 +4,7 @@ Hypothesis draws pandas frames and Arrow tables (numbers and bools, nullable typ
 categoricals, datetimes of every unit with and without a zone, durations, dates, structs,
 fixed-size lists, odd and colliding column names). Each goes through ``from_*`` and
 ``to_*`` and comes back equal by ``pandas.testing`` / ``pyarrow`` equality, or is refused
-with the documented error.
+with the documented error. The ``slow`` variants (``-m slow``) try 2,000 of each.
 """
 
 from __future__ import annotations
@@ -127,6 +127,17 @@ def frames(draw):
 @given(frames())
 @settings(max_examples=60)
 def test_pandas_frames_round_trip_or_are_refused(case):
+    _frame_round_trip(case)
+
+
+@pytest.mark.slow
+@given(frames())
+@settings(max_examples=2000)
+def test_pandas_frames_round_trip_many(case):
+    _frame_round_trip(case)
+
+
+def _frame_round_trip(case):
     df, refusals, collide, separator = case
     if collide:
         with pytest.raises(KeyCollisionError, match="would"):
@@ -259,6 +270,17 @@ def tables(draw):
 @given(tables())
 @settings(max_examples=60)
 def test_arrow_tables_round_trip_or_are_refused(case):
+    _table_round_trip(case)
+
+
+@pytest.mark.slow
+@given(tables())
+@settings(max_examples=2000)
+def test_arrow_tables_round_trip_many(case):
+    _table_round_trip(case)
+
+
+def _table_round_trip(case):
     table, refusals, collide = case
     if collide:
         with pytest.raises(KeyCollisionError, match="would both become key"):
