@@ -409,9 +409,9 @@ class _Server:
             r = _redis()
             for name in ("proto-max-bulk-len", "client-query-buffer-limit"):
                 try:
-                    reply = self.client.config_get(name)
+                    reply: Any = self.client.config_get(name)
                     got[name] = int(next(iter(reply.values())))
-                except (r.exceptions.RedisError, StopIteration, ValueError):
+                except (r.exceptions.RedisError, StopIteration, ValueError, TypeError):
                     pass  # CONFIG refused (managed services): Redis's defaults
             self.limits = (
                 got.get("proto-max-bulk-len", _DEFAULT_MAX_BULK),
