@@ -107,7 +107,17 @@ def open_store(server: _Server, new_meta: dict[str, Any] | None) -> dict[str, An
     """Read the store's metadata and generation (creating both when ``new_meta`` is given
     and the store does not exist), in one atomic round trip; set ``server.gen``.
 
-    Returns the metadata, or None when there is no store (and ``new_meta`` is None)."""
+    Returns the metadata, or None when there is no store (and ``new_meta`` is None).
+    On an error, a client the handle owns is closed (its socket is not left to the GC)."""
+    try:
+        return _open_store(server, new_meta)
+    except BaseException:
+        if server.owns_client:
+            server.client.close()
+        raise
+
+
+def _open_store(server: _Server, new_meta: dict[str, Any] | None) -> dict[str, Any] | None:
     gen = uuid.uuid4().hex
     text = "" if new_meta is None else json.dumps({**new_meta, "generation": gen})
     keys = [server.meta_key, server.index_key]
