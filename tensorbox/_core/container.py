@@ -66,7 +66,6 @@ __all__ = ["TensorCollection"]
 BatchIndex = int | slice | Tensor | Sequence[Any] | EllipsisType | None | tuple[Any, ...]
 
 _NTD = NonTensorData
-_PLAIN = _tree.PLAIN
 _new = object.__new__
 
 

@@ -64,7 +64,7 @@ from tensorbox._storage.load import Loader, _fit, saved_type
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor, _check_mode
 from tensorbox._storage.save import Saver
 from tensorbox._storage.store import Node, Store, verify
-from tensorbox.errors import FormatError
+from tensorbox.errors import FormatError, TreeExistsError
 
 __all__ = [
     "is_memmap",
@@ -397,3 +397,53 @@ def _safetensors(prefix: Any) -> Store:
     from tensorbox.interop._safetensors_store import SafetensorsStore
 
     return SafetensorsStore(prefix)
+
+
+# ------------------------------------------ the rest of the core's persistence port
+# (``tensorbox._core.ports.Persistence``): what the container's methods call besides
+# the four entry points above.
+
+
+def wants_archive(prefix: Any, archive: bool | None, compression: Any) -> bool:
+    """Whether a save to ``prefix`` writes one archive file (``archive=None``: a ``.tdz``
+    name does)."""
+    return bool(_archive.wanted(prefix, archive, compression))
+
+
+def refuse_existing(prefix: Any, existsok: bool, storage_options: Any = None) -> None:
+    """Raise ``TreeExistsError`` when ``existsok`` is False and ``prefix`` holds a tree."""
+    if existsok or prefix is None:
+        return
+    p = os.fspath(prefix)
+    if os.path.isfile(p) or os.path.exists(os.path.join(p, "meta.json")):
+        raise TreeExistsError(
+            f"{p!r} already holds a saved tree (existsok=False); pass existsok=True to replace it"
+        )
+
+
+def extend_(td: Any, rows: Any, *, fsync: bool = False) -> Any:
+    """``td.extend_(rows)`` (:mod:`tensorbox._storage.extend`)."""
+    from tensorbox._storage import extend as _extend
+
+    return _extend.extend_(td, rows, fsync=fsync)
+
+
+def make_new(td: Any, key: Any, shape: Any, dtype: Any) -> torch.Tensor:
+    """``td.make_memmap(key, shape)`` (:mod:`tensorbox._storage.make_entry`)."""
+    from tensorbox._storage import make_entry
+
+    return make_entry.make_new(td, key, shape, dtype)
+
+
+def make_from_tensor(td: Any, key: Any, tensor: Any, copy_data: bool) -> torch.Tensor:
+    """``td.make_memmap_from_tensor(key, tensor)``."""
+    from tensorbox._storage import make_entry
+
+    return make_entry.make_from_tensor(td, key, tensor, copy_data)
+
+
+def make_from_storage(td: Any, key: Any, storage: Any, shape: Any, dtype: Any) -> torch.Tensor:
+    """``td.make_memmap_from_storage(key, storage, shape)``."""
+    from tensorbox._storage import make_entry
+
+    return make_entry.make_from_storage(td, key, storage, shape, dtype)

@@ -19,20 +19,20 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Self, overload
 
 import torch
 from torch import Tensor
 
 from tensorbox._core import lockgraph
-from tensorbox._core.backing import TREES, Backing, hook, install, sync_open
+from tensorbox._core import ports as _ports
+from tensorbox._core.backing import TREES, sync_open
 from tensorbox._core.keys import NestedKey, unravel_key
 from tensorbox._core.methods.base import MixinBase, is_container
 from tensorbox._core.tree import set_locked
-from tensorbox.errors import TreeExistsError
 
-__all__ = ["IOMethods", "file_refs"]
+__all__ = ["IOMethods"]
 
 
 class IOMethods(MixinBase):
@@ -60,11 +60,11 @@ class IOMethods(MixinBase):
     def _through(self, fn: Any, *args: Any) -> Any:
         """Run the write ``fn(*args)`` on this node of a saved tree and commit the tree
         (through the backing hook, see :mod:`tensorbox._core.backing`)."""
-        return _backing().through(self, fn, *args)
+        return _ports.backing().through(self, fn, *args)
 
     def _write_rows(self, index: Any, value: Any) -> None:
         """``self[index] = value`` on a node of a saved tree (through the backing hook)."""
-        _backing().write_rows(self, index, value)
+        _ports.backing().write_rows(self, index, value)
 
     def _write(self, fn: Any, *args: Any) -> Any:
         """``fn(*args)``, committed at once when this is a node of a saved tree."""
@@ -101,10 +101,10 @@ class IOMethods(MixinBase):
         ...     td.is_memmap(), td.is_locked
         (True, True)
         """
-        from tensorbox._storage import persist as _persist
+        _persist = _ports.persistence()
 
         _check_robust_key("memmap_", robust_key)
-        _refuse_existing(prefix, existsok)
+        _persist.refuse_existing(prefix, existsok)
         out: Self = _persist.memmap_(
             self,
             prefix,
@@ -154,13 +154,12 @@ class IOMethods(MixinBase):
         TensorDict nodes, and jagged leaves or keys that layout cannot hold are refused
         (docs/migrating.md says what else the layout lacks). ``robust_key``: as ``memmap_``.
         """
-        from tensorbox._storage import persist as _persist
-        from tensorbox._storage.archive import store as _archive
+        _persist = _ports.persistence()
 
         del copy_existing
         _check_robust_key("memmap", robust_key)
-        archive = _archive.wanted(prefix, archive, compression)
-        _refuse_existing(prefix, existsok)
+        archive = _persist.wants_archive(prefix, archive, compression)
+        _persist.refuse_existing(prefix, existsok)
         out: Self = _persist.memmap(
             self,
             prefix,
@@ -214,18 +213,17 @@ class IOMethods(MixinBase):
         ...     TensorDict.load_memmap(d)["x"][7].tolist()
         [1.0, 1.0, 1.0]
         """
-        from tensorbox._storage import persist as _persist
-        from tensorbox._storage.archive import store as _archive
+        _persist = _ports.persistence()
 
         del copy_existing
-        if _archive.wanted(prefix, archive, None):
+        if _persist.wants_archive(prefix, archive, None):
             raise ValueError(
                 f"memmap_like({str(prefix)!r}) would write an archive (archive=True or a .tdz "
                 "path), and archives are read-only: nothing could fill it. Pass archive=False "
                 "to allocate a folder at that path, or fill a container and save it with "
                 "memmap(..., archive=True)"
             )
-        _refuse_existing(prefix, existsok)
+        _persist.refuse_existing(prefix, existsok)
         out: Self = _persist.memmap_like(
             self, prefix, num_threads=num_threads, fsync=fsync, sparse=sparse, progress=progress
         )
@@ -235,9 +233,7 @@ class IOMethods(MixinBase):
         """A new ``TensorDictStore`` on a Redis server holding a copy of this container
         (keyword arguments as ``TensorDictStore``: ``host``, ``port``, ``db``, ``url``...).
         """
-        from tensorbox._redis import TensorDictStore
-
-        return TensorDictStore.from_tensordict(self, **kwargs)
+        return _ports.live().from_tensordict(self, **kwargs)
 
     def extend_(self, rows: Any, *, fsync: bool = False) -> Self:
         """Append ``rows`` along batch dim 0, in place; returns ``self``.
@@ -260,9 +256,7 @@ class IOMethods(MixinBase):
         >>> TensorDict.load_memmap(path)["label"].tolist()
         [0, 1, 5]
         """
-        from tensorbox._storage import extend as _extend
-
-        out: Self = _extend.extend_(self, rows, fsync=fsync)
+        out: Self = _ports.persistence().extend_(self, rows, fsync=fsync)
         return out
 
     @classmethod
@@ -319,7 +313,7 @@ class IOMethods(MixinBase):
                 f"({type(allow_pickle).__name__})"
             )
         _check_robust_key("load_memmap", robust_key)
-        from tensorbox._storage import persist as _persist
+        _persist = _ports.persistence()
 
         out: Self = _persist.load_memmap(
             cls,
@@ -413,10 +407,8 @@ class IOMethods(MixinBase):
         ...     td["b"] is x, int(TensorDict.load_memmap(d)["b"].sum())
         (True, 6)
         """
-        from tensorbox._storage import make_entry
-
         _check_robust_key("make_memmap", robust_key)
-        return make_entry.make_new(self, key, shape, dtype)
+        return _ports.persistence().make_new(self, key, shape, dtype)
 
     def make_memmap_from_tensor(
         self,
@@ -436,10 +428,8 @@ class IOMethods(MixinBase):
         ...     td.make_memmap_from_tensor("b", torch.ones(3, 2)).sum().item()
         6.0
         """
-        from tensorbox._storage import make_entry
-
         _check_robust_key("make_memmap_from_tensor", robust_key)
-        return make_entry.make_from_tensor(self, key, tensor, copy_data)
+        return _ports.persistence().make_from_tensor(self, key, tensor, copy_data)
 
     def make_memmap_from_storage(
         self,
@@ -461,10 +451,8 @@ class IOMethods(MixinBase):
         >>> td.make_memmap_from_storage("b", data.untyped_storage(), (3, 2))[2].tolist()
         [4.0, 5.0]
         """
-        from tensorbox._storage import make_entry
-
         _check_robust_key("make_memmap_from_storage", robust_key)
-        return make_entry.make_from_storage(self, key, storage, shape, dtype)
+        return _ports.persistence().make_from_storage(self, key, storage, shape, dtype)
 
     def consolidate(
         self,
@@ -562,7 +550,7 @@ class IOMethods(MixinBase):
         >>> TensorDict(x=torch.zeros(2), batch_size=[2]).is_memmap()
         False
         """
-        from tensorbox._storage import persist as _persist
+        _persist = _ports.persistence()
 
         return bool(_persist.is_memmap(self))
 
@@ -586,7 +574,7 @@ class IOMethods(MixinBase):
         them: the values at the time of the call, even when a hook changes the module
         again afterwards).
         """
-        from tensorbox import weights
+        weights = _ports.weights()
 
         if use_state_dict:
             out = cls._new_unsafe({}, torch.Size([]), None)
@@ -662,7 +650,7 @@ class IOMethods(MixinBase):
         goes in as an ``nn.Parameter`` over the same storage); ``False`` puts each tensor
         in as it is.
         """
-        from tensorbox import weights
+        weights = _ports.weights()
 
         if use_state_dict:
             module.load_state_dict(self.state_dict(), strict=strict)
@@ -713,7 +701,7 @@ class IOMethods(MixinBase):
         >>> list(td.state_dict())
         ['layer.weight']
         """
-        from tensorbox import weights
+        weights = _ports.weights()
 
         return weights.state_dict(
             self,  # type: ignore[arg-type]
@@ -741,7 +729,7 @@ class IOMethods(MixinBase):
         >>> w.tolist()   # copied into the existing tensor
         [1.0, 1.0]
         """
-        from tensorbox import weights
+        weights = _ports.weights()
 
         if assign:
             for key, value in state_dict.items():
@@ -767,7 +755,7 @@ class IOMethods(MixinBase):
         """A zero-filled container from ``{key: (element shape, dtype)}``, allocated in
         ``storage`` (memory, ``"memmap"``, ``"h5"``, ``"zarr"``, ``"redis"``; see
         ``tensorbox.interop.schema``)."""
-        from tensorbox.interop import schema as _schema
+        _schema = _ports.formats("schema")
 
         return _schema.from_schema(
             schema, batch_size=batch_size, storage=storage, device=device, **kwargs
@@ -776,59 +764,59 @@ class IOMethods(MixinBase):
     @classmethod
     def from_arrow(cls, table: Any, **kwargs: Any) -> Self:
         """A container of an Arrow table's columns (see ``tensorbox.interop.arrow``)."""
-        from tensorbox.interop import arrow
+        arrow = _ports.formats("arrow")
 
         return arrow.from_arrow(table, cls=cls, **kwargs)  # type: ignore[no-any-return]
 
     def to_arrow(self, *, separator: str | None = None) -> Any:
         """This container as a ``pyarrow.Table`` (see ``tensorbox.interop.arrow``)."""
-        from tensorbox.interop import arrow
+        arrow = _ports.formats("arrow")
 
         return arrow.to_arrow(self, separator=separator)
 
     @classmethod
     def from_pandas(cls, dataframe: Any, **kwargs: Any) -> Self:
         """A container of a pandas DataFrame's columns (see ``tensorbox.interop.arrow``)."""
-        from tensorbox.interop import arrow
+        arrow = _ports.formats("pandas")
 
         return arrow.from_pandas(dataframe, cls=cls, **kwargs)  # type: ignore[no-any-return]
 
     def to_pandas(self, *, separator: str | None = None) -> Any:
         """A pandas DataFrame with one column per leaf (see ``tensorbox.interop.arrow``)."""
-        from tensorbox.interop import arrow
+        arrow = _ports.formats("pandas")
 
         return arrow.to_pandas(self, separator=separator)
 
     @classmethod
     def from_parquet(cls, path: Any, **kwargs: Any) -> Self:
         """A container of a Parquet file's rows (see ``tensorbox.interop.arrow``)."""
-        from tensorbox.interop import files
+        files = _ports.formats("parquet")
 
         return files.from_parquet(path, cls=cls, **kwargs)  # type: ignore[no-any-return]
 
     def to_parquet(self, path: Any, *, separator: str | None = None, **kwargs: Any) -> None:
         """Write this container as a Parquet file (see ``tensorbox.interop.arrow``)."""
-        from tensorbox.interop import files
+        files = _ports.formats("parquet")
 
         files.to_parquet(self, path, separator=separator, **kwargs)
 
     @classmethod
     def from_csv(cls, path: Any, **kwargs: Any) -> Self:
         """A container of a CSV file's columns (see ``tensorbox.interop.arrow``)."""
-        from tensorbox.interop import files
+        files = _ports.formats("csv")
 
         return files.from_csv(path, cls=cls, **kwargs)  # type: ignore[no-any-return]
 
     def to_csv(self, path: Any, *, separator: str | None = None, **kwargs: Any) -> None:
         """Write one CSV column per leaf (see ``tensorbox.interop.arrow``)."""
-        from tensorbox.interop import files
+        files = _ports.formats("csv")
 
         files.to_csv(self, path, separator=separator, **kwargs)
 
     @classmethod
     def from_json(cls, path: Any, *, lines: bool = False, **kwargs: Any) -> Self:
         """A container of a JSON file's records (see ``tensorbox.interop.arrow``)."""
-        from tensorbox.interop import files
+        files = _ports.formats("json")
 
         return files.from_json(path, lines=lines, cls=cls, **kwargs)  # type: ignore[no-any-return]
 
@@ -836,35 +824,35 @@ class IOMethods(MixinBase):
         self, path: Any, *, separator: str | None = None, lines: bool = False, **kwargs: Any
     ) -> None:
         """Write the rows as JSON records (see ``tensorbox.interop.arrow``)."""
-        from tensorbox.interop import files
+        files = _ports.formats("json")
 
         files.to_json(self, path, separator=separator, lines=lines, **kwargs)
 
     @classmethod
     def from_h5(cls, filename: Any, **kwargs: Any) -> Any:
         """Open an HDF5 file as a lazy ``PersistentTensorDict`` (see ``tensorbox.interop``)."""
-        from tensorbox.interop import persistent
+        persistent = _ports.formats("h5")
 
         return persistent.from_h5(filename, **kwargs)
 
     def to_h5(self, filename: Any, **kwargs: Any) -> Any:
         """Write this container to an HDF5 file; returns it opened as a
         ``PersistentTensorDict`` (``kwargs`` go to ``h5py``'s ``create_dataset``)."""
-        from tensorbox.interop import persistent
+        persistent = _ports.formats("h5")
 
         return persistent.PersistentTensorDict.from_dict(self, filename, backend="h5", **kwargs)
 
     @classmethod
     def from_zarr(cls, filename: Any, **kwargs: Any) -> Any:
         """Open a zarr v3 store as a lazy ``PersistentTensorDict`` (see ``tensorbox.interop``)."""
-        from tensorbox.interop import persistent
+        persistent = _ports.formats("zarr")
 
         return persistent.from_zarr(filename, **kwargs)
 
     def to_zarr(self, filename: Any, **kwargs: Any) -> Any:
         """Write this container to a zarr v3 store; returns it opened as a
         ``PersistentTensorDict`` (a tensorclass gets its own class back)."""
-        from tensorbox.interop import persistent
+        persistent = _ports.formats("zarr")
 
         out = persistent.PersistentTensorDict.from_dict(self, filename, backend="zarr", **kwargs)
         return persistent.as_class(type(self), out)
@@ -872,45 +860,45 @@ class IOMethods(MixinBase):
     @classmethod
     def from_safetensors(cls, path: Any, **kwargs: Any) -> Self:
         """The tensors of a ``.safetensors`` file, ``.`` keys nested (no copy)."""
-        from tensorbox.interop import safetensors
+        safetensors = _ports.formats("safetensors")
 
         return safetensors.from_safetensors(path, cls=cls, **kwargs)  # type: ignore[no-any-return]
 
     def to_safetensors(self, path: Any, **kwargs: Any) -> None:
         """Write the tensor leaves as a ``.safetensors`` file, nested keys joined by ``.``."""
-        from tensorbox.interop import safetensors
+        safetensors = _ports.formats("safetensors")
 
         safetensors.to_safetensors(self, path, **kwargs)
 
     def to_mds(self, *, out: Any, **kwargs: Any) -> None:
         """Write the rows as a mosaicml-streaming (MDS) dataset (see ``tensorbox.interop.mds``)."""
-        from tensorbox.interop import mds
+        mds = _ports.formats("mds")
 
         mds.to_mds(self, out=out, **kwargs)
 
     @classmethod
     def from_struct_array(cls, struct_array: Any, **kwargs: Any) -> Self:
         """A container over a numpy structured array's fields (shared memory)."""
-        from tensorbox.interop import structs
+        structs = _ports.formats("struct_array")
 
         return structs.from_struct_array(struct_array, cls=cls, **kwargs)  # type: ignore[no-any-return]
 
     def to_struct_array(self) -> Any:
         """A numpy structured array of this container (a copy)."""
-        from tensorbox.interop import structs
+        structs = _ports.formats("struct_array")
 
         return structs.to_struct_array(self)
 
     @classmethod
     def from_namedtuple(cls, named_tuple: Any, **kwargs: Any) -> Self:
         """A container of a (nested) namedtuple's fields."""
-        from tensorbox.interop import structs
+        structs = _ports.formats("namedtuple")
 
         return structs.from_namedtuple(named_tuple, cls=cls, **kwargs)  # type: ignore[no-any-return]
 
     def to_namedtuple(self, dest_cls: type | None = None) -> Any:
         """A (nested) namedtuple of this container's entries."""
-        from tensorbox.interop import structs
+        structs = _ports.formats("namedtuple")
 
         return structs.to_namedtuple(self, dest_cls)
 
@@ -919,21 +907,21 @@ class IOMethods(MixinBase):
         """A container of a torch pytree's leaves (nested tuples, lists, dicts,
         namedtuples), keyed by their paths; ``to_pytree()`` rebuilds the tree (see
         :mod:`tensorbox.interop.pytrees`)."""
-        from tensorbox.interop import pytrees
+        pytrees = _ports.formats("pytree")
 
         return pytrees.from_pytree(pytree, cls=cls, batch_size=batch_size, **kwargs)  # type: ignore[no-any-return]
 
     def to_pytree(self) -> Any:
         """The pytree this container was built from by ``from_pytree`` (nested dicts for
         any other container)."""
-        from tensorbox.interop import pytrees
+        pytrees = _ports.formats("pytree")
 
         return pytrees.to_pytree(self)
 
     @classmethod
     def from_dataclass(cls, dataclass: Any, **kwargs: Any) -> Any:
         """A container of a dataclass instance's fields."""
-        from tensorbox.interop import structs
+        structs = _ports.formats("dataclass")
 
         return structs.from_dataclass(dataclass, cls=cls, **kwargs)
 
@@ -974,7 +962,7 @@ class IOMethods(MixinBase):
     def from_any(cls, obj: Any, **kwargs: Any) -> Any:
         """A container of a mapping, namedtuple, dataclass, structured array, DataFrame,
         Arrow table or HDF5 object."""
-        from tensorbox.interop import structs
+        structs = _ports.formats("any")
 
         return structs.from_any(obj, cls=cls, **kwargs)
 
@@ -982,59 +970,59 @@ class IOMethods(MixinBase):
 
     def send(self, dst: int, *, group: Any = None, tag: int = 0, packed: bool = True) -> None:
         """Send to rank ``dst``; the peer calls ``recv`` or ``from_remote_init``."""
-        from tensorbox import distributed
+        distributed = _ports.transport()
 
         distributed.send(self, dst, group=group, tag=tag, packed=packed)
 
     def isend(self, dst: int, *, group: Any = None, tag: int = 0, packed: bool = True) -> Any:
         """Start a send; ``wait()`` on the returned Request."""
-        from tensorbox import distributed
+        distributed = _ports.transport()
 
         return distributed.isend(self, dst, group=group, tag=tag, packed=packed)
 
     def recv(self, src: int, *, group: Any = None, tag: int = 0) -> Self:
         """Receive from rank ``src`` into these tensors, in place (same keys, dtypes, shapes)."""
-        from tensorbox import distributed
+        distributed = _ports.transport()
 
         out: Self = distributed.recv(self, src, group=group, tag=tag)
         return out
 
     def irecv(self, src: int, *, group: Any = None, tag: int = 0) -> Any:
         """Start an in-place receive; ``wait()`` on the returned Request."""
-        from tensorbox import distributed
+        distributed = _ports.transport()
 
         return distributed.irecv(self, src, group=group, tag=tag)
 
     @classmethod
     def from_remote_init(cls, src: int, *, group: Any = None, device: Any = None) -> Any:
         """A new container received from rank ``src``, whatever its structure."""
-        from tensorbox import distributed
+        distributed = _ports.transport()
 
         return distributed.recv_structure(src, group=group, device=device)
 
     def broadcast_(self, src: int, *, group: Any = None) -> Self:
         """Copy rank ``src``'s container into this one on every rank, in place."""
-        from tensorbox import distributed
+        distributed = _ports.transport()
 
         out: Self = distributed.broadcast_(self, src, group=group)
         return out
 
     def broadcast(self, src: int, *, group: Any = None) -> Self:
         """Rank ``src``'s container on every rank (built new where it is not ``self``)."""
-        from tensorbox import distributed
+        distributed = _ports.transport()
 
         out: Self = distributed.broadcast(self, src, group=group)
         return out
 
     def all_reduce_(self, op: Any = None, *, group: Any = None, async_op: bool = False) -> Any:
         """Reduce every leaf over the group, in place (``op`` default SUM; AVG works on gloo)."""
-        from tensorbox import distributed
+        distributed = _ports.transport()
 
         return distributed.all_reduce_(self, op, group=group, async_op=async_op)
 
     def all_gather(self, *, group: Any = None) -> Self:
         """Every rank's container stacked along a new first dim."""
-        from tensorbox import distributed
+        distributed = _ports.transport()
 
         out: Self = distributed.all_gather(self, group=group)
         return out
@@ -1054,26 +1042,6 @@ class IOMethods(MixinBase):
 
     # tensordict's spelling: it reduces in place too (tensordict returns None, this returns self).
     all_reduce = all_reduce_
-
-
-def _backing() -> Backing:
-    """The backing hook; the storage layer's write-through unless another was installed."""
-    found = hook()
-    if found is None:
-        from tensorbox._storage import writethrough
-
-        install(writethrough)
-        found = writethrough
-    return found
-
-
-def file_refs() -> tuple[Callable[[Tensor], Any], Callable[[Any], Any]]:
-    """The storage layer's ``(shareable, restore)``: a tensor that maps a file pickles as
-    a reference to it, and the reference opens the file again (see
-    :mod:`tensorbox._storage.memmap_tensor`). Loaded on the first pickle."""
-    from tensorbox._storage.memmap_tensor import restore, shareable
-
-    return shareable, restore
 
 
 def _sub_tree(tree: Any, prefix: Any, subpath: Any) -> Any:
@@ -1109,15 +1077,3 @@ def _check_robust_key(method: str, robust_key: Any) -> None:
             f"{method}: robust_key must be a bool or None, got {robust_key!r} "
             f"({type(robust_key).__name__})"
         )
-
-
-def _refuse_existing(prefix: Any, existsok: bool) -> None:
-    if not existsok and prefix is not None:
-        import os
-
-        p = os.fspath(prefix)
-        if os.path.isfile(p) or os.path.exists(os.path.join(p, "meta.json")):
-            raise TreeExistsError(
-                f"{os.fspath(prefix)!r} already holds a saved tree (existsok=False); "
-                "pass existsok=True to replace it"
-            )

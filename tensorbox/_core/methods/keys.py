@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from tensorbox._core import keyops as _keyops
+from tensorbox._core import ports as _ports
 from tensorbox._core import tree as _tree
 from tensorbox._core.backing import TREES as _TREES
 from tensorbox._core.backing import UNLOCK as _UNLOCK
@@ -50,7 +51,6 @@ if TYPE_CHECKING:
 __all__ = ["KeyList", "KeyMethods", "copy_other", "is_key", "put", "tensor_keys"]
 
 _NTD = NonTensorData
-_PLAIN = _tree.PLAIN
 
 
 def is_key(index: Any) -> bool:
@@ -414,7 +414,7 @@ class KeyMethods(MixinBase):
 
     def _node_for(self, path: tuple[str, ...]) -> TensorCollection:
         """The container that holds ``path[-1]``, creating missing levels."""
-        plain = _PLAIN[0]
+        plain = _ports.plain()
         node: Any = self
         for part in path[:-1]:  # the common case: every level exists and is a TensorDict
             nxt = node._tensordict.get(part)
