@@ -3,8 +3,10 @@
 This class holds the contract and the gates; every other container method is written
 once, typed to return ``Self``, in the mixin of its job (``tensorbox._core.methods``):
 
-- ``KeyMethods`` (``methods/keys.py``): entries by key: get, set, update, select,
-  exclude, rename, flatten_keys, set_at_, update_at_...
+- ``EntryMethods`` (``methods/entries.py``): entries by key: get, set, update, pop,
+  set_at_, update_at_, get_at, non-tensor entries...
+- ``StructureMethods`` (``methods/structure.py``): the key structure: select, exclude,
+  rename_key_, flatten_keys, split_keys, replace...
 - ``LeafMethods`` (``methods/leaves.py``): every leaf: apply, to, clone, casts, detach...
 - ``ShapeMethods`` (``methods/shape.py``): the batch shape: reshape, permute, expand,
   flip, split, unbind, tile...
@@ -49,11 +51,12 @@ from tensorbox._core.backing import UNLOCK as _UNLOCK
 from tensorbox._core.entries import prepare_entry
 from tensorbox._core.keys import format_key
 from tensorbox._core.methods.compat import CompatMethods
+from tensorbox._core.methods.entries import EntryMethods, is_key, put
 from tensorbox._core.methods.io import IOMethods
-from tensorbox._core.methods.keys import KeyMethods, is_key, put
 from tensorbox._core.methods.leaves import LeafMethods
 from tensorbox._core.methods.math import MathMethods
 from tensorbox._core.methods.shape import ShapeMethods
+from tensorbox._core.methods.structure import StructureMethods
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.nontensor import read as _read
 from tensorbox._core.shape import as_batch_size, check_leaf_shape
@@ -70,7 +73,8 @@ _new = object.__new__
 
 
 class TensorCollection(
-    KeyMethods,
+    EntryMethods,
+    StructureMethods,
     LeafMethods,
     ShapeMethods,
     MathMethods,

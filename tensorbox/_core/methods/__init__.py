@@ -1,6 +1,7 @@
 """The container's methods, one mixin per job; ``TensorCollection`` mixes them all in.
 
-- ``keys.KeyMethods``: entries by key: reading, writing, restructuring.
+- ``entries.EntryMethods``: entries by key: reading and writing them.
+- ``structure.StructureMethods``: the key structure: select, exclude, rename, flatten.
 - ``leaves.LeafMethods``: every leaf: apply, to, clone, casts, detach, conversions.
 - ``shape.ShapeMethods``: every batch-shape op.
 - ``math.MathMethods``: operators, elementwise math, reductions.
