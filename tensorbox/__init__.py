@@ -28,7 +28,7 @@ _PORTS = {
     "persistence": "tensorbox._storage.persist",
     "backing": "tensorbox._storage.writethrough",
     "reserve": "tensorbox._storage.reserve:reserve_leaf",
-    "file_refs": "tensorbox._storage.memmap_tensor",
+    "file_refs": "tensorbox._storage.fileref",
     "live": "tensorbox._redis:TensorDictStore",
     "weights": "tensorbox.weights",
     "transport": "tensorbox.distributed",

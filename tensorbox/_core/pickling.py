@@ -1,8 +1,8 @@
 """Pickling a container: its entries, batch size, device and lock, rebuilt without checks.
 
 A tensor that is a view of a mapped file pickles as a reference to that file
-(see ``_storage.memmap_tensor.shareable``, reached through the core's door,
-``_core.methods.io``), so DataLoader workers and producer processes
+(see ``_storage.fileref.shareable``, reached through the core's ``file_refs`` port,
+``_core/ports.py``), so DataLoader workers and producer processes
 reach the same bytes instead of copying them. A tensorclass pickles the same way
 and is rebuilt by its class (importable by pickle, as for any object), through the
 one rule of ``tree.rebuild`` (the entries checked against the class's fields), without
