@@ -764,8 +764,9 @@ def test_memmap_save_load_roundtrip(tmp_path: Path) -> None:
     assert type(TensorDict.load_memmap(tmp_path / "s")) is Step
     with pytest.raises(LockedError):
         saved.action = torch.zeros(4)
-    in_ram = Step.load_memmap(tmp_path / "s", device="cpu")
+    in_ram = Step.load_memmap(tmp_path / "s").clone()  # device="cpu" keeps the mapping
     assert not in_ram.is_memmap() and in_ram.action.tolist() == [0, 1, 2, 3]
+    assert type(in_ram) is Step and in_ram.device == torch.device("cpu")
 
 
 def test_memmap_in_place_like_save_and_wrong_class(tmp_path: Path) -> None:

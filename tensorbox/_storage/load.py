@@ -136,9 +136,9 @@ class Loader:
             )
         if node.stack_dim is not None:
             return self.stack(node, out, cls)
-        # Mapped leaves live on the CPU; a copy lives on ``device``.
-        want = device if device is not None else (None if node.device is None else _CPU)
-        return self.rebuild(node, out, want, cls)
+        # Mapped leaves live on the CPU (as tensordict says, whatever the saved device);
+        # a copy lives on ``device``.
+        return self.rebuild(node, out, _CPU if device is None else device, cls)
 
     def stack(self, node: Node, elements: dict[str, Any], cls: type | None) -> Any:
         """A tensordict lazy stack, loaded as the dense stack of its elements (tensorbox

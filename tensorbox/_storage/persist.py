@@ -160,7 +160,7 @@ def memmap(
                 os.unlink(tmp)
             raise
         local = _remote.upload(tmp, found[1], storage_options)
-        return load_memmap(type(obj), local)
+        return load_memmap(type(obj), local).lock_()  # a save's result is locked
     if archive:
         if prefix is None:
             raise ValueError("archive=True needs a file path to write (prefix is None)")
@@ -221,7 +221,8 @@ def load_memmap(
     cache: bool = True,
     prefetch: bool = False,
 ) -> Any:
-    """Open the tree at ``prefix`` lazily, as ``cls`` (see the module doc), locked.
+    """Open the tree at ``prefix`` lazily, as ``cls`` (see the module doc), unlocked (as
+    tensordict): keys set or removed are saved to a folder tree at once (write-through).
 
     A file at ``prefix`` (or ``FILE::DIR``, a sub-tree) is an archive
     (:mod:`tensorbox._storage.archive.store`): read-only, ``mode`` None or ``"r"``.
@@ -230,7 +231,8 @@ def load_memmap(
     not write raises ``PermissionError`` naming it), ``mode=None`` (the default) the
     same but files it may not write open as ``"r"``, ``mode="r"`` copy-on-write (the files never change:
     fine-tuning loaded weights in place leaves the checkpoint alone). With
-    ``device``, every leaf is copied there (``"cpu"``: read into memory).
+    ``device``, every leaf is copied there; ``"cpu"`` keeps the leaves mapped (they are in
+    CPU memory already), as tensordict does, so writes reach a folder's files.
     ``verify=True`` first reads every byte and checks the checksums the save recorded
     (FormatError naming the file when one differs).
 
@@ -249,7 +251,7 @@ def load_memmap(
 
         _remote.check_mode(prefix, mode)
         store = _remote_tree.open_url(url[1], storage_options, cache)
-        obj = load_from(store, url[2] or "", cls, dev, non_blocking, "r", verify, fit)
+        obj = load_from(store, url[2] or "", cls, dev, non_blocking, "r", verify, fit, False)
         if prefetch:
             _remote_tree.prefetch(obj).result()
         return obj
@@ -261,7 +263,8 @@ def load_memmap(
                 "mode='r+' would let writes reach it. Open it with mode='r' (copy-on-write), "
                 "or save it as a tree (td.memmap(DIR)) and open that with mode='r+'"
             )
-        return load_from(_safetensors(prefix), "", cls, dev, non_blocking, "r", verify, fit)
+        return load_from(_safetensors(prefix), "", cls, _mapped(dev), non_blocking, "r", verify, fit,
+                         False)  # fmt: skip
     found = _archive.split(prefix)
     if found is not None:
         file, inner = found
@@ -274,8 +277,10 @@ def load_memmap(
                 )
             _check_mode(mode)
         return load_from(
-            _archive.ArchiveStore(file), inner, cls, dev, non_blocking, "r", verify, fit
-        )
+            _archive.ArchiveStore(file), inner, cls, _mapped(dev), non_blocking, "r", verify, fit,
+            False,
+        )  # fmt: skip
+    dev = _mapped(dev)
     must_write = mode == "r+"  # asked for: an unwritable file raises (None falls back)
     mode = "r+" if mode is None else mode
     _check_mode(mode)
@@ -300,7 +305,6 @@ def load_memmap(
         gen = _backed.generation(root) if backed else None  # this one, while locked
     finally:
         _commit.read_unlock(lock)
-    obj.lock_()
     if backed:
         _backed.register(obj, root, gen)
     return obj
@@ -376,6 +380,12 @@ def opened(prefix: Any) -> Iterator[tuple[Store, str]]:
         yield FolderStore(root), ""
     finally:
         _commit.read_unlock(lock)
+
+
+def _mapped(device: torch.device | None) -> torch.device | None:
+    """``load_memmap(device="cpu")`` keeps the leaves mapped, as tensordict does: they are
+    in CPU memory already, and on a folder writes reach the files (None: no copy)."""
+    return None if device is not None and device.type == "cpu" else device
 
 
 def _folder(prefix: Any) -> FolderStore | None:

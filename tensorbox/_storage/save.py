@@ -94,6 +94,9 @@ class Saver:
         # A bar for the writes (tensorbox.progress): True, False, or None: shown when
         # stderr is a terminal and the save is large
         self.progress: bool | None = None
+        # The saved container's device becomes the CPU, where its leaves are mapped (as
+        # tensordict's memmap does); a write-through commit keeps the one the user set.
+        self.place = True
         self.writes: list[_Job] = []
         self.keeps: list[_Job] = []  # already mapped there
         self.dirs: list[str] = []  # node paths in the tree, parents first
@@ -326,19 +329,14 @@ class Saver:
         for obj, store, parent, key, _ in self.nodes:
             td = obj
             if self.mode == "inplace":
-                if td.device is not None:
-                    td._device = _cpu(td.device)
+                if self.place:
+                    td._device = _CPU
                 result = obj
                 continue
-            result = type(td)._new_unsafe(store, td.batch_size, _cpu(td.device))
+            result = type(td)._new_unsafe(store, td.batch_size, _CPU)
             if parent is not None:
                 parent[key] = result
         return result
-
-
-def _cpu(device: torch.device | None) -> torch.device | None:
-    """Memory-mapped leaves live on the CPU: a fixed device becomes the CPU."""
-    return None if device is None else _CPU
 
 
 def new_id() -> str:

@@ -105,6 +105,7 @@ def commit(
         checksum=kw.get("checksum", False),
         layout=tree_layout(path),  # a tree in tensordict's layout stays in it
     )
+    saver.place = False  # clear_device_() on a saved tree stays cleared
     run(saver, root, kw.get("num_threads", 0), expect=gen)  # registers the tree again, locks it
     _relock(root, locks, locks[id(root)])
     sync_open(root)
