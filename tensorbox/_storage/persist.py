@@ -45,7 +45,6 @@ registered by ``@tensorclass`` in this process. Otherwise the node loads as a
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -54,17 +53,15 @@ import torch
 from tensorbox._core.jagged import NJT, parts
 from tensorbox._core.tree import CLASS_REGISTRY, iter_shaped
 from tensorbox._storage import backed as _backed
-from tensorbox._storage import commit as _commit
-from tensorbox._storage import remote as _remote
+from tensorbox._storage import resolve as _resolve
 from tensorbox._storage import writethrough as _persist_writes
 from tensorbox._storage.archive import store as _archive
 from tensorbox._storage.backed import run
-from tensorbox._storage.folder import FolderStore
 from tensorbox._storage.load import Loader, _fit, saved_type
-from tensorbox._storage.memmap_tensor import MemoryMappedTensor, _check_mode
+from tensorbox._storage.memmap_tensor import MemoryMappedTensor
+from tensorbox._storage.resolve import resolve
 from tensorbox._storage.save import Saver
 from tensorbox._storage.store import Node, Store, verify
-from tensorbox.errors import FormatError, TreeExistsError
 
 __all__ = [
     "is_memmap",
@@ -99,14 +96,13 @@ def memmap_(
     tree, pending changes included (:mod:`tensorbox._storage.writethrough`); any other
     ``obj`` moves to anonymous shared memory.
     """
-    if _remote.is_url(prefix):
-        _remote.folder_refusal("memmap_", prefix)
+    target = resolve(prefix, archive=False, save=True).save_in_place("memmap_")
     if prefix is None:
         found = _backed.tree_of(obj)
         if found is not None:
             _persist_writes.commit(*found, num_threads=num_threads, fsync=fsync, checksum=checksum)
             return obj.lock_()
-    saver = Saver(_folder(prefix), "inplace", copy_existing, fsync, checksum=checksum)
+    saver = Saver(target, "inplace", copy_existing, fsync, checksum=checksum)
     saver.progress = progress
     run(saver, obj, num_threads, expect=_expect)
     return obj
@@ -135,46 +131,25 @@ def memmap(
     (:mod:`tensorbox._storage.remote`). ``layout="tensordict"`` writes tensordict's own
     folder layout (:mod:`tensorbox._storage.format.legacy`).
     """
-    if layout != "tensorbox" and (archive or _remote.is_url(prefix)):
+    backend = resolve(prefix, archive=archive, save=True)
+    if layout != "tensorbox" and (archive or backend.name != "folder"):
         raise ValueError(
             f"format={layout!r} writes a folder: pass a local folder path without "
             "archive=True (tensorbox's archives use tensorbox's format)"
         )
-    found = _remote.split_url(prefix)
-    if found is not None:
-        if not archive:
-            _remote.folder_refusal("memmap", prefix)
-        tmp = _remote.save_target(found[1], found[2])
-        try:  # written locally, then put as one object
-            memmap(
-                obj,
-                tmp,
-                num_threads=num_threads,
-                checksum=checksum,
-                progress=progress,
-                archive=True,
-                compression=compression,
-            )
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-        local = _remote.upload(tmp, found[1], storage_options)
-        return load_memmap(type(obj), local).lock_()  # a save's result is locked
-    if archive:
-        if prefix is None:
-            raise ValueError("archive=True needs a file path to write (prefix is None)")
-        store: Store = _archive.ArchiveStore(os.path.realpath(os.fspath(prefix)))
-        saver = Saver(store, "copy", True, fsync, checksum=checksum, compression=compression)
-    else:
-        if layout != "tensorbox" and checksum:
-            raise ValueError(
-                f"format={layout!r} has nowhere to record checksums: save with "
-                "tensorbox's format for checksum=True"
-            )
-        saver = Saver(_folder(prefix), "copy", True, fsync, checksum=checksum, layout=layout)
-    saver.progress = progress
-    return run(saver, obj, num_threads)
+    if archive and prefix is None:
+        raise ValueError("archive=True needs a file path to write (prefix is None)")
+    return backend.save(
+        obj,
+        num_threads=num_threads,
+        fsync=fsync,
+        checksum=checksum,
+        progress=progress,
+        archive=archive,
+        compression=compression,
+        storage_options=storage_options,
+        layout=layout,
+    )
 
 
 def memmap_like(
@@ -195,15 +170,8 @@ def memmap_like(
     full disk is an ``OSError`` then. ``sparse=False`` reserves every block now
     (``posix_fallocate``): a disk too small is an ``OSError`` here.
     """
-    if _remote.is_url(prefix):
-        _remote.refuse(
-            "memmap_like",
-            prefix,
-            "memmap_like allocates files to be filled in place, which object storage "
-            "cannot do; fill a local tree (or a container) and save it with "
-            "memmap(url, archive=True)",
-        )
-    saver = Saver(_folder(prefix), "like", True, fsync, sparse=sparse, checksum=checksum)
+    target = resolve(prefix, archive=False, save=True).save_in_place("memmap_like")
+    saver = Saver(target, "like", True, fsync, sparse=sparse, checksum=checksum)
     saver.progress = progress
     return run(saver, obj, num_threads)
 
@@ -243,71 +211,17 @@ def load_memmap(
     The tree opened is one generation: a save running at the same path is waited
     for only while it swaps the trees (see :mod:`tensorbox._storage.commit`).
     """
-    dev = None if device is None else torch.device(device)
-    fit = _fit(cls, strict)
-    url = _remote.split_url(prefix)
-    if url is not None:  # read lazily, leaves fetched on first use (remote_tree)
-        from tensorbox._storage import remote_tree as _remote_tree
-
-        _remote.check_mode(prefix, mode)
-        store = _remote_tree.open_url(url[1], storage_options, cache)
-        obj = load_from(store, url[2] or "", cls, dev, non_blocking, "r", verify, fit, False)
-        if prefetch:
-            _remote_tree.prefetch(obj).result()
-        return obj
-    if _is_safetensors(prefix):
-        if mode not in (None, "r"):
-            _check_mode(mode)
-            raise ValueError(
-                f"{os.fspath(prefix)} is a .safetensors file, which opens read-only: "
-                "mode='r+' would let writes reach it. Open it with mode='r' (copy-on-write), "
-                "or save it as a tree (td.memmap(DIR)) and open that with mode='r+'"
-            )
-        return load_from(_safetensors(prefix), "", cls, _mapped(dev), non_blocking, "r", verify, fit,
-                         False)  # fmt: skip
-    found = _archive.split(prefix)
-    if found is not None:
-        file, inner = found
-        if mode not in (None, "r"):
-            if mode == "r+":
-                raise ValueError(
-                    f"{file} is an archive, which opens read-only: mode='r+' would let writes "
-                    "reach it. Open it with mode='r' (copy-on-write), or unpack it (python -m "
-                    "tensorbox unpack FILE DIR) and open the folder with mode='r+'"
-                )
-            _check_mode(mode)
-        return load_from(
-            _archive.ArchiveStore(file), inner, cls, _mapped(dev), non_blocking, "r", verify, fit,
-            False,
-        )  # fmt: skip
-    dev = _mapped(dev)
-    must_write = mode == "r+"  # asked for: an unwritable file raises (None falls back)
-    mode = "r+" if mode is None else mode
-    _check_mode(mode)
-    root = os.path.realpath(os.fspath(prefix))
-    lock = _commit.read_lock(root)
-    try:
-        copies: list[str] = []
-        obj = load_from(
-            FolderStore(root, must_write), "", cls, dev, non_blocking, mode, verify, fit,
-            lock=False, copies=copies,
-        )  # fmt: skip
-        if copies and mode == "r+":  # a tensordict lazy stack loads as a dense copy
-            if must_write:
-                raise FormatError(
-                    f"{copies[0]}: a tensordict lazy stack loads as a dense copy, which "
-                    "writes would not reach; open the tree with mode='r'"
-                )
-            mode = "r"  # all of it copy-on-write, so no write half-reaches the files
-            obj = load_from(FolderStore(root), "", cls, dev, non_blocking, mode, False, fit,
-                            lock=False)  # fmt: skip
-        backed = mode == "r+" and dev is None  # writes reach this tree: mode="r" is a copy
-        gen = _backed.generation(root) if backed else None  # this one, while locked
-    finally:
-        _commit.read_unlock(lock)
-    if backed:
-        _backed.register(obj, root, gen)
-    return obj
+    return resolve(prefix).load(
+        cls,
+        device=None if device is None else torch.device(device),
+        non_blocking=non_blocking,
+        mode=mode,
+        verify=verify,
+        fit=_fit(cls, strict),
+        storage_options=storage_options,
+        cache=cache,
+        prefetch=prefetch,
+    )
 
 
 def load_from(
@@ -361,52 +275,8 @@ def opened(prefix: Any) -> Iterator[tuple[Store, str]]:
     """``(store, node)`` of the tree a user names by ``prefix``: an archive (``FILE`` or
     ``FILE::DIR``, or a URL of one, read from the local cache) or a folder, read-locked
     meanwhile (one generation)."""
-    url = _remote.split_url(prefix)
-    if url is not None:
-        from tensorbox._storage import remote_tree as _remote_tree
-
-        yield _remote_tree.open_url(url[1]), url[2] or ""
-        return
-    if _is_safetensors(prefix):
-        yield _safetensors(prefix), ""
-        return
-    found = _archive.split(prefix)
-    if found is not None:
-        yield _archive.ArchiveStore(found[0]), found[1]
-        return
-    root = os.path.realpath(os.fspath(prefix))
-    lock = _commit.read_lock(root)
-    try:
-        yield FolderStore(root), ""
-    finally:
-        _commit.read_unlock(lock)
-
-
-def _mapped(device: torch.device | None) -> torch.device | None:
-    """``load_memmap(device="cpu")`` keeps the leaves mapped, as tensordict does: they are
-    in CPU memory already, and on a folder writes reach the files (None: no copy)."""
-    return None if device is not None and device.type == "cpu" else device
-
-
-def _folder(prefix: Any) -> FolderStore | None:
-    """The folder store a save at ``prefix`` writes (None: anonymous shared memory)."""
-    if prefix is None:
-        return None
-    if os.path.isfile(os.fspath(prefix)):
-        _archive.refuse_folder_over(prefix)
-    return FolderStore(os.path.realpath(os.fspath(prefix)))
-
-
-def _is_safetensors(prefix: Any) -> bool:
-    """A ``.safetensors`` file: a read-only tree of its own (``tensorbox.interop``)."""
-    name = os.fspath(prefix)
-    return name.endswith(".safetensors") and os.path.isfile(name)
-
-
-def _safetensors(prefix: Any) -> Store:
-    from tensorbox.interop._safetensors_store import SafetensorsStore
-
-    return SafetensorsStore(prefix)
+    with resolve(prefix).opened() as found:
+        yield found
 
 
 # ------------------------------------------ the rest of the core's persistence port
@@ -420,15 +290,12 @@ def wants_archive(prefix: Any, archive: bool | None, compression: Any) -> bool:
     return bool(_archive.wanted(prefix, archive, compression))
 
 
-def refuse_existing(prefix: Any, existsok: bool, storage_options: Any = None) -> None:
-    """Raise ``TreeExistsError`` when ``existsok`` is False and ``prefix`` holds a tree."""
-    if existsok or prefix is None:
-        return
-    p = os.fspath(prefix)
-    if os.path.isfile(p) or os.path.exists(os.path.join(p, "meta.json")):
-        raise TreeExistsError(
-            f"{p!r} already holds a saved tree (existsok=False); pass existsok=True to replace it"
-        )
+def refuse_existing(
+    prefix: Any, existsok: bool, storage_options: Any = None, archive: bool | None = None
+) -> None:
+    """Raise ``TreeExistsError`` when ``existsok`` is False and ``prefix`` holds a tree, or
+    for a URL an object (:func:`tensorbox._storage.resolve.refuse_existing`)."""
+    _resolve.refuse_existing(prefix, existsok, storage_options, archive)
 
 
 def extend_(td: Any, rows: Any, *, fsync: bool = False) -> Any:

@@ -64,7 +64,7 @@ class PersistenceMethods(MixinBase):
         _persist = _ports.persistence()
 
         _check_robust_key("memmap_", robust_key)
-        _persist.refuse_existing(prefix, existsok)
+        _persist.refuse_existing(prefix, existsok, None, False)
         out: Self = _persist.memmap_(
             self,
             prefix,
@@ -119,7 +119,7 @@ class PersistenceMethods(MixinBase):
         del copy_existing
         _check_robust_key("memmap", robust_key)
         archive = _persist.wants_archive(prefix, archive, compression)
-        _persist.refuse_existing(prefix, existsok)
+        _persist.refuse_existing(prefix, existsok, storage_options, archive)
         out: Self = _persist.memmap(
             self,
             prefix,
@@ -183,7 +183,7 @@ class PersistenceMethods(MixinBase):
                 "to allocate a folder at that path, or fill a container and save it with "
                 "memmap(..., archive=True)"
             )
-        _persist.refuse_existing(prefix, existsok)
+        _persist.refuse_existing(prefix, existsok, None, False)
         out: Self = _persist.memmap_like(
             self, prefix, num_threads=num_threads, fsync=fsync, sparse=sparse, progress=progress
         )
