@@ -25,7 +25,7 @@ _PORTS = {
     "subview": "tensorbox._core.subview:SubTensorDict",
     "lazystack": "tensorbox._core.lazystack:LazyStackedTensorDict",
     # storage: saving and opening trees, writes to saved trees, pickled file references
-    "persistence": "tensorbox._storage.persist",
+    "persistence": "tensorbox._storage.api",
     "backing": "tensorbox._storage.writethrough",
     "reserve": "tensorbox._storage.reserve:reserve_leaf",
     "file_refs": "tensorbox._storage.fileref",

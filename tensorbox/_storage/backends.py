@@ -29,12 +29,12 @@ import torch
 from tensorbox._storage import backed as _backed
 from tensorbox._storage import commit as _commit
 from tensorbox._storage import remote as _remote
+from tensorbox._storage.api import load_from, load_memmap, memmap
 from tensorbox._storage.archive import store as _archive
 from tensorbox._storage.backed import run
 from tensorbox._storage.folder import FolderStore
 from tensorbox._storage.format.spec import META
 from tensorbox._storage.memmap_tensor import _check_mode
-from tensorbox._storage.persist import load_from, load_memmap, memmap
 from tensorbox._storage.resolve import Backend, Where
 from tensorbox._storage.save import Saver
 from tensorbox._storage.store import Store
