@@ -406,6 +406,23 @@ def test_the_knot_is_reported() -> None:
     assert all(m == FACE or not m.startswith("tensorbox._core") for m in knots[0]), knots[0]
 
 
+#: Modules still past the limit, each with the work that splits it (an entry that is no
+#: longer past it fails below, so the list only shrinks).
+OVER_LIMIT_PENDING = {
+    "_storage/remote_tree.py": "issue 30 item 7: a transport, a range cache and the remote stores",
+}
+
+
+def test_no_module_is_past_1000_lines() -> None:
+    sizes = {
+        str(p.relative_to(PKG)): len(p.read_text(encoding="utf-8").splitlines())
+        for p in sorted(PKG.rglob("*.py"))
+    }
+    over = {m: n for m, n in sizes.items() if n > 1000}
+    assert sorted(set(over) - set(OVER_LIMIT_PENDING)) == [], over
+    assert sorted(set(OVER_LIMIT_PENDING) - set(over)) == [], "split already: drop it from the list"
+
+
 if __name__ == "__main__":  # python tests/test_layout.py [PACKAGE_DIR]: the knot of a tree
     root = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else PKG
     knot = strongly_connected(read_graph(root))[0]

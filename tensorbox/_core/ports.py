@@ -105,8 +105,15 @@ class Persistence(Protocol):
         """Whether a save to ``prefix`` writes one archive file (``archive=None``: by name)."""
         ...
 
-    def refuse_existing(self, prefix: Any, existsok: bool, storage_options: Any = None) -> None:
-        """Raise ``TreeExistsError`` when ``existsok`` is False and ``prefix`` holds a tree."""
+    def refuse_existing(
+        self,
+        prefix: Any,
+        existsok: bool,
+        storage_options: Any = None,
+        archive: bool | None = None,
+    ) -> None:
+        """Raise ``TreeExistsError`` when ``existsok`` is False and ``prefix`` holds a tree
+        (or, at a URL, an object)."""
         ...
 
     def extend_(self, td: Any, rows: Any, *, fsync: bool = False) -> Any:

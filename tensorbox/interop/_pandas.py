@@ -14,7 +14,17 @@ from torch import Tensor
 
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox.interop._extras import require
-from tensorbox.interop._tabular import COLUMNS_KEY, WHERE, check_names, node_infos, temporal
+from tensorbox.interop._tabular import (
+    COLUMNS_KEY,
+    WHERE,
+    check_names,
+    container_of,
+    info_array,
+    node_infos,
+    place_infos,
+    split_names,
+    temporal,
+)
 
 __all__ = ["from_pandas", "to_pandas"]
 
@@ -134,8 +144,6 @@ def from_pandas(
     >>> td["kind"].tolist(), to_pandas(td)["kind"].tolist()
     ([1, 0, 1], ['b', 'a', 'b'])
     """
-    from tensorbox.interop.arrow import _place_infos, _split, container_of
-
     pd = require("pandas", "arrow")
     where = WHERE.get() or "from_pandas"
     if not isinstance(dataframe, pd.DataFrame):
@@ -158,7 +166,7 @@ def from_pandas(
         source[key] = value
     if batch_size is None and not auto_batch_size:
         batch_size = [len(dataframe)]
-    source = _place_infos(_split(source, separator), infos, separator)
+    source = place_infos(split_names(source, separator), infos, separator)
     return container_of(cls, source, batch_size, device, auto_batch_size, batch_dims, where)
 
 
@@ -176,8 +184,6 @@ def _columns(
 ) -> dict[str, Any]:
     """One 1-D column per leaf (numpy arrays, lists, or the pandas values a column info
     restores); the columns that were an index go into ``index``."""
-    from tensorbox.interop.arrow import _info_array
-
     pd = require("pandas", "arrow")
     rows = td.batch_size[0] if td.batch_dims else 1
     infos = node_infos(td, where)
@@ -205,14 +211,14 @@ def _columns(
                 "to a column: expected one dim (the rows); flatten or split it first"
             )
         elif info.get("kind") == "category":
-            arr = _info_array(value, rows, col, info, where)  # checks the codes
+            arr = info_array(value, rows, col, info, where)  # checks the codes
             out[col] = pd.Categorical.from_codes(
                 arr.indices.fill_null(-1).to_numpy(zero_copy_only=False),
                 categories=pd.Index(info["categories"]),
                 ordered=info.get("ordered", False),
             )
         elif "kind" in info:
-            out[col] = _info_array(value, rows, col, info, where).to_pandas()
+            out[col] = info_array(value, rows, col, info, where).to_pandas()
         else:
             value = value.detach().cpu()
             out[col] = (value.float() if value.dtype is torch.bfloat16 else value).numpy()

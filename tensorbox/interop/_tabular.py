@@ -32,7 +32,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
+import torch
+from torch import Tensor
 
+from tensorbox._core.nontensor import NonTensorData
 from tensorbox.errors import FormatError, KeyCollisionError
 from tensorbox.interop._extras import require
 
@@ -306,3 +309,102 @@ def jsonable(value: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return True
+
+
+# ----- shared by the Arrow and pandas bridges (arrow.py, _pandas.py: neither imports the other back)
+
+
+def container_of(
+    cls: Any,
+    source: dict[str, Any],
+    batch_size: Any,
+    device: Any,
+    auto_batch_size: bool,
+    batch_dims: int | None,
+    where: str,
+) -> Any:
+    """The container of type ``cls`` (TensorDict, or a tensorclass) around ``source``,
+    its batch size given or found (``auto_batch_size``); ``where`` names the caller."""
+    from tensorbox._core.tensordict import TensorDict
+    from tensorbox._tensorclass import is_tensorclass
+
+    if auto_batch_size and batch_size is not None:
+        raise TypeError(
+            f"{where}: Conflicting batch sizes: pass batch_size or auto_batch_size=True, not both"
+        )
+    td = TensorDict(source, batch_size=batch_size, device=device)
+    if auto_batch_size:
+        td.auto_batch_size_(batch_dims=batch_dims)
+    if cls is not None and is_tensorclass(cls):
+        # a tensorclass has no field for the column record: its entries stay the codes
+        # and the int64 nanoseconds (as tensordict's), without categories and units
+        return cls.from_tensordict(td.exclude(COLUMNS_KEY) if COLUMNS_KEY in td else td)
+    return td
+
+
+def split_names(source: dict[str, Any], separator: str | None) -> dict[str, Any]:
+    """Nest flat column names ``"a.b"`` as ``a -> b`` (when a separator is given; the
+    names were checked by ``check_names``: no two land on one key)."""
+    if not separator:
+        return source
+    out: dict[str, Any] = {}
+    for name, value in source.items():
+        parts = name.split(separator)
+        node = out
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+    return out
+
+
+def place_infos(
+    source: dict[str, Any], infos: dict[str, Any], separator: str | None
+) -> dict[str, Any]:
+    """Put the column infos of the top-level columns beside their entries, in the node
+    each column landed in (``"a.b"`` with a separator: node ``a``, name ``b``)."""
+    per_node: dict[tuple[str, ...], dict[str, Any]] = {}
+    for name, info in infos.items():
+        parts = tuple(name.split(separator)) if separator else (name,)
+        per_node.setdefault(parts[:-1], {})[parts[-1]] = info
+    for node_path, node_infos_ in per_node.items():
+        node = source
+        for p in node_path:
+            node = node[p]
+        node[COLUMNS_KEY] = NonTensorData(node_infos_)
+    return source
+
+
+def info_array(t: Tensor, rows: int, key: str, info: dict[str, Any], where: str) -> Any:
+    """The Arrow array a column info restores: a dictionary array of a categorical's
+    codes, a temporal array of int64 nanoseconds."""
+    pa = require("pyarrow", "arrow")
+    t = t.detach().cpu()
+    if t.dim() != 1 or t.shape[0] != rows:
+        raise ValueError(
+            f"{where}: entry {key!r} of shape {list(t.shape)} was a {info['kind']} column "
+            f"and should hold one value per row ({rows})"
+        )
+    if info["kind"] != "category":
+        if t.dtype is not torch.int64:
+            raise TypeError(
+                f"{where}: entry {key!r} was a {info['kind']} column and should hold int64 "
+                f"nanoseconds, not {t.dtype}"
+            )
+        return restore_temporal(t.numpy(), info, key, where)
+    categories = info["categories"]
+    codes = t.numpy()
+    if t.dtype.is_floating_point or t.is_complex() or t.dtype is torch.bool:
+        raise TypeError(f"{where}: entry {key!r} holds categorical codes of dtype {t.dtype}")
+    if len(codes) and (codes.min() < -1 or codes.max() >= len(categories)):
+        raise ValueError(
+            f"{where}: entry {key!r} holds codes outside -1..{len(categories) - 1}: it has "
+            f"{len(categories)} recorded categories"
+        )
+    try:
+        values = pa.array(categories)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise TypeError(
+            f"{where}: the categories of entry {key!r} have no Arrow form ({err})"
+        ) from None
+    indices = pa.array(codes, mask=codes < 0) if len(codes) else pa.array(codes)
+    return pa.DictionaryArray.from_arrays(indices, values, ordered=info.get("ordered", False))

@@ -52,10 +52,13 @@ from tensorbox.interop._tabular import (
     COLUMNS_KEY,
     WHERE,
     check_names,
+    container_of,
+    info_array,
     jsonable,
     node_infos,
     parse_meta,
-    restore_temporal,
+    place_infos,
+    split_names,
     temporal,
 )
 
@@ -99,34 +102,6 @@ def _pa() -> Any:
 
 
 # ------------------------------------------------------------------ Arrow -> tree
-
-
-def container_of(
-    cls: Any,
-    source: dict[str, Any],
-    batch_size: Any,
-    device: Any,
-    auto_batch_size: bool,
-    batch_dims: int | None,
-    where: str,
-) -> Any:
-    """The container of type ``cls`` (TensorDict, or a tensorclass) around ``source``,
-    its batch size given or found (``auto_batch_size``); ``where`` names the caller."""
-    from tensorbox._core.tensordict import TensorDict
-    from tensorbox._tensorclass import is_tensorclass
-
-    if auto_batch_size and batch_size is not None:
-        raise TypeError(
-            f"{where}: Conflicting batch sizes: pass batch_size or auto_batch_size=True, not both"
-        )
-    td = TensorDict(source, batch_size=batch_size, device=device)
-    if auto_batch_size:
-        td.auto_batch_size_(batch_dims=batch_dims)
-    if cls is not None and is_tensorclass(cls):
-        # a tensorclass has no field for the column record: its entries stay the codes
-        # and the int64 nanoseconds (as tensordict's), without categories and units
-        return cls.from_tensordict(td.exclude(COLUMNS_KEY) if COLUMNS_KEY in td.keys() else td)
-    return td
 
 
 def _is_tensor_collection_class(cls: Any) -> bool:
@@ -425,38 +400,6 @@ def _build(source: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _split(source: dict[str, Any], separator: str | None) -> dict[str, Any]:
-    """Nest flat column names ``"a.b"`` as ``a -> b`` (when a separator is given; the
-    names were checked by ``check_names``: no two land on one key)."""
-    if not separator:
-        return source
-    out: dict[str, Any] = {}
-    for name, value in source.items():
-        parts = name.split(separator)
-        node = out
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = value
-    return out
-
-
-def _place_infos(
-    source: dict[str, Any], infos: dict[str, Any], separator: str | None
-) -> dict[str, Any]:
-    """Put the column infos of the top-level columns beside their entries, in the node
-    each column landed in (``"a.b"`` with a separator: node ``a``, name ``b``)."""
-    per_node: dict[tuple[str, ...], dict[str, Any]] = {}
-    for name, info in infos.items():
-        parts = tuple(name.split(separator)) if separator else (name,)
-        per_node.setdefault(parts[:-1], {})[parts[-1]] = info
-    for node_path, node_infos_ in per_node.items():
-        node = source
-        for p in node_path:
-            node = node[p]
-        node[COLUMNS_KEY] = NonTensorData(node_infos_)
-    return source
-
-
 def from_arrow(
     table: Any,
     *,
@@ -521,7 +464,7 @@ def from_arrow(
         source = _copied(source)
     if batch_size is None and not auto_batch_size:
         batch_size = _rows_first(meta.get("batch_size", [rows]), rows)
-    source = _place_infos(_split(_build(source), separator), infos, separator)
+    source = place_infos(split_names(_build(source), separator), infos, separator)
     return container_of(cls, source, batch_size, device, auto_batch_size, batch_dims, where)
 
 
@@ -568,42 +511,6 @@ def _object_array(value: NonTensorData, rows: int, key: str) -> Any:
         ) from None
 
 
-def _info_array(t: Tensor, rows: int, key: str, info: dict[str, Any], where: str) -> Any:
-    """The Arrow array a column info restores: a dictionary array of a categorical's
-    codes, a temporal array of int64 nanoseconds."""
-    pa = _pa()
-    t = t.detach().cpu()
-    if t.dim() != 1 or t.shape[0] != rows:
-        raise ValueError(
-            f"{where}: entry {key!r} of shape {list(t.shape)} was a {info['kind']} column "
-            f"and should hold one value per row ({rows})"
-        )
-    if info["kind"] != "category":
-        if t.dtype is not torch.int64:
-            raise TypeError(
-                f"{where}: entry {key!r} was a {info['kind']} column and should hold int64 "
-                f"nanoseconds, not {t.dtype}"
-            )
-        return restore_temporal(t.numpy(), info, key, where)
-    categories = info["categories"]
-    codes = t.numpy()
-    if t.dtype.is_floating_point or t.is_complex() or t.dtype is torch.bool:
-        raise TypeError(f"{where}: entry {key!r} holds categorical codes of dtype {t.dtype}")
-    if len(codes) and (codes.min() < -1 or codes.max() >= len(categories)):
-        raise ValueError(
-            f"{where}: entry {key!r} holds codes outside -1..{len(categories) - 1}: it has "
-            f"{len(categories)} recorded categories"
-        )
-    try:
-        values = pa.array(categories)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-        raise TypeError(
-            f"{where}: the categories of entry {key!r} have no Arrow form ({err})"
-        ) from None
-    indices = pa.array(codes, mask=codes < 0) if len(codes) else pa.array(codes)
-    return pa.DictionaryArray.from_arrays(indices, values, ordered=info.get("ordered", False))
-
-
 def _recorded(info: dict[str, Any]) -> dict[str, Any]:
     """What of a column info goes into the schema metadata (the Arrow type says the
     rest): the index name, and a categorical's categories, as Parquet keeps only those a
@@ -633,7 +540,7 @@ def _arrays(
         if info is not None and _recorded(info):
             meta.setdefault("columns", {})[key] = _recorded(info)
         if isinstance(value, Tensor) and info is not None and "kind" in info:
-            arr = _info_array(value, rows, key, info, "to_arrow")
+            arr = info_array(value, rows, key, info, "to_arrow")
         elif isinstance(value, Tensor):
             arr = _tensor_array(value, rows, key, meta)
         elif isinstance(value, NonTensorData):
