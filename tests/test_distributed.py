@@ -308,6 +308,14 @@ def test_shard_indices_are_distributed_samplers_order(
     assert got.tolist() == list(sampler)
 
 
+def test_a_rank_past_the_rows_gets_none() -> None:
+    # fewer rows than ranks, drop_last: the split BatchLoader uses raised from arange
+    from tensorbox.data.sharding import share_positions
+
+    assert share_positions(2, num_replicas=3, rank=2, drop_last=True).tolist() == []
+    assert tbd.shard_indices(2, 2, 3, drop_last=True).tolist() == []
+
+
 def test_shard_indices_cover_every_row_once_per_epoch() -> None:
     shards = [tbd.shard_indices(100, r, 4, shuffle=True, epoch=3) for r in range(4)]
     assert sorted(torch.cat(shards).tolist()) == list(range(100))
