@@ -1,5 +1,6 @@
 """Draw the docs' pictures into docs/img/: benchmark charts from benchmarks/results/*.json,
-a diagram of the on-disk layout, and a batch of augmented images.
+a diagram of the on-disk layout, and a batch of augmented images; and the save/open
+tables of docs/persistence.md, from the same results file as their chart.
 
     python benchmarks/figures.py            # all of them
     python benchmarks/figures.py --only persist loader
@@ -93,6 +94,41 @@ def persist(plt: Any) -> None:
     fig.tight_layout()
     _save(fig, "persist.svg")
     plt.close(fig)
+    _write_persist_tables(r)
+
+
+#: Where persist()'s tables go: between these lines of docs/persistence.md.
+PERSIST_PAGE = ROOT / "docs" / "persistence.md"
+TABLE_START = "<!-- tables: drawn by benchmarks/figures.py from benchmarks/results/persist.json -->"
+TABLE_END = "<!-- end of tables -->"
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f}" if v >= 10 else f"{v:.1f}"
+
+
+def persist_tables(r: dict[str, Any]) -> str:
+    """The tables of docs/persistence.md, from the same results as the chart."""
+    head = " | ".join(r["layouts"])
+    lines = [f"| save, ms (median) | {head} |", "|---" * (len(r["layouts"]) + 1) + "|"]
+    lines += [f"| {k} | {' | '.join(map(_ms, v))} |" for k, v in r["save_ms"].items()]
+    lines += ["", f"| open (lazy) / open + read every byte, ms | {head} |"]
+    lines.append("|---" * (len(r["layouts"]) + 1) + "|")
+    for k, lazy in r["open_ms"].items():
+        full = r["open_read_ms"][k]
+        if any(v is not None for v in (*lazy, *full)):
+            cells = (f"{_ms(a)} / {_ms(b)}" for a, b in zip(lazy, full))
+            lines.append(f"| {k} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+def _write_persist_tables(r: dict[str, Any]) -> None:
+    text = PERSIST_PAGE.read_text(encoding="utf-8")
+    start = text.index(TABLE_START) + len(TABLE_START)
+    end = text.index(TABLE_END)
+    new = f"{text[:start]}\n\n{persist_tables(r)}\n\n{text[end:]}"
+    if new != text:
+        PERSIST_PAGE.write_text(new, encoding="utf-8")
 
 
 def loader(plt: Any) -> None:

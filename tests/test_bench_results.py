@@ -41,10 +41,31 @@ def test_the_charts_draw_from_the_results(tmp_path: Path, monkeypatch: pytest.Mo
     pytest.importorskip("matplotlib")
     from benchmarks import figures
 
-    monkeypatch.setattr(figures, "IMG", tmp_path)
+    monkeypatch.setattr(figures, "IMG", tmp_path / "img")
+    # persist() also writes the page's tables: into a copy of the page, with them removed
+    page = tmp_path / "persistence.md"
+    text = figures.PERSIST_PAGE.read_text(encoding="utf-8")
+    start = text.index(figures.TABLE_START) + len(figures.TABLE_START)
+    page.write_text(text[:start] + "\n" + text[text.index(figures.TABLE_END) :])
+    monkeypatch.setattr(figures, "PERSIST_PAGE", page)
     plt = figures._setup()
     for name in ("ops", "persist", "loader"):
         figures.FIGURES[name](plt)
-    drawn = {p.name for p in tmp_path.iterdir()}
+    drawn = {p.name for p in (tmp_path / "img").iterdir()}
     assert drawn == {"ops.svg", "persist.svg", "loader.svg"}
-    assert "Source: benchmarks/ops.py" in (tmp_path / "ops.svg").read_text()
+    assert "Source: benchmarks/ops.py" in (tmp_path / "img" / "ops.svg").read_text()
+    assert page.read_text(encoding="utf-8") == text
+
+
+def test_the_persist_tables_are_the_charts_results() -> None:
+    # docs/persistence.md's tables and its chart come from the same results file.
+    from benchmarks import figures
+
+    r = json.loads((ROOT / "benchmarks" / "results" / "persist.json").read_text())
+    page = (ROOT / "docs" / "persistence.md").read_text(encoding="utf-8")
+    block = page[page.index(figures.TABLE_START) : page.index(figures.TABLE_END)]
+    assert figures.persist_tables(r) in block, "run `python benchmarks/figures.py --only persist`"
+    # and the text's figures are the file's
+    save = r["save_ms"]
+    for label, col in (("tensorbox (num_threads=0)", 0), ("tensordict 0.15.3 memmap", 0)):
+        assert f"{figures._ms(save[label][col])} ms" in page

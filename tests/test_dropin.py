@@ -119,3 +119,40 @@ def test_load_on_the_cpu_of_an_archive_stays_in_memory(lib: ModuleType, tmp_path
     back["a"][0] = 100  # copy-on-write: the archive keeps its bytes
     assert back["a"].tolist() == [100, 1, 2]
     assert lib.TensorDict.load_memmap(tmp_path / "one.tdz")["a"].tolist() == [0, 1, 2]
+
+
+# ---------------------------------------------------------------- saving a saved tree again
+
+
+def test_saving_again_gives_the_same_leaves(lib: ModuleType, tmp_path: Path) -> None:
+    td = _td(lib)
+    shared = td.memmap()  # shared memory
+    again = shared.memmap()
+    assert again["a"] is shared["a"] and again["n", "b"] is shared["n", "b"]
+    saved = td.memmap(tmp_path / "t")
+    twice = saved.memmap(tmp_path / "t")  # the same prefix
+    assert twice["a"] is saved["a"] and twice["n", "b"] is saved["n", "b"]
+    assert twice.device == CPU and twice.is_locked
+    twice["a"][0] = 9  # one mapping: both see it, and so does the folder
+    assert saved["a"][0] == 9
+    assert lib.TensorDict.load_memmap(tmp_path / "t")["a"].tolist() == [9, 1, 2]
+    copy = td.memmap()  # leaves in memory are copied
+    assert copy["a"] is not td["a"]
+
+
+def test_kept_a_loaded_tree_saves_elsewhere_without_copy_existing(
+    lib: ModuleType, tmp_path: Path
+) -> None:
+    """tensordict refuses (RuntimeError); tensorbox writes the copy (nothing is lost, and
+    every leaf of a saved tree is its own file). The line that works in both:
+    ``memmap(other, copy_existing=True)``."""
+    _td(lib).memmap(tmp_path / "t")
+    back = lib.TensorDict.load_memmap(tmp_path / "t")
+    both = back.memmap(tmp_path / "both", copy_existing=True)
+    assert both["a"].tolist() == [0, 1, 2]
+    if lib.__name__ == "tensordict":
+        with pytest.raises(RuntimeError, match="pass copy_existing=True"):
+            back.memmap(tmp_path / "elsewhere")
+    else:
+        elsewhere = back.memmap(tmp_path / "elsewhere")
+        assert elsewhere["a"].filename == str((tmp_path / "elsewhere" / "a.memmap").resolve())

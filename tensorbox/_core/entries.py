@@ -63,7 +63,10 @@ def fill_entries(td: TensorCollection, source: Mapping[Any, Any], prefix: tuple[
                 continue
             key = check_str_key(key, prefix)
         if isinstance(value, Tensor):
-            shape = value.shape
+            try:
+                shape = value.shape
+            except RuntimeError as err:  # no cost unless raised
+                raise _jagged.shape_error(value, (*prefix, key), err) from None
             if type(value) is not Tensor and type(value) in _SPECIAL:  # one test for plain ones
                 store[key] = prepare_entry(td, key, value, (*prefix, key))
                 continue
@@ -90,7 +93,10 @@ def prepare_entry(td: TensorCollection, key: str, value: Any, path: tuple[str, .
     bs = td._batch_size
     dev = td._device
     if isinstance(value, Tensor):
-        shape = value.shape
+        try:
+            shape = value.shape
+        except RuntimeError as err:  # no cost unless raised
+            raise _jagged.shape_error(value, path, err) from None
         kind = type(value)
         if kind is not Tensor and kind in _SPECIAL:  # plain tensors pay one test
             if kind is UnbatchedTensor:  # one value for the whole batch

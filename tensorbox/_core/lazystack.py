@@ -319,7 +319,7 @@ class LazyStackedTensorDict(DenseResults, TensorDict):
         safe: bool = True,
     ) -> Self:
         """``TensorDict.pad`` (dense); ``inplace=True`` pads each member in place and adds
-        or drops members along the stack dim (see :mod:`tensorbox._core.lazystack_pad`)."""
+        or drops members along the stack dim."""
         if not inplace:
             return super().pad(pad_size, value, safe=safe)
         pad_in_place(

@@ -227,11 +227,13 @@ class RemoteBackend(Backend):
         self.url, self.sub = found[1], found[2]
 
     def exists(self, storage_options: dict[str, Any] | None = None) -> bool:
-        fs, path = _remote.filesystem(self.url, storage_options)
+        """Whether an object is at the URL (asked of its transport: fsspec or obstore)."""
+        transport = _remote.open_transport(self.url, storage_options)
         try:
-            return bool(fs.exists(path))
-        except (OSError, ValueError) as err:
-            raise OSError(f"{self.url!r}: cannot tell whether an object is there ({err})") from err
+            transport.describe("")
+        except FileNotFoundError:
+            return False
+        return True
 
     def save(self, obj: Any, **options: Any) -> Any:
         if not options["archive"]:

@@ -163,8 +163,8 @@ def shareable(t: Tensor) -> Tensor | FileRef:
     """
     if getattr(type(t), "_tbx_by_reference", False):
         return t  # a leaf whose bytes arrive on first use pickles itself by reference
-    if t.device.type != "cpu" or t.dtype not in _DTYPE_OK:
-        return t
+    if t.device.type != "cpu" or t.dtype not in _DTYPE_OK or t.is_nested:
+        return t  # (a nested tensor is pickled with its values)
     storage = t.untyped_storage()
     name = storage.filename
     mode = "r+"

@@ -5,7 +5,7 @@ tree, and by :class:`~tensorbox._storage.memmap_tensor.MemoryMappedTensor`'s
 constructors. Files are written with ``os.write`` from the tensor's own bytes (no extra
 copy when contiguous), 3-4x faster here than copying into a fresh shared mapping. A
 tensor that is not contiguous or not on the CPU is written in pieces of at most
-:data:`tensorbox._core.chunks.CHUNK_BYTES`, so an expanded or GPU tensor never needs
+:data:`tensorbox.weights.CHUNK_BYTES`, so an expanded or GPU tensor never needs
 its full size in RAM. An existing file is never written into (another mapping may be
 reading it): the new content goes to a temporary file that replaces it.
 

@@ -36,11 +36,12 @@ Without a ``filename`` the tensor lives in anonymous shared memory
 (DataLoader workers) shares it without copying.
 
 Pickling. A file-backed tensor, or any view of one, pickles as a reference to its
-file (:mod:`tensorbox._storage.fileref`, reached through the core's ``file_refs``
-port, so that this module does not import it back).
+file: the receiving process maps the same file, and a reference whose file was
+replaced since is refused, never mapped.
 
-Writes. The file of a new tensor is written by :func:`~tensorbox._storage.filewrite.write_file`
-(never into an existing file: another mapping may be reading it).
+Writes. A new tensor's file is written from the tensor's own bytes, never into an
+existing file (another mapping may be reading it): the new content goes to a
+temporary file that replaces it.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ import torch
 from torch import Tensor
 
 from tensorbox._core import ports as _ports
+from tensorbox._storage import memmap_nested as _nested
 from tensorbox._storage.filewrite import write_file
 from tensorbox._storage.memmap_args import (
     MemmapDeviceError,
@@ -193,8 +195,21 @@ def shared_copy(t: Tensor) -> MemoryMappedTensor:
     return out
 
 
-def _on_storage(storage: Any, dtype: torch.dtype, shape: tuple[int, ...]) -> MemoryMappedTensor:
+def _shape_arg(method: str, args: tuple[Any, ...], shape: Any = None) -> Any:
+    """The shape given to ``method``: a tuple of ints, or a nested tensor's 2-d shapes."""
+    shapes = _nested.shapes_arg(args, shape)
+    return shapes if shapes is not None else shape_from(method, args, shape)
+
+
+def _nested_of(flat: Tensor, shapes: Tensor) -> MemoryMappedTensor:
+    """The nested tensor of ``shapes`` over the flat MemoryMappedTensor ``flat``."""
+    return _nested.view(flat, shapes).as_subclass(MemoryMappedTensor)  # type: ignore[no-any-return]
+
+
+def _on_storage(storage: Any, dtype: torch.dtype, shape: Any) -> MemoryMappedTensor:
     """A contiguous MemoryMappedTensor of ``shape`` at the start of ``storage``."""
+    if isinstance(shape, Tensor):
+        return _nested_of(_on_storage(storage, dtype, (_nested.flat_numel(shape),)), shape)
     need = math.prod(shape) * dtype.itemsize
     if storage.nbytes() < need:
         raise FormatError(
@@ -328,7 +343,7 @@ class MemoryMappedTensor(Tensor):
         >>> MemoryMappedTensor.empty(shape=torch.Size([2]), dtype=torch.int8).dtype
         torch.int8
         """
-        shp = shape_from("empty", size, shape)
+        shp = _shape_arg("empty", size, shape)
         check_device("empty", device)
         return cls._zeros(shp, dtype, filename, existsok)
 
@@ -352,7 +367,7 @@ class MemoryMappedTensor(Tensor):
         >>> z.sum().item(), os.path.getsize(path)
         (0, 12)
         """
-        shp = shape_from("zeros", size, shape)
+        shp = _shape_arg("zeros", size, shape)
         check_device("zeros", device)
         return cls._zeros(shp, dtype, filename, existsok)
 
@@ -364,6 +379,9 @@ class MemoryMappedTensor(Tensor):
         filename: str | os.PathLike[str] | None,
         existsok: bool,
     ) -> MemoryMappedTensor:
+        if isinstance(shape, Tensor):  # a nested tensor's shapes: one flat buffer
+            flat = cls._zeros((_nested.flat_numel(shape),), dtype, filename, existsok)
+            return _nested_of(flat, shape)
         dt = dtype or torch.get_default_dtype()
         if filename is None:
             return _shared_memory(shape, dt)
@@ -386,7 +404,7 @@ class MemoryMappedTensor(Tensor):
         >>> MemoryMappedTensor.ones(2, 2).tolist()
         [[1.0, 1.0], [1.0, 1.0]]
         """
-        shp = shape_from("ones", size, shape)
+        shp = _shape_arg("ones", size, shape)
         check_device("ones", device)
         dt = dtype or torch.get_default_dtype()
         return cls._full(shp, 1, dt, filename, existsok)
@@ -422,7 +440,7 @@ class MemoryMappedTensor(Tensor):
                 )
             *rest, fill_value = args
             args = tuple(rest)
-        shp = shape_from("full", args, shape)
+        shp = _shape_arg("full", args, shape)
         check_device("full", device)
         return cls._full(shp, fill_value, dtype, filename, existsok)
 
@@ -435,6 +453,9 @@ class MemoryMappedTensor(Tensor):
         filename: str | os.PathLike[str] | None,
         existsok: bool,
     ) -> MemoryMappedTensor:
+        if isinstance(shape, Tensor):  # a nested tensor's shapes: one flat buffer
+            flat = cls._full((_nested.flat_numel(shape),), fill_value, dtype, filename, existsok)
+            return _nested_of(flat, shape)
         value = torch.full((), fill_value, dtype=dtype)
         return cls.from_tensor(value.expand(shape), filename=filename, existsok=existsok)
 
@@ -549,6 +570,10 @@ class MemoryMappedTensor(Tensor):
                 f"from_tensor: the tensor is already memory-mapped ({where}); pass "
                 f"copy_existing=True to copy it to {os.fspath(filename)}"
             )
+        if tensor.is_nested:  # its values, one element after the other, in one flat buffer
+            flat, shapes = _nested.flat_values(tensor)
+            kw = {"filename": filename, "existsok": existsok, "copy_data": copy_data}
+            return _nested_of(cls.from_tensor(flat, **kw), shapes)
         shape, dtype = tuple(tensor.shape), tensor.dtype
         if filename is None:
             if copy_data:
@@ -575,7 +600,10 @@ class MemoryMappedTensor(Tensor):
         """
         _check_mode(mode)
         path = os.path.abspath(filename)
-        shp = shape_from("from_filename", (shape,))
+        shp = _shape_arg("from_filename", (shape,))
+        if isinstance(shp, Tensor):  # a nested tensor's shapes over the flat file
+            flat = cls.from_filename(path, dtype, _nested.flat_numel(shp), mode)
+            return _indexed(_nested_of(flat, shp), index)
         _check_size(path, dtype, shp)
         return _indexed(map_file(path, dtype, shp, mode), index)
 
@@ -592,7 +620,7 @@ class MemoryMappedTensor(Tensor):
                 f"from_handler: expected the handler of a MemoryMappedTensor in shared memory "
                 f"(its .handler, a torch.UntypedStorage), got {type(handler).__name__}"
             )
-        shp = shape_from("from_handler", (shape,))
+        shp = _shape_arg("from_handler", (shape,))
         return _indexed(_on_storage(handler, dtype, shp), index)
 
     @classmethod
@@ -624,7 +652,7 @@ class MemoryMappedTensor(Tensor):
                     f"from_storage: filename={os.fspath(filename)!r} is not the storage's file "
                     f"({own!r}); map a file with from_filename"
                 )
-        shp = shape_from("from_storage", (shape,))
+        shp = _shape_arg("from_storage", (shape,))
         return _indexed(_on_storage(storage, dtype, shp), index)
 
     # -------------------------------------------------------- views of the file

@@ -8,7 +8,8 @@ from what was written (the leaves as a load gives them: mapped where the store m
 
 Modes: ``"inplace"`` (``memmap_``: the container itself becomes the saved one; a file
 already mapped at its place is kept, linked into the new tree), ``"copy"``
-(``memmap``: a new container), ``"like"`` (``memmap_like``: zeros of the same
+(``memmap``: a new container; a leaf already mapped at its place, or in shared memory
+without a prefix, is kept as the same object, as tensordict does), ``"like"`` (``memmap_like``: zeros of the same
 structure). With no store, leaves move to anonymous shared memory.
 
 >>> import torch
@@ -261,18 +262,25 @@ class Saver:
             where = f"key {format_key(kpath)}"
             raise TypeError(f"{where} is on the meta device and has no data to save")
         if directory is None:
-            if not (self.mode == "inplace" and isinstance(t, MemoryMappedTensor)):
+            # Shared memory already: kept, not copied (as tensordict, whose ``memmap()``
+            # of a saved container gives the same leaves); ``memmap_()`` keeps files too.
+            if not (
+                isinstance(t, MemoryMappedTensor)
+                and (self.mode == "inplace" or (self.mode == "copy" and t.filename is None))
+            ):
                 self.writes.append(("", t, store, k, {}))
             return {}
         file = (legacy_name(k) if self.legacy else encode_key(k)) + SUFFIX
         target = f"{directory}/{file}" if directory else file  # a single plain component
         entry = {"kind": "tensor", "dtype": dtype, "shape": list(t.shape), "file": file}
-        if self.mode == "inplace" and isinstance(t, MemoryMappedTensor):
+        if self.mode != "like" and isinstance(t, MemoryMappedTensor):
             if self._linkable(target, t):
-                # The file stays (linked into the new tree): so does its id.
+                # The file stays (linked into the new tree): so do its id and the leaf
+                # (``memmap(path)`` again gives the same leaves, as tensordict's).
                 entry["id"] = getattr(t.untyped_storage(), "_tbx_gen", None) or new_id()
                 self.keeps.append((target, t, store, k, entry))
                 return entry
+        if self.mode == "inplace" and isinstance(t, MemoryMappedTensor):
             where_now = t.filename or "anonymous shared memory"
             assert self.root is not None
             # a view (rows of a mapped leaf, ``td[i]``) is written like any tensor
@@ -309,7 +317,7 @@ class Saver:
             target = "" if directory is None else (f"{directory}/{file}" if directory else file)
             if (
                 directory is not None
-                and self.mode == "inplace"
+                and self.mode != "like"
                 and isinstance(part, MemoryMappedTensor)
                 and self._linkable(target, part)
             ):  # kept, linked into the new tree (an append to a saved leaf, a re-save)

@@ -164,7 +164,7 @@ class TensorClass(TensorCollection, metaclass=_Meta):
         """``class X(TensorClass["frozen"])``: tensordict's spelling of the class options.
 
         ``"frozen"``, ``"shadow"``, ``"tensor_only"``, ``"autocast"`` and ``"nocast"`` set
-        those options (see ``tensorbox._tensorclass.casting`` for the last two).
+        those options (see :func:`tensorclass` for what each does).
         """
         names = (options,) if isinstance(options, str) else options
         if not isinstance(names, tuple) or not all(isinstance(n, str) for n in names):

@@ -21,8 +21,9 @@ from tensorbox.interop._tabular import (
     container_of,
     info_array,
     node_infos,
+    numpy_temporal,
     place_infos,
-    split_names,
+    split,
     temporal,
 )
 
@@ -51,7 +52,10 @@ def _series_value(s: Any, name: str, where: str) -> tuple[Any, dict[str, Any] | 
             f"{where}: column {name!r} holds {dt} values, which have no tensor form; split "
             "it into columns of numbers first (.array.left / .array.right, or .dt.start_time)"
         )
-    if isinstance(dt, pd.DatetimeTZDtype) or (isinstance(dt, np.dtype) and dt.kind in "mM"):
+    if isinstance(dt, np.dtype) and dt.kind in "mM":
+        ns, info = numpy_temporal(s.to_numpy(), name, where)
+        return torch.from_numpy(ns), info
+    if isinstance(dt, pd.DatetimeTZDtype):
         ns, info = temporal(_pa().array(s, from_pandas=True), name, where)
         return torch.from_numpy(ns), info
     if isinstance(dt, np.dtype):
@@ -166,7 +170,7 @@ def from_pandas(
         source[key] = value
     if batch_size is None and not auto_batch_size:
         batch_size = [len(dataframe)]
-    source = place_infos(split_names(source, separator), infos, separator)
+    source = place_infos(split(source, separator), infos, separator)
     return container_of(cls, source, batch_size, device, auto_batch_size, batch_dims, where)
 
 

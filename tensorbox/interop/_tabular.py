@@ -140,14 +140,38 @@ def temporal(arr: Any, label: str, where: str) -> tuple[np.ndarray, dict[str, An
     raw = arr.view(pa.int64() if t.bit_width == 64 else pa.int32())
     values = np.asarray(raw.to_numpy(zero_copy_only=False), dtype=np.int64)
     factor = _DAY_NS if unit == "D" else NS_PER[unit]
-    limit = _INT64_MAX // factor
-    bad = np.flatnonzero((values > limit) | (values < -limit) | (values == _INT64_MIN))
-    if bad.size:
+    return to_ns(values, factor, label, where, lambda i: arr[i]), info
+
+
+def numpy_temporal(values: np.ndarray, label: str, where: str) -> tuple[np.ndarray, dict[str, Any]]:
+    """A numpy ``datetime64``/``timedelta64`` array (a naive pandas column) as int64
+    nanoseconds and its info, as ``temporal`` (no detour through Arrow)."""
+    unit, _ = np.datetime_data(values.dtype)
+    if unit not in NS_PER:
+        raise TypeError(f"{where}: column {label!r} has dtype {values.dtype}; expected s to ns")
+    ints = values.view(np.int64)
+    if len(ints) and ints.min() == _INT64_MIN:
         raise ValueError(
-            f"{where}: column {label!r} holds {arr[int(bad[0])]} (and {bad.size - 1} more "
+            f"{where}: column {label!r} has {int((ints == _INT64_MIN).sum())} null/NaT "
+            "value(s); a datetime tensor has no NaT (tensorbox stores no sentinel for it): "
+            "fill them first (fillna) or drop those rows"
+        )
+    kind = "timestamp" if values.dtype.kind == "M" else "duration"
+    info = {"kind": kind, "unit": unit, **({"tz": None} if kind == "timestamp" else {})}
+    return to_ns(ints, NS_PER[unit], label, where, lambda i: values[i]), info
+
+
+def to_ns(values: np.ndarray, factor: int, label: str, where: str, show: Any) -> np.ndarray:
+    """``values * factor`` (a new array), refused naming the column when one leaves int64
+    (``show(i)``: value ``i`` as the user knows it)."""
+    limit = _INT64_MAX // factor
+    if len(values) and (values.max() > limit or values.min() < -limit):  # INT64_MIN too
+        bad = np.flatnonzero((values > limit) | (values < -limit))
+        raise ValueError(
+            f"{where}: column {label!r} holds {show(int(bad[0]))} (and {bad.size - 1} more "
             f"value(s)) outside {_RANGE}; drop those rows or store the column as numbers"
         )
-    return values * factor if factor != 1 else values.copy(), info
+    return values * factor if factor != 1 else values.copy()
 
 
 def restore_temporal(values: np.ndarray, info: dict[str, Any], key: str, where: str) -> Any:
@@ -202,6 +226,104 @@ def _whole(arr: Any, target: Any, key: str, where: str) -> Any:
 # ------------------------------------------------------------------ infos
 
 
+def info_array(t: Tensor, rows: int, key: str, info: dict[str, Any], where: str) -> Any:
+    """The Arrow array a column info restores: a dictionary array of a categorical's
+    codes, a temporal array of int64 nanoseconds."""
+    pa = require("pyarrow", "arrow")
+    t = t.detach().cpu()
+    if t.dim() != 1 or t.shape[0] != rows:
+        raise ValueError(
+            f"{where}: entry {key!r} of shape {list(t.shape)} was a {info['kind']} column "
+            f"and should hold one value per row ({rows})"
+        )
+    if info["kind"] != "category":
+        if t.dtype is not torch.int64:
+            raise TypeError(
+                f"{where}: entry {key!r} was a {info['kind']} column and should hold int64 "
+                f"nanoseconds, not {t.dtype}"
+            )
+        return restore_temporal(t.numpy(), info, key, where)
+    categories = info["categories"]
+    codes = t.numpy()
+    if t.dtype.is_floating_point or t.is_complex() or t.dtype is torch.bool:
+        raise TypeError(f"{where}: entry {key!r} holds categorical codes of dtype {t.dtype}")
+    low, high = (int(codes.min()), int(codes.max())) if len(codes) else (0, 0)
+    if low < -1 or high >= len(categories):
+        raise ValueError(
+            f"{where}: entry {key!r} holds codes outside -1..{len(categories) - 1}: it has "
+            f"{len(categories)} recorded categories"
+        )
+    try:
+        values = pa.array(categories)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise TypeError(
+            f"{where}: the categories of entry {key!r} have no Arrow form ({err})"
+        ) from None
+    indices = pa.array(codes, mask=codes < 0) if low < 0 else pa.array(codes)
+    ordered = info.get("ordered", False)
+    return pa.DictionaryArray.from_arrays(indices, values, ordered=ordered, safe=False)
+
+
+def split(source: dict[str, Any], separator: str | None) -> dict[str, Any]:
+    """Nest flat column names ``"a.b"`` as ``a -> b`` (when a separator is given; the
+    names were checked by ``check_names``: no two land on one key)."""
+    if not separator:
+        return source
+    out: dict[str, Any] = {}
+    for name, value in source.items():
+        parts = name.split(separator)
+        node = out
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+    return out
+
+
+def place_infos(
+    source: dict[str, Any], infos: dict[str, Any], separator: str | None
+) -> dict[str, Any]:
+    """Put the column infos of the top-level columns beside their entries, in the node
+    each column landed in (``"a.b"`` with a separator: node ``a``, name ``b``)."""
+    per_node: dict[tuple[str, ...], dict[str, Any]] = {}
+    for name, info in infos.items():
+        parts = tuple(name.split(separator)) if separator else (name,)
+        per_node.setdefault(parts[:-1], {})[parts[-1]] = info
+    for node_path, node_infos_ in per_node.items():
+        node = source
+        for p in node_path:
+            node = node[p]
+        node[COLUMNS_KEY] = NonTensorData(node_infos_)
+    return source
+
+
+def container_of(
+    cls: Any,
+    source: dict[str, Any],
+    batch_size: Any,
+    device: Any,
+    auto_batch_size: bool,
+    batch_dims: int | None,
+    where: str,
+) -> Any:
+    """The container of type ``cls`` (TensorDict, or a tensorclass) around ``source``,
+    its batch size given or found (``auto_batch_size``); ``where`` names the caller."""
+    from tensorbox._core.tensordict import TensorDict
+    from tensorbox._tensorclass import is_tensorclass
+
+    if auto_batch_size and batch_size is not None:
+        raise TypeError(
+            f"{where}: Conflicting batch sizes: pass batch_size or auto_batch_size=True, not both"
+        )
+    td = TensorDict(source, batch_size=batch_size, device=device)
+    if auto_batch_size:
+        td.auto_batch_size_(batch_dims=batch_dims)
+    if cls is not None and is_tensorclass(cls):
+        # a tensorclass has no field for the column record: its entries stay the codes
+        # and the int64 nanoseconds (as tensordict's), without categories and units
+        return cls.from_tensordict(td.exclude(COLUMNS_KEY) if COLUMNS_KEY in td._tensordict else td)
+    return td
+
+
 def check_info(info: Any, label: str, where: str) -> dict[str, Any]:
     """A column info, checked (a ``FormatError`` naming the column when it is not one)."""
 
@@ -241,8 +363,6 @@ def check_info(info: Any, label: str, where: str) -> dict[str, Any]:
 
 def node_infos(td: Any, where: str) -> dict[str, dict[str, Any]]:
     """The column infos a container node holds (``{}`` when it holds none), checked."""
-    from tensorbox._core.nontensor import NonTensorData
-
     value = td._tensordict.get(COLUMNS_KEY)
     if value is None:
         return {}
@@ -309,102 +429,3 @@ def jsonable(value: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return True
-
-
-# ----- shared by the Arrow and pandas bridges (arrow.py, _pandas.py: neither imports the other back)
-
-
-def container_of(
-    cls: Any,
-    source: dict[str, Any],
-    batch_size: Any,
-    device: Any,
-    auto_batch_size: bool,
-    batch_dims: int | None,
-    where: str,
-) -> Any:
-    """The container of type ``cls`` (TensorDict, or a tensorclass) around ``source``,
-    its batch size given or found (``auto_batch_size``); ``where`` names the caller."""
-    from tensorbox._core.tensordict import TensorDict
-    from tensorbox._tensorclass import is_tensorclass
-
-    if auto_batch_size and batch_size is not None:
-        raise TypeError(
-            f"{where}: Conflicting batch sizes: pass batch_size or auto_batch_size=True, not both"
-        )
-    td = TensorDict(source, batch_size=batch_size, device=device)
-    if auto_batch_size:
-        td.auto_batch_size_(batch_dims=batch_dims)
-    if cls is not None and is_tensorclass(cls):
-        # a tensorclass has no field for the column record: its entries stay the codes
-        # and the int64 nanoseconds (as tensordict's), without categories and units
-        return cls.from_tensordict(td.exclude(COLUMNS_KEY) if COLUMNS_KEY in td else td)
-    return td
-
-
-def split_names(source: dict[str, Any], separator: str | None) -> dict[str, Any]:
-    """Nest flat column names ``"a.b"`` as ``a -> b`` (when a separator is given; the
-    names were checked by ``check_names``: no two land on one key)."""
-    if not separator:
-        return source
-    out: dict[str, Any] = {}
-    for name, value in source.items():
-        parts = name.split(separator)
-        node = out
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = value
-    return out
-
-
-def place_infos(
-    source: dict[str, Any], infos: dict[str, Any], separator: str | None
-) -> dict[str, Any]:
-    """Put the column infos of the top-level columns beside their entries, in the node
-    each column landed in (``"a.b"`` with a separator: node ``a``, name ``b``)."""
-    per_node: dict[tuple[str, ...], dict[str, Any]] = {}
-    for name, info in infos.items():
-        parts = tuple(name.split(separator)) if separator else (name,)
-        per_node.setdefault(parts[:-1], {})[parts[-1]] = info
-    for node_path, node_infos_ in per_node.items():
-        node = source
-        for p in node_path:
-            node = node[p]
-        node[COLUMNS_KEY] = NonTensorData(node_infos_)
-    return source
-
-
-def info_array(t: Tensor, rows: int, key: str, info: dict[str, Any], where: str) -> Any:
-    """The Arrow array a column info restores: a dictionary array of a categorical's
-    codes, a temporal array of int64 nanoseconds."""
-    pa = require("pyarrow", "arrow")
-    t = t.detach().cpu()
-    if t.dim() != 1 or t.shape[0] != rows:
-        raise ValueError(
-            f"{where}: entry {key!r} of shape {list(t.shape)} was a {info['kind']} column "
-            f"and should hold one value per row ({rows})"
-        )
-    if info["kind"] != "category":
-        if t.dtype is not torch.int64:
-            raise TypeError(
-                f"{where}: entry {key!r} was a {info['kind']} column and should hold int64 "
-                f"nanoseconds, not {t.dtype}"
-            )
-        return restore_temporal(t.numpy(), info, key, where)
-    categories = info["categories"]
-    codes = t.numpy()
-    if t.dtype.is_floating_point or t.is_complex() or t.dtype is torch.bool:
-        raise TypeError(f"{where}: entry {key!r} holds categorical codes of dtype {t.dtype}")
-    if len(codes) and (codes.min() < -1 or codes.max() >= len(categories)):
-        raise ValueError(
-            f"{where}: entry {key!r} holds codes outside -1..{len(categories) - 1}: it has "
-            f"{len(categories)} recorded categories"
-        )
-    try:
-        values = pa.array(categories)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-        raise TypeError(
-            f"{where}: the categories of entry {key!r} have no Arrow form ({err})"
-        ) from None
-    indices = pa.array(codes, mask=codes < 0) if len(codes) else pa.array(codes)
-    return pa.DictionaryArray.from_arrays(indices, values, ordered=info.get("ordered", False))

@@ -58,7 +58,7 @@ from tensorbox.interop._tabular import (
     node_infos,
     parse_meta,
     place_infos,
-    split_names,
+    split,
     temporal,
 )
 
@@ -464,7 +464,7 @@ def from_arrow(
         source = _copied(source)
     if batch_size is None and not auto_batch_size:
         batch_size = _rows_first(meta.get("batch_size", [rows]), rows)
-    source = place_infos(split_names(_build(source), separator), infos, separator)
+    source = place_infos(split(_build(source), separator), infos, separator)
     return container_of(cls, source, batch_size, device, auto_batch_size, batch_dims, where)
 
 

@@ -95,8 +95,10 @@ class PersistenceMethods(MixinBase):
     ) -> Self:
         """A memory-mapped copy written under ``prefix`` (this one is unchanged).
 
-        Every leaf is written to a new file, so ``copy_existing`` (tensordict's switch for
-        leaves already mapped elsewhere) changes nothing here. ``existsok=False`` refuses a
+        A leaf already mapped at its place under ``prefix`` (with no ``prefix``: in shared
+        memory) is kept, the same object, as in tensordict; every other leaf is written to
+        a new file, so ``copy_existing`` (tensordict's switch for leaves mapped elsewhere,
+        which it refuses to copy without it) changes nothing here. ``existsok=False`` refuses a
         ``prefix`` that already holds a tree. ``archive=True`` writes one zip file instead
         of a folder, opened back read-only; ``archive=None`` (the default) does so when
         ``prefix`` ends with ``.tdz``, as tensordict does. ``compression`` (archives only:
