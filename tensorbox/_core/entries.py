@@ -25,7 +25,7 @@ from torch import Tensor
 from tensorbox._core import chunks as _chunks
 from tensorbox._core import jagged as _jagged
 from tensorbox._core import liststack as _liststack
-from tensorbox._core.backing import RESERVE
+from tensorbox._core import ports as _ports
 from tensorbox._core.keys import check_str_key, format_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.shape import check_leaf_shape, leads_with
@@ -194,8 +194,8 @@ def copy_leaf(dst: Tensor, src: Any, key: tuple[str, ...] = ()) -> None:
     """
     if not isinstance(src, Tensor):
         src = torch.as_tensor(src)
-    if RESERVE and type(dst) is not Tensor:  # a mapped leaf: its file's bytes reserved first
-        RESERVE[0](dst, key)
+    if type(dst) is not Tensor:  # maybe a mapped leaf: its file's bytes reserved first
+        _ports.reserve(dst, key)
     if (
         dst.nbytes > _chunks.CHUNK_BYTES
         and src.shape == dst.shape

@@ -52,7 +52,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from tensorbox import progress as _progress
-from tensorbox._storage import persist as _persist
+from tensorbox._storage import api as _persist
 from tensorbox._storage.archive import convert as _archive_convert
 from tensorbox._storage.archive import store as _archive
 from tensorbox._storage.archive import zip as _zip

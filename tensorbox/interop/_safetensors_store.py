@@ -21,7 +21,7 @@ written, and so are two keys that join to one name.
 >>> import os, tempfile, torch
 >>> from tensorbox import TensorDict
 >>> from tensorbox.interop.safetensors import to_safetensors
->>> from tensorbox._storage.persist import load_from
+>>> from tensorbox._storage.api import load_from
 >>> with tempfile.TemporaryDirectory() as d:
 ...     f = os.path.join(d, "w.safetensors")
 ...     to_safetensors(TensorDict({"enc": {"w": torch.ones(2), "b": torch.zeros(1)}}), f)

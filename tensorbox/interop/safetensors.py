@@ -58,7 +58,7 @@ def from_safetensors(
         nested: ``False`` keeps the dotted names as flat keys.
         cls: the container class (TensorDict or a tensorclass).
     """
-    from tensorbox._storage.persist import load_from
+    from tensorbox._storage.api import load_from
     from tensorbox.interop._safetensors_store import SafetensorsStore
 
     store = SafetensorsStore(path, keys=keys, prefix=prefix, nested=nested)
