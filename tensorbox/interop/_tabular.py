@@ -381,6 +381,15 @@ def node_infos(td: Any, where: str) -> dict[str, dict[str, Any]]:
     if value is None:
         return {}
     data = value.data if isinstance(value, NonTensorData) and not value.stacked else None
+    if isinstance(value, NonTensorData) and value.stacked:
+        # torch.cat/stack or a row write of containers from different frames: their rows
+        # code categories (or datetimes) differently, and no one record fits them all
+        raise FormatError(
+            f"{where}: the rows of this container carry different column types in "
+            f"{COLUMNS_KEY!r} (categories, datetime units or zones), as after torch.cat, "
+            "torch.stack or a row write mixing containers of different frames; their codes "
+            "do not share one meaning: convert each part to pandas and concat those instead"
+        )
     if not isinstance(data, dict):
         raise FormatError(
             f"{where}: entry {COLUMNS_KEY!r} should hold one dict of column types (what "
@@ -398,6 +407,11 @@ def parse_meta(raw: bytes | None, where: str) -> dict[str, Any]:
         meta = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as err:
         raise FormatError(f"{where}: the schema metadata 'tensorbox' is not JSON ({err})") from None
+    except RecursionError:  # a hostile file nests arrays deeper than the parser goes
+        raise FormatError(
+            f"{where}: the schema metadata 'tensorbox' nests deeper than Python's JSON "
+            "parser goes; it is not what to_arrow writes"
+        ) from None
     if not isinstance(meta, dict):
         raise FormatError(
             f"{where}: the schema metadata 'tensorbox' should be a JSON object, got "

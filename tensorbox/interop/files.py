@@ -57,8 +57,23 @@ def from_parquet(path: Any, *, columns: list[str] | None = None, **kwargs: Any) 
     pq = require("pyarrow.parquet", "arrow")
     read_options = kwargs.pop("read_options", {})
     table = pq.read_table(path, columns=columns, **read_options)
-    with reading(f"from_parquet({_name(path)!r})"):
-        return from_arrow(table, **kwargs)
+    where = f"from_parquet({_name(path)!r})"
+    with reading(where):
+        return from_arrow(_dictionaries(table, where), **kwargs)
+
+
+def _dictionaries(table: Any, where: str) -> Any:
+    """``table`` with its recorded categoricals dictionary columns again: Parquet reads a
+    dictionary of numbers (a categorical of ints, floats, dates) back as plain values, so
+    ``from_arrow`` would refuse the file ``to_parquet`` wrote (the codes come from the
+    recorded categories, so they are those that were written)."""
+    pa = _pa()
+    recorded = parse_meta((table.schema.metadata or {}).get(META_KEY), where).get("columns", {})
+    for i, field in enumerate(table.schema):
+        info = recorded.get(field.name, {})
+        if info.get("kind") == "category" and not pa.types.is_dictionary(field.type):
+            table = table.set_column(i, field.name, table.column(i).dictionary_encode())
+    return table
 
 
 def _name(path: Any) -> Any:
@@ -256,7 +271,7 @@ class ParquetRowGroups:
 
     def _container(self, table: Any) -> Any:
         with reading(self._where(), self.categories()):
-            return from_arrow(table, **self.kwargs)
+            return from_arrow(_dictionaries(table, self._where()), **self.kwargs)
 
     def __getitem__(self, i: int) -> Any:
         n = len(self)

@@ -1,0 +1,95 @@
+"""Hostile and unlucky users against the rebuilt bridges: each test is one attack that
+broke a promise (data back as written, or a clear error naming the column/file)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+
+pd = pytest.importorskip("pandas")
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from tensorbox import FormatError, TensorDict  # noqa: E402
+from tensorbox.interop import ParquetRowGroups  # noqa: E402
+from tensorbox.interop.arrow import META_KEY, from_arrow, from_pandas, to_pandas  # noqa: E402
+
+# ------------------------------------------------------------------ tabular
+
+
+@pytest.mark.parametrize(
+    "categories",
+    [[3, 1, 2], [0.5, -1.5], [True, False]],
+    ids=["int", "float", "bool"],
+)
+def test_parquet_reads_back_a_categorical_of_non_strings(tmp_path, categories):
+    # Parquet reads a dictionary of numbers back as plain values: the file to_parquet
+    # wrote was refused ("records column 'c' as category, but its Arrow type is int64")
+    values = [categories[-1], None, categories[0], categories[-1]]
+    df = pd.DataFrame({"c": pd.Categorical(values, categories=categories)})
+    path = tmp_path / "c.parquet"
+    from_pandas(df).to_parquet(path, row_group_size=2)
+    back = TensorDict.from_parquet(path)
+    assert back["c"].tolist() == [len(categories) - 1, -1, 0, len(categories) - 1]
+    pd.testing.assert_frame_equal(to_pandas(back), df)
+    groups = ParquetRowGroups(path)
+    pd.testing.assert_frame_equal(pd.concat([to_pandas(g) for g in groups], ignore_index=True), df)
+    batches = [to_pandas(b) for b in groups.iter_batches(3)]
+    pd.testing.assert_frame_equal(pd.concat(batches, ignore_index=True), df)
+
+
+def test_parquet_and_arrow_keep_the_pandas_nullable_dtypes(tmp_path):
+    df = pd.DataFrame(
+        {
+            "u": pd.array([1, 2], dtype="UInt8"),
+            "b": pd.array([True, False], dtype="boolean"),
+            "f": pd.array([0.5, 1.5], dtype="Float32"),
+        }
+    )
+    path = tmp_path / "n.parquet"
+    from_pandas(df).to_parquet(path)
+    pd.testing.assert_frame_equal(to_pandas(TensorDict.from_parquet(path)), df)
+    pd.testing.assert_frame_equal(to_pandas(from_arrow(from_pandas(df).to_arrow())), df)
+
+
+@pytest.mark.parametrize("dtype", ["datetime64[ns]", "category", "nonsense", "Float64"])
+def test_a_recorded_pandas_dtype_that_does_not_fit_is_a_format_error(dtype):
+    meta = json.dumps({"columns": {"x": {"pandas": dtype}}}).encode()
+    table = pa.table({"x": pa.array([1, 2], pa.int32())}).replace_schema_metadata({META_KEY: meta})
+    td = from_arrow(table)
+    with pytest.raises(
+        FormatError, match=rf"pandas dtype of column 'x' is '{re.escape(dtype)}', which"
+    ):
+        to_pandas(td)
+
+
+def test_metadata_nested_deeper_than_the_parser_is_a_format_error():
+    raw = b"[" * 100_000 + b"]" * 100_000
+    table = pa.table({"x": [1]}).replace_schema_metadata({META_KEY: raw})
+    with pytest.raises(FormatError, match=r"'tensorbox' nests deeper than Python's JSON"):
+        from_arrow(table)
+
+
+def test_an_empty_object_column_keeps_its_dtype():
+    df = pd.DataFrame({"s": pd.Series([], dtype=object), "x": pd.Series([], dtype="int16")})
+    pd.testing.assert_frame_equal(to_pandas(from_pandas(df)), df)
+
+
+@pytest.mark.parametrize("how", ["cat", "stack", "row write"])
+def test_rows_of_different_frames_say_why_they_cannot_be_a_frame(how):
+    a = from_pandas(pd.DataFrame({"c": pd.Categorical(["x", "x"])}))
+    b = from_pandas(pd.DataFrame({"c": pd.Categorical(["y", "y"])}))
+    if how == "cat":
+        mixed = torch.cat([a, b])
+    elif how == "stack":
+        mixed = torch.stack([a, b], 1).reshape(-1)
+    else:
+        mixed = a.clone()
+        mixed[0] = b[0]
+    with pytest.raises(FormatError, match=r"rows of this container carry different column"):
+        to_pandas(mixed)
+    same = torch.cat([a, a])  # one frame's parts: one record, fine
+    assert to_pandas(same)["c"].tolist() == ["x"] * 4
