@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ import torch
 pd = pytest.importorskip("pandas")
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
+st_torch = pytest.importorskip("safetensors.torch")
 
 from tensorbox import FormatError, TensorDict  # noqa: E402
 from tensorbox.interop import ParquetRowGroups  # noqa: E402
@@ -93,3 +95,55 @@ def test_rows_of_different_frames_say_why_they_cannot_be_a_frame(how):
         to_pandas(mixed)
     same = torch.cat([a, a])  # one frame's parts: one record, fine
     assert to_pandas(same)["c"].tolist() == ["x"] * 4
+
+
+# ------------------------------------------------------------------ safetensors
+
+
+def _raw_safetensors(path, header: dict, data: bytes = b""):
+    blob = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(blob)) + blob + data)
+    return path
+
+
+@pytest.mark.parametrize("shape", [[0, 2**63], [2**40, 2**40, 0]])
+def test_a_shape_past_int64_is_a_format_error_not_a_torch_error(tmp_path, shape):
+    entry = {"dtype": "F32", "shape": shape, "data_offsets": [0, 0]}
+    path = _raw_safetensors(tmp_path / "big.safetensors", {"w": entry})
+    with pytest.raises(FormatError, match=r"big\.safetensors: entry 'w' has shape .* past int64"):
+        TensorDict.from_safetensors(path)
+    with pytest.raises(FormatError, match=r"entry 'w' has shape .* past int64"):
+        TensorDict.load_memmap(path)
+
+
+def _lists(tree):
+    return {k: _lists(v) if isinstance(v, dict) else v.tolist() for k, v in tree.items()}
+
+
+@pytest.mark.parametrize(
+    ("key", "tree"),
+    [
+        (".", {"": {"": [1.0]}}),
+        ("..", {"": {"": {"": [1.0]}}}),
+        ("../etc", {"": {"": {"/etc": [1.0]}}}),
+        ("a.", {"a": {"": [1.0]}}),
+    ],
+)
+def test_keys_with_empty_parts_nest_as_they_read_not_into_the_root(tmp_path, key, tree):
+    # an empty first part was the root itself: "." lost a level, "../etc" looped
+    path = tmp_path / "k.safetensors"
+    st_torch.save_file({key: torch.ones(1)}, str(path))
+    assert _lists(TensorDict.from_safetensors(path).to_dict()) == tree
+    assert sorted(st_torch.load_file(str(path))) == [key]
+
+
+def test_a_node_named_empty_string_keeps_its_level_in_the_file(tmp_path):
+    # {"": {"x": a}} was written as key "x" (a KeyCollisionError beside "x") and
+    # {"": {"": a}} as key "" (one level lost)
+    path = tmp_path / "e.safetensors"
+    td = TensorDict({"": {"x": torch.zeros(1), "": torch.full((1,), 2.0)}, "x": torch.ones(1)})
+    td.to_safetensors(path)
+    assert sorted(st_torch.load_file(str(path))) == [".", ".x", "x"]
+    back = TensorDict.from_safetensors(path)
+    assert (back == td).all()
+    assert _lists(back.to_dict()) == _lists(td.to_dict())
