@@ -7,6 +7,7 @@ import json
 import re
 import struct
 
+import numpy as np
 import pytest
 import torch
 
@@ -147,3 +148,51 @@ def test_a_node_named_empty_string_keeps_its_level_in_the_file(tmp_path):
     back = TensorDict.from_safetensors(path)
     assert (back == td).all()
     assert _lists(back.to_dict()) == _lists(td.to_dict())
+
+
+# ------------------------------------------------------------------ HDF5 / zarr
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ([2.7], r"\[2\.7\]"),  # was truncated to 2: a 2-row batch of 4-row arrays
+        ([-1], r"\[-1\]"),  # was accepted as batch size [-1]
+        ("abc", "'abc'"),  # was a bare ValueError from int('a')
+        (3, "3"),  # was a bare TypeError (not iterable)
+        ([True], r"\[ ?True\]"),  # was batch size [1]
+    ],
+)
+@pytest.mark.parametrize("backend", ["h5", "zarr"])
+def test_a_lying_batch_size_attribute_is_a_format_error(tmp_path, backend, value, shown):
+    from tensorbox.interop import PersistentTensorDict
+
+    if backend == "h5":
+        h5py = pytest.importorskip("h5py")
+        path = tmp_path / "f.h5"
+        with h5py.File(path, "w") as f:
+            f.create_dataset("a", data=[1, 2, 3, 4])
+            f.attrs["tensorbox_batch_size"] = np.asarray(value) if value != "abc" else value
+        opened = PersistentTensorDict.from_h5
+    else:
+        zarr = pytest.importorskip("zarr")
+        path = tmp_path / "f.zarr"
+        group = zarr.open_group(str(path), mode="w")
+        group.create_array("a", data=np.arange(4))
+        group.attrs["tensorbox_batch_size"] = value
+        opened = PersistentTensorDict.from_zarr
+    match = rf"f\.{backend}:/: attribute 'tensorbox_batch_size' is .*{shown}.*; expected a list"
+    with pytest.raises(FormatError, match=match):
+        opened(path)
+
+
+def test_a_batch_size_attribute_the_arrays_do_not_start_with_is_refused_on_open(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    from tensorbox.interop import PersistentTensorDict
+
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("a", data=np.arange(4))
+        f.attrs["tensorbox_batch_size"] = [5]
+    with pytest.raises(FormatError, match=r"records batch size \[5\], but an array .* \[4\]"):
+        PersistentTensorDict.from_h5(path)  # was opened with batch size [5]

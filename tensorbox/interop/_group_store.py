@@ -51,7 +51,13 @@ from tensorbox.interop._arrays import (
     read_non_tensor,
     write_non_tensor,
 )
-from tensorbox.interop._backends import BATCH_ATTR, Unreadable, backend_for, tensor_dtype
+from tensorbox.interop._backends import (
+    BATCH_ATTR,
+    Unreadable,
+    backend_for,
+    recorded_batch,
+    tensor_dtype,
+)
 
 __all__ = ["GroupStore"]
 
@@ -112,7 +118,7 @@ class GroupStore(Store):
         if batch is None:
             recorded = group.attrs.get(BATCH_ATTR)
             if recorded is not None:
-                batch = tuple(int(x) for x in recorded)
+                batch = recorded_batch(recorded, self.where(rel))
             elif rel:
                 parent = rel.rpartition("/")[0]
                 batch = self._batch(parent, self._group(parent))
