@@ -196,3 +196,16 @@ def test_a_batch_size_attribute_the_arrays_do_not_start_with_is_refused_on_open(
         f.attrs["tensorbox_batch_size"] = [5]
     with pytest.raises(FormatError, match=r"records batch size \[5\], but an array .* \[4\]"):
         PersistentTensorDict.from_h5(path)  # was opened with batch size [5]
+
+
+@pytest.mark.parametrize("name", ["t.h5", "t.hdf5", "t.zarr"])
+def test_load_memmap_opens_hdf5_files_and_zarr_stores(tmp_path, name):
+    # was "no zip end record: not a zip archive" (HDF5) or "meta.json is missing" (zarr)
+    pytest.importorskip("zarr" if name.endswith("zarr") else "h5py")
+    td = TensorDict({"a": torch.arange(3), "g": {"b": torch.ones(3, 2)}}, [3])
+    path = tmp_path / name
+    (td.to_zarr if name.endswith("zarr") else td.to_h5)(path)
+    back = TensorDict.load_memmap(path)
+    assert back.batch_size == td.batch_size and (back == td).all()
+    with pytest.raises(ValueError, match=r"t\.(h5|hdf5|zarr) is an? (HDF5 file|zarr store), which"):
+        TensorDict.load_memmap(path, mode="r+")
