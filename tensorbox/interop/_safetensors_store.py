@@ -26,7 +26,7 @@ written, and so are two keys that join to one name.
 ...     f = os.path.join(d, "w.safetensors")
 ...     to_safetensors(TensorDict({"enc": {"w": torch.ones(2), "b": torch.zeros(1)}}), f)
 ...     store = SafetensorsStore(f)
-...     sorted(store.node("enc").entries), load_from(store)["enc", "w"].tolist()
+...     sorted(store.node(".enc").entries), load_from(store)["enc", "w"].tolist()
 (['b', 'w'], [1.0, 1.0])
 """
 
@@ -111,6 +111,8 @@ class SafetensorsStore(Store):
         return f"{self.name} (tensors under {rel[1:]!r})" if rel else self.name
 
     def node(self, rel: str = "") -> Node:
+        """The node at ``rel``: ``""`` the root, else ``"."`` + its dotted key (``".enc"``;
+        ``"."`` a node named ``""``), as its ``NodeEntry`` paths give it."""
         table = self._nodes.get(rel)
         if table is None:
             raise FormatError(f"{self.name}: no tensors under {rel!r}")
