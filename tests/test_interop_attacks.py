@@ -209,3 +209,16 @@ def test_load_memmap_opens_hdf5_files_and_zarr_stores(tmp_path, name):
     assert back.batch_size == td.batch_size and (back == td).all()
     with pytest.raises(ValueError, match=r"t\.(h5|hdf5|zarr) is an? (HDF5 file|zarr store), which"):
         TensorDict.load_memmap(path, mode="r+")
+
+
+@pytest.mark.parametrize("key", ["a/b", "", ".", ".."])
+@pytest.mark.parametrize("fmt", ["h5", "zarr"])
+def test_a_key_the_group_library_reads_as_a_path_is_refused_by_to_h5_and_to_zarr(
+    tmp_path, fmt, key
+):
+    # "a/b" came back as a nested a -> b; "" and "." were the library's bare errors
+    pytest.importorskip("h5py" if fmt == "h5" else "zarr")
+    td = TensorDict({key: torch.ones(2)}, [2])
+    with pytest.raises(ValueError, match=rf"key {re.escape(repr(key))} cannot name a member"):
+        getattr(td, f"to_{fmt}")(tmp_path / f"t.{fmt}")
+    assert not (tmp_path / f"t.{fmt}").exists()

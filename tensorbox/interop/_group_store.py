@@ -211,6 +211,14 @@ class _GroupWriter(Writer):
         self.metas[rel] = meta
         for key, e in meta["entries"].items():
             path = (*self.paths[rel], key)
+            if not key or "/" in key or key in (".", ".."):
+                # the library reads "/" as a path (a key "a/b" would come back as a
+                # nested a -> b) and "", ".", ".." as the group itself or its parent
+                raise ValueError(
+                    f"{self.store.where('/'.join(path[:-1]))}: key {'.'.join(path)!r} cannot "
+                    f"name a member of an {self.store.foreign} file (empty, '.', '..' or holding '/'); "
+                    "rename it, or save with memmap()"
+                )
             if e["kind"] == "jagged":
                 raise TypeError(
                     f"entry {'.'.join(path)!r} is a jagged tensor, which {self.store.foreign} "
