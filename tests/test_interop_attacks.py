@@ -44,6 +44,24 @@ def test_parquet_reads_back_a_categorical_of_non_strings(tmp_path, categories):
     pd.testing.assert_frame_equal(pd.concat(batches, ignore_index=True), df)
 
 
+def test_parquet_reads_back_a_nested_categorical_of_non_strings(tmp_path):
+    # inside a struct column (a nested container saved without a separator)
+    df = pd.DataFrame(
+        {
+            "g.c": pd.Categorical([1, 2, None]),
+            "g.h.k": pd.Categorical([True, False, True]),
+            "g.s": pd.Categorical(["x", "y", "x"]),
+            "z": [1, 2, 3],
+        }
+    )
+    path = tmp_path / "n.parquet"
+    from_pandas(df, separator=".").to_parquet(path, row_group_size=2)
+    assert pa.types.is_struct(pq.read_schema(path).field("g").type)
+    pd.testing.assert_frame_equal(to_pandas(TensorDict.from_parquet(path), separator="."), df)
+    parts = [to_pandas(g, separator=".") for g in ParquetRowGroups(path)]
+    pd.testing.assert_frame_equal(pd.concat(parts, ignore_index=True), df)
+
+
 def test_parquet_and_arrow_keep_the_pandas_nullable_dtypes(tmp_path):
     df = pd.DataFrame(
         {

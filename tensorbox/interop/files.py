@@ -67,13 +67,31 @@ def _dictionaries(table: Any, where: str) -> Any:
     dictionary of numbers (a categorical of ints, floats, dates) back as plain values, so
     ``from_arrow`` would refuse the file ``to_parquet`` wrote (the codes come from the
     recorded categories, so they are those that were written)."""
-    pa = _pa()
     recorded = parse_meta((table.schema.metadata or {}).get(META_KEY), where).get("columns", {})
+    if not any(info.get("kind") == "category" for info in recorded.values()):
+        return table
     for i, field in enumerate(table.schema):
-        info = recorded.get(field.name, {})
-        if info.get("kind") == "category" and not pa.types.is_dictionary(field.type):
-            table = table.set_column(i, field.name, table.column(i).dictionary_encode())
+        table = table.set_column(i, field.name, _encoded(table.column(i), field.name, recorded))
     return table
+
+
+def _encoded(col: Any, label: str, recorded: dict[str, Any]) -> Any:
+    """``col`` (a chunked array) with the recorded categoricals at or under it (the
+    children of a struct: ``"g.c"``) dictionary columns again."""
+    pa = _pa()
+    t = col.type
+    if pa.types.is_struct(t) and not col.null_count:  # null structs: from_arrow refuses
+        names = [t.field(i).name for i in range(t.num_fields)]
+        kids = [
+            _encoded(pa.chunked_array([c.field(i) for c in col.chunks], type=t.field(i).type),
+                     f"{label}.{n}", recorded)
+            for i, n in enumerate(names)
+        ]  # fmt: skip
+        arrays = [k.combine_chunks() for k in kids]
+        return pa.chunked_array([pa.StructArray.from_arrays(arrays, names=names)])
+    if recorded.get(label, {}).get("kind") == "category" and not pa.types.is_dictionary(t):
+        return col.dictionary_encode()
+    return col
 
 
 def _name(path: Any) -> Any:
