@@ -240,3 +240,21 @@ def test_a_key_the_group_library_reads_as_a_path_is_refused_by_to_h5_and_to_zarr
     with pytest.raises(ValueError, match=rf"key {re.escape(repr(key))} cannot name a member"):
         getattr(td, f"to_{fmt}")(tmp_path / f"t.{fmt}")
     assert not (tmp_path / f"t.{fmt}").exists()
+
+
+def test_row_groups_share_one_coding_of_a_dictionary_inside_a_struct(tmp_path):
+    # "y" was code 1 in the first row group and code 0 in the second
+    path = tmp_path / "s.parquet"
+
+    def table(values):
+        column = pa.array(values).dictionary_encode()
+        return pa.table({"g": pa.StructArray.from_arrays([column], names=["c"])})
+
+    first, second = table(["x", "y"]), table(["y", "z"])
+    with pq.ParquetWriter(path, first.schema) as writer:
+        writer.write_table(first)
+        writer.write_table(second)
+    groups = ParquetRowGroups(path)
+    assert [g["g", "c"].tolist() for g in groups] == [[0, 1], [1, 2]]
+    assert groups.categories() == {"g.c": ["x", "y", "z"]}
+    assert to_pandas(groups[1], separator=".")["g.c"].tolist() == ["y", "z"]

@@ -211,6 +211,32 @@ def to_json(
             f.write(orjson.dumps(records))
 
 
+def _dictionary_paths(t: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The paths of the dictionary columns at or under a column of type ``t``."""
+    pa = _pa()
+    if pa.types.is_dictionary(t):
+        return [path]
+    if pa.types.is_struct(t):
+        return [
+            p
+            for i in range(t.num_fields)
+            for p in _dictionary_paths(t.field(i).type, (*path, t.field(i).name))
+        ]
+    return []
+
+
+def _child(arr: Any, path: tuple[str, ...]) -> Any:
+    for name in path:
+        arr = arr.field(name)
+    return arr
+
+
+def _child_type(t: Any, path: tuple[str, ...]) -> Any:
+    for name in path:
+        t = t.field(name).type
+    return t.value_type
+
+
 class ParquetRowGroups:
     """A Parquet file read lazily, one row group at a time: ``len()`` row groups,
     ``[i]`` reads row group ``i`` as a container, iteration reads them in order and
@@ -268,19 +294,23 @@ class ParquetRowGroups:
             recorded = meta.get("columns", {})
             out: dict[str, list[Any]] = {}
             for field in schema:
-                if not pa.types.is_dictionary(field.type) or (
-                    self.columns is not None and field.name not in self.columns
-                ):
+                if self.columns is not None and field.name not in self.columns:
                     continue
-                if "categories" in recorded.get(field.name, {}):
-                    continue  # from_arrow reads them from the metadata
-                dicts = [
-                    chunk.dictionary
+                # dictionary columns at any depth (a struct's children: "g.c")
+                paths = [p for p in _dictionary_paths(field.type, (field.name,))
+                         if "categories" not in recorded.get(".".join(p), {})]  # fmt: skip
+                if not paths:
+                    continue  # none, or from_arrow reads them from the metadata
+                groups = [
+                    pf.read_row_group(i, columns=[field.name]).column(0)
                     for i in range(pf.num_row_groups)
-                    for chunk in pf.read_row_group(i, columns=[field.name]).column(0).chunks
                 ]
-                merged = pa.chunked_array(dicts, type=field.type.value_type)
-                out[field.name] = merged.unique().to_pylist()
+                for path in paths:
+                    dicts = [
+                        _child(chunk, path[1:]).dictionary for g in groups for chunk in g.chunks
+                    ]
+                    merged = pa.chunked_array(dicts, type=_child_type(field.type, path[1:]))
+                    out[".".join(path)] = merged.unique().to_pylist()
             self._categories = out
         return self._categories
 
