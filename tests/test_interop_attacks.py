@@ -16,7 +16,7 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 st_torch = pytest.importorskip("safetensors.torch")
 
-from tensorbox import FormatError, TensorDict  # noqa: E402
+from tensorbox import FormatError, NonTensorData, TensorDict  # noqa: E402
 from tensorbox.interop import ParquetRowGroups  # noqa: E402
 from tensorbox.interop.arrow import META_KEY, from_arrow, from_pandas, to_pandas  # noqa: E402
 
@@ -258,3 +258,16 @@ def test_row_groups_share_one_coding_of_a_dictionary_inside_a_struct(tmp_path):
     assert [g["g", "c"].tolist() for g in groups] == [[0, 1], [1, 2]]
     assert groups.categories() == {"g.c": ["x", "y", "z"]}
     assert to_pandas(groups[1], separator=".")["g.c"].tolist() == ["y", "z"]
+
+
+@pytest.mark.parametrize("tz", ["Mars/Olympus", "+99:00", "../../etc/passwd", ""])
+def test_a_recorded_zone_arrow_does_not_know_is_a_format_error(tz):
+    # was a bare ArrowInvalid asking to install the zoneinfo module
+    info = {"x": {"kind": "timestamp", "unit": "ns", "tz": tz}}
+    td = TensorDict({"x": torch.tensor([0, 1]), "__columns__": NonTensorData(info)}, [2])
+    with pytest.raises(FormatError, match=rf"column 'x' has time zone {re.escape(repr(tz))}"):
+        to_pandas(td)
+    meta = json.dumps({"columns": info}).encode()
+    table = pa.table({"x": pa.array([0, 1], pa.timestamp("ns"))})
+    with pytest.raises(FormatError, match=r"column 'x' has time zone"):
+        from_arrow(table.replace_schema_metadata({META_KEY: meta}))

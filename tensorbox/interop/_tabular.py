@@ -370,9 +370,27 @@ def check_info(info: Any, label: str, where: str) -> dict[str, Any]:
     if unit not in {"time32": ("s", "ms"), "time64": ("us", "ns")}.get(kind, (unit,)):
         raise bad(f"has unit {unit!r}, which {kind} cannot hold")
     tz = info.get("tz")
-    if tz is not None and not isinstance(tz, str):
-        raise bad(f"has time zone {tz!r}; expected a string or null")
+    if tz is not None and not _is_zone(tz):
+        raise bad(f"has time zone {tz!r}; expected a zone name, a '+HH:MM' offset or null")
     return info
+
+
+def _is_zone(tz: Any) -> bool:
+    """Whether Arrow and pandas take ``tz``: an IANA name or a ``+HH:MM`` offset (a
+    hostile one made Arrow ask for a zoneinfo module that is installed)."""
+    import re
+    import zoneinfo
+
+    if not isinstance(tz, str):
+        return False
+    m = re.fullmatch(r"[+-](\d\d):(\d\d)", tz)
+    if m is not None:
+        return int(m.group(1)) < 24 and int(m.group(2)) < 60
+    try:
+        zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        return False
+    return True
 
 
 def node_infos(td: Any, where: str) -> dict[str, dict[str, Any]]:
