@@ -280,7 +280,7 @@ class Saver:
             entry["id"] = getattr(t.untyped_storage(), "_tbx_gen", None) or new_id()
             self.keeps.append((target, t, store, k, entry))
             return entry
-        if mapped and self.mode == "inplace":
+        if isinstance(t, MemoryMappedTensor) and self.mode == "inplace":
             where_now = t.filename or "anonymous shared memory"
             assert self.root is not None
             # a view (rows of a mapped leaf, ``td[i]``) is written like any tensor
