@@ -198,4 +198,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # Real servers on loopback (redis, S3, HTTP), started on first use, one per session.
-from tests.servers import http_server, redis_server, s3_server, silent_server  # noqa: E402, F401
+from tests.servers import (  # noqa: E402, F401
+    http_server,
+    redis_process,
+    redis_server,
+    s3_server,
+    silent_server,
+)

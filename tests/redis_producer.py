@@ -1,8 +1,9 @@
 """A producer process for tests/test_buffer_redis.py: the dataset and transforms the
 tests' consumer uses, served into the queue named on the command line.
 
-``python -m tests.redis_producer URL NAME MODE`` (MODE: ``ok``, ``fails`` raises on
-sample 21, ``hangs`` sleeps on sample 5 so that the test can kill it mid-batch).
+``python -m tests.redis_producer URL NAME MODE [MAX_IDLE]`` (MODE: ``ok``, ``fails``
+raises on sample 21, ``hangs`` sleeps on sample 5 so that the test can kill it
+mid-batch; MAX_IDLE: seconds without a task before it ends, 10 by default).
 """
 
 from __future__ import annotations
@@ -46,5 +47,6 @@ if __name__ == "__main__":
     from tensorbox.buffer import run_producer
 
     url, name, mode = sys.argv[1:4]
+    idle = float(sys.argv[4]) if len(sys.argv) > 4 else 10.0
     fn = {"ok": augment, "fails": fails, "hangs": hangs}[mode]
-    run_producer(data, fn, url=url, name=name, heartbeat=1.0, max_idle=10)
+    run_producer(data, fn, url=url, name=name, heartbeat=1.0, max_idle=idle)

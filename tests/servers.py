@@ -91,6 +91,53 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         proc.wait(timeout=30)
 
 
+class RedisProcess:
+    """A redis-server of a test's own, which the test may stop, restart (on the same port,
+    without persistence: the data is gone, as after a crash) or start with other
+    settings (``--maxmemory``, ``--requirepass``...)."""
+
+    def __init__(self, workdir: Path, *args: str) -> None:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            pytest.skip("redis-server is not installed (make test installs it)")
+        self.exe, self.workdir, self.args = exe, workdir, args
+        self.host, self.port = "127.0.0.1", free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    def start(self) -> None:
+        cmd = [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+        cmd += ["--appendonly", "no", "--dir", str(self.workdir), *self.args]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _wait_listening(self.port, self.proc, "redis-server")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+            self.proc = None
+
+    def restart(self) -> None:
+        """Kill the server and start it again: every key is gone."""
+        self.stop()
+        self.start()
+
+
+@pytest.fixture
+def redis_process(tmp_path: Path) -> Iterator[RedisProcess]:
+    """A fresh redis-server for this test alone (see ``RedisProcess``)."""
+    pytest.importorskip("redis")
+    server = RedisProcess(tmp_path)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @dataclass
 class S3Server:
     endpoint_url: str

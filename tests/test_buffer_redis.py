@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,19 +15,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from tensorbox.buffer import AugmentBuffer, ProducerError, RedisAugmentBuffer
+from tensorbox.buffer import AugmentBuffer, ProducerError, RedisAugmentBuffer, run_producer
 from tests.redis_producer import augment, data
-from tests.servers import RedisServer
+from tests.servers import RedisProcess, RedisServer
 
 pytest.importorskip("redis")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _producers(url: str, name: str, mode: str, n: int) -> list[subprocess.Popen[bytes]]:
-    return [
-        subprocess.Popen([sys.executable, "-m", "tests.redis_producer", url, name, mode], cwd=ROOT)
-        for _ in range(n)
-    ]
+def _producers(
+    url: str, name: str, mode: str, n: int, *extra: str
+) -> list[subprocess.Popen[bytes]]:
+    cmd = [sys.executable, "-m", "tests.redis_producer", url, name, mode, *extra]
+    return [subprocess.Popen(cmd, cwd=ROOT) for _ in range(n)]
 
 
 @pytest.fixture
@@ -131,3 +132,46 @@ def test_bad_arguments() -> None:
         RedisAugmentBuffer(data, augment, batch_size=4, url="redis://127.0.0.1:1/0", capacity=0)
     with pytest.raises(ValueError, match=r"give transform="):
         RedisAugmentBuffer(data, batch_size=4, url="redis://127.0.0.1:1/0")
+
+
+def test_a_producer_reconnects_after_a_restart(redis_process: RedisProcess, procs: list) -> None:
+    """Also seen: after a Redis restart, run_producer died on the ConnectionError."""
+    procs += _producers(redis_process.url, "back", "ok", 1, "120")
+    kw = dict(batch_size=16, seed=5, num_epochs=1)
+    remote = dict(url=redis_process.url, name="back", capacity=2, timeout=60, **kw)
+    with RedisAugmentBuffer(data, augment, **remote) as buf:
+        next(iter(buf))  # the producer serves this server
+    redis_process.restart()  # without persistence: every key is gone
+    time.sleep(3)  # the producer's blocking wait meets the lost connection meanwhile
+    assert procs[0].poll() is None, "the producer died on the restart"
+    with RedisAugmentBuffer(data, augment, **remote) as buf:
+        got = [b.clone() for b in buf]
+    with AugmentBuffer(data, augment, num_workers=0, **kw) as local:
+        want = [b.clone() for b in local]
+    assert len(got) == len(want) == 3
+    assert all((a == b).all() for a, b in zip(got, want, strict=True))
+
+
+def test_a_producer_gives_up_after_its_bound(redis_process: RedisProcess) -> None:
+    """The reconnection is bounded: a server gone for good ends the producer, naming it."""
+    out: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            run_producer(
+                data, augment, url=redis_process.url, name="gone", heartbeat=1.0,
+                reconnect_timeout=1.0, torch_threads=None,
+            )  # fmt: skip
+        except BaseException as err:  # handed to the test
+            out.append(err)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    time.sleep(1.0)  # it waits for tasks now
+    redis_process.stop()
+    t.join(120)  # a hang bound, not a speed
+    assert not t.is_alive() and out
+    with pytest.raises(
+        ConnectionError, match=r"queue 'gone': the Redis server at redis://.* unreachable for 1 s"
+    ):
+        raise out[0]

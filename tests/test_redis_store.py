@@ -7,9 +7,12 @@ failure tests corrupt the server's keys by hand and assert on the messages.
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import re
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +20,13 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 import tensorbox
 from tensorbox import (
@@ -27,7 +37,7 @@ from tensorbox import (
     TensorDictStore,
     tensorclass,
 )
-from tests.servers import RedisServer, free_port
+from tests.servers import RedisProcess, RedisServer, free_port
 
 redis = pytest.importorskip("redis")
 
@@ -345,3 +355,423 @@ def test_lazy_stacked_store(server: RedisServer) -> None:
     finally:
         st.clear_redis()
         st.close()
+
+
+# ---- a store that loses no write (issue 31) ------------------------------------------
+# Each test below failed before the store checked its generation and wrote rows by script:
+# the promise it breaks is named first.
+
+
+def _kw(server: Any) -> dict[str, Any]:
+    return {"host": server.host, "port": server.port}
+
+
+def test_a_vanished_leaf_is_an_error_never_zeros(
+    store: TensorDictStore, server: RedisServer
+) -> None:
+    """Item 7: a row write into a leaf another client deleted recreated it zero-filled."""
+    store["obs"] = torch.ones(10, 3)
+    store["tag"] = "a"
+    store[0]  # the headers are known here now: the fast path is taken
+    raw = _raw(server)
+    key = f'tensordict:{{{store.td_id}}}:data:["obs"]'
+    raw.delete(key, f'tensordict:{{{store.td_id}}}:data:["tag"]')
+    missing = rf"entry 'obs'.*{re.escape(key)!s}' is missing on the server.*not recreated"
+    with pytest.raises(FormatError, match=missing):
+        store[2] = {"obs": torch.full((3,), 7.0)}
+    with pytest.raises(FormatError, match=missing):
+        store[:, None][1] = {"obs": torch.zeros(1, 3)}  # type: ignore[index]
+    with pytest.raises(FormatError, match=missing):
+        store.set_at_("obs", torch.zeros(3), 4)
+    assert raw.exists(key) == 0  # nothing was recreated
+    with pytest.raises(FormatError, match=missing):
+        store[2:4]
+    with pytest.raises(FormatError, match=r"entry 'tag'.*is missing on the server"):
+        store[1] = {"tag": "b"}
+    with pytest.raises(FormatError, match=r"entry 'tag'.*is missing on the server"):
+        store["tag"]
+    raw.close()
+
+
+def test_row_writes_of_two_clients_lose_nothing(server: RedisServer) -> None:
+    """Item 8: a write indexed beyond the first batch dim read, modified and wrote the
+    whole value; another client's row write in between was lost. Each cell is written
+    once, so any lost write shows."""
+    n = 48
+    a = TensorDictStore(batch_size=[4, n], **_kw(server))
+    a["x"] = torch.zeros(4, n, 2)
+    a["s"] = "-"
+    b = TensorDictStore.from_store(td_id=a.td_id, **_kw(server))
+    errors: list[BaseException] = []
+
+    def writer(handle: TensorDictStore, cols: range) -> None:
+        try:
+            for j in cols:
+                handle[:, j] = TensorDict({"x": torch.full((4, 2), float(j + 1))}, [4])
+                handle[j % 4, j] = TensorDict({"s": f"c{j}"}, [])
+        except BaseException as err:  # reported below
+            errors.append(err)
+
+    threads = [
+        threading.Thread(target=writer, args=(a, range(0, n, 2))),
+        threading.Thread(target=writer, args=(b, range(1, n, 2))),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert not errors, errors
+        want = torch.arange(1.0, n + 1)[None, :, None].expand(4, n, 2)
+        assert torch.equal(a["x"], want)
+        s = a.to_local()
+        assert [s[j % 4, j]["s"] for j in range(n)] == [f"c{j}" for j in range(n)]
+    finally:
+        a.clear_redis()
+        a.close()
+        b.close()
+
+
+def _in_thread(fn: Any, limit: float = 120.0) -> BaseException | None:
+    """Run ``fn`` in a thread; its exception, or a failure when it is still running after
+    ``limit`` seconds (a hang, not a speed: the bound is far above any real run)."""
+    out: list[BaseException | None] = [None]
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as err:  # handed to the test
+            out[0] = err
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(limit)
+    assert not t.is_alive(), f"still running after {limit} s: a hang"
+    return out[0]
+
+
+def test_a_value_over_the_server_limit_is_refused(tmp_path: Any) -> None:
+    """Item 9: a value over proto-max-bulk-len made transaction() reconnect for ever."""
+    srv = RedisProcess(tmp_path, "--proto-max-bulk-len", "1mb")
+    try:
+        s = TensorDictStore(batch_size=[2], socket_timeout=10, **_kw(srv))
+        err = _in_thread(lambda: s.set("big", torch.zeros(2, 2**18)))  # 2 MiB
+        assert isinstance(err, ValueError)
+        with pytest.raises(ValueError, match=r"'big'.*2097152 bytes, more than the 1048576"):
+            raise err
+        with pytest.raises(ValueError, match=r"proto-max-bulk-len"):
+            s["t"] = "x" * 2**21  # a non-tensor value too
+        assert s.keys() == []
+        s.close()
+    finally:
+        srv.stop()
+
+
+def test_a_lost_connection_in_a_transaction_ends(tmp_path: Any) -> None:
+    """Item 9: where the limit cannot be read (CONFIG renamed away, as managed services
+    do), the server drops the connection; the write ends with an error, not a loop."""
+    srv = RedisProcess(tmp_path, "--proto-max-bulk-len", "1mb", "--rename-command", "CONFIG", '""')
+    try:
+        s = TensorDictStore(batch_size=[2], socket_timeout=10, **_kw(srv))
+        err = _in_thread(lambda: s.set("big", torch.zeros(2, 2**18)))
+        assert err is not None
+        with pytest.raises(
+            (ConnectionError, RuntimeError), match=r"write .*'big'.*(connection|refused)"
+        ):
+            raise err
+        s.close()
+    finally:
+        srv.stop()
+
+
+def test_a_store_lost_in_a_restart_is_an_error(redis_process: Any) -> None:
+    """Item 10: after a restart without persistence, store[2:4] was an empty TensorDict."""
+    s = TensorDictStore(batch_size=[6], **_kw(redis_process))
+    s["obs"] = torch.arange(6.0)
+    s[0]
+    redis_process.restart()
+    gone = r"TensorDictStore '.*' at redis://.*: the store is gone from the server.*restart"
+    with pytest.raises(FormatError, match=gone):
+        s[2:4]
+    with pytest.raises(FormatError, match=gone):
+        s["obs"]
+    with pytest.raises(FormatError, match=gone):
+        s.keys()
+    with pytest.raises(FormatError, match=gone):
+        s[2] = {"obs": torch.tensor(1.0)}
+    with pytest.raises(FormatError, match=gone):
+        s["new"] = torch.zeros(6)
+    with pytest.raises(FormatError, match=gone):
+        "obs" in s  # noqa: B015
+    raw = redis.Redis(host=redis_process.host, port=redis_process.port)
+    assert raw.dbsize() == 0  # nothing recreated
+    # FLUSHALL, then another client creates a store of the same id: this handle refuses it
+    t = TensorDictStore(batch_size=[6], **_kw(redis_process))
+    t["obs"] = torch.zeros(6)
+    t[1]
+    raw.flushall()
+    again = TensorDictStore(batch_size=[6], td_id=t.td_id, **_kw(redis_process))
+    again["obs"] = torch.ones(6)
+    again.close()
+    with pytest.raises(FormatError, match=r"deleted and created again.*from_store"):
+        t[1] = {"obs": torch.tensor(5.0)}
+    with pytest.raises(FormatError, match=r"deleted and created again"):
+        t["obs"]
+    raw.close()
+    s.close()
+    t.close()
+
+
+def test_eviction_never_serves_zeros(tmp_path: Any) -> None:
+    """Item 7 under memory pressure (allkeys-lru): every leaf reads back as written or
+    raises naming it; no row write recreates one."""
+    srv = RedisProcess(tmp_path, "--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru")
+    try:
+        s = TensorDictStore(batch_size=[64], **_kw(srv))
+        for i in range(8):
+            s[f"x{i}"] = torch.full((64, 1024), float(i + 1))  # 256 KiB each
+        raw = redis.Redis(host=srv.host, port=srv.port)
+        for i in range(40):  # other data pushes the store out
+            raw.set(f"filler{i}", b"\1" * 200_000)
+        for i in range(8):
+            try:
+                s[3] = TensorDict({f"x{i}": torch.full((1024,), -1.0)}, [])
+            except FormatError as err:
+                assert re.search(rf"(entry 'x{i}'.*is missing|store is gone)", str(err)), err
+            try:
+                got = s[f"x{i}"]
+            except FormatError as err:
+                assert re.search(rf"(entry 'x{i}'.*is missing|store is gone)", str(err)), err
+                continue
+            want = torch.full((64, 1024), float(i + 1))
+            want[3] = -1.0
+            assert torch.equal(got, want)
+        raw.close()
+        s.close()
+    finally:
+        srv.stop()
+
+
+def test_malformed_bytes_and_unstorable_keys(store: TensorDictStore, server: RedisServer) -> None:
+    """Item 11: a non-UTF-8 header was a raw UnicodeDecodeError, a lone surrogate in a key
+    a raw UnicodeEncodeError; neither named the key or the server."""
+    store["obs"] = torch.zeros(10)
+    raw = _raw(server)
+    raw.hset(f"tensordict:{{{store.td_id}}}:index", '["obs"]', b"\xff\xfe{")
+    with pytest.raises(FormatError, match=r"'.*' at redis://.*entry 'obs': a header .*not UTF-8"):
+        store["obs"]
+    with pytest.raises(FormatError, match=r"entry 'obs': a header from the server is not UTF-8"):
+        store.keys()
+    with pytest.raises(FormatError, match=r"entry 'obs': a header from the server is not UTF-8"):
+        store[1]
+    raw.hdel(f"tensordict:{{{store.td_id}}}:index", '["obs"]')
+    raw.close()
+    with pytest.raises(KeyError, match=r"at redis://.*the key 'a\\ud800' is not valid Unicode"):
+        store["a\ud800"] = torch.zeros(10)
+    with pytest.raises(KeyError, match=r"the key 'b\\udcff' is not valid Unicode"):
+        store["n"] = TensorDict({"b\udcff": torch.zeros(10)}, [10])
+    with pytest.raises(KeyError, match=r"the key 'a\\ud800' is not valid Unicode"):
+        store["a\ud800"]
+    assert "a\ud800" not in store
+    with pytest.raises(ValueError, match=r"the td_id 'x\\ud800' is not valid Unicode"):
+        TensorDictStore(td_id="x\ud800", **_kw(server))
+
+
+class EnvPassword:
+    """A credential provider of the user's own: it reads the secret where it runs."""
+
+    def get_credentials(self) -> tuple[str]:
+        return (os.environ["MY_REDIS_SECRET"],)
+
+
+def test_a_pickle_carries_no_password(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Also seen: a pickled store carried the connection settings, password included."""
+    srv = RedisProcess(tmp_path, "--requirepass", "s3cret-pw")
+    monkeypatch.delenv("TENSORBOX_REDIS_PASSWORD", raising=False)
+    monkeypatch.delenv("REDISCLI_AUTH", raising=False)
+    try:
+        s = TensorDictStore(batch_size=[3], password="s3cret-pw", **_kw(srv))
+        s["x"] = torch.arange(3)
+        blob = pickle.dumps(s)
+        assert b"s3cret-pw" not in blob
+        with pytest.raises(
+            PermissionError,
+            match=r"at redis://.*needs credentials.*TENSORBOX_REDIS_PASSWORD or REDISCLI_AUTH",
+        ):
+            pickle.loads(blob)
+        monkeypatch.setenv("REDISCLI_AUTH", "s3cret-pw")
+        w = pickle.loads(blob)
+        assert w["x"].tolist() == [0, 1, 2]
+        assert b"s3cret-pw" not in pickle.dumps(w)  # nor does its own pickle
+        w.close()
+        monkeypatch.delenv("REDISCLI_AUTH")
+        asked = TensorDictStore.from_store(
+            td_id=s.td_id, password="s3cret-pw", pickle_credentials=True, **_kw(srv)
+        )
+        assert b"s3cret-pw" in pickle.dumps(asked)
+        copy = pickle.loads(pickle.dumps(asked))
+        assert copy["x"].tolist() == [0, 1, 2]
+        copy.close()
+        asked.close()
+        monkeypatch.setenv("MY_REDIS_SECRET", "s3cret-pw")
+        prov = TensorDictStore.from_store(
+            td_id=s.td_id, credential_provider=EnvPassword(), **_kw(srv)
+        )
+        blob = pickle.dumps(prov)
+        assert b"s3cret-pw" not in blob
+        copy = pickle.loads(blob)
+        assert copy["x"].tolist() == [0, 1, 2]
+        copy.close()
+        prov.close()
+        s.close()
+    finally:
+        srv.stop()
+
+
+# ---- two clients, a restart and a FLUSHALL: a stateful test on a real server ---------
+
+_LOST = r"(the store is gone from the server|deleted and created again)"
+_CELLS = [0, 3, -1, slice(1, 3), [2, 0], (slice(None), 1), (1, slice(0, 2)), (..., 2)]
+
+
+def _machine(srv: RedisProcess) -> type[RuleBasedStateMachine]:
+    """Two handles on one store (batch [4, 3]: leaves x float32 [4, 3, 2] and y int64
+    [4, 3]) write rows, cells beyond the first dim and whole leaves, alone or at once;
+    the server restarts or is flushed in between. Every step either has the serialised
+    effect of the writes (checked through both handles against local tensors) or, once
+    the store is lost, raises naming it and recreates nothing."""
+
+    class TwoClients(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.raw = redis.Redis(host=srv.host, port=srv.port)
+            self.raw.flushall()
+            self.stale: list[TensorDictStore] = []
+            self.handles: list[TensorDictStore] = []
+            self._open(None)
+
+        def _open(self, td_id: str | None) -> None:
+            a = TensorDictStore(batch_size=[4, 3], td_id=td_id, **_kw(srv))
+            self.model = {"x": torch.zeros(4, 3, 2), "y": torch.zeros(4, 3, dtype=torch.long)}
+            a.update(self.model)
+            self.handles = [a, TensorDictStore.from_store(td_id=a.td_id, **_kw(srv))]
+            self.live = True
+
+        def _value(self, leaf: str, cells: Any, v: int) -> torch.Tensor:
+            shape = self.model[leaf][cells].shape
+            return torch.full(shape, v, dtype=self.model[leaf].dtype)
+
+        @rule(who=st.integers(0, 1), leaf=st.sampled_from("xy"), cells=st.sampled_from(_CELLS),
+              v=st.integers(1, 99))  # fmt: skip
+        def write_cells(self, who: int, leaf: str, cells: Any, v: int) -> None:
+            value = self._value(leaf, cells, v)
+            n = self.model[leaf][cells].shape[: len(torch.empty(4, 3)[cells].shape)]
+            row = TensorDict({leaf: value}, n)
+            if not self.live:
+                with pytest.raises(FormatError, match=_LOST):
+                    self.handles[who][cells] = row
+                return
+            self.handles[who][cells] = row
+            self.model[leaf][cells] = value
+
+        @rule(who=st.integers(0, 1), leaf=st.sampled_from("xy"), v=st.integers(1, 99))
+        def write_leaf(self, who: int, leaf: str, v: int) -> None:
+            value = torch.full_like(self.model[leaf], v)
+            if not self.live:
+                with pytest.raises(FormatError, match=_LOST):
+                    self.handles[who][leaf] = value
+                return
+            self.handles[who][leaf] = value
+            self.model[leaf] = value
+
+        @precondition(lambda self: self.live)
+        @rule(cells=st.lists(st.sampled_from(_CELLS), min_size=2, max_size=2),
+              leaf=st.sampled_from("xy"))  # fmt: skip
+        def both_at_once(self, cells: list[Any], leaf: str) -> None:
+            values = [self._value(leaf, c, 100 + i) for i, c in enumerate(cells)]
+            rows = [
+                TensorDict({leaf: v}, self.model[leaf][c].shape[: torch.empty(4, 3)[c].ndim])
+                for c, v in zip(cells, values, strict=True)
+            ]
+            threads = [
+                threading.Thread(target=h.__setitem__, args=(c, r))
+                for h, c, r in zip(self.handles, cells, rows, strict=True)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            got = self.handles[0][leaf]
+            orders = []
+            for order in ((0, 1), (1, 0)):
+                m = self.model[leaf].clone()
+                for i in order:
+                    m[cells[i]] = values[i]
+                orders.append(m)
+            assert any(torch.equal(got, m) for m in orders), (cells, got)
+            self.model[leaf] = got
+
+        @precondition(lambda self: self.live)
+        @rule()
+        def restart(self) -> None:
+            srv.restart()
+            self.live = False
+
+        @precondition(lambda self: self.live)
+        @rule()
+        def flushall(self) -> None:
+            self.raw.flushall()
+            self.live = False
+
+        @precondition(lambda self: not self.live)
+        @rule(same_id=st.booleans())
+        def create_again(self, same_id: bool) -> None:
+            assert self.raw.dbsize() == 0  # the lost store was never recreated
+            self.stale += self.handles
+            self._open(self.handles[0].td_id if same_id else None)
+
+        @precondition(lambda self: bool(self.stale))
+        @rule(i=st.integers(0, 10))
+        def stale_handle(self, i: int) -> None:
+            with pytest.raises(FormatError, match=_LOST):
+                self.stale[i % len(self.stale)][1:3]
+
+        @invariant()
+        def both_handles_read_the_model(self) -> None:
+            if not self.live:
+                return
+            for h in self.handles:
+                local = h.to_local()
+                for leaf, want in self.model.items():
+                    assert torch.equal(local[leaf], want), leaf
+
+        def teardown(self) -> None:
+            for h in self.handles + self.stale:
+                h.close()
+            self.raw.close()
+
+    return TwoClients
+
+
+def _run_machine(tmp_path: Any, examples: int, steps: int) -> None:
+    srv = RedisProcess(tmp_path)
+    try:
+        machine = _machine(srv)
+        machine.TestCase.settings = settings(
+            max_examples=examples,
+            stateful_step_count=steps,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        run_state_machine_as_test(machine, settings=machine.TestCase.settings)
+    finally:
+        srv.stop()
+
+
+def test_two_clients_a_restart_and_a_flush(tmp_path: Any) -> None:
+    _run_machine(tmp_path, examples=6, steps=12)
+
+
+@pytest.mark.slow
+def test_two_clients_a_restart_and_a_flush_long(tmp_path: Any) -> None:
+    _run_machine(tmp_path, examples=200, steps=40)

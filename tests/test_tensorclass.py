@@ -138,6 +138,8 @@ def test_classvar_and_annotation_objects() -> None:
         x: torch.Tensor
 
     assert [f.name for f in fields(C)] == ["x"] and C.scale == 2.0
+    # tensordict's __expected_keys__: the fields, not the ClassVars
+    assert C(x=torch.zeros(1)).__expected_keys__ == {"x"} == C.__expected_keys__
     # Annotations as objects (no ``from __future__ import annotations`` in the user's module).
     ns = {
         "__annotations__": {"scale": ClassVar[int], "_": dataclasses.KW_ONLY, "x": torch.Tensor},

@@ -343,6 +343,25 @@ class NonTensorData:
 
     __hash__ = None  # type: ignore[assignment]
 
+    def __class_getitem__(cls, item: Any) -> type[NonTensorData]:
+        """``MetaData[str]``: tensordict's generic spelling of the value's type, for
+        annotations (``custom_data: MetaData[str]``); the class itself, so ``isinstance``
+        and construction work with it.
+
+        >>> MetaData[str]("abc").data, isinstance(MetaData("x"), MetaData[str])
+        ('abc', True)
+        """
+        return cls
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the value (a function held as data), as tensordict's ``NonTensorData`` does:
+        ``apply`` hands non-tensor entries of its other inputs to ``fn`` as they are.
+
+        >>> NonTensorData(lambda x, y: x - y)(3, 1)
+        2
+        """
+        return self.data(*args, **kwargs)
+
     def __repr__(self) -> str:
         extra = "" if self._batch_size is None else f", batch_size={list(self._batch_size)}"
         return f"NonTensorData({self.value!r}{extra})"

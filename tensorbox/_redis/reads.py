@@ -9,11 +9,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from tensorbox._core.keys import format_key
+from tensorbox._core.keys import format_key, unravel_key
 from tensorbox._core.nontensor import NonTensorData, per_row
 from tensorbox._core.tensordict import TensorDict
 from tensorbox._redis.wire import (
+    _GEN,
     _RETRIES,
+    _check_text,
     _enc,
     _from_bytes,
     _Header,
@@ -38,14 +40,23 @@ class StoreReads:
     _headers: dict[str, _Header]
     _locked: bool
 
+    def _keypath(self, key: Any) -> tuple[str, ...]:
+        """The full path of ``key`` under this node, refused when Redis cannot hold it."""
+        path = self._path + unravel_key(key)
+        _check_text(path, self._server.where())
+        return path
+
     def _header(self, path: tuple[str, ...]) -> _Header | None:
-        raw = self._server.call(
+        server = self._server
+        gen, raw = server.call(
             f"read the header of {format_key(path)!r}",
-            lambda: self._server.client.hget(self._server.index_key, _enc(path)),
+            lambda: server.client.hmget(server.index_key, [_GEN, _enc(path)]),
         )
+        server.check_gen(gen, path)
         if raw is None:
             return None
-        return _Header(_text(raw), self._server.where(path))
+        where = server.where(path)
+        return _Header(_text(raw, where), where)
 
     def _remember(self, path: tuple[str, ...], h: _Header) -> None:
         if self._meta_cache is None:
@@ -83,14 +94,15 @@ class StoreReads:
         for _ in range(_RETRIES):
             paths = list(wanted)
             pipe = server.client.pipeline(transaction=True)
-            pipe.hmget(server.index_key, [_enc(p) for p in paths])
+            pipe.hmget(server.index_key, [_GEN, *(_enc(p) for p in paths)])
             plan: list[tuple[tuple[str, ...], list[tuple[int, int]]]] = []
             for p in paths:
                 h = headers[p]
                 if h.kind == "node":
                     continue
                 dk = server.data_key(p)
-                pipe.strlen(dk)
+                # a zero-byte value's length cannot tell it from a missing one
+                pipe.exists(dk) if h.kind == "tensor" and h.nbytes == 0 else pipe.strlen(dk)
                 if h.kind == "tensor":
                     ranges = wanted[p]
                     ranges = [(0, h.nbytes)] if ranges is None else ranges
@@ -102,7 +114,8 @@ class StoreReads:
                     pipe.get(dk)
                 plan.append((p, ranges))
             res = server.call("read entries", pipe.execute)
-            fresh = res[0]
+            server.check_gen(res[0][0])
+            fresh = res[0][1:]
             changed = False
             for p, raw in zip(paths, fresh, strict=True):
                 if raw is None:
@@ -110,8 +123,8 @@ class StoreReads:
                     raise TensorDictKeyError(
                         f"{server.where(p)}: no such key in the store (deleted by another client?)"
                     )
-                if _text(raw) != headers[p].raw:
-                    headers[p] = _Header(_text(raw), server.where(p))
+                if _text(raw, server.where(p)) != headers[p].raw:
+                    headers[p] = _Header(_text(raw, server.where(p)), server.where(p))
                     changed = True
             if changed:
                 for p, h in headers.items():
@@ -123,7 +136,9 @@ class StoreReads:
                 h = headers[p]
                 length = res[pos]
                 pos += 1
-                if h.kind == "tensor" and length != h.nbytes:
+                if h.kind == "tensor" and not length:  # STRLEN (or EXISTS) 0: no value
+                    raise server.missing(p)
+                if h.kind == "tensor" and h.nbytes and length != h.nbytes:
                     raise FormatError(
                         f"{server.where(p)}: the value {server.data_key(p)!r} holds {length} "
                         f"bytes, its header ({h.dtype}, shape {h.shape}) promises {h.nbytes}"
@@ -131,6 +146,8 @@ class StoreReads:
                 chunks = list(res[pos : pos + len(ranges)])
                 pos += len(ranges)
                 for (s, n), c in zip(ranges, chunks, strict=True):
+                    if c is None and h.kind == "nontensor":
+                        raise server.missing(p)
                     if c is None or (n >= 0 and len(c) != n):
                         raise FormatError(
                             f"{server.where(p)}: the range {s}..{s + n} of "

@@ -12,14 +12,15 @@ from typing import Any
 
 import torch
 
-from tensorbox._core.keys import NestedKey, unravel_key
+from tensorbox._core.keys import NestedKey
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.shape import as_batch_size
 from tensorbox._core.tensordict import TensorDict, is_tensor_collection
+from tensorbox._redis.creds import pickled_connection, worker_client
+from tensorbox._redis.scripts import new_meta, open_store, transaction
 from tensorbox._redis.wire import (
-    _FORMAT,
+    _GEN,
     _SHAPE_OPS,
-    _VERSION,
     _connect,
     _enc,
     _fields_repr,
@@ -48,8 +49,11 @@ class TensorDictStore(StoreWrites):
         device: the device leaves are moved to when read (data is kept as CPU bytes).
         client: an existing ``redis.Redis`` client to use (it is not closed by ``close()``).
         td_id: the id of an existing store to attach to (default: a new one).
-        cache_metadata: keep each leaf's header here, so that row reads take one
-            round trip (every read still checks the header against the server's).
+        cache_metadata: keep each leaf's header here, so that row reads and row writes
+            take one round trip (every one still checks the header against the server's).
+        pickle_credentials: put the password (or credential provider) in the pickle of
+            a handle; by default a handle unpickled elsewhere takes it from
+            ``TENSORBOX_REDIS_PASSWORD`` (or ``REDISCLI_AUTH``), or fails saying so.
         **redis_kwargs: passed to ``redis.Redis``.
 
     Reads fetch from the server on every access (``store["obs"]`` is a new tensor),
@@ -76,9 +80,10 @@ class TensorDictStore(StoreWrites):
         client: Any = None,
         td_id: str | None = None,
         cache_metadata: bool = True,
+        pickle_credentials: bool = False,
         **redis_kwargs: Any,
     ) -> None:
-        cl, shown, owns, plain = _connect(
+        cl, shown, owns, plain, provider = _connect(
             url=url,
             host=host,
             port=port,
@@ -88,38 +93,21 @@ class TensorDictStore(StoreWrites):
             redis_kwargs=redis_kwargs,
         )
         server = _Server(cl, shown, prefix, td_id or str(uuid.uuid4()), backend, owns, plain)
+        server.provider, server.pickle_credentials = provider, pickle_credentials
         bs = as_batch_size(batch_size)
         dev = None if device is None else torch.device(device)
-        meta = _parse_meta(
-            server.call("read the metadata", lambda: cl.get(server.meta_key)), server
-        )
-        if meta is None:
-            new = {
-                "format": _FORMAT,
-                "version": _VERSION,
-                "batch_size": list(bs),
-                "device": None if dev is None else str(dev),
-                "tensorclass": None,
-            }
-            created = server.call(
-                "write the metadata", lambda: cl.set(server.meta_key, json.dumps(new), nx=True)
+        meta = open_store(server, new_meta(bs, dev))
+        assert meta is not None
+        stored = torch.Size(meta.get("batch_size", []))
+        if batch_size is not None and stored != bs:
+            raise BatchSizeError(
+                f"{server.where()}: the store has batch size {list(stored)}, not {list(bs)}"
             )
-            if not created:  # another process created it between the two calls
-                meta = _parse_meta(
-                    server.call("read the metadata", lambda: cl.get(server.meta_key)), server
-                )
-        if meta is not None:
-            stored = torch.Size(meta.get("batch_size", []))
-            if batch_size is not None and stored != bs:
-                raise BatchSizeError(
-                    f"{server.where()}: the store has batch size {list(stored)}, not {list(bs)}"
-                )
-            bs = stored
-            if dev is None and meta.get("device"):
-                dev = torch.device(meta["device"])
+        bs = stored
+        if dev is None and meta.get("device"):
+            dev = torch.device(meta["device"])
         self._init(server, (), bs, dev, cache_metadata, None, False)
-        if meta is not None:
-            self._tensorclass_cls = meta.get("tensorclass")  # after _init set it to None
+        self._tensorclass_cls = meta.get("tensorclass")  # after _init set it to None
 
     def _init(
         self,
@@ -163,7 +151,7 @@ class TensorDictStore(StoreWrites):
         return self._server.td_id
 
     def _full_key_path(self, key: NestedKey) -> str:
-        return _enc(self._path + unravel_key(key))
+        return _enc(self._keypath(key))
 
     @property
     def batch_size(self) -> torch.Size:
@@ -277,14 +265,14 @@ class TensorDictStore(StoreWrites):
 
     def __contains__(self, key: object) -> bool:
         try:
-            path = self._path + unravel_key(key)
+            path = self._keypath(key)
         except TensorDictKeyError:
             return False
         return self._header(path) is not None
 
     def entry_class(self, key: NestedKey) -> type:
         """The class of the entry ``key``: ``torch.Tensor``, ``TensorDictStore`` or ``NonTensorData``."""
-        path = self._path + unravel_key(key)
+        path = self._keypath(key)
         h = self._header(path)
         if h is None:
             raise TensorDictKeyError(f"{self._server.where(path)}: no such key in the store")
@@ -305,7 +293,7 @@ class TensorDictStore(StoreWrites):
 
     def get(self, key: NestedKey, default: Any = KeyError) -> Any:
         """The entry ``key`` read now: a tensor, a nested store, or a non-tensor value."""
-        path = self._path + unravel_key(key)
+        path = self._keypath(key)
         h = self._header(path)
         if h is None:
             if default is KeyError:
@@ -347,7 +335,7 @@ class TensorDictStore(StoreWrites):
     def zero_(self) -> TensorDictStore:
         """Set every tensor leaf to zero."""
         for k in self.keys(include_nested=True, leaves_only=True):
-            path = self._path + unravel_key(k)
+            path = self._keypath(k)
             h = self._header(path)
             if h is not None and h.kind == "tensor":
                 self.fill_(k, 0)
@@ -439,7 +427,7 @@ class TensorDictStore(StoreWrites):
         """Give this handle a client of its own (so ``close()`` on one of two handles
         leaves the other working)."""
         server = self._server
-        server.client = reconnect(server.connect)
+        server.client = reconnect(server.connect, server.provider)
         server.owns_client = True
 
     @classmethod
@@ -478,11 +466,19 @@ class TensorDictStore(StoreWrites):
 
     def _write_meta(self, **changes: Any) -> None:
         server = self._server
-        raw = server.call("read the metadata", lambda: server.client.get(server.meta_key))
-        meta = _parse_meta(raw, server) or {}
-        meta.update(changes)
+
+        def read(pipe: Any) -> dict[str, Any]:
+            server.check_gen(pipe.hget(server.index_key, _GEN))
+            return _parse_meta(pipe.get(server.meta_key), server) or {}
+
+        def plan(pipe: Any, meta: dict[str, Any]) -> None:
+            pipe.set(server.meta_key, json.dumps({**meta, **changes}))
+
         server.call(
-            "write the metadata", lambda: server.client.set(server.meta_key, json.dumps(meta))
+            "write the metadata",
+            lambda: transaction(
+                server, "write the metadata", [server.meta_key, server.index_key], read, plan
+            ),
         )
 
     @classmethod
@@ -508,7 +504,9 @@ class TensorDictStore(StoreWrites):
         that tensorclass holding the store's current values; a class path recorded by
         the writer is never imported on its own.
         """
-        cl, shown, owns, plain = _connect(
+        pickle_credentials = kwargs.pop("pickle_credentials", False)
+        cache = kwargs.pop("cache_metadata", True)
+        cl, shown, owns, plain, provider = _connect(
             url=url,
             host=host,
             port=port,
@@ -518,9 +516,8 @@ class TensorDictStore(StoreWrites):
             redis_kwargs=kwargs,
         )
         server = _Server(cl, shown, prefix, td_id, backend, owns, plain)
-        meta = _parse_meta(
-            server.call("read the metadata", lambda: cl.get(server.meta_key)), server
-        )
+        server.provider, server.pickle_credentials = provider, pickle_credentials
+        meta = open_store(server, None)
         if meta is None:
             if owns:
                 cl.close()
@@ -538,7 +535,7 @@ class TensorDictStore(StoreWrites):
             (),
             torch.Size(meta["batch_size"]),
             dev,
-            kwargs.pop("cache_metadata", True),
+            cache,
             None,
             False,
         )
@@ -581,7 +578,8 @@ class TensorDictStore(StoreWrites):
     def __reduce__(self) -> tuple[Any, ...]:
         s = self._server
         spec = {
-            "connect": s.connect,
+            **pickled_connection(s),
+            "gen": s.gen,
             "url": s.url,
             "namespace": s.namespace,
             "td_id": s.td_id,
@@ -636,17 +634,15 @@ class TensorDictStore(StoreWrites):
 
 
 def _attach(spec: dict[str, Any]) -> TensorDictStore:
-    """Unpickle a store handle: a new connection to the same server and keys."""
-    client = reconnect(spec["connect"])
+    """Unpickle a store handle: a new connection to the same server and keys (the
+    credentials the pickle left out come from this process: see ``creds``)."""
+    where = f"TensorDictStore {spec['td_id']!r} at {spec['url']}"
+    client, connect, provider = worker_client(spec, where)
     server = _Server(
-        client,
-        spec["url"],
-        spec["namespace"],
-        spec["td_id"],
-        spec["backend"],
-        True,
-        spec["connect"],
+        client, spec["url"], spec["namespace"], spec["td_id"], spec["backend"], True, connect
     )
+    server.provider, server.gen = provider, spec.get("gen")
+    server.pickle_credentials = spec["connect"].get("password") is not None
     out = TensorDictStore.__new__(TensorDictStore)
     out._init(
         server,

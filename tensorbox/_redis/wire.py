@@ -14,7 +14,7 @@ import torch
 
 from tensorbox._core.keys import format_key
 from tensorbox._core.tensordict import is_tensor_collection
-from tensorbox.errors import FormatError
+from tensorbox.errors import BatchSizeError, FormatError, TensorDictKeyError
 
 if TYPE_CHECKING:
     import redis
@@ -27,6 +27,19 @@ _VERSION = 1
 _MAX_LEAF_BYTES = 1 << 40
 _MAX_DIMS = 64
 _RETRIES = 5  # optimistic-transaction retries when another client changes the index
+# The index hash's field holding the store's generation: a token written when the store is
+# created. Every read and write checks it in the same round trip as its own commands, so a
+# store the server lost (eviction, FLUSHALL, a restart without persistence) or that was
+# deleted and created again is an error, never an empty or zero-filled container. (Key
+# paths are JSON lists, so no path is spelt "#gen".)
+_GEN = "#gen"
+# What a server takes when CONFIG GET is refused (managed services): Redis's defaults.
+_DEFAULT_MAX_BULK = 512 * 1024 * 1024
+_DEFAULT_MAX_QUERY = 1024 * 1024 * 1024
+_GONE_WHY = (
+    "evicted under maxmemory, FLUSHALL/FLUSHDB, a restart without persistence, "
+    "clear_redis() or another client's DEL"
+)
 
 _DTYPES: dict[str, torch.dtype] = {
     str(d).removeprefix("torch."): d
@@ -86,8 +99,30 @@ def _dec(field: bytes | str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _text(raw: bytes | str) -> str:
-    return raw.decode() if isinstance(raw, bytes) else raw
+def _text(raw: bytes | str, where: str = "TensorDictStore", what: str = "a header") -> str:
+    if not isinstance(raw, bytes):
+        return raw
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as err:
+        raise FormatError(
+            f"{where}: {what} from the server is not UTF-8 text ({err.reason} at byte "
+            f"{err.start}: {raw[max(0, err.start - 20) : err.start + 20]!r}); foreign or "
+            "damaged data"
+        ) from None
+
+
+def _check_text(path: tuple[str, ...], where: str) -> None:
+    """Refuse a key that Redis cannot hold: keys travel as UTF-8, which a lone surrogate
+    (``"\\ud800"``, from ``os.fsdecode`` of undecodable bytes) is not."""
+    for part in path:
+        try:
+            part.encode()
+        except UnicodeEncodeError as err:
+            raise TensorDictKeyError(
+                f"{where}: the key {part!r} is not valid Unicode text ({err.reason} at "
+                f"position {err.start}); a store keeps its keys as UTF-8"
+            ) from None
 
 
 class _Header:
@@ -221,6 +256,60 @@ def _runs(uniq: list[int]) -> list[tuple[int, int]]:
     return out
 
 
+def _cells(index: Any, batch_size: torch.Size) -> tuple[torch.Tensor, int]:
+    """The cells ``index`` selects: ``(positions, dims)``, where a leaf's first ``dims``
+    dims, flattened, are numbered by ``positions`` (of the indexed batch's shape) and
+    each cell is the block of the leaf's remaining dims, contiguous in its bytes. An
+    index on the first dim alone numbers its rows; any other (``[:, 2]``, a 2-d mask,
+    ``[..., 0]``) numbers the elements of the batch, so that a write indexed beyond the
+    first dim still sends only its own bytes."""
+    rows = _rows_of(index, batch_size)
+    if rows is not None:
+        return rows, 1
+    return torch.arange(math.prod(batch_size)).reshape(batch_size)[index], len(batch_size)
+
+
+def _cell_values(
+    v: torch.Tensor, pos: torch.Tensor, cell_shape: list[int], server_where: str
+) -> tuple[list[int], torch.Tensor]:
+    """The distinct cells written, sorted, and their values (the last write of a cell
+    wins, as in torch), one row of ``prod(cell_shape)`` elements each."""
+    want = [*pos.shape, *cell_shape]
+    try:
+        # as torch's row writes: a value of as many elements fits as well
+        v = v.reshape(want) if v.numel() == math.prod(want) else v.expand(want)
+    except RuntimeError:
+        raise BatchSizeError(
+            f"{server_where}: a value of shape {list(v.shape)} does not fit {want}, the "
+            "shape of the rows written"
+        ) from None
+    flat_pos = pos.reshape(-1).tolist()
+    flat_v = v.reshape(len(flat_pos), math.prod(cell_shape))
+    last = {r: i for i, r in enumerate(flat_pos)}
+    uniq = sorted(last)
+    order = [last[r] for r in uniq]
+    if order == list(range(len(flat_pos))):
+        return uniq, flat_v
+    return uniq, flat_v[order]
+
+
+def _cell_runs(
+    h: _Header, v: torch.Tensor, cells: tuple[torch.Tensor, int], where: str
+) -> list[tuple[int, bytes]]:
+    """``(offset, bytes)`` of each run of adjacent cells ``v`` writes into the leaf
+    ``h``: what ``SETRANGE`` sends."""
+    pos, ncell = cells
+    cell_shape = h.shape[ncell:]
+    uniq, vals = _cell_values(v.to(h.dtype), pos, cell_shape, where)
+    cb = math.prod(cell_shape) * h.dtype.itemsize
+    out: list[tuple[int, bytes]] = []
+    at = 0
+    for s, c in _runs(uniq):
+        out.append((s * cb, _tensor_bytes(vals[at : at + c])))
+        at += c
+    return out
+
+
 class _Server:
     """The connection one store and its nested views share, with the names of its keys."""
 
@@ -244,6 +333,18 @@ class _Server:
         self.base = f"{namespace}:{{{td_id}}}:"
         self.meta_key = self.base + "meta"
         self.index_key = self.base + "index"
+        self.gen: str | None = None  # the store's generation, learned when opened
+        self.limits: tuple[int, int] | None = None  # (proto-max-bulk-len, query buffer)
+        self.provider: Any = None  # a credential_provider, kept apart from ``connect``
+        self.pickle_credentials = False
+        for name, text in (("prefix", namespace), ("td_id", td_id)):
+            try:
+                text.encode()
+            except UnicodeEncodeError as err:
+                raise ValueError(
+                    f"TensorDictStore at {url}: the {name} {text!r} is not valid Unicode "
+                    f"text ({err.reason} at position {err.start}); Redis keys are UTF-8"
+                ) from None
 
     def data_key(self, path: tuple[str, ...]) -> str:
         return self.base + "data:" + _enc(path)
@@ -276,9 +377,75 @@ class _Server:
         raw = self.call("read the index", lambda: self.client.hgetall(self.index_key))
         return self.parse_index(raw)
 
-    def parse_index(self, raw: Mapping[bytes, bytes]) -> dict[tuple[str, ...], _Header]:
+    def check_gen(self, raw: bytes | str | None, path: tuple[str, ...] | None = None) -> None:
+        """Raise unless ``raw`` (the index's generation field, read with the operation's
+        own commands) is this handle's: the store is gone, or was created again."""
+        if raw is None:
+            raise FormatError(
+                f"{self.where(path)}: the store is gone from the server: its index "
+                f"{self.index_key!r} is missing ({_GONE_WHY}); nothing is recreated"
+            )
+        found = _text(raw, self.where(path), "the generation")
+        if self.gen is not None and found != self.gen:
+            raise FormatError(
+                f"{self.where(path)}: the store was deleted and created again on the server "
+                f"(generation {found!r}, this handle opened {self.gen!r}); attach again "
+                "with TensorDictStore.from_store"
+            )
+
+    def missing(self, path: tuple[str, ...], length: int | None = None) -> FormatError:
+        """The error for a value the index names and the server does not hold."""
+        held = "is missing" if not length else f"holds {length} bytes"
+        return FormatError(
+            f"{self.where(path)}: the value {self.data_key(path)!r} {held} on the server "
+            f"although the index names it ({_GONE_WHY}); it is not recreated as zeros"
+        )
+
+    def server_limits(self) -> tuple[int, int]:
+        """The largest value and the largest command the server takes, read once
+        (Redis's defaults where CONFIG is refused)."""
+        if self.limits is None:
+            got: dict[str, int] = {}
+            r = _redis()
+            for name in ("proto-max-bulk-len", "client-query-buffer-limit"):
+                try:
+                    reply: Any = self.client.config_get(name)
+                    got[name] = int(next(iter(reply.values())))
+                except (r.exceptions.RedisError, StopIteration, ValueError, TypeError):
+                    pass  # CONFIG refused (managed services): Redis's defaults
+            self.limits = (
+                got.get("proto-max-bulk-len", _DEFAULT_MAX_BULK),
+                got.get("client-query-buffer-limit", _DEFAULT_MAX_QUERY),
+            )
+        return self.limits
+
+    def check_size(self, path: tuple[str, ...], nbytes: int, total: int | None = None) -> None:
+        """Refuse, before anything is sent, a value or a command the server would refuse
+        by dropping the connection (redis-py then waits and retries instead of failing)."""
+        if nbytes < (1 << 20) and (total is None or total < (1 << 20)):
+            return  # far below any server's limits: no need to ask the server
+        bulk, query = self.server_limits()
+        if nbytes > bulk:
+            raise ValueError(
+                f"{self.where(path)}: the value is {nbytes} bytes, more than the {bulk} "
+                "bytes the server takes in one value (proto-max-bulk-len); raise that "
+                "setting on the server, or split the leaf into several keys"
+            )
+        if total is not None and total > query:
+            raise ValueError(
+                f"{self.where(path)}: the write sends {total} bytes in one command, more "
+                f"than the server's client-query-buffer-limit ({query}); write fewer rows "
+                "at a time"
+            )
+
+    def parse_index(self, raw: Mapping[Any, Any]) -> dict[tuple[str, ...], _Header]:
+        """The index's entries by path, after checking the store's generation in it."""
+        gen = raw.get(_GEN.encode(), raw.get(_GEN))
+        self.check_gen(gen)
         out: dict[tuple[str, ...], _Header] = {}
         for field, value in raw.items():
+            if field in (_GEN, _GEN.encode()):
+                continue
             try:
                 path = _dec(field)
             except ValueError:
@@ -286,7 +453,7 @@ class _Server:
                     f"{self.where()}: the index {self.index_key!r} holds the field "
                     f"{field[:100]!r}, not a key path (foreign data?)"
                 ) from None
-            out[path] = _Header(_text(value), self.where(path))
+            out[path] = _Header(_text(value, self.where(path)), self.where(path))
         return out
 
 
@@ -319,13 +486,15 @@ def _connect(
     unix_socket_path: str | None,
     client: Any,
     redis_kwargs: dict[str, Any],
-) -> tuple[Any, str, bool, dict[str, Any]]:
+) -> tuple[Any, str, bool, dict[str, Any], Any]:
     r = _redis()
     if client is not None:
         kw = dict(client.connection_pool.connection_kwargs)
         owns = False
     elif url is not None:
-        client = r.Redis.from_url(url, **redis_kwargs)
+        # every operation has a time limit: a silent server is an error, never a hang
+        kw = {"socket_connect_timeout": 10, "socket_timeout": 60, **redis_kwargs}
+        client = r.Redis.from_url(url, **kw)
         kw = dict(client.connection_pool.connection_kwargs)
         owns = True
     else:
@@ -345,7 +514,7 @@ def _connect(
     else:
         shown = f"redis://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
     plain = {k: v for k, v in kw.items() if isinstance(v, (str, int, float, bool)) or v is None}
-    return client, shown, owns, plain
+    return client, shown, owns, plain, kw.get("credential_provider")
 
 
 def _np_index(index: Any) -> Any:
@@ -407,10 +576,12 @@ def _fields_repr(entries: dict[tuple[str, ...], _Header], at: tuple[str, ...]) -
     return "{" + ", ".join(parts) + "}"
 
 
-def reconnect(connect: dict[str, Any]) -> Any:
+def reconnect(connect: dict[str, Any], provider: Any = None) -> Any:
     """A new client from the connection settings a handle recorded (its pool's
     ``connection_kwargs``: a Unix socket when they name a ``path``)."""
     r = _redis()
+    if provider is not None:
+        connect = {**connect, "credential_provider": provider}
     if "path" in connect:
         pool = r.ConnectionPool(connection_class=r.UnixDomainSocketConnection, **connect)
     else:

@@ -11,23 +11,25 @@ from typing import Any, Self
 import numpy as np
 import torch
 
-from tensorbox._core.keys import NestedKey, format_key, unravel_key
+from tensorbox._core.keys import NestedKey, format_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.tensordict import TensorDict, is_tensor_collection
 from tensorbox._redis.reads import StoreReads
+from tensorbox._redis.scripts import run_script, transaction
 from tensorbox._redis.wire import (
-    _RETRIES,
+    _GEN,
+    _cell_runs,
+    _cell_values,
+    _cells,
+    _check_text,
     _enc,
-    _from_bytes,
     _Header,
     _json_value,
     _leaves_of,
     _np_index,
-    _redis,
-    _rows_of,
-    _runs,
     _tensor_bytes,
     _tensor_header,
+    _text,
 )
 from tensorbox.errors import BatchSizeError, FormatError, LockedError, TensorDictKeyError
 
@@ -36,26 +38,31 @@ class StoreWrites(StoreReads):
     """What a store handle writes to its server."""
 
     def _transaction(
-        self, what: str, plan: Callable[[Any, dict[tuple[str, ...], _Header]], Any]
+        self,
+        what: str,
+        plan: Callable[[Any, dict[tuple[str, ...], _Header], dict[tuple[str, ...], Any]], Any],
+        data: Mapping[tuple[str, ...], str] | None = None,
     ) -> None:
-        """Run ``plan(pipe, index)`` inside MULTI/EXEC, watched on the index so that a
-        concurrent change to it replays the plan against the new index."""
+        """Run ``plan(pipe, index, state)`` inside MULTI/EXEC, watched on the index and on
+        the values ``data`` names (``"len"``: a tensor's length, ``"get"``: a non-tensor's
+        text, read into ``state``), so that a concurrent change to any of them replays the
+        plan against the new state. The index, the store's generation and ``state`` are
+        read in one round trip."""
         server = self._server
-        r = _redis()
+        paths = list(data or {})
+        keys = [server.index_key, *(server.data_key(p) for p in paths)]
+        kinds = [data[p] for p in paths] if data else []
 
-        def run(pipe: Any) -> None:
-            index = server.parse_index(pipe.hgetall(server.index_key))
-            pipe.multi()
-            plan(pipe, index)
+        def read(pipe: Any) -> tuple[dict[tuple[str, ...], _Header], dict[tuple[str, ...], Any]]:
+            reply = run_script(pipe, "state", keys, kinds)
+            flat = reply[0]
+            index = server.parse_index(dict(zip(flat[::2], flat[1::2], strict=True)))
+            state = {p: r for p, r in zip(paths, reply[1:], strict=True)}
+            return index, state
 
-        for _ in range(_RETRIES):
-            try:
-                server.call(what, lambda: server.client.transaction(run, server.index_key))
-                return
-            except r.exceptions.WatchError:
-                continue
-        raise RuntimeError(
-            f"{server.where()}: {what}: the index kept changing under {_RETRIES} attempts"
+        server.call(
+            what,
+            lambda: transaction(server, what, keys, read, lambda pipe, st: plan(pipe, *st)),
         )
 
     def _check_new(self, path: tuple[str, ...], index: dict[tuple[str, ...], _Header]) -> None:
@@ -82,6 +89,7 @@ class StoreWrites(StoreReads):
         """Queue the commands that make ``path`` hold ``value`` (replacing what is there)."""
         server = self._server
         where = server.where(path)
+        _check_text(path, where)
         # intermediate nodes (created with the batch size of the level that holds them)
         for i in range(len(self._path) + 1, len(path)):
             if path[:i] not in index:
@@ -122,6 +130,7 @@ class StoreWrites(StoreReads):
                     f"batch size {list(node_bs)}"
                 )
             hdr = _tensor_header(value)
+            server.check_size(path, value.numel() * value.element_size())
             pipe.set(server.data_key(path), _tensor_bytes(value))
             pipe.hset(server.index_key, _enc(path), hdr)
             h = _Header(hdr, where)
@@ -139,6 +148,7 @@ class StoreWrites(StoreReads):
         else:
             text = _json_value(nt.data, where)
         hdr = json.dumps({"kind": "nontensor", "rows": bool(nt.stacked)})
+        server.check_size(path, len(text.encode()))
         pipe.set(server.data_key(path), text)
         pipe.hset(server.index_key, _enc(path), hdr)
         index[path] = _Header(hdr, where)
@@ -156,7 +166,7 @@ class StoreWrites(StoreReads):
         """Write ``value`` (a tensor, a container, a dict or a JSON-able value) under
         ``key``, replacing what was there, in one transaction."""
         del kwargs
-        path = self._path + unravel_key(key)
+        path = self._keypath(key)
         if inplace and isinstance(value, torch.Tensor):
             h = self._header(path)
             if h is not None and h.kind == "tensor":
@@ -167,7 +177,7 @@ class StoreWrites(StoreReads):
                     )
                 value = value.to(h.dtype)
 
-        def plan(pipe: Any, index: dict[tuple[str, ...], _Header]) -> None:
+        def plan(pipe: Any, index: dict[tuple[str, ...], _Header], _: Any) -> None:
             self._check_new(path, index)
             self._ops_for(pipe, index, path, value, self._node_batch(path, index))
 
@@ -196,12 +206,17 @@ class StoreWrites(StoreReads):
         return self
 
     def _write_rows(self, index: Any, value: Any, keyed: bool = False) -> None:
+        """``self[index] = value``: only the selected cells' bytes are sent. Into existing
+        tensor leaves whose headers this handle knows, one script checks the store's
+        generation, each header and each value's length, then writes every range: one
+        round trip, atomic. Anything else (a new leaf, non-tensor rows, a header that
+        changed) runs as a transaction watched on the index and on the values it reads."""
         if isinstance(value, StoreReads):
             value = value.to_local()
         leaves: dict[tuple[str, ...], Any] = {}
         if keyed:
             for k, v in value.items():
-                leaves[unravel_key(k)] = v
+                leaves[self._keypath(k)] = v
         else:
             if not is_tensor_collection(value):
                 if not isinstance(value, Mapping):
@@ -210,95 +225,179 @@ class StoreWrites(StoreReads):
                         f"dict, not {type(value).__name__}"
                     )
                 value = TensorDict(dict(value), batch_size=[])
-            _leaves_of(value, (), leaves)
-        rows = _rows_of(index, self._batch_size)
-        sel = torch.empty(()).expand(self._batch_size)[index].shape
-        server = self._server
+            flat: dict[tuple[str, ...], Any] = {}
+            _leaves_of(value, (), flat)
+            leaves = {self._path + rel: v for rel, v in flat.items()}
+        for path in leaves:
+            _check_text(path, self._server.where())
+        cells = _cells(index, self._batch_size)
+        if all(isinstance(v, torch.Tensor) for v in leaves.values()) and self._rows_by_script(
+            leaves, cells
+        ):
+            return
+        self._rows_by_transaction(index, leaves, cells)
 
-        def plan(pipe: Any, idx: dict[tuple[str, ...], _Header]) -> None:
-            # the current values are read with the index (the index is watched: a change
-            # anywhere replays this plan)
-            for rel, v in leaves.items():
-                path = self._path + rel
+    def _known_tensor_headers(
+        self, paths: list[tuple[str, ...]]
+    ) -> dict[tuple[str, ...], _Header] | None:
+        """The headers of ``paths`` (cached, else read in one round trip), or None where
+        one is not an existing tensor leaf."""
+        server = self._server
+        got: dict[tuple[str, ...], _Header] = {}
+        unknown = []
+        for p in paths:
+            h = self._headers.get(_enc(p)) if self._meta_cache is not None else None
+            if h is None:
+                unknown.append(p)
+            else:
+                got[p] = h
+        if unknown:
+            reply = server.call(
+                "read headers",
+                lambda: server.client.hmget(server.index_key, [_GEN, *map(_enc, unknown)]),
+            )
+            server.check_gen(reply[0])
+            for p, raw in zip(unknown, reply[1:], strict=True):
+                if raw is None:
+                    return None
+                where = server.where(p)
+                got[p] = h = _Header(_text(raw, where), where)
+                self._remember(p, h)
+        return got if all(h.kind == "tensor" for h in got.values()) else None
+
+    def _rows_by_script(
+        self, leaves: dict[tuple[str, ...], Any], cells: tuple[torch.Tensor, int]
+    ) -> bool:
+        """Row writes into existing tensor leaves in one atomic script; False where the
+        transaction must do it (a leaf is new, not a tensor, or its header changed)."""
+        server = self._server
+        headers = self._known_tensor_headers(list(leaves))
+        if headers is None:
+            return False
+        keys = [server.index_key]
+        args: list[Any] = [server.gen or "", _GEN]
+        total = 0
+        for path, v in leaves.items():
+            h = headers[path]
+            runs = _cell_runs(h, v, cells, server.where(path))
+            keys.append(server.data_key(path))
+            args += [_enc(path), h.raw, h.nbytes, len(runs)]
+            for off, blob in runs:
+                server.check_size(path, len(blob))
+                total += len(blob)
+                args += [off, blob]
+        server.check_size(next(iter(leaves), ()), 0, total)
+        reply = server.call("write rows", lambda: run_script(server.client, "rows", keys, args))
+        status = _text(reply[0])
+        if status == "ok":
+            return True
+        if status == "gen":
+            server.check_gen(reply[1] if len(reply) > 1 else None)
+        paths = list(leaves)
+        bad = paths[int(reply[1]) - 1]
+        if status == "length":
+            n = int(reply[2])
+            if n == 0:
+                raise server.missing(bad)
+            raise FormatError(
+                f"{server.where(bad)}: the value {server.data_key(bad)!r} holds {n} bytes, "
+                f"its header promises {headers[bad].nbytes}"
+            )
+        self._forget(paths)  # a header changed: the transaction reads them again
+        return False
+
+    def _rows_by_transaction(
+        self, index: Any, leaves: dict[tuple[str, ...], Any], cells: tuple[torch.Tensor, int]
+    ) -> None:
+        server = self._server
+        data = {p: "len" if isinstance(v, torch.Tensor) else "get" for p, v in leaves.items()}
+
+        def plan(
+            pipe: Any, idx: dict[tuple[str, ...], _Header], state: dict[tuple[str, ...], Any]
+        ) -> None:
+            for path, v in leaves.items():
                 self._check_new(path, idx)
                 h = idx.get(path)
                 where = server.where(path)
+                if h is not None and h.kind != ("tensor" if data[path] == "len" else "nontensor"):
+                    kind = "tensor" if data[path] == "len" else "non-tensor"
+                    raise TypeError(f"{where}: a {kind} row written into a {h.kind} entry")
                 if isinstance(v, torch.Tensor):
-                    if h is None:
-                        # a new leaf: zeros except the rows written
+                    if h is None:  # a new leaf: zeros except the rows written
                         node_bs = self._node_batch(path, idx)
-                        inner = len(node_bs) - len(self._batch_size)
-                        feat = list(v.shape[len(sel) + inner :])
-                        full = torch.zeros([*node_bs, *feat], dtype=v.dtype)
-                        full[index] = v
-                        self._ops_for(pipe, idx, path, full, node_bs)
+                        self._ops_for(pipe, idx, path, self._new_leaf(v, cells, node_bs), node_bs)
                         continue
-                    if h.kind != "tensor":
-                        raise TypeError(f"{where}: a tensor row written into a {h.kind} entry")
-                    if rows is None:
-                        cur = _from_bytes(self._get_now(path, h), h.dtype, h.shape)
-                        cur[index] = v.to(h.dtype)
-                        pipe.set(server.data_key(path), _tensor_bytes(cur))
-                        continue
-                    rest = h.shape[1:]
-                    try:
-                        want = [*rows.shape, *rest]
-                        v = v.to(h.dtype)
-                        # as torch's row writes: a value of as many elements fits as well
-                        v = v.reshape(want) if v.numel() == math.prod(want) else v.expand(want)
-                    except RuntimeError:
-                        raise BatchSizeError(
-                            f"{where}: rows of shape {list(v.shape)} do not fit the entry's "
-                            f"rows {rest} at {list(rows.shape)} positions"
-                        ) from None
-                    flat_rows = rows.reshape(-1).tolist()
-                    flat_v = v.reshape([len(flat_rows), *rest])
-                    last = {r: i for i, r in enumerate(flat_rows)}  # the last write wins
-                    uniq = sorted(last)
-                    rb = h.row_bytes
-                    for s, c in _runs(uniq):
-                        chunk = flat_v[[last[r] for r in range(s, s + c)]]
-                        pipe.setrange(server.data_key(path), s * rb, _tensor_bytes(chunk))
-                else:
-                    node_bs = self._node_batch(path, idx)
-                    nt = v if isinstance(v, NonTensorData) else NonTensorData(v)
-                    if h is None:
-                        arr = np.empty(tuple(node_bs), dtype=object)
-                    elif h.kind != "nontensor":
-                        raise TypeError(f"{where}: a non-tensor row written into a {h.kind} entry")
-                    else:
-                        cur_nt = self._nontensor(path, h, self._get_now(path, h))
-                        arr = cur_nt.full(node_bs)
-                    np_index = _np_index(index)
-                    picked = arr[np_index]
-                    if isinstance(picked, np.ndarray) and picked.ndim:
-                        arr[np_index] = nt.full(picked.shape)
-                    else:
-                        arr[np_index] = nt.value
-                    text = _json_value(arr.tolist(), where)
-                    hdr = json.dumps({"kind": "nontensor", "rows": True})
-                    pipe.set(server.data_key(path), text)
-                    pipe.hset(server.index_key, _enc(path), hdr)
-                    idx[path] = _Header(hdr, where)
+                    length, exists = (int(x) for x in state[path])
+                    if not exists:
+                        raise server.missing(path)
+                    if length != h.nbytes:
+                        raise FormatError(
+                            f"{where}: the value {server.data_key(path)!r} holds {length} "
+                            f"bytes, its header promises {h.nbytes}"
+                        )
+                    for off, blob in _cell_runs(h, v, cells, where):
+                        server.check_size(path, len(blob))
+                        pipe.setrange(server.data_key(path), off, blob)
+                    continue
+                raw = state[path][0]
+                if h is not None and raw == 0:
+                    raise server.missing(path)
+                self._nontensor_rows(pipe, idx, path, h, v, index, raw)
 
-        self._transaction("write rows", plan)
+        self._transaction("write rows", plan, data)
 
-    def _get_now(self, path: tuple[str, ...], h: _Header) -> bytes:
-        raw = self._server.client.get(self._server.data_key(path))
-        if raw is None:
-            raise FormatError(
-                f"{self._server.where(path)}: the index names a value that is missing"
-            )
-        if h.kind == "tensor" and len(raw) != h.nbytes:
-            raise FormatError(
-                f"{self._server.where(path)}: the value holds {len(raw)} bytes, its header "
-                f"promises {h.nbytes}"
-            )
-        return raw if isinstance(raw, bytes) else raw.encode()
+    def _new_leaf(
+        self, v: torch.Tensor, cells: tuple[torch.Tensor, int], node_bs: torch.Size
+    ) -> torch.Tensor:
+        """A new leaf of zeros holding ``v`` at the cells written."""
+        pos, ncell = cells
+        bs = self._batch_size
+        sel = [*pos.shape, *bs[ncell:]]
+        inner = len(node_bs) - len(bs)
+        feat = list(v.shape[len(sel) + inner :])
+        full = torch.zeros([*node_bs, *feat], dtype=v.dtype)
+        cell_shape = list(full.shape[ncell:])
+        uniq, picked = _cell_values(v, pos, cell_shape, server_where=self._server.where())
+        total = math.prod(full.shape[:ncell])
+        full.reshape(total, math.prod(cell_shape))[uniq] = picked
+        return full
+
+    def _nontensor_rows(
+        self,
+        pipe: Any,
+        idx: dict[tuple[str, ...], _Header],
+        path: tuple[str, ...],
+        h: _Header | None,
+        v: Any,
+        index: Any,
+        raw: Any,
+    ) -> None:
+        """Queue the new text of the non-tensor leaf ``path`` with the rows ``index`` set
+        to ``v`` (its current text ``raw`` was read under WATCH)."""
+        server = self._server
+        where = server.where(path)
+        node_bs = self._node_batch(path, idx)
+        nt = v if isinstance(v, NonTensorData) else NonTensorData(v)
+        if h is None:
+            arr = np.empty(tuple(node_bs), dtype=object)
+        else:
+            arr = self._nontensor(path, h, raw).full(node_bs)
+        np_index = _np_index(index)
+        picked = arr[np_index]
+        if isinstance(picked, np.ndarray) and picked.ndim:
+            arr[np_index] = nt.full(picked.shape)
+        else:
+            arr[np_index] = nt.value
+        text = _json_value(arr.tolist(), where)
+        server.check_size(path, len(text.encode()))
+        hdr = json.dumps({"kind": "nontensor", "rows": True})
+        pipe.set(server.data_key(path), text)
+        pipe.hset(server.index_key, _enc(path), hdr)
+        idx[path] = _Header(hdr, where)
 
     def fill_(self, key: NestedKey, value: float | bool) -> Self:
         """Set every element of the leaf ``key`` to ``value``."""
-        path = self._path + unravel_key(key)
+        path = self._keypath(key)
         h = self._header(path)
         if h is None or h.kind != "tensor":
             raise TensorDictKeyError(f"{self._server.where(path)}: no tensor leaf to fill")
@@ -306,9 +405,9 @@ class StoreWrites(StoreReads):
 
     def del_(self, key: NestedKey) -> Self:
         """Remove ``key`` (and everything under it) from the server."""
-        path = self._path + unravel_key(key)
+        path = self._keypath(key)
 
-        def plan(pipe: Any, index: dict[tuple[str, ...], _Header]) -> None:
+        def plan(pipe: Any, index: dict[tuple[str, ...], _Header], _: Any) -> None:
             if path not in index:
                 raise TensorDictKeyError(f"{self._server.where(path)}: no such key to delete")
             gone = [p for p in index if p[: len(path)] == path]
@@ -322,11 +421,11 @@ class StoreWrites(StoreReads):
 
     def rename_key_(self, old_key: NestedKey, new_key: NestedKey, safe: bool = False) -> Self:
         """Move an entry (and everything under it) to a new key, on the server."""
-        old = self._path + unravel_key(old_key)
-        new = self._path + unravel_key(new_key)
+        old = self._keypath(old_key)
+        new = self._keypath(new_key)
         server = self._server
 
-        def plan(pipe: Any, index: dict[tuple[str, ...], _Header]) -> None:
+        def plan(pipe: Any, index: dict[tuple[str, ...], _Header], _: Any) -> None:
             if old not in index:
                 raise TensorDictKeyError(f"{server.where(old)}: no such key to rename")
             if new in index and safe:

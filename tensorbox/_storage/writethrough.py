@@ -7,7 +7,7 @@ reach the files through the mapping. Everything else a write can change (a key s
 replaced or deleted after ``unlock_()``; a non-tensor value replaced by ``set_``,
 ``update_`` or a row write ``td[idx] = ...``) lives in ``meta.json``: such a write is
 made in memory, then the whole tree is committed at once (the save of
-:mod:`tensorbox._storage.persist`, which keeps every unchanged file by a hard link). When the
+:mod:`tensorbox._storage.api`, which keeps every unchanged file by a hard link). When the
 commit fails, the in-memory change is undone and the error propagates, so memory and
 disk both keep the previous state.
 

@@ -291,6 +291,12 @@ class RedisAugmentBuffer:
         self.close()
 
 
+def _connection_errors() -> tuple[type[BaseException], ...]:
+    import redis
+
+    return (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, ConnectionError)
+
+
 def run_producer(
     dataset: Any,
     transform: Callable[..., Any] | None = None,
@@ -302,6 +308,7 @@ def run_producer(
     heartbeat: float = 10.0,
     max_idle: float | None = None,
     torch_threads: int | None = 1,
+    reconnect_timeout: float = 120.0,
 ) -> int:
     """Make batches for the :class:`RedisAugmentBuffer` of queue ``name`` at ``url``.
 
@@ -311,6 +318,10 @@ def run_producer(
     consumer (the producer goes on with the next task). Returns the batches made.
     ``torch_threads`` sets torch's intra-op threads of this process (one per producer,
     as the local buffer's producers run; None leaves it).
+
+    A server that goes away (a restart, a network cut) is waited for, retrying with a
+    growing pause, for at most ``reconnect_timeout`` seconds in a row; then the producer
+    raises ``ConnectionError`` naming the server. The task it held is made again.
     """
     import torch
 
@@ -319,6 +330,7 @@ def run_producer(
     me = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     alive, working = f"{p}:alive:{me}", f"{p}:working:{me}"
     stop = threading.Event()
+    lost = _connection_errors()
 
     def beat() -> None:
         ms = max(1, int(heartbeat * 1000))
@@ -332,64 +344,122 @@ def run_producer(
     thread.start()
     if torch_threads is not None:
         torch.set_num_threads(torch_threads)
-    run = None
-    made = 0
-    producer: Producer | None = None
-    slots = store = None
+    state = _ProducerState(dataset, transform, batch_transform, seed_global, url, name)
     idle_since = time.monotonic()
+    down_since: float | None = None
+    pause = 0.1
     try:
         while True:
-            task = r.blmove(p + ":tasks", working, 1, "LEFT", "RIGHT")
-            if task is None:
-                if max_idle is not None and time.monotonic() - idle_since > max_idle:
-                    return made
-                continue
-            idle_since = time.monotonic()
-            task_run, _, g_text = task.decode().partition(":")
             try:
-                if task_run != run:  # a new run: its schedule, layout and slots
-                    raw = r.get(p + ":config")
-                    config = json.loads(raw) if raw else {}
-                    if config.get("run") != task_run:
-                        continue  # a task left from a run that has ended
-                    if len(dataset) != config["num_samples"]:
-                        raise ValueError(
-                            f"the consumer's dataset has {config['num_samples']} samples, this "
-                            f"producer's {len(dataset)}: both must run on the same data"
-                        )
-                    plan = Plan(
-                        config["num_samples"],
-                        config["batch_size"],
-                        config["drop_last"],
-                        config["shuffle"],
-                        config["seed"],
-                    )
-                    producer = Producer(plan, dataset, transform, batch_transform, seed_global)
-                    store = _store(url, name)
-                    # the slot layout as the consumer stored it (one sample of slot 0)
-                    slots = in_memory(store[0][0], 1, plan.batch_size)
-                    producer.attach(slots)
-                    run = task_run
-                g = int(g_text)
-                assert producer is not None and slots is not None and store is not None
-                with GlobalRNG():
-                    producer.produce(g, 0)
-                store[g % config["capacity"]] = slots[0]
-                r.rpush(f"{p}:done:{task_run}:{g}", "ok")
-                r.expire(f"{p}:done:{task_run}:{g}", 3600)
-                made += 1
-            except Exception as exc:  # reported to the consumer, which raises it
-                text = "".join(traceback.format_exception(exc))
-                r.rpush(
-                    f"{p}:done:{task_run}:{g_text}",
-                    json.dumps({"producer": me, "traceback": text}),
-                )
-                r.expire(f"{p}:done:{task_run}:{g_text}", 3600)
-                run = None  # rebuild from the config before the next task
-            finally:
+                if down_since is not None:
+                    # back after a loss: what this producer held is made again first
+                    while r.lmove(working, p + ":tasks", "RIGHT", "LEFT") is not None:
+                        pass
+                task = r.blmove(p + ":tasks", working, 1, "LEFT", "RIGHT")
+                down_since, pause = None, 0.1
+                if task is None:
+                    if max_idle is not None and time.monotonic() - idle_since > max_idle:
+                        return state.made
+                    continue
+                idle_since = time.monotonic()
+                state.serve(r, p, me, task)
                 r.lrem(working, 1, task)
+            except lost as err:
+                now = time.monotonic()
+                down_since = now if down_since is None else down_since
+                if now - down_since > reconnect_timeout:
+                    raise ConnectionError(
+                        f"producer {me} of queue {name!r}: the Redis server at {url} has been "
+                        f"unreachable for {reconnect_timeout:g} s ({type(err).__name__}: "
+                        f"{err}); giving up"
+                    ) from err
+                state.run = None  # the run's config and slots are read again
+                time.sleep(pause)
+                pause = min(pause * 2, 2.0)
     finally:
         stop.set()
         thread.join(timeout=5)
-        r.delete(alive, working)
+        with contextlib.suppress(*lost):  # a server that is gone keeps nothing to clean
+            r.delete(alive, working)
         r.close()
+
+
+class _ProducerState:
+    """What a producer keeps between tasks: the current run, its plan and slots."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        transform: Callable[..., Any] | None,
+        batch_transform: Callable[..., Any] | None,
+        seed_global: bool,
+        url: str,
+        name: str,
+    ) -> None:
+        self.dataset, self.transform, self.batch_transform = dataset, transform, batch_transform
+        self.seed_global, self.url, self.name = seed_global, url, name
+        self.run: str | None = None
+        self.made = 0
+        self.config: dict[str, Any] = {}
+        self.producer: Producer | None = None
+        self.slots: Any = None
+        self.store: Any = None
+
+    def _start(self, r: Any, p: str, task_run: str) -> bool:
+        """Take up the run ``task_run``: its schedule, layout and slots (False: the task
+        is left from a run that has ended)."""
+        raw = r.get(p + ":config")
+        config = json.loads(raw) if raw else {}
+        if config.get("run") != task_run:
+            return False
+        if len(self.dataset) != config["num_samples"]:
+            raise ValueError(
+                f"the consumer's dataset has {config['num_samples']} samples, this "
+                f"producer's {len(self.dataset)}: both must run on the same data"
+            )
+        plan = Plan(
+            config["num_samples"],
+            config["batch_size"],
+            config["drop_last"],
+            config["shuffle"],
+            config["seed"],
+        )
+        producer = Producer(
+            plan, self.dataset, self.transform, self.batch_transform, self.seed_global
+        )
+        if self.store is not None:
+            self.store.close()
+        self.store = _store(self.url, self.name)
+        # the slot layout as the consumer stored it (one sample of slot 0)
+        self.slots = in_memory(self.store[0][0], 1, plan.batch_size)
+        producer.attach(self.slots)
+        self.producer, self.config, self.run = producer, config, task_run
+        return True
+
+    def serve(self, r: Any, p: str, me: str, task: bytes) -> None:
+        """Make the batch ``task`` names into its slot, and say so (or report the
+        transform's error to the consumer). A lost connection propagates: the caller
+        reconnects and the task is made again."""
+        task_run, _, g_text = task.decode().partition(":")
+        lost = _connection_errors()
+        try:
+            if task_run != self.run and not self._start(r, p, task_run):
+                return
+            g = int(g_text)
+            assert self.producer is not None and self.slots is not None
+            with GlobalRNG():
+                self.producer.produce(g, 0)
+            self.store[g % self.config["capacity"]] = self.slots[0]
+            r.rpush(f"{p}:done:{task_run}:{g}", "ok")
+            r.expire(f"{p}:done:{task_run}:{g}", 3600)
+            self.made += 1
+        except lost:
+            raise
+        except Exception as exc:  # reported to the consumer, which raises it
+            text = "".join(traceback.format_exception(exc))
+            r.rpush(
+                f"{p}:done:{task_run}:{g_text}",
+                json.dumps({"producer": me, "traceback": text}),
+            )
+            r.expire(f"{p}:done:{task_run}:{g_text}", 3600)
+            self.run = None  # rebuild from the config before the next task
