@@ -1,4 +1,4 @@
-# The README's two commands: `make demo` and `make test`. Also: `make check` (the quick
+# The README's two commands: `make demo` (installs only what the demo runs) and `make test`. Also: `make check` (the quick
 # edit-test loop: lint and the fast tests), `make docs` (the site, strict), `make bench`
 # (benchmarks, their JSON results and the charts), `make wheelcheck` (build the wheel,
 # install it into a fresh environment, run the README tour there).
@@ -8,6 +8,14 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt
+# The long installs (torch, the extras) print pip's progress: a first run downloads
+# hundreds of MB, and a silent terminal for minutes reads as a hang.
+PIPV   := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar on -c constraints.txt
+# Where pip also looks for torch: PyTorch's CPU-only builds (`2.13.0+cpu` sorts above
+# PyPI's CUDA `2.13.0`, so pip takes it). `make TORCH_INDEX=` uses only your pip's own
+# index (for example when it already serves a CPU build).
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH  := $(PIPV) $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "torch==2.13.0"
 ARGS   ?=
 # pytest-xdist workers for `make test` and `make check` (0: one process, no xdist).
 # loadgroup keeps the tests of one xdist_group (the shared mypy run) in one worker.
@@ -20,27 +28,41 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # torch is installed first and pinned, so resolving the extras never picks a CUDA build.
-$(VENV)/.core: $(BIN)/python pyproject.toml constraints.txt
-	$(PIP) "torch==2.13.0"
-	$(PIP) -e ".[test,images,interop,s3,http,redis,servers]"
+$(VENV)/.torch: $(BIN)/python constraints.txt
+	@echo "== installing torch 2.13.0, CPU build (a first run downloads about 200 MB)"
+	$(TORCH)
+	touch $@
+
+$(VENV)/.core: $(VENV)/.torch pyproject.toml constraints.txt
+	@echo "== installing tensorbox and the test, interop, remote and server extras"
+	$(PIPV) -e ".[test,images,interop,s3,http,obstore,redis,servers,compat]"
 	@# the redis tests start a redis-server of their own; install it once (as root) when missing
 	@command -v redis-server >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -q && apt-get install -y -q redis-server; } || echo "make test: redis-server is missing and cannot be installed here (not root); its tests skip"
 	touch $@
 
 $(VENV)/.bench: $(VENV)/.core
-	$(PIP) -e ".[bench]"
+	$(PIPV) -e ".[bench]"
 	touch $@
 
 $(VENV)/.docs: $(VENV)/.core
-	$(PIP) -e ".[docs]"
+	$(PIPV) -e ".[docs]"
 	touch $@
 
-demo: $(VENV)/.bench
+# The demo installs only what it runs: torch, tensorbox, Pillow and tqdm, and tensordict
+# (the tutorial pipeline it compares with); no test tools, servers or apt packages.
+$(VENV)/.demo: $(VENV)/.torch pyproject.toml constraints.txt
+	@echo "== installing tensorbox and the demo extra (Pillow, tqdm, tensordict)"
+	$(PIPV) -e ".[demo]"
+	touch $@
+
+demo: $(VENV)/.demo
 	$(BIN)/python benchmarks/demo.py $(ARGS)
 
-# The full suite, as CI runs it (the docs extra too: the site build is a test).
+# The full suite, as CI runs it (the docs extra too: the site build is a test); -rs lists
+# each skipped test with its reason (a missing server or optional package).
 test: $(VENV)/.core $(VENV)/.docs
-	$(BIN)/python -m pytest $(XDIST) $(ARGS)
+	@echo "== make test: the full suite; under 5 minutes of pytest on 2 idle cores, longer under other load"
+	$(BIN)/python -m pytest -rs $(XDIST) $(ARGS)
 
 # The MDS bridge (to_mds) against mosaicml-streaming, in a venv of its own: streaming pins
 # numpy below 2.2 and pulls in torchvision and ~80 more packages, so it stays out of the
@@ -49,7 +71,7 @@ test: $(VENV)/.core $(VENV)/.docs
 VENV_MDS := .venv-mds
 $(VENV_MDS)/.mds: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV_MDS)
-	$(VENV_MDS)/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt "torch==2.13.0"
+	$(VENV_MDS)/bin/python -m pip install --disable-pip-version-check -c constraints.txt $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "torch==2.13.0"
 	$(VENV_MDS)/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[test,mds]"
 	touch $@
 
@@ -59,7 +81,7 @@ test-mds: $(VENV_MDS)/.mds
 # The edit-test loop: lint, then `pytest --quick` (tests/conftest.py): the tests that start
 # no interpreter, process pool or external tool (conftest.py marks those `heavy` and does
 # not even import the heavy modules), nor the `mds` ones, with 15 examples per property
-# test instead of 40; under a minute on 2 cores, about half of it without other load.
+# test instead of 40; about 50 s on 2 idle cores, 3 minutes with other work on them.
 check: $(VENV)/.core
 	$(BIN)/ruff check tensorbox tests benchmarks tutorials tools
 	$(BIN)/ruff format --check tensorbox tests benchmarks tutorials tools
@@ -76,7 +98,7 @@ lint: $(VENV)/.core
 	$(BIN)/ruff check tensorbox tests benchmarks tutorials tools
 	$(BIN)/ruff format --check tensorbox tests benchmarks tutorials tools
 
-# docs/api.md, the API reference, regenerated from the code (tests/test_api_reference.py
+# docs/api/, the API reference (a page per public area), regenerated from the code (tests/test_api_reference.py
 # fails until it is, whenever a public name, signature or docstring changes).
 apiref: $(VENV)/.core
 	$(BIN)/python -m tools.apiref
@@ -100,7 +122,7 @@ wheelcheck: $(VENV)/.core
 	rm -rf .whl && $(BIN)/python -m pip wheel -q --no-deps -w .whl/dist .
 	$(BIN)/python -c "import sys, zipfile; n = zipfile.ZipFile(sys.argv[1]).namelist(); assert any(x.endswith('licenses/LICENSE') for x in n), n" .whl/dist/tensorbox-*.whl
 	$(PYTHON) -m venv .whl/venv
-	.whl/venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt "torch==2.13.0"
+	.whl/venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "torch==2.13.0"
 	.whl/venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt .whl/dist/tensorbox-*.whl
 	cd .whl && venv/bin/python ../tools/readme_tour.py ../README.md
 

@@ -1,5 +1,6 @@
 """Draw the docs' pictures into docs/img/: benchmark charts from benchmarks/results/*.json,
-a diagram of the on-disk layout, and a batch of augmented images.
+a diagram of the on-disk layout, and a batch of augmented images; and the save/open
+tables of docs/persistence.md, from the same results file as their chart.
 
     python benchmarks/figures.py            # all of them
     python benchmarks/figures.py --only persist loader
@@ -93,6 +94,88 @@ def persist(plt: Any) -> None:
     fig.tight_layout()
     _save(fig, "persist.svg")
     plt.close(fig)
+    write_tables("persist", r)
+
+
+#: The pages whose tables are drawn here, from the results file their chart uses: the
+#: tables go between the two marker lines of ``table_markers(NAME)`` on the page.
+TABLE_PAGES = {"persist": ROOT / "docs" / "persistence.md", "dataload": ROOT / "docs" / "data.md"}
+
+
+def table_markers(name: str) -> tuple[str, str]:
+    return (
+        f"<!-- tables: drawn by benchmarks/figures.py from benchmarks/results/{name}.json -->",
+        "<!-- end of tables -->",
+    )
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f}" if v >= 10 else f"{v:.1f}"
+
+
+def _rule(columns: int) -> str:
+    return "|---" * columns + "|"
+
+
+def persist_tables(r: dict[str, Any]) -> str:
+    """The tables of docs/persistence.md, from the same results as the chart."""
+    head = " | ".join(r["layouts"])
+    lines = [f"| save, ms (median) | {head} |", _rule(len(r["layouts"]) + 1)]
+    lines += [f"| {k} | {' | '.join(map(_ms, v))} |" for k, v in r["save_ms"].items()]
+    lines += ["", f"| open (lazy) / open + read every byte, ms | {head} |"]
+    lines.append(_rule(len(r["layouts"]) + 1))
+    for k, lazy in r["open_ms"].items():
+        full = r["open_read_ms"][k]
+        if any(v is not None for v in (*lazy, *full)):
+            cells = (f"{_ms(a)} / {_ms(b)}" for a, b in zip(lazy, full))
+            lines.append(f"| {k} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+def _x(a: float, b: float) -> str:
+    q = a / b
+    return f"{q:.0f}x" if q >= 10 else f"{q:.2f}x"
+
+
+def dataload_tables(r: dict[str, Any]) -> str:
+    """The tables of docs/data.md, from the same results as the loader chart."""
+    ing, reads = r["ingest_images_per_s"], r["read_images_per_s"]
+    lines = [
+        "| images/s | per-image | tutorial | tensorbox | tensorbox / per-image "
+        "| tensorbox / tutorial |",
+        _rule(6),
+        f"| ingestion (train, 256x256) | | {_ms(ing['tutorial'])} | {_ms(ing['tensorbox'])} "
+        f"| | {_x(ing['tensorbox'], ing['tutorial'])} |",
+        f"| ingestion, `draft=False` | | | {_ms(ing['exact'])} | "
+        f"| {_x(ing['exact'], ing['tutorial'])} |",
+    ]
+    for kind, v in reads.items():
+        lines.append(
+            f"| {kind} pipeline | {_ms(v['per-image'])} | {_ms(v['tutorial'])} "
+            f"| {_ms(v['tensorbox'])} | {_x(v['tensorbox'], v['per-image'])} "
+            f"| {_x(v['tensorbox'], v['tutorial'])} |"
+        )
+    alone = r["loader_alone_images_per_s"]
+    lines += ["", "| loader alone, images/s | " + " | ".join(alone) + " |", _rule(len(alone) + 1)]
+    lines.append(
+        "| uint8 [64, 3, 256, 256] batches | " + " | ".join(map(_ms, alone.values())) + " |"
+    )
+    return "\n".join(lines)
+
+
+TABLES = {"persist": persist_tables, "dataload": dataload_tables}
+
+
+def write_tables(name: str, r: dict[str, Any]) -> None:
+    """Put the tables drawn from ``r`` between the markers of their page."""
+    page = TABLE_PAGES[name]
+    start_line, end_line = table_markers(name)
+    text = page.read_text(encoding="utf-8")
+    start = text.index(start_line) + len(start_line)
+    end = text.index(end_line, start)
+    new = f"{text[:start]}\n\n{TABLES[name](r)}\n\n{text[end:]}"
+    if new != text:
+        page.write_text(new, encoding="utf-8")
 
 
 def loader(plt: Any) -> None:
@@ -127,6 +210,7 @@ def loader(plt: Any) -> None:
     fig.text(0.01, -0.04, f"Source: {source_line(r)}", fontsize=7, color="#495057", wrap=True)
     _save(fig, "loader.svg")
     plt.close(fig)
+    write_tables("dataload", r)
 
 
 def ops(plt: Any) -> None:

@@ -10,6 +10,14 @@ Tasks (sizes at ``--scale 1``; the issue's figures):
   ``pyarrow.parquet.read_table`` + ``torch.from_numpy`` per column (the library floor).
 * **parquet write**: the container back to a file: ``to_parquet`` against
   ``pyarrow.parquet.write_table`` of a table built from the tensors.
+* **pandas / Arrow**: a 1M-row, 8-column frame (4 float32, 2 int64, a categorical, a
+  datetime in microseconds) to a container and back: ``from_pandas``/``to_pandas``
+  and ``from_arrow``/``to_arrow`` (tensorbox, tensordict where it has them) against
+  pandas / pyarrow doing the same conversion by hand: ``torch.from_numpy`` per column
+  (a copy for pandas, whose arrays are read-only), the categorical's codes, the
+  datetimes as int64 nanoseconds; and back ``pd.DataFrame`` / ``pa.table`` of the
+  tensors' arrays with ``Categorical.from_codes`` / a dictionary array and the
+  datetimes in their unit.
 * **safetensors load**: a 500 MB checkpoint (an MLP of 16 square float32 layers) to
   a ready model: ``load_memmap`` + ``to_module`` (tensorbox), ``from_safetensors`` +
   ``to_module`` (tensordict), ``safetensors.torch.load_file`` + ``load_state_dict(
@@ -118,6 +126,100 @@ def parquet(tmp: Path, scale: float, rounds: int, td_mod) -> None:
         methods["tensordict to_parquet"] = lambda: theirs.to_parquet(out)
     report(
         f"parquet write: {n} rows x 8 columns", interleaved(methods, rounds), "pyarrow write_table"
+    )
+
+
+def tables(tmp: Path, scale: float, rounds: int, td_mod) -> None:
+    import pandas as pd
+    import pyarrow as pa
+
+    n = int(1_000_000 * scale)
+    rng = np.random.default_rng(0)
+    cols = {f"f{i}": rng.random(n, dtype=np.float32) for i in range(4)}
+    cols |= {f"i{i}": rng.integers(0, 1 << 40, n) for i in range(2)}
+    cols["kind"] = pd.Categorical.from_codes(rng.integers(0, 5, n), list("abcde"))
+    cols["when"] = pd.Series(rng.integers(0, 1 << 50, n).astype("datetime64[us]"))
+    df = pd.DataFrame(cols)
+    numbers = [c for c in df.columns if c not in ("kind", "when")]
+
+    def pandas_in():
+        out = {c: torch.from_numpy(df[c].to_numpy().copy()) for c in numbers}
+        out["kind"] = torch.from_numpy(df["kind"].cat.codes.to_numpy().copy())
+        ns = df["when"].to_numpy().astype("datetime64[ns]").view(np.int64)
+        out["when"] = torch.from_numpy(ns)
+        return out
+
+    methods = {
+        "pandas: from_numpy per column": pandas_in,
+        "tensorbox from_pandas": lambda: tensorbox.TensorDict.from_pandas(df),
+    }
+    if td_mod is not None:
+        methods["tensordict from_pandas"] = lambda: td_mod.TensorDict.from_pandas(df)
+    report(
+        f"from_pandas: {n} rows x 8 columns (a categorical, a datetime)",
+        interleaved(methods, rounds),
+        "pandas: from_numpy per column",
+    )
+
+    ours = tensorbox.TensorDict.from_pandas(df)
+    plain = pandas_in()
+
+    def pandas_out():
+        out = {c: plain[c].numpy() for c in numbers}
+        out["kind"] = pd.Categorical.from_codes(plain["kind"].numpy(), list("abcde"))
+        out["when"] = plain["when"].numpy().view("datetime64[ns]").astype("datetime64[us]")
+        return pd.DataFrame(out)
+
+    methods = {"pandas: DataFrame of the arrays": pandas_out, "tensorbox to_pandas": ours.to_pandas}
+    if td_mod is not None:
+        theirs = td_mod.TensorDict.from_pandas(df)
+        methods["tensordict to_pandas"] = theirs.to_pandas
+    report(
+        f"to_pandas: {n} rows x 8 columns (a categorical, a datetime)",
+        interleaved(methods, rounds),
+        "pandas: DataFrame of the arrays",
+    )
+
+    table = pa.Table.from_pandas(df, preserve_index=False)
+
+    def arrow_in(copy=True):
+        # the table views pandas' read-only memory: from_arrow copies it (copy=None)
+        out = {
+            c: torch.from_numpy(table[c].to_numpy().copy() if copy else table[c].to_numpy())
+            for c in numbers
+        }
+        kind = table["kind"].combine_chunks()
+        out["kind"] = torch.from_numpy(kind.indices.to_numpy().copy())
+        ns = table["when"].to_numpy().astype("datetime64[ns]").view(np.int64)
+        out["when"] = torch.from_numpy(ns)
+        return out
+
+    methods = {
+        "pyarrow: from_numpy per column": arrow_in,
+        "tensorbox from_arrow": lambda: tensorbox.from_arrow(table),
+        "pyarrow: views of the numbers": lambda: arrow_in(copy=False),
+        "tensorbox from_arrow(copy=False)": lambda: tensorbox.from_arrow(table, copy=False),
+    }
+    report(
+        f"from_arrow: {n} rows x 8 columns (a dictionary, a timestamp)",
+        interleaved(methods, rounds),
+        "pyarrow: from_numpy per column",
+    )
+
+    def arrow_out():
+        out = {c: pa.array(plain[c].numpy()) for c in numbers}
+        out["kind"] = pa.DictionaryArray.from_arrays(
+            pa.array(plain["kind"].numpy()), pa.array(list("abcde"))
+        )
+        ns = pa.array(plain["when"].numpy(), pa.timestamp("ns"))
+        out["when"] = ns.cast(pa.timestamp("us"))
+        return pa.table(out)
+
+    methods = {"pyarrow: table of the arrays": arrow_out, "tensorbox to_arrow": ours.to_arrow}
+    report(
+        f"to_arrow: {n} rows x 8 columns (a dictionary, a timestamp)",
+        interleaved(methods, rounds),
+        "pyarrow: table of the arrays",
     )
 
 
@@ -241,7 +343,7 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--dir", default="/var/tmp")
-    parser.add_argument("--only", choices=["parquet", "safetensors", "batches"])
+    parser.add_argument("--only", choices=["parquet", "tables", "safetensors", "batches"])
     args = parser.parse_args()
     torch.set_num_threads(2)
     try:
@@ -253,6 +355,7 @@ def main() -> None:
     try:
         for name, task in (
             ("parquet", parquet),
+            ("tables", tables),
             ("safetensors", safetensors),
             ("batches", random_batches),
         ):

@@ -203,7 +203,7 @@ def _run(args: argparse.Namespace, work: Path, port: int) -> int:
         print(f"round {r + 1}/{args.repeats}", flush=True)
         loads.append(os.getloadavg()[0])
         # tensorbox from s3://, cold then warm
-        remote._default = remote.RangeCache(str(work / f"cache-{r}"), 20 << 30)
+        remote.cache._default = remote.RangeCache(str(work / f"cache-{r}"), 20 << 30)
         mark = relay.sent
         first, secs, seen = tensorbox_epoch(url, opts, r)
         record("tensorbox s3 cold", first, secs, seen, relay.sent - mark)

@@ -12,13 +12,50 @@ torch.Size([2, 8])
 
 from typing import TYPE_CHECKING, Any
 
+# ruff: noqa: E402  (the ports are bound first, before the imports below can run the core)
+# The composition root: every port of the core (``tensorbox/_core/ports.py``) bound to
+# the module, or ``module:attribute``, that meets it, imported on first use. Bound
+# first, before anything of the core can run.
+from tensorbox._core import ports as _ports
+
+_PORTS = {
+    # the classes the core builds but cannot import (each sits above the container)
+    "plain": "tensorbox._core.tensordict:TensorDict",
+    "legacy_view": "tensorbox._core.lazyshape:legacy_op",
+    "subview": "tensorbox._core.subview:SubTensorDict",
+    "lazystack": "tensorbox._core.lazystack:LazyStackedTensorDict",
+    # storage: saving and opening trees, writes to saved trees, pickled file references
+    "persistence": "tensorbox._storage.api",
+    "backing": "tensorbox._storage.writethrough",
+    "reserve": "tensorbox._storage.reserve:reserve_leaf",
+    "file_refs": "tensorbox._storage.fileref",
+    "live": "tensorbox._redis:TensorDictStore",
+    "weights": "tensorbox.weights",
+    "transport": "tensorbox.distributed",
+    # format name -> the module of its ``from_<name>``/``to_<name>``
+    "format.arrow": "tensorbox.interop.arrow",
+    "format.pandas": "tensorbox.interop.arrow",
+    "format.parquet": "tensorbox.interop.files",
+    "format.csv": "tensorbox.interop.files",
+    "format.json": "tensorbox.interop.files",
+    "format.h5": "tensorbox.interop.persistent",
+    "format.zarr": "tensorbox.interop.persistent",
+    "format.safetensors": "tensorbox.interop.safetensors",
+    "format.mds": "tensorbox.interop.mds",
+    "format.schema": "tensorbox.interop.schema",
+    "format.struct_array": "tensorbox.interop.structs",
+    "format.namedtuple": "tensorbox.interop.structs",
+    "format.dataclass": "tensorbox.interop.structs",
+    "format.any": "tensorbox.interop.structs",
+    "format.pytree": "tensorbox.interop.pytrees",
+}
+_ports.bind(_PORTS)
+
 # tensordict's submodule of the same name, loaded before the decorator is bound below so
 # that ``tensorbox.tensorclass`` stays the decorator (importing a submodule later would
 # rebind the package attribute to the module).
 from tensorbox import tensorclass as _tensorclass_module  # noqa: F401
-from tensorbox._core import lazyshape as _lazyshape  # noqa: F401  (registers the lazy-legacy views)
 from tensorbox._core import pytree as _pytree  # noqa: F401  (registers TensorDict with torch's pytree and collate)
-from tensorbox._core import subview as _subview  # noqa: F401  (registers td._get_sub_tensordict's view class)
 from tensorbox._core.functional import cat, stack
 from tensorbox._core.getdefault import get_defaults_to_none, set_get_defaults_to_none
 from tensorbox._core.jagged_pad import to_padded_tensor

@@ -143,7 +143,9 @@ def test_load_options(tmp_path: Path) -> None:
     td.memmap(path, archive=True, checksum=True, fsync=True, num_threads=1)
     back = TensorDict.load_memmap(path, device="cpu", verify=True)
     assert_same(back, td)
-    assert not isinstance(back["obs"], MemoryMappedTensor)
+    assert isinstance(back["obs"], MemoryMappedTensor)  # still mapped (copy-on-write)
+    back["obs"].zero_()  # stays in this process, as in tensordict
+    assert_same(TensorDict.load_memmap(path), td)
     assert_same(TensorDict.load_memmap(path, mode="r"), td)
     # a leaf pickles by reference to the archive and comes back the same
     again = pickle.loads(pickle.dumps(TensorDict.load_memmap(path)["info", "step"]))

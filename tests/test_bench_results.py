@@ -41,10 +41,47 @@ def test_the_charts_draw_from_the_results(tmp_path: Path, monkeypatch: pytest.Mo
     pytest.importorskip("matplotlib")
     from benchmarks import figures
 
-    monkeypatch.setattr(figures, "IMG", tmp_path)
+    monkeypatch.setattr(figures, "IMG", tmp_path / "img")
+    # persist() and loader() also write their pages' tables: into copies of the pages,
+    # with the tables taken out
+    pages = {}
+    for name, page in figures.TABLE_PAGES.items():
+        start_line, end_line = figures.table_markers(name)
+        text = page.read_text(encoding="utf-8")
+        start = text.index(start_line) + len(start_line)
+        copy = tmp_path / page.name
+        copy.write_text(text[:start] + "\n" + text[text.index(end_line, start) :])
+        monkeypatch.setitem(figures.TABLE_PAGES, name, copy)
+        pages[copy] = text
     plt = figures._setup()
     for name in ("ops", "persist", "loader"):
         figures.FIGURES[name](plt)
-    drawn = {p.name for p in tmp_path.iterdir()}
+    drawn = {p.name for p in (tmp_path / "img").iterdir()}
     assert drawn == {"ops.svg", "persist.svg", "loader.svg"}
-    assert "Source: benchmarks/ops.py" in (tmp_path / "ops.svg").read_text()
+    assert "Source: benchmarks/ops.py" in (tmp_path / "img" / "ops.svg").read_text()
+    for copy, text in pages.items():
+        assert copy.read_text(encoding="utf-8") == text, f"{copy.name}: run figures.py"
+
+
+@pytest.mark.parametrize("name", ["persist", "dataload"])
+def test_the_tables_are_the_charts_results(name: str) -> None:
+    # A page's tables and its chart come from the same results file (no matplotlib
+    # needed to check: the tables are text).
+    from benchmarks import figures
+
+    r = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())
+    page = figures.TABLE_PAGES[name].read_text(encoding="utf-8")
+    start_line, end_line = figures.table_markers(name)
+    block = page[page.index(start_line) : page.index(end_line)]
+    assert figures.TABLES[name](r) in block, "run `python benchmarks/figures.py`"
+    assert f"benchmarks/results/{name}.json" in page and r["date"] in page
+
+
+def test_the_save_text_quotes_the_results() -> None:
+    from benchmarks import figures
+
+    r = json.loads((ROOT / "benchmarks" / "results" / "persist.json").read_text())
+    page = figures.TABLE_PAGES["persist"].read_text(encoding="utf-8")
+    for label in ("tensorbox (num_threads=0)", "tensordict 0.15.3 memmap"):
+        for col in (0, 2):
+            assert f"{figures._ms(r['save_ms'][label][col])} ms" in page, (label, col)

@@ -283,6 +283,39 @@ def test_shard_indices_match_distributed_sampler(
         assert got.tolist() == list(sampler)
 
 
+@given(
+    n=st.integers(0, 40),
+    world=st.integers(1, 6),
+    data=st.data(),
+    shuffle=st.booleans(),
+    drop_last=st.booleans(),
+    seed=st.integers(0, 2**31),
+    epoch=st.integers(0, 50),
+)
+def test_shard_indices_are_distributed_samplers_order(
+    n: int, world: int, data: Any, shuffle: bool, drop_last: bool, seed: int, epoch: int
+) -> None:
+    # shard_indices is built on the split BatchLoader and AugmentBuffer use
+    # (tensorbox.distributed.sharding.share_positions); torch's sampler is the oracle
+    rank = data.draw(st.integers(0, world - 1))
+    sampler = DistributedSampler(
+        range(n), world, rank, shuffle=shuffle, seed=seed, drop_last=drop_last
+    )
+    sampler.set_epoch(epoch)
+    got = tbd.shard_indices(
+        n, rank, world, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last
+    )
+    assert got.tolist() == list(sampler)
+
+
+def test_a_rank_past_the_rows_gets_none() -> None:
+    # fewer rows than ranks, drop_last: the split BatchLoader uses raised from arange
+    from tensorbox.data.sharding import share_positions
+
+    assert share_positions(2, num_replicas=3, rank=2, drop_last=True).tolist() == []
+    assert tbd.shard_indices(2, 2, 3, drop_last=True).tolist() == []
+
+
 def test_shard_indices_cover_every_row_once_per_epoch() -> None:
     shards = [tbd.shard_indices(100, r, 4, shuffle=True, epoch=3) for r in range(4)]
     assert sorted(torch.cat(shards).tolist()) == list(range(100))

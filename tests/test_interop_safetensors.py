@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from tensorbox import FormatError, TensorDict, from_safetensors, to_safetensors
 
 st_torch = pytest.importorskip("safetensors.torch")
+SafetensorError = pytest.importorskip("safetensors").SafetensorError
 
 DTYPES = [
     torch.float32,
@@ -185,7 +186,7 @@ def test_a_checkpoint_is_a_store_on_the_seam(tmp_path):
     assert [keys for keys, _ in iter_nodes(store)] == [(), ("enc",), ("enc", "0")]
     assert verify(store) == (3, 3, 4 * 3 * 4 + 4 * 4 + 2 * 4)
     td = TensorDict.load_memmap(path)
-    assert td.is_locked and torch.equal(td["enc", "0", "weight"], sd["enc.0.weight"])
+    assert not td.is_locked and torch.equal(td["enc", "0", "weight"], sd["enc.0.weight"])
     on_meta = TensorDict.load_memmap(path, device="meta")
     assert on_meta["head"].device.type == "meta"
     out = subprocess.run(
@@ -208,3 +209,119 @@ def test_a_checkpoint_opens_read_only(tmp_path):
         from_safetensors(path, prefix="b")
     with pytest.raises(KeyError, match=r"no tensor 'zz' in the file"):
         from_safetensors(path, keys=["zz"])
+
+
+def _raw_header(path, text, data):
+    """A file whose header is ``text`` as given (byte by byte: JSON tools would merge keys)."""
+    blob = text.encode()
+    path.write_bytes(struct.pack("<Q", len(blob)) + blob + data)
+
+
+@pytest.mark.parametrize(
+    ("text", "twice"),
+    [
+        # one tensor named twice, at two ranges: a JSON parser keeps the last
+        (
+            '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
+            '"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}',
+            "a",
+        ),
+        # one field named twice inside an entry
+        (
+            '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"data_offsets":[4,8]}}',
+            "data_offsets",
+        ),
+        # the metadata twice
+        (
+            '{"__metadata__":{"x":"1"},"__metadata__":{"x":"2"},'
+            '"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}',
+            "__metadata__",
+        ),
+    ],
+)
+def test_a_name_given_twice_is_refused(tmp_path, text, twice):
+    path = tmp_path / "twice.safetensors"
+    _raw_header(path, text, struct.pack("<2f", 1.0, 2.0))
+    with pytest.raises(FormatError, match=rf"twice\.safetensors: the header names '{twice}' twice"):
+        from_safetensors(path)
+    with pytest.raises(FormatError, match=rf"names '{twice}' twice"):
+        TensorDict.load_memmap(path)
+
+
+def test_a_key_that_spells_a_field_name_still_loads(tmp_path):
+    """The cheap count that finds repeated names costs a careful parse here, no refusal."""
+    path = tmp_path / "odd.safetensors"
+    sd = {"dtype": torch.ones(1), "shape.data_offsets": torch.zeros(2)}
+    st_torch.save_file(sd, str(path))
+    td = from_safetensors(path)
+    assert torch.equal(td["dtype"], sd["dtype"])
+    assert torch.equal(td["shape", "data_offsets"], sd["shape.data_offsets"])
+
+
+def _f32(begin, end, n):
+    return {"dtype": "F32", "shape": [n], "data_offsets": [begin, end]}
+
+
+@pytest.mark.parametrize(
+    ("header", "match"),
+    [
+        (
+            {"a": _f32(0, 12, 3)},
+            r"'a' has data_offsets \[0, 12\]; expected \[begin, end\] within the 8",
+        ),
+        ({"a": _f32(8, 4, 1)}, r"'a' has data_offsets \[8, 4\]"),
+        ({"a": _f32(0, 8, 2), "b": _f32(4, 8, 1)}, r"entries 'a' and 'b' overlap"),
+        ({"a": _f32(0, 8, 2), "b": _f32(0, 8, 2)}, r"entries 'a' and 'b' overlap"),
+        ({"a": _f32(0, 4, 2)}, r"'a' spans 4 bytes, and shape \[2\] of F32 needs 8"),
+    ],
+)
+def test_ranges_are_checked_against_the_library(tmp_path, header, match):
+    """Each file is refused by safetensors itself too (the oracle), and by us with a
+    FormatError naming the file and the key."""
+    path = tmp_path / "r.safetensors"
+    _write_raw(path, header, b"\0" * 8)
+    with pytest.raises(SafetensorError, match="Error while deserializing header"):
+        st_torch.load_file(str(path))
+    with pytest.raises(FormatError, match=rf"r\.safetensors: .*{match}"):
+        from_safetensors(path)
+
+
+def test_writing_is_a_save_through_the_seam(tmp_path):
+    """One class both ways: the saver writes through the store's Writer, and the saved
+    copy it returns is read back from the new file (safetensors is the oracle)."""
+    from tensorbox._storage.persist import save_to
+    from tensorbox.interop._safetensors_store import SafetensorsStore
+
+    path = tmp_path / "m.safetensors"
+    td = TensorDict(
+        {"enc": {"w": torch.arange(6.0).view(2, 3)}, "h": torch.ones(1, dtype=torch.float16)}
+    )
+    saved = save_to(td, SafetensorsStore(path, mode="w"))
+    assert torch.equal(saved["enc", "w"], td["enc", "w"]) and saved["h"].dtype == torch.float16
+    oracle = st_torch.load_file(str(path))
+    assert sorted(oracle) == ["enc.w", "h"] and torch.equal(oracle["enc.w"], td["enc", "w"])
+    store = SafetensorsStore(path)
+    with pytest.raises(
+        FormatError, match=r"m\.safetensors: a \.safetensors file has no meta\.json"
+    ):
+        store.read_meta("")
+    to_safetensors(td, path, metadata={"format": "pt", "n": 3})
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        assert f.metadata() == {"format": "pt", "n": "3"}
+
+
+def test_a_refused_save_leaves_the_old_file(tmp_path):
+    path = tmp_path / "m.safetensors"
+    to_safetensors(TensorDict({"w": torch.ones(2)}), path)
+    before = path.read_bytes()
+    for bad, match in (
+        (TensorDict({"w": torch.zeros(2), "note": "x"}), r"entry 'note' is a NonTensorData"),
+        (TensorDict({"w": torch.zeros(2, dtype=torch.complex128)}), r"entry 'w' has dtype"),
+        (TensorDict({"a": torch.zeros(1), "a.b": torch.zeros(1)}), r"key 'a.b' nests under 'a'"),
+    ):
+        with pytest.raises((TypeError, KeyError), match=rf"m\.safetensors'\): {match}|{match}"):
+            to_safetensors(bad, path)
+        assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.safetensors"]

@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorbox._core import chunks as _chunks
-from tensorbox._storage.memmap_tensor import FileRef, MemoryMappedTensor, restore, shareable
+from tensorbox._storage.fileref import FileRef, restore, shareable
+from tensorbox._storage.memmap_tensor import MemoryMappedTensor
 from tensorbox.errors import FormatError
 
 DTYPES = [torch.float32, torch.bfloat16, torch.bool, torch.complex64, torch.int16, torch.uint8]

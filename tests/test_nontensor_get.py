@@ -56,14 +56,14 @@ def test_a_stack_reads_as_nontensorstack_and_a_list() -> None:
     assert td.get_at("s", 0).data == "a" and td.get_at("s", 0).batch_size == ()
     assert td.get_at("s", slice(0, 2)).tolist() == ["a", "b"]
     masked = td[torch.tensor([False, True])]
-    assert masked.get("s").tolist() == ["b"] and masked["s"] == "b"
+    assert masked.get("s").tolist() == ["b"] and masked["s"] == ["b"]  # a stack, as tensordict
 
 
 def test_lazy_stack_get_wraps_with_the_stacks_batch_size() -> None:
     ls = lazy_stack([TensorDict(q=NonTensorData(f"q{i}"), x=torch.zeros(())) for i in range(3)])
     assert isinstance(ls.get("q"), NonTensorStack) and ls["q"] == ["q0", "q1", "q2"]
     same = lazy_stack([TensorDict(q="z", x=torch.zeros(())) for _ in range(2)])
-    assert same.get("q").batch_size == (2,) and same["q"] == "z"
+    assert same.get("q").batch_size == (2,) and same["q"] == ["z", "z"]  # as tensordict
 
 
 def test_tensorclass_field_and_get_read_the_value_items_the_wrapper() -> None:

@@ -48,10 +48,11 @@ def test_shape_ops_follow_torch(n: int, reps: int) -> None:
 def test_a_shared_value_keeps_its_shape() -> None:
     d = MetaData(0, batch_size=[3])
     assert MetaData is NonTensorData
-    e = d.expand(2, 3)
-    assert e.shape == (2, 3) and e.data == 0 and not e.stacked
+    assert d.expand(3).data == 0 and not d.expand(3).stacked  # no dim added: one value
+    e = d.expand(2, 3)  # a dim added: a value per element, as tensordict's NonTensorStack
+    assert e.shape == (2, 3) and e.stacked
     assert e.tolist() == [[0, 0, 0], [0, 0, 0]] and e[1].shape == (3,)
-    assert NonTensorStack("a", "a", "b")[:2].tolist() == ["a", "a"]  # one value, two rows
+    assert NonTensorStack("a", "a", "b")[:2].tolist() == ["a", "a"]
 
 
 def test_where_and_out() -> None:
@@ -65,9 +66,9 @@ def test_where_and_out() -> None:
     ]
 
 
-def test_containers_still_collapse_identical_rows() -> None:
+def test_rows_of_a_stack_stay_a_stack() -> None:
     td = TensorDict(x=torch.zeros(3), name=NonTensorStack("a", "a", "b"), batch_size=[3])
-    assert td[:2]["name"] == "a" and td["name"] == ["a", "a", "b"]
+    assert td[:2]["name"] == ["a", "a"] and td["name"] == ["a", "a", "b"]  # as tensordict
     assert TensorDict(m=MetaData("cfg"), x=torch.zeros(4, 2)).auto_batch_size_().batch_size == (
         4,
         2,

@@ -193,7 +193,7 @@ def test_unbind_split_chunk(td: TensorDict) -> None:
 
 def test_torch_functions_dispatch(td: TensorDict) -> None:
     s = torch.stack([td, td], 1)
-    assert s.batch_size == (2, 2) and s["x"].shape == (2, 2, 3) and s["tag"] == "t"
+    assert s.batch_size == (2, 2) and s["x"].shape == (2, 2, 3) and s["tag"] == [["t", "t"]] * 2
     assert torch.cat([td, td]).batch_size == (4,)
     assert torch.concat([td, td], dim=0).batch_size == (4,)
     assert torch.concatenate([td, td], axis=0).batch_size == (4,)
@@ -252,7 +252,7 @@ def test_stack_of_nested_and_dims(td: TensorDict) -> None:
 def test_stacked_nontensor_values() -> None:
     items = [TensorDict(x=torch.tensor([i]), name=f"n{i}", kind="same") for i in range(4)]
     s = torch.stack(items)
-    assert s["kind"] == "same" and not s._tensordict["kind"].stacked  # identical: shared
+    assert s["kind"] == ["same"] * 4 and s._tensordict["kind"].stacked  # per row, as tensordict
     assert s["name"] == ["n0", "n1", "n2", "n3"]
     assert s[1]["name"] == "n1" and s[1:3]["name"] == ["n1", "n2"]
     assert s[torch.tensor([3, 0])]["name"] == ["n3", "n0"]

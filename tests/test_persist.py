@@ -92,7 +92,8 @@ def test_round_trip(tmp_path: Path) -> None:
     assert saved["obs"].filename == str(tmp_path.resolve() / "obs.memmap")
     back = TensorDict.load_memmap(tmp_path)
     assert_same(back, td)
-    assert back.is_memmap() and back.is_locked
+    assert back.is_memmap() and not back.is_locked  # unlocked, as tensordict's
+    assert back.device == saved.device == torch.device("cpu")  # as tensordict's
     assert TensorDict.load(tmp_path)["info", "id"].tolist() == [0, 1, 2]
     assert sorted(os.listdir(tmp_path)) == ["bf.memmap", "info", "meta.json", "obs.memmap"]
 
@@ -320,12 +321,18 @@ def test_sub_folders_open_as_trees(tmp_path: Path) -> None:
     assert list(sel.keys()) == ["obs"]
 
 
-def test_device_load_copies(tmp_path: Path) -> None:
+def test_device_cpu_keeps_the_mapping(tmp_path: Path) -> None:
     _sample().memmap(tmp_path)
-    back = TensorDict.load_memmap(tmp_path, device="cpu")
-    assert type(back["obs"]) is torch.Tensor and back.device == torch.device("cpu")
+    back = TensorDict.load_memmap(tmp_path, device="cpu")  # as tensordict: still mapped
+    assert type(back["obs"]) is MemoryMappedTensor and back.device == torch.device("cpu")
     back["obs"][0, 0] = 99.0
-    assert TensorDict.load_memmap(tmp_path)["obs"][0, 0] == 0.0
+    assert TensorDict.load_memmap(tmp_path)["obs"][0, 0] == 99.0
+    copy = TensorDict.load_memmap(tmp_path).clone()  # the spelling for a copy in memory
+    assert type(copy["obs"]) is torch.Tensor
+    copy["obs"][0, 0] = 5.0
+    assert TensorDict.load_memmap(tmp_path)["obs"][0, 0] == 99.0
+    on_meta = TensorDict.load_memmap(tmp_path, device="meta")  # another device: a copy
+    assert on_meta.device.type == "meta" and on_meta["obs"].device.type == "meta"
 
 
 def test_unwritable_trees_open_copy_on_write(

@@ -17,7 +17,7 @@ import torch.multiprocessing as tmp_mp
 from torch.utils.data import DataLoader, Dataset
 
 from tensorbox import FormatError, TensorDict
-from tensorbox._storage.memmap_tensor import FileRef, shareable
+from tensorbox._storage.fileref import FileRef, shareable
 
 
 def _archive(path: Path, v: float, n: int = 4) -> TensorDict:

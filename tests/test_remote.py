@@ -24,7 +24,7 @@ pytest.importorskip("fsspec")
 @pytest.fixture(autouse=True)
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> remote.RangeCache:
     c = remote.RangeCache(str(tmp_path / "cache"), max_bytes=1 << 30)
-    monkeypatch.setattr(remote, "_default", c)
+    monkeypatch.setattr(remote.cache, "_default", c)
     return c
 
 

@@ -27,7 +27,7 @@ MiB = 1 << 20
 @pytest.fixture(autouse=True)
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> remote.RangeCache:
     c = remote.RangeCache(str(tmp_path / "cache"), max_bytes=1 << 30)
-    monkeypatch.setattr(remote, "_default", c)
+    monkeypatch.setattr(remote.cache, "_default", c)
     return c
 
 
@@ -151,12 +151,12 @@ _ROWS = torch.arange(300 * 700, dtype=torch.float64).reshape(300, 700)
 
 @pytest.fixture(scope="module")
 def rows_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    saved = remote._default
-    remote._default = remote.RangeCache(str(tmp_path_factory.mktemp("rows-cache")))
+    saved = remote.cache._default
+    remote.cache._default = remote.RangeCache(str(tmp_path_factory.mktemp("rows-cache")))
     try:
         TensorDict({"x": _ROWS}, [300]).memmap("memory://rows/t.tdz", archive=True)
     finally:
-        remote._default = saved
+        remote.cache._default = saved
     return "memory://rows/t.tdz"
 
 

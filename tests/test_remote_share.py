@@ -21,6 +21,7 @@ import torch
 from tensorbox import TensorDict
 from tensorbox._storage import remote, remote_tree
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor
+from tensorbox._storage.remote import leaf as remote_leaf
 from tensorbox._storage.remote_tree import RemoteRef, RemoteTensor
 from tests.servers import HTTPServer, _wait_listening, free_port
 
@@ -31,7 +32,7 @@ MiB = 1 << 20
 @pytest.fixture(autouse=True)
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[remote.RangeCache]:
     c = remote.RangeCache(str(tmp_path / "cache"), max_bytes=1 << 30)
-    monkeypatch.setattr(remote, "_default", c)
+    monkeypatch.setattr(remote.cache, "_default", c)
     monkeypatch.setenv("TENSORBOX_CACHE", c.directory)  # what other processes use
     yield c
     remote_tree._opened.clear()
@@ -210,7 +211,7 @@ def test_a_large_fetch_goes_out_as_a_few_requests(
     http_server: HTTPServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = TensorDict({"x": torch.randint(0, 255, (6144, 4096), dtype=torch.uint8)}, [6144])
-    monkeypatch.setattr(remote_tree, "MIN_REQUEST", 8 << 20)
+    monkeypatch.setattr(remote_leaf, "MIN_REQUEST", 8 << 20)
     url = _serve(http_server, "large.tdz", data, tmp_path)  # 24 MiB: 3 requests of 8 MiB
     td = TensorDict.load_memmap(url)
     mark, gets = http_server.bytes_sent, http_server.gets

@@ -18,6 +18,7 @@ from tensorbox._storage import remote
 from tensorbox._storage.archive.store import write_file
 from tensorbox._storage.cli import main
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor
+from tensorbox._storage.remote import transport as remote_transport
 from tensorbox._storage.remote_tree import RemoteTensor
 from tests.servers import HTTPServer, S3Server
 
@@ -28,7 +29,7 @@ MiB = 1 << 20
 @pytest.fixture(autouse=True)
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> remote.RangeCache:
     c = remote.RangeCache(str(tmp_path / "cache"), max_bytes=1 << 30)
-    monkeypatch.setattr(remote, "_default", c)
+    monkeypatch.setattr(remote.cache, "_default", c)
     return c
 
 
@@ -166,7 +167,12 @@ def test_a_failing_sink_stops_the_read_at_once(http_server: HTTPServer, tmp_path
     assert bytes(got) == bytes(range(256)) * 16384
     tag = fs.info(url)["ETag"]  # the version the replies carry: they vouch for it
     assert remote.read_into(fs, [(url, url, 5, 9)], keep, etags={url: tag}) is True
-    assert remote.read_into(fs, [(url, url, 5, 9)], keep, etags={url: '"other"'}) is False
+    # a reply of another version: refused before any of its bytes reach the sink
+    seen = len(got)
+    got.clear()
+    with pytest.raises(remote.ReplyMismatch, match=r"blob'.*changed since the tree was opened"):
+        remote.read_into(fs, [(url, url, 5, 9)], keep, etags={url: '"other"'})
+    assert not got and seen
 
 
 def test_s3_replies_are_streamed_and_vouched_for(
@@ -184,8 +190,27 @@ def test_s3_replies_are_streamed_and_vouched_for(
         raise AssertionError("not streamed, or looked at again")
 
     back = TensorDict.load_memmap(url, storage_options=opts)
-    monkeypatch.setattr(remote, "_cat_ranges", no)  # whole replies: not used
-    monkeypatch.setattr(remote, "identity", no)  # the ETags vouch for the object
+    monkeypatch.setattr(remote_transport, "_cat_ranges", no)  # whole replies: not used
+    monkeypatch.setattr(remote.Transport, "identity", no)  # the ETags vouch for the object
+    assert torch.equal(back["x"][::3], td["x"][::3])
+    _same(back, td)
+    assert type(back["x"]) is MemoryMappedTensor
+
+
+def test_without_the_fast_path_reads_go_through_fsspecs_public_api(
+    s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """s3fs's or aiohttp's internals changed (the fast path is feature-detected): the same
+    tree reads through fsspec's ``cat_ranges``, with the same checks."""
+    import s3fs
+
+    opts = s3_server.storage_options()
+    s3fs.S3FileSystem(**opts).mkdir("tbx-public")
+    td = _tree()
+    url = "s3://tbx-public/ds.tdz"
+    td.memmap(url, archive=True, storage_options=opts)
+    monkeypatch.setattr(remote_transport, "_opener", lambda fs: None)
+    back = TensorDict.load_memmap(url, storage_options=opts)
     assert torch.equal(back["x"][::3], td["x"][::3])
     _same(back, td)
     assert type(back["x"]) is MemoryMappedTensor

@@ -377,7 +377,7 @@ def test_setitem_writes_rows_in_place(td: TensorDict) -> None:
 def test_setitem_on_nontensor_makes_per_element_values(td: TensorDict) -> None:
     td[1] = {"name": "acrobot"}
     assert td["name"] == ["cartpole", "acrobot", "cartpole", "cartpole"]
-    assert td[1]["name"] == "acrobot" and td[2:]["name"] == "cartpole"  # uniform: one value
+    assert td[1]["name"] == "acrobot" and td[2:]["name"] == ["cartpole"] * 2  # as tensordict
 
 
 def test_batch_size_setter() -> None:

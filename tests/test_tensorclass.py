@@ -138,6 +138,8 @@ def test_classvar_and_annotation_objects() -> None:
         x: torch.Tensor
 
     assert [f.name for f in fields(C)] == ["x"] and C.scale == 2.0
+    # tensordict's __expected_keys__: the fields, not the ClassVars
+    assert C(x=torch.zeros(1)).__expected_keys__ == {"x"} == C.__expected_keys__
     # Annotations as objects (no ``from __future__ import annotations`` in the user's module).
     ns = {
         "__annotations__": {"scale": ClassVar[int], "_": dataclasses.KW_ONLY, "x": torch.Tensor},
@@ -495,14 +497,13 @@ def test_stack_unbind_roundtrip(shape: list[int], data: st.DataObject) -> None:
 
 def test_stack_and_cat_non_tensor_values() -> None:
     a, b = make_obs(2), make_obs(2, tag="val")
-    same = torch.stack([a, a])
-    assert same.tag == "train"
+    same = torch.stack([a, a])  # a value per element, as tensordict's NonTensorStack
+    assert same.tag == [["train", "train"], ["train", "train"]] and same[0, 1].tag == "train"
     mixed = torch.stack([a, b])
     assert mixed.tag == [["train", "train"], ["val", "val"]] and mixed[1, 0].tag == "val"
     cat = torch.cat([a, b])
-    assert (
-        cat.tag == ["train", "train", "val", "val"] and cat[2:].tag == "val"
-    )  # uniform: one value
+    assert cat.tag == ["train", "train", "val", "val"] and cat[2:].tag == ["val", "val"]
+    assert torch.cat([a, a]).tag == "train"  # one shared value stays one, as tensordict
     assert torch.stack([a[0], b[0]]).tag == ["train", "val"]
     assert [x.tag for x in cat] == ["train", "train", "val", "val"]
 
@@ -764,8 +765,9 @@ def test_memmap_save_load_roundtrip(tmp_path: Path) -> None:
     assert type(TensorDict.load_memmap(tmp_path / "s")) is Step
     with pytest.raises(LockedError):
         saved.action = torch.zeros(4)
-    in_ram = Step.load_memmap(tmp_path / "s", device="cpu")
+    in_ram = Step.load_memmap(tmp_path / "s").clone()  # device="cpu" keeps the mapping
     assert not in_ram.is_memmap() and in_ram.action.tolist() == [0, 1, 2, 3]
+    assert type(in_ram) is Step and in_ram.device == torch.device("cpu")
 
 
 def test_memmap_in_place_like_save_and_wrong_class(tmp_path: Path) -> None:

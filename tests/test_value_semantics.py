@@ -106,15 +106,16 @@ def test_a_simple_annotation_refuses_a_value_of_another_type() -> None:
         Tagged(torch.zeros(2), ["a", "b", "c"], batch_size=[2])
 
 
-def test_per_row_values_follow_rows_and_collapse_when_uniform() -> None:
+def test_per_row_values_follow_rows_and_stay_per_row() -> None:
     t = Tagged(torch.zeros(3), ["a", "b", "a"], batch_size=[3])
-    assert t.name == ["a", "b", "a"] and t[1].name == "b" and t[torch.tensor([0, 2])].name == "a"
+    assert t.name == ["a", "b", "a"] and t[1].name == "b"
+    assert t[torch.tensor([0, 2])].name == ["a", "a"]  # rows of a stack: a stack (tensordict)
     a = Tagged(torch.zeros(3), "set-a", batch_size=[3])
     b = Tagged(torch.ones(3), "set-b", batch_size=[3])
     stacked = torch.stack([a, b])
-    assert stacked[0].name == a.name and stacked[1].name == "set-b"
+    assert stacked[0].name == ["set-a"] * 3 and stacked[1, 0].name == "set-b"
     assert stacked[:, 0].name == ["set-a", "set-b"]
     both = torch.cat([a, b])
-    assert both[:3].name == "set-a" and both[2:4].name == ["set-a", "set-b"]
-    both[3:] = a  # a row write makes every row the same: one value again
-    assert both.name == "set-a"
+    assert both[:3].name == ["set-a"] * 3 and both[2:4].name == ["set-a", "set-b"]
+    both[3:] = a  # every row the same now: still one value per row, as tensordict
+    assert both.name == ["set-a"] * 6

@@ -1,9 +1,16 @@
-"""Write ``docs/api.md``, the API reference, from the code.
+"""Write ``docs/api/``, the API reference, from the code: one page per public area.
 
-    python -m tools.apiref           # rewrite docs/api.md
-    python -m tools.apiref --check   # exit 1 (and say so) when docs/api.md is stale
+    python -m tools.apiref           # rewrite docs/api/*.md
+    python -m tools.apiref --check   # exit 1 (and say so) when a page is stale
 
 What the reference holds, and what ``tests/test_api_reference.py`` keeps true:
+
+* one page per public area (``AREAS``: containers, tensorclass, persistence, ...) and an
+  index; private modules are never named (their docstrings, where a public name's
+  docstring points to them, are folded under that name);
+* docstrings rendered as what they are: reST code markup, Sphinx roles, ``text::``
+  literal blocks, Google-style sections and lists become their Markdown, and ``<`` in
+  prose is escaped (``render_doc``; ``tests/test_site.py`` checks the built HTML);
 
 * every name in the ``__all__`` of the public modules (``MODULES``), documented once,
   in the module that defines it when that module is public, otherwise in the first
@@ -36,7 +43,7 @@ from types import MemberDescriptorType, ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-OUTPUT = ROOT / "docs" / "api.md"
+OUTPUT = ROOT / "docs" / "api"
 PACKAGE = ROOT / "tensorbox"
 
 #: The public modules, in the order the page presents them.
@@ -346,6 +353,108 @@ def member(name: str, value: Any, owner: type) -> Member:
     return Member(name, "attribute", f"{name} = {value!r}", doc)
 
 
+# --------------------------------------------------------------------------- pages
+
+
+@dataclasses.dataclass(frozen=True)
+class Area:
+    """One page of the reference: a public area of the package."""
+
+    slug: str  # the file name, docs/api/SLUG.md
+    title: str  # the page's H1, nav title and browser title
+    intro: str
+    modules: tuple[str, ...] = ()  # public modules whose section is on this page
+    homes: tuple[str, ...] = ()  # where the top-level names it documents are defined
+
+
+#: The pages, in the order the site's nav lists them. A name exported by ``tensorbox``
+#: goes to the first area whose ``homes`` prefixes the module that defines it, else to
+#: ``containers``; a name of another public module goes to the area listing that module.
+AREAS = (
+    Area(
+        "containers",
+        "Containers API",
+        "`TensorDict` and the other containers, stacking, padding and the global switches.",
+    ),
+    Area(
+        "tensorclass",
+        "Tensorclass API",
+        "`@tensorclass`, `TensorClass` and their fields.",
+        homes=("tensorbox._tensorclass",),
+    ),
+    Area(
+        "persistence",
+        "Saving and loading API",
+        "`MemoryMappedTensor`, archives (`pack`, `unpack`), prefetching remote trees, and the "
+        "progress reports of long saves. `memmap`, `save` and `load_memmap` are container "
+        "methods: see [`TensorDict`](containers.md#tensorboxtensordict).",
+        modules=("tensorbox.progress",),
+        homes=("tensorbox._storage",),
+    ),
+    Area(
+        "stores",
+        "Remote stores API",
+        "Containers whose leaves live in a Redis (or Redis-protocol) server.",
+        homes=("tensorbox._redis",),
+    ),
+    Area(
+        "weights",
+        "Weights API",
+        "Model weights as containers: `state_dict`, `from_module`, `to_module`.",
+        modules=("tensorbox.weights",),
+    ),
+    Area(
+        "data",
+        "Data loading API",
+        "The batch loader, image-folder datasets and batch transforms.",
+        modules=("tensorbox.data", "tensorbox.data.transforms"),
+        homes=("tensorbox.data",),
+    ),
+    Area(
+        "buffer",
+        "Augmentation buffer API",
+        "Producers that augment batches ahead of training, in processes or through Redis.",
+        modules=("tensorbox.buffer",),
+    ),
+    Area(
+        "interop",
+        "Interop API",
+        "Bridges to Arrow, pandas, Parquet, CSV, JSON, HDF5, Zarr and safetensors.",
+        homes=("tensorbox.interop",),
+    ),
+    Area(
+        "distributed",
+        "Distributed API",
+        "Containers over `torch.distributed`: point to point, collectives, sharding.",
+        modules=("tensorbox.distributed",),
+    ),
+    Area(
+        "errors",
+        "Errors API",
+        "The exceptions tensorbox raises; each is also a built-in exception type.",
+        modules=("tensorbox.errors",),
+    ),
+)
+
+INDEX_TITLE = "API reference"
+
+
+def area_of(entry: Entry) -> Area:
+    """The page that documents ``entry``."""
+    if entry.module != "tensorbox":
+        return next(a for a in AREAS if entry.module in a.modules)
+    defined = getattr(entry.obj, "__module__", None) or ""
+    for area in AREAS:
+        if any(defined == h or defined.startswith(h + ".") for h in area.homes):
+            return area
+    return AREAS[0]
+
+
+def module_area(module: str) -> Area | None:
+    """The page holding the section of a public module (None: ``tensorbox`` itself)."""
+    return next((a for a in AREAS if module in a.modules), None)
+
+
 # --------------------------------------------------------------------------- rendering
 
 
@@ -356,14 +465,15 @@ def slug(heading: str) -> str:
 
 
 def _link(key: str) -> str:
-    """A placeholder for the anchor of the heading registered as ``key`` (see ``_Page``)."""
-    return f"#@{{{key}}}"
+    """A placeholder for the address of the heading registered as ``key`` (see ``_Site``)."""
+    return f"@@{{{key}}}"
 
 
 class _Page:
     """Lines of Markdown, with headings whose anchors links may name before they exist."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
+        self.name = name  # the file name inside docs/api/
         self.lines: list[str] = []
         self.headings: list[tuple[str, str | None]] = []  # (text, key), in page order
 
@@ -371,26 +481,64 @@ class _Page:
         self.lines += ["#" * level + " " + text, ""]
         self.headings.append((text, key))
 
-    def text(self) -> str:
-        # GitHub numbers repeated anchors in page order: the second "x" is "x-1".
+    def anchors(self) -> dict[str, str]:
+        """key -> anchor; GitHub numbers repeated anchors in page order ("x", "x-1")."""
         seen: dict[str, int] = {}
-        anchors: dict[str, str] = {}
+        found: dict[str, str] = {}
         for text, key in self.headings:
             base = slug(text)
             anchor = base if base not in seen else f"{base}-{seen[base]}"
             seen[base] = seen.get(base, 0) + 1
             if key is not None:
-                anchors[key] = anchor
-        lines = list(self.lines)
+                found[key] = anchor
+        return found
+
+
+def _resolve(pages: list[_Page]) -> dict[str, str]:
+    """The pages' text, each placeholder link made a link to its page and anchor."""
+    where = {key: (page.name, anchor) for page in pages for key, anchor in page.anchors().items()}
+
+    out: dict[str, str] = {}
+    for page in pages:
+        lines = list(page.lines)
         while lines and not lines[-1]:
             lines.pop()
         body = "\n".join(lines) + "\n"
-        return re.sub(r"#@\{([^}]*)\}", lambda m: "#" + anchors[m.group(1)], body)
+
+        def address(match: re.Match[str], here: str = page.name) -> str:
+            name, anchor = where[match.group(1)]
+            return f"#{anchor}" if name == here else f"{name}#{anchor}"
+
+        out[page.name] = re.sub(r"@@\{([^}]*)\}", address, body)
+    return out
 
 
 _ROLE = re.compile(r":(?:meth|func|class|data|attr|mod|obj|exc):`~?([^`]+)`")
-_SECTIONS = ("Args:", "Arguments:", "Parameters:", "Returns:", "Raises:", "Attributes:")
-_ITEM = re.compile(r"^(\*{0,2}[\w.]+)(?: \(([^)]*)\))?: (.*)$")
+#: Google-style sections whose indented lines are ``name: text`` items.
+_SECTIONS = re.compile(
+    r"^(Args|Arguments|Parameters|Keyword Args|Keyword Arguments|Other Parameters"
+    r"|Returns|Yields|Raises|Attributes):$"
+)
+_ITEM = re.compile(r"^(\*{0,2}[\w.]+(?:, \*{0,2}[\w.]+)*)(?: \(([^)]*)\))?: (.*)$")
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+] |\d+[.)] )")
+#: A code span of reST (double backticks) or Markdown (single): kept apart from the text.
+_SPAN = re.compile(r"``(.+?)``|`([^`]+)`")
+
+
+def inline(text: str) -> str:
+    """One line of docstring prose as Markdown: reST's ``code`` and Sphinx roles become
+    Markdown code spans, and ``<`` outside them is escaped, so ``root/<class>`` in prose
+    is shown rather than read by the browser as a tag."""
+    text = _ROLE.sub(r"`\1`", text)
+    out: list[str] = []
+    last = 0
+    for match in _SPAN.finditer(text):
+        out.append(text[last : match.start()].replace("<", "&lt;"))
+        code = match.group(1) if match.group(1) is not None else match.group(2)
+        out.append(f"`{code}`" if "`" not in code else f"`` {code} ``")
+        last = match.end()
+    out.append(text[last:].replace("<", "&lt;"))
+    return "".join(out)
 
 
 def _section(lines: list[str], i: int) -> tuple[list[str], int]:
@@ -410,44 +558,104 @@ def _section(lines: list[str], i: int) -> tuple[list[str], int]:
         match = _ITEM.match(text)
         if depth <= indent and match:
             name, kind, rest = match.groups()
-            items.append(f"- `{name}`" + (f" ({kind})" if kind else "") + f": {rest}")
+            names = ", ".join(f"`{n}`" for n in name.split(", "))
+            items.append(
+                f"- {names}" + (f" ({inline(kind)})" if kind else "") + f": {inline(rest)}"
+            )
         elif depth <= indent or not items:
-            items.append(f"- {text}")
+            items.append(f"- {inline(text)}")
         else:
-            items[-1] += " " + text
+            items[-1] += " " + inline(text)
     return [*out, *items, ""], i
 
 
+def _indented_block(lines: list[str], i: int, base: int) -> tuple[list[str], int]:
+    """The lines from ``lines[i]`` indented deeper than ``base`` (blank lines included),
+    dedented: the body of a reST literal block (``text::``)."""
+    block: list[str] = []
+    while i < len(lines) and (
+        not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > base
+    ):
+        block.append(lines[i])
+        i += 1
+    while block and not block[-1].strip():
+        block.pop()
+        i -= 1
+    return inspect.cleandoc("\n".join(block)).splitlines(), i
+
+
+def _fence(out: list[str], language: str, body: list[str]) -> None:
+    if out and out[-1]:
+        out.append("")
+    out += [f"```{language}", *body, "```", ""]
+
+
 def render_doc(doc: str) -> list[str]:
-    """Docstring text as Markdown: ``>>>`` examples in ``pycon`` fences, ``Args:``
-    sections as lists."""
+    """Docstring text (reST-flavoured, Google-style sections) as Markdown.
+
+    ``>>>`` examples become ``pycon`` fences and ``text::`` literal blocks ``text``
+    fences; ``Args:``-like sections become lists; a list gets the blank line Markdown
+    needs before it; other indented lines are dedented (Markdown would read them as
+    code); ``code`` and roles become code spans and ``<`` in prose is escaped.
+    """
     out: list[str] = []
     lines = doc.splitlines()
+    in_list = False
     i = 0
     while i < len(lines):
         line = lines[i]
-        if line in _SECTIONS and i + 1 < len(lines) and lines[i + 1][:1] == " ":
+        stripped = line.strip()
+        depth = len(line) - len(stripped) if stripped else 0
+        if _SECTIONS.match(line) and i + 1 < len(lines) and lines[i + 1][:1] == " ":
             if out and out[-1]:
                 out.append("")
             section, i = _section(lines, i)
             out += section
+            in_list = False
             continue
-        if line.lstrip().startswith(">>>"):
+        if stripped.startswith(">>>"):
             block = []
             while i < len(lines) and lines[i].strip():
                 block.append(lines[i])
                 i += 1
-            if out and out[-1]:
-                out.append("")
-            out += ["```pycon", *inspect.cleandoc("\n".join(block)).splitlines(), "```"]
+            _fence(out, "pycon", inspect.cleandoc("\n".join(block)).splitlines())
+            in_list = False
             continue
-        # Sphinx roles (:meth:`x`) read as code; a line starting with '#' is no heading.
-        line = _ROLE.sub(r"`\1`", line)
-        out.append("\\" + line if line.startswith("#") else line)
+        if stripped.endswith("::") and not stripped.startswith(">>>"):
+            body, after = _indented_block(lines, i + 1, depth)
+            if any(b.strip() for b in body):
+                intro = stripped[:-2].rstrip()
+                if intro:
+                    out.append(inline(intro + ("" if intro.endswith(":") else ":")))
+                language = "pycon" if body[0].startswith(">>>") else "text"
+                _fence(out, language, body)
+                i, in_list = after, False
+                continue
+        if not stripped:
+            out.append("")
+            i += 1
+            continue
+        if _LIST_ITEM.match(line):
+            if out and out[-1] and not in_list:
+                out.append("")  # Markdown starts a list only after a blank line
+            in_list = True
+            out.append(inline(line))
+        elif in_list and depth > 0:
+            out.append("  " + inline(stripped))  # continues the list item
+        else:
+            if in_list and out and out[-1]:
+                out.append("")  # a paragraph after a list, not a lazy continuation
+            in_list = False
+            text = inline(stripped)
+            out.append("\\" + text if text.startswith("#") else text)
         i += 1
-    while out and not out[-1]:
-        out.pop()
-    return [*out, ""]
+    cleaned: list[str] = []
+    for line in out:  # no runs of blank lines
+        if line or (cleaned and cleaned[-1]):
+            cleaned.append(line)
+    while cleaned and not cleaned[-1]:
+        cleaned.pop()
+    return [*cleaned, ""]
 
 
 def _bases(cls: type) -> str:
@@ -459,7 +667,7 @@ def _pointer(entry: Entry) -> list[str]:
     if entry.qualname not in EXAMPLES_ELSEWHERE:
         return []
     doc_page = EXAMPLES_ELSEWHERE[entry.qualname][0]
-    return [f"Runnable example: [{doc_page}]({doc_page}).", ""]
+    return [f"Runnable example: [{doc_page}](../{doc_page}).", ""]
 
 
 def _render_class(page: _Page, entry: Entry, notes: list[str]) -> None:
@@ -468,7 +676,7 @@ def _render_class(page: _Page, entry: Entry, notes: list[str]) -> None:
     page.lines += [f"*class* `{entry.name}{_bases(cls)}`", ""]
     if sig:
         page.lines += [f"Constructor: `{entry.name}{sig}`", ""]
-    page.lines += [*render_doc(raw_doc(cls)), *_pointer(entry), *notes]
+    page.lines += [*_doc(entry, notes), *_pointer(entry), *notes]
     fields = _field_names(cls)
     if fields:
         hints = getattr(cls, "__annotations__", {})
@@ -508,7 +716,8 @@ def without_example() -> list[str]:
 
 def _module_notes(entry: Entry, shown: set[str]) -> list[str]:
     """The docstring of the private module defining ``entry``, when the entry's docstring
-    says "see the module docstring" (this page is where it is read), once per module."""
+    says "see the module docstring", once per module: folded under the entry, without the
+    private module's name (the reference names public modules only)."""
     name = getattr(entry.obj, "__module__", None) or ""
     if "._" not in name or name in shown or "module doc" not in raw_doc(entry.obj):
         return []
@@ -516,8 +725,20 @@ def _module_notes(entry: Entry, shown: set[str]) -> list[str]:
     doc = inspect.cleandoc(importlib.import_module(name).__doc__ or "")
     if not doc:
         return []
-    summary = f"<details><summary>Module docstring of <code>{name}</code></summary>"
+    # md_in_html (mkdocs.yml) renders the Markdown inside; GitHub does too.
+    summary = f"<details markdown><summary>More about {entry.name}: how it works</summary>"
     return [summary, "", *render_doc(doc), "</details>", ""]
+
+
+_MODULE_DOC = re.compile(r"\b(?:the\s+)?module\s+doc(?:string)?\b")
+
+
+def _doc(entry: Entry, notes: list[str]) -> list[str]:
+    """The entry's docstring; "see the module doc" points to the notes folded below it."""
+    doc = raw_doc(entry.obj)
+    if notes:
+        doc = _MODULE_DOC.sub(f'"More about {entry.name}" below', doc)
+    return render_doc(doc)
 
 
 def _render_entry(page: _Page, entry: Entry, shown: set[str]) -> None:
@@ -527,45 +748,79 @@ def _render_entry(page: _Page, entry: Entry, shown: set[str]) -> None:
     if inspect.isclass(obj):
         _render_class(page, entry, notes)
     elif callable(obj):
-        page.lines += [f"*function* `{entry.name}{signature(obj)}`", "", *render_doc(raw_doc(obj))]
+        page.lines += [f"*function* `{entry.name}{signature(obj)}`", "", *_doc(entry, notes)]
         page.lines += [*_pointer(entry), *notes]
     else:
         code, doc = _attribute_docs().get(entry.name, (f"{entry.name} = {obj!r}", ""))
         page.lines += ["```text", code, "```", "", *render_doc(doc)]
 
 
-def render() -> str:
-    """The whole page, as ``docs/api.md`` must hold it."""
-    documented, reexports = entries()
-    page = _Page()
-    shown: set[str] = set()  # private modules whose docstring is already on the page
-    page.heading(1, "API reference")
+_GENERATED = "<!-- Generated by `python -m tools.apiref` from the code: do not edit by hand. -->"
+
+
+def _reexports(page: _Page, module: str, reexports: dict[str, list[tuple[str, str]]]) -> None:
+    if reexports[module]:
+        links = ", ".join(f"[`{n}`]({_link(target)})" for n, target in reexports[module])
+        page.lines += [f"Also exported here, documented elsewhere: {links}.", ""]
+
+
+def _index(documented: list[Entry], reexports: dict[str, list[tuple[str, str]]]) -> _Page:
+    page = _Page("index.md")
+    page.heading(1, INDEX_TITLE)
     page.lines += [
-        "<!-- Generated by `python -m tools.apiref` from the code: do not edit by hand. -->",
+        _GENERATED,
         "",
-        "Every public name of tensorbox with its signature and its docstring, generated",
-        "from the code by `python -m tools.apiref`; `tests/test_api_reference.py` fails",
-        "when this page and the code disagree. Examples (`>>>`) run as doctests of their",
-        "module. Guides: [tensordict.md](tensordict.md), [tensorclass.md](tensorclass.md),",
-        "[persistence.md](persistence.md); coming from tensordict: [migrating.md](migrating.md).",
+        "Every public name of tensorbox with its signature and its docstring, one page per",
+        "area, generated from the code by `python -m tools.apiref`;",
+        "`tests/test_api_reference.py` fails when these pages and the code disagree.",
+        "Examples (`>>>`) run as doctests of their module. Guides:",
+        "[containers](../tensordict.md), [tensorclasses](../tensorclass.md),",
+        "[saving and loading](../persistence.md); coming from tensordict:",
+        "[migrating](../migrating.md).",
         "",
     ]
-    page.heading(2, "Contents")
-    for module in MODULES:
-        names = [e for e in documented if e.module == module]
+    page.heading(2, "Pages")
+    for area in AREAS:
+        names = [e for e in documented if area_of(e) is area]
         links = ", ".join(f"[`{e.name}`]({_link(e.qualname)})" for e in names)
-        page.lines.append(f"- [`{module}`]({_link(module)}): {links}")
-    page.lines.append("")
-    for module in MODULES:
-        mod = importlib.import_module(module)
+        page.lines += [f"- [{area.title}]({area.slug}.md): {area.intro}", f"  {links}", ""]
+    page.heading(2, "`tensorbox`", "tensorbox")
+    page.lines += render_doc(inspect.cleandoc(importlib.import_module("tensorbox").__doc__ or ""))
+    _reexports(page, "tensorbox", reexports)
+    return page
+
+
+def _area_page(
+    area: Area,
+    documented: list[Entry],
+    reexports: dict[str, list[tuple[str, str]]],
+    shown: set[str],
+) -> _Page:
+    page = _Page(f"{area.slug}.md")
+    page.heading(1, area.title)
+    page.lines += [_GENERATED, "", area.intro, "", f"Back to the [{INDEX_TITLE}](index.md).", ""]
+    top = [e for e in documented if e.module == "tensorbox" and area_of(e) is area]
+    if top:
+        page.heading(2, "From `tensorbox`", f"tensorbox@{area.slug}")
+        page.lines += ["Imported from the top-level package: `from tensorbox import ...`.", ""]
+        for entry in top:
+            _render_entry(page, entry, shown)
+    for module in area.modules:
         page.heading(2, f"`{module}`", module)
-        page.lines += render_doc(inspect.cleandoc(mod.__doc__ or ""))
-        if reexports[module]:
-            links = ", ".join(f"[`{n}`]({_link(target)})" for n, target in reexports[module])
-            page.lines += [f"Also exported here, documented elsewhere on this page: {links}.", ""]
+        page.lines += render_doc(inspect.cleandoc(importlib.import_module(module).__doc__ or ""))
+        _reexports(page, module, reexports)
         for entry in (e for e in documented if e.module == module):
             _render_entry(page, entry, shown)
-    return page.text()
+    return page
+
+
+def render() -> dict[str, str]:
+    """The reference's pages, file name (inside ``docs/api/``) -> text."""
+    documented, reexports = entries()
+    shown: set[str] = set()  # private modules whose docstring is already on a page
+    pages = [_index(documented, reexports)]
+    pages += [_area_page(area, documented, reexports, shown) for area in AREAS]
+    return _resolve(pages)
 
 
 def counts() -> dict[str, int]:
@@ -575,20 +830,30 @@ def counts() -> dict[str, int]:
     return {"names": len(documented), "members": members}
 
 
+def stale(pages: dict[str, str]) -> list[str]:
+    """The files of ``OUTPUT`` that differ from ``pages``, are missing, or are left over."""
+    current = {p.name: p.read_text(encoding="utf-8") for p in OUTPUT.glob("*.md")}
+    return sorted(n for n in {*pages, *current} if pages.get(n) != current.get(n))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only say whether it is stale")
     args = parser.parse_args(argv)
-    text = render()
-    current = OUTPUT.read_text(encoding="utf-8") if OUTPUT.exists() else ""
+    pages = render()
     if args.check:
-        if current != text:
+        if stale(pages):
             print(f"{OUTPUT} is out of date: run `python -m tools.apiref`", file=sys.stderr)
             return 1
         return 0
-    OUTPUT.write_text(text, encoding="utf-8")
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    for name in stale(pages):
+        if name in pages:
+            (OUTPUT / name).write_text(pages[name], encoding="utf-8")
+        else:
+            (OUTPUT / name).unlink()
     c = counts()
-    print(f"wrote {OUTPUT}: {c['names']} public names, {c['members']} class members")
+    print(f"wrote {OUTPUT}: {len(pages)} pages, {c['names']} public names, {c['members']} members")
     return 0
 
 

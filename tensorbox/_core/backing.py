@@ -9,10 +9,10 @@ empty-dict or empty-set test. A write to a backed node is handed to the backing
 hook, which makes it and commits the tree, or undoes it and raises.
 
 The core knows only this module: the registries and the hook's interface
-(:class:`Backing`). The storage layer implements the hook
-(:mod:`tensorbox._storage.writethrough`) and fills the registries; the core's one door
-to storage (``_core/methods/io.py``) installs it on first use. A backend that keeps a
-tree live elsewhere (a key-value server) implements the same two calls.
+(:class:`Backing`, a port of :mod:`tensorbox._core.ports`). The storage layer
+implements the hook (:mod:`tensorbox._storage.writethrough`) and fills the registries;
+the package face binds the port to it, loaded on the first write to a saved tree.
+:func:`install` puts another implementation in its place.
 
 >>> import tempfile, torch
 >>> from tensorbox import TensorDict
@@ -31,15 +31,16 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from torch import Tensor
 
+from tensorbox._core import ports
 from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.ports import Backing
 from tensorbox._core.tree import is_coll
 
-__all__ = ["OPEN", "RESERVE", "TREES", "UNLOCK", "Backing", "hook", "install", "sync_open"]
+__all__ = ["OPEN", "TREES", "UNLOCK", "Backing", "hook", "install", "sync_open"]
 
 #: The nodes of tree-backed containers, by ``id``, each with the storage layer's record
 #: of its tree (filled by the storage layer). The container's write gates test it first.
@@ -54,34 +55,15 @@ UNLOCK = ": unlock_() first (on a saved tree, each change is then saved to it at
 _LEAVES = frozenset((Tensor, NonTensorData))  # skipped by type, before the slower test
 
 
-class Backing(Protocol):
-    """What the container's write gates call on a node registered in ``TREES``."""
-
-    def through(self, node: Any, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run the write ``fn(*args)`` on ``node`` and commit its tree (undone on failure)."""
-        ...
-
-    def write_rows(self, node: Any, index: Any, value: Any) -> None:
-        """``node[index] = value``, non-tensor values included, committed to the tree."""
-        ...
-
-
-_HOOK: list[Backing] = []
-
-#: ``reserve(leaf, key)``, set by the storage layer: reserves a file-backed leaf's bytes
-#: before an in-place copy into it (``set_``, ``update_``), so that a full disk under a
-#: sparse file is an ``OSError``, not a SIGBUS. Empty until storage is imported.
-RESERVE: list[Callable[[Tensor, tuple[str, ...]], None]] = []
-
-
 def install(backing: Backing) -> None:
     """Make ``backing`` the hook the write gates call (the storage layer's, by default)."""
-    _HOOK[:] = [backing]
+    ports.install("backing", backing)
 
 
 def hook() -> Backing | None:
-    """The installed hook, or None before the first one."""
-    return _HOOK[0] if _HOOK else None
+    """The hook in use, or None before the first write to a saved tree loads it."""
+    found: Backing | None = ports.bound("backing")
+    return found
 
 
 def sync_open(td: Any) -> None:

@@ -3,14 +3,19 @@
 This class holds the contract and the gates; every other container method is written
 once, typed to return ``Self``, in the mixin of its job (``tensorbox._core.methods``):
 
-- ``KeyMethods`` (``methods/keys.py``): entries by key: get, set, update, select,
-  exclude, rename, flatten_keys, set_at_, update_at_...
+- ``EntryMethods`` (``methods/entries.py``): entries by key: get, set, update, pop,
+  set_at_, update_at_, get_at, non-tensor entries...
+- ``StructureMethods`` (``methods/structure.py``): the key structure: select, exclude,
+  rename_key_, flatten_keys, split_keys, replace...
 - ``LeafMethods`` (``methods/leaves.py``): every leaf: apply, to, clone, casts, detach...
 - ``ShapeMethods`` (``methods/shape.py``): the batch shape: reshape, permute, expand,
   flip, split, unbind, tile...
 - ``MathMethods`` (``methods/math.py``): operators, elementwise math, reductions.
-- ``IOMethods`` (``methods/io.py``): persistence, weights, transport: the one door to
-  the layers above the core.
+- ``PersistenceMethods`` (``methods/persistence.py``), ``ConvertMethods``
+  (``methods/convert.py``), ``WeightsMethods`` (``methods/weights.py``),
+  ``TransportMethods`` (``methods/transport.py``): saved trees, other formats, module
+  weights, ``torch.distributed``; each reaches the layer above the core that does the
+  work through a port (``_core/ports.py``), never by import.
 
 Each is a short call into the operation module that owns the job (``index``,
 ``apply``, ``keyops``, ``shapeops``, ``elementwise``, ``repr``, ``pickling``), which works
@@ -41,23 +46,30 @@ import torch
 from torch import Tensor
 
 from tensorbox._core import index as _index
+from tensorbox._core import lockgraph
+from tensorbox._core import ports as _ports
 from tensorbox._core import repr as _repr
 from tensorbox._core import tree as _tree
 from tensorbox._core.backing import OPEN as _OPEN
 from tensorbox._core.backing import TREES as _TREES
 from tensorbox._core.backing import UNLOCK as _UNLOCK
+from tensorbox._core.backing import sync_open
 from tensorbox._core.entries import prepare_entry
 from tensorbox._core.keys import format_key
 from tensorbox._core.methods.compat import CompatMethods
-from tensorbox._core.methods.io import IOMethods
-from tensorbox._core.methods.keys import KeyMethods, is_key, put
+from tensorbox._core.methods.convert import ConvertMethods
+from tensorbox._core.methods.entries import EntryMethods, is_key, put
 from tensorbox._core.methods.leaves import LeafMethods
 from tensorbox._core.methods.math import MathMethods
+from tensorbox._core.methods.persistence import PersistenceMethods
 from tensorbox._core.methods.shape import ShapeMethods
+from tensorbox._core.methods.structure import StructureMethods
+from tensorbox._core.methods.transport import TransportMethods
+from tensorbox._core.methods.weights import WeightsMethods
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.nontensor import read as _read
 from tensorbox._core.shape import as_batch_size, check_leaf_shape
-from tensorbox._core.tree import missing_key_error
+from tensorbox._core.tree import missing_key_error, set_locked
 from tensorbox.errors import LockedError
 
 __all__ = ["TensorCollection"]
@@ -66,16 +78,19 @@ __all__ = ["TensorCollection"]
 BatchIndex = int | slice | Tensor | Sequence[Any] | EllipsisType | None | tuple[Any, ...]
 
 _NTD = NonTensorData
-_PLAIN = _tree.PLAIN
 _new = object.__new__
 
 
 class TensorCollection(
-    KeyMethods,
+    EntryMethods,
+    StructureMethods,
     LeafMethods,
     ShapeMethods,
     MathMethods,
-    IOMethods,
+    PersistenceMethods,
+    ConvertMethods,
+    WeightsMethods,
+    TransportMethods,
     CompatMethods,
 ):
     """The container behaviour shared by ``TensorDict`` and tensorclasses (not built directly)."""
@@ -270,6 +285,37 @@ class TensorCollection(
         if link is not None and not exc[0]:  # a view used as a context: write it back
             source, op, args = link
             source.update(getattr(self, op)(*args), inplace=True)
+
+    # ----- the write gates (a node of a saved tree commits each write: backing port)
+
+    def _set_lock(self, flag: bool) -> None:
+        if not flag and getattr(self, "_packed", None) is not None:
+            # unlocked entries may be replaced: the one storage no longer holds them all
+            from tensorbox._core.consolidate import drop
+
+            drop(self)
+        if not flag:
+            lockgraph.forget(self)  # refuses while a locked parent still holds the subtree
+        set_locked(self, flag)
+        if flag:
+            lockgraph.record(self)
+        if _TREES:
+            sync_open(self)
+
+    def _through(self, fn: Any, *args: Any) -> Any:
+        """Run the write ``fn(*args)`` on this node of a saved tree and commit the tree
+        (through the backing hook, see :mod:`tensorbox._core.backing`)."""
+        return _ports.backing().through(self, fn, *args)
+
+    def _write_rows(self, index: Any, value: Any) -> None:
+        """``self[index] = value`` on a node of a saved tree (through the backing hook)."""
+        _ports.backing().write_rows(self, index, value)
+
+    def _write(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)``, committed at once when this is a node of a saved tree."""
+        if _TREES and id(self) in _TREES:
+            return self._through(fn, *args)
+        return fn(*args)
 
     # --------------------------------------------- indexing: a key or the batch
 

@@ -32,7 +32,7 @@ from tensorbox.errors import TensorDictKeyError
 if TYPE_CHECKING:
     from tensorbox._core.methods.base import MixinBase
 
-__all__ = ["binary", "compare", "reduce_bool"]
+__all__ = ["binary", "compare", "logical", "reduce_bool"]
 
 _NTD = NonTensorData
 _NJT = _jagged.NJT
@@ -42,11 +42,16 @@ def compare(td: MixinBase, other: Any, op: Callable[..., Tensor]) -> Any:
     """``op`` (``torch.eq`` or ``torch.ne``) leaf by leaf; ``other`` is a container with
     the same keys, a mapping, or a scalar/tensor compared with every tensor leaf."""
     if is_coll(other) or isinstance(other, Mapping):
-        ostore = other if isinstance(other, Mapping) else other._tensordict
-        store = td._tensordict
+        ostore: Mapping[str, Any] = other if isinstance(other, Mapping) else other._tensordict
+        store: Mapping[str, Any] = td._tensordict
         if isinstance(other, Mapping) and None in ostore.values():
             # A None value is no entry (a tensorclass field set to None has none).
             ostore = {k: v for k, v in ostore.items() if v is not None}
+        if store.keys() != ostore.keys():
+            # A tensorclass field set to None is no entry, while TensorDict(tc.to_dict())
+            # holds the None: the two are the same value.
+            store = _without_nones(store, ostore, getattr(other, "__tc_names__", ()))
+            ostore = _without_nones(ostore, store, getattr(td, "__tc_names__", ()))
         if store.keys() != ostore.keys():
             missing = sorted(set(store) - set(ostore))
             extra = sorted(set(ostore) - set(store))
@@ -77,6 +82,19 @@ def compare(td: MixinBase, other: Any, op: Callable[..., Tensor]) -> Any:
         if type(v) is not _NTD
     }
     return td._new_unsafe(res, td._batch_size, td._device)
+
+
+def _without_nones(
+    store: Mapping[str, Any], other: Mapping[str, Any], fields: Any
+) -> Mapping[str, Any]:
+    """``store`` less its None values (as ``NonTensorData``) under the tensorclass field
+    names ``fields`` that ``other`` (that tensorclass's entries) lacks."""
+    drop = [
+        k
+        for k, v in store.items()
+        if k in fields and k not in other and type(v) is _NTD and not v.stacked and v.data is None
+    ]
+    return {k: v for k, v in store.items() if k not in drop} if drop else store
 
 
 def _compare_nontensor(td: MixinBase, v: NonTensorData, o: Any, op: Any) -> Tensor:
@@ -125,3 +143,95 @@ def binary(td: MixinBase, other: Any, op: Callable[..., Tensor]) -> Any:
     if is_coll(other) or isinstance(other, Mapping):
         return apply(td, op, (other,), None, KEEP, False, False)
     return apply(td, lambda t: op(t, other), (), None, KEEP, False, False)
+
+
+def logical(td: MixinBase, other: Any, op: Callable[..., Tensor], sym: str) -> Any:
+    """``td | other`` / ``td ^ other``: ``op`` on the tensor leaves, and the operator
+    ``sym`` on two non-tensor values under the same key, as tensordict does: one bool per
+    batch element (``True ^ True`` is ``tensor(False)``, never the left value unchanged).
+    Equal values without the operator (a string tag) stay as they are.
+
+    >>> from tensorbox import TensorDict, NonTensorData
+    >>> td = TensorDict(flag=NonTensorData(True), x=torch.ones(2), batch_size=[2])
+    >>> (td ^ td)["flag"].tolist(), (td | td)["flag"].tolist()
+    ([False, False], [True, True])
+    """
+    out = binary(td, other, op)
+    if is_coll(other):
+        _values_op(out, td, other, _PYOPS[sym], sym, ())
+    return out
+
+
+_PYOPS: dict[str, Callable[[Any, Any], Any]] = {
+    "|": lambda a, b: a | b,
+    "^": lambda a, b: a ^ b,
+}
+
+
+def _values_op(
+    out: Any, td: Any, other: Any, pyop: Callable[[Any, Any], Any], sym: str, path: tuple[str, ...]
+) -> None:
+    """Replace, in the fresh result ``out``, each non-tensor value of ``td`` that faces a
+    non-tensor value in ``other`` by ``pyop`` of the two (a bool tensor shaped like the
+    batch)."""
+    ostore = other._tensordict
+    res = out._tensordict
+    for k, v in td._tensordict.items():
+        if isinstance(v, Tensor) or k not in res:
+            continue
+        o = ostore.get(k)
+        if type(v) is _NTD:
+            if type(o) is _NTD:
+                res[k] = _value_op(v, o, pyop, sym, td, (*path, k))
+        elif o is not None and not isinstance(o, Tensor) and type(o) is not _NTD:
+            _values_op(res[k], v, o, pyop, sym, (*path, k))
+
+
+def _value_op(
+    v: NonTensorData,
+    o: NonTensorData,
+    pyop: Callable[[Any, Any], Any],
+    sym: str,
+    td: Any,
+    path: tuple[str, ...],
+) -> Tensor | NonTensorData:
+    """``pyop`` of two values as one bool per batch element. Values without the operator
+    (strings: a tag beside masks) stay as they are when equal on both sides (tensordict
+    raises), and are refused when they differ (keeping either would drop the other)."""
+    bs = td._batch_size
+
+    def one(a: Any, b: Any) -> Any:
+        try:
+            return pyop(a, b)
+        except TypeError:
+            if _eq(a, b):
+                return _UNDEFINED
+            raise TypeError(
+                f"{sym} of two containers: key {path!r} holds the values {a!r} and {b!r}, "
+                f"and {type(a).__name__} {sym} {type(b).__name__} is not defined"
+            ) from None
+
+    if not (v.stacked or o.stacked):
+        val = one(v.data, o.data)
+        if val is _UNDEFINED:
+            return v
+        if isinstance(val, Tensor):
+            return val
+        if isinstance(val, np.ndarray):
+            return torch.as_tensor(val, device=td._device)
+        return torch.full(tuple(bs), bool(val), device=td._device)
+    a, b = v.full(bs), o.full(bs)
+    vals = [one(x, y) for x, y in zip(a.reshape(-1), b.reshape(-1))]
+    undefined = sum(r is _UNDEFINED for r in vals)
+    if undefined == len(vals):
+        return v
+    if undefined:
+        raise TypeError(
+            f"{sym} of two containers: key {path!r} holds values some of which have no "
+            f"{sym} (they are kept only when every element lacks it)"
+        )
+    flat = [bool(r) for r in vals]
+    return torch.tensor(flat, dtype=torch.bool, device=td._device).reshape(tuple(bs))
+
+
+_UNDEFINED = object()

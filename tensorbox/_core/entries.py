@@ -25,7 +25,7 @@ from torch import Tensor
 from tensorbox._core import chunks as _chunks
 from tensorbox._core import jagged as _jagged
 from tensorbox._core import liststack as _liststack
-from tensorbox._core.backing import RESERVE
+from tensorbox._core import ports as _ports
 from tensorbox._core.keys import check_str_key, format_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.shape import check_leaf_shape, leads_with
@@ -63,7 +63,10 @@ def fill_entries(td: TensorCollection, source: Mapping[Any, Any], prefix: tuple[
                 continue
             key = check_str_key(key, prefix)
         if isinstance(value, Tensor):
-            shape = value.shape
+            try:
+                shape = value.shape
+            except RuntimeError as err:  # no cost unless raised
+                raise _jagged.shape_error(value, (*prefix, key), err) from None
             if type(value) is not Tensor and type(value) in _SPECIAL:  # one test for plain ones
                 store[key] = prepare_entry(td, key, value, (*prefix, key))
                 continue
@@ -90,7 +93,10 @@ def prepare_entry(td: TensorCollection, key: str, value: Any, path: tuple[str, .
     bs = td._batch_size
     dev = td._device
     if isinstance(value, Tensor):
-        shape = value.shape
+        try:
+            shape = value.shape
+        except RuntimeError as err:  # no cost unless raised
+            raise _jagged.shape_error(value, path, err) from None
         kind = type(value)
         if kind is not Tensor and kind in _SPECIAL:  # plain tensors pay one test
             if kind is UnbatchedTensor:  # one value for the whole batch
@@ -188,8 +194,8 @@ def copy_leaf(dst: Tensor, src: Any, key: tuple[str, ...] = ()) -> None:
     """
     if not isinstance(src, Tensor):
         src = torch.as_tensor(src)
-    if RESERVE and type(dst) is not Tensor:  # a mapped leaf: its file's bytes reserved first
-        RESERVE[0](dst, key)
+    if type(dst) is not Tensor:  # maybe a mapped leaf: its file's bytes reserved first
+        _ports.reserve(dst, key)
     if (
         dst.nbytes > _chunks.CHUNK_BYTES
         and src.shape == dst.shape

@@ -35,7 +35,7 @@ from tensorbox._core.nontensor import NonTensorData, cpu_index, per_row
 from tensorbox._core.row_keys import create_missing
 from tensorbox._core.shape import normalize_index
 from tensorbox._core.tree import KEEP
-from tensorbox.errors import BatchSizeError, TensorDictKeyError
+from tensorbox.errors import BatchDimError, BatchSizeError, TensorDictKeyError
 
 if TYPE_CHECKING:
     from tensorbox._core.container import TensorCollection
@@ -127,8 +127,9 @@ def _generic(td: TensorCollection, index: Any) -> Any:
     return td._new_unsafe(out, batch_after_index(td, out, index), td._device)
 
 
-def _no_batch_dims(index: Any) -> IndexError:
-    return IndexError(
+def _no_batch_dims(index: Any) -> BatchDimError:
+    # an IndexError as torch's, and the RuntimeError tensordict raises
+    return BatchDimError(
         f"cannot index a TensorDict with batch_size [] by {index!r}: it has no batch dims "
         "(look up a key with td['key'], or add a dim with td[None])"
     )

@@ -151,6 +151,19 @@ def check_leaf(value: Tensor, path: tuple[str, ...], bs: torch.Size) -> None:
         )
 
 
+def shape_error(value: Tensor, path: tuple[str, ...], err: RuntimeError) -> Exception:
+    """The error for a tensor whose ``.shape`` raised ``err``: torch's nested tensors of the
+    strided layout have no shape, and a container does not hold them."""
+    if not value.is_nested:
+        return err
+    return TypeError(
+        f"key {format_key(path)} is a nested tensor with the torch.strided layout, which a "
+        "container does not hold (it has no shape to check against the batch size): use the "
+        "jagged layout (torch.nested.nested_tensor(..., layout=torch.jagged), ragged along "
+        "dim 1), or pad it into one tensor (torch.nested.to_padded_tensor(t, 0.0))"
+    )
+
+
 def find_jagged(td: Any, prefix: tuple[str, ...] = ()) -> tuple[str, ...] | None:
     """The key path of the first jagged leaf in ``td`` (nested containers too), or None."""
     for k, v in td._tensordict.items():

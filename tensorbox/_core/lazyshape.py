@@ -36,7 +36,7 @@ from torch import Tensor
 from tensorbox._core import shapeops as _shapeops
 from tensorbox._core.entries import prepare_entry
 from tensorbox._core.keys import format_key
-from tensorbox._core.legacy import VIEW, suspended
+from tensorbox._core.legacy import suspended
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.shape import check_dim, shape_from_args
 from tensorbox._core.tensordict import TensorDict
@@ -235,6 +235,3 @@ def legacy_op(td: Any, op: str, args: tuple[Any, ...]) -> Any:
     if view and td._op == "unsqueeze" and td._args == (d,):
         return td._source
     return ShapeView._make(td, op, (d,), new_bs)
-
-
-VIEW.append(legacy_op)

@@ -43,7 +43,6 @@ from tensorbox._core.functional import stack as dense_stack
 from tensorbox._core.getdefault import UNSET, missing_default
 from tensorbox._core.keys import NestedKey, format_key, unravel_key
 from tensorbox._core.lazystack_pad import pad_in_place
-from tensorbox._core.methods.compat import LAZYSTACK
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.nontensor import wrap as _wrap
 from tensorbox._core.tensordict import TensorDict
@@ -320,7 +319,7 @@ class LazyStackedTensorDict(DenseResults, TensorDict):
         safe: bool = True,
     ) -> Self:
         """``TensorDict.pad`` (dense); ``inplace=True`` pads each member in place and adds
-        or drops members along the stack dim (see :mod:`tensorbox._core.lazystack_pad`)."""
+        or drops members along the stack dim."""
         if not inplace:
             return super().pad(pad_size, value, safe=safe)
         pad_in_place(
@@ -511,6 +510,3 @@ def lazy_stack(items: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
     torch.Size([2])
     """
     return LazyStackedTensorDict.lazy_stack(items, dim, out=out)
-
-
-LAZYSTACK.append(LazyStackedTensorDict)

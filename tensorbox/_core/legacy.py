@@ -25,21 +25,19 @@ The mode is one switch for the whole process, as tensordict's.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 from tensorbox._core.modeswitch import ModeSwitch, env_flag
 
-__all__ = ["STATE", "VIEW", "lazy_legacy", "set_lazy_legacy", "suspended"]
+__all__ = ["STATE", "lazy_legacy", "set_lazy_legacy", "suspended"]
 
 
 #: ``[mode]``: read by the shape methods on each call (one list lookup when off).
 STATE: list[bool] = [env_flag("LAZY_LEGACY_OP")]
 
-#: ``[fn]``: ``fn(td, op, args)`` gives the lazy view, or None for a container that
-#: has none (tensorclasses, rows views, lazy stacks: they keep the plain op).
-#: Filled by ``_core/lazyshape.py``, which sits above the container classes.
-VIEW: list[Callable[[Any, str, tuple[Any, ...]], Any]] = []
+# The lazy views themselves: ``_core/lazyshape.py``'s ``legacy_op(td, op, args)`` (None
+# for a container that has none: tensorclasses, rows views, lazy stacks keep the plain
+# op), reached through the ``legacy_view`` port (it sits above the container classes).
 
 
 def lazy_legacy() -> bool:

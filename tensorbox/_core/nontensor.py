@@ -103,10 +103,7 @@ class NonTensorData:
         out = self.data.reshape(-1)[ix.numpy()]
         if not isinstance(out, np.ndarray) or out.ndim == 0:
             return NonTensorData(out.item() if isinstance(out, np.ndarray) else out)
-        res = per_row(out)
-        if not res.stacked:  # one value again: it keeps the shape (tolist, batch_size)
-            res._batch_size = torch.Size(out.shape)
-        return res
+        return NonTensorData(out, stacked=True)  # rows of a stack stay a stack (tensordict)
 
     def __getitem__(self, idx: Any) -> NonTensorData:
         idx = cpu_index(idx)  # the element numbers live on the CPU
@@ -164,20 +161,30 @@ class NonTensorData:
         return self._op(lambda t: t.flatten(start_dim, end_dim))
 
     def unsqueeze(self, dim: int) -> NonTensorData:
-        """A batch dim of size 1 inserted at ``dim``."""
-        return self._op(lambda t: t.unsqueeze(dim))
+        """A batch dim of size 1 inserted at ``dim`` (a value per element, as tensordict)."""
+        return self._grown(self._op(lambda t: t.unsqueeze(dim)))
 
     def squeeze(self, dim: int | None = None) -> NonTensorData:
         """Batch dims of size 1 removed (only ``dim`` when given)."""
         return self._op(lambda t: t.squeeze() if dim is None else t.squeeze(dim))
 
     def expand(self, *shape: Any) -> NonTensorData:
-        """The batch broadcast to ``shape`` (one shared value stays one value).
+        """The batch broadcast to ``shape``. One shared value stays one value where no
+        dim is added; new leading dims give a value per element, as tensordict.
 
         >>> NonTensorData(0, batch_size=[3]).expand(2, 3).tolist()
         [[0, 0, 0], [0, 0, 0]]
+        >>> NonTensorData("a").expand(2).stacked, NonTensorData("a", batch_size=[1]).expand(3).stacked
+        (True, False)
         """
-        return self._op(lambda t: t.expand(*shape))
+        return self._grown(self._op(lambda t: t.expand(*shape)))
+
+    def _grown(self, out: NonTensorData) -> NonTensorData:
+        """``out`` (this value after a shape op) as one value per element when the op
+        added batch dims to one shared value: tensordict's ``expand`` and ``unsqueeze``."""
+        if out.stacked or len(out.batch_size) <= len(self.batch_size):
+            return out
+        return NonTensorData(out.full(out.batch_size), stacked=True, device=self.device)
 
     def permute(self, *dims: Any) -> NonTensorData:
         """The batch dims reordered, as ``Tensor.permute``."""
@@ -262,14 +269,15 @@ class NonTensorData:
 
     @staticmethod
     def stack(items: Sequence[NonTensorData], dim: int, batch_size: Sequence[int]) -> NonTensorData:
-        """Identical shared values stay one value; anything else becomes a stack.
+        """A value per element, even where every item holds the same one (tensordict's
+        ``NonTensorStack``: rows stacked give a list of their values).
 
         ``batch_size`` is the common batch size of the stacked containers.
         """
-        if _all_same(items):
-            return items[0]
         if type(items[0].data) is UnbatchedTensor:
             return _one_unbatched(items, "stack")
+        if torch.compiler.is_compiling() and _all_same(items):
+            return items[0]  # no object arrays in a compiled graph: one value, as before
         return per_row(np.stack([it.full(batch_size) for it in items], axis=dim))
 
     @staticmethod
@@ -334,6 +342,25 @@ class NonTensorData:
         return _same(self.data, other.data)
 
     __hash__ = None  # type: ignore[assignment]
+
+    def __class_getitem__(cls, item: Any) -> type[NonTensorData]:
+        """``MetaData[str]``: tensordict's generic spelling of the value's type, for
+        annotations (``custom_data: MetaData[str]``); the class itself, so ``isinstance``
+        and construction work with it.
+
+        >>> MetaData[str]("abc").data, isinstance(MetaData("x"), MetaData[str])
+        ('abc', True)
+        """
+        return cls
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the value (a function held as data), as tensordict's ``NonTensorData`` does:
+        ``apply`` hands non-tensor entries of its other inputs to ``fn`` as they are.
+
+        >>> NonTensorData(lambda x, y: x - y)(3, 1)
+        2
+        """
+        return self.data(*args, **kwargs)
 
     def __repr__(self) -> str:
         extra = "" if self._batch_size is None else f", batch_size={list(self._batch_size)}"
@@ -467,18 +494,14 @@ def _one_unbatched(items: Sequence[NonTensorData], what: str) -> NonTensorData:
 
 
 def per_row(values: np.ndarray) -> NonTensorData:
-    """Values shaped like the batch, kept per row, or as one value when every row holds
-    the same one: the rule for non-tensor values after any index, stack, cat or row write.
+    """Values shaped like the batch, kept per row even where every row holds the same
+    one (tensordict's ``NonTensorStack`` stays a stack): the rule for non-tensor values
+    after any index, stack, cat or row write.
 
     >>> import numpy as np
     >>> per_row(np.array(["a", "a"], dtype=object)).value, per_row(np.array(["a", "b"], dtype=object)).value
-    ('a', ['a', 'b'])
+    (['a', 'a'], ['a', 'b'])
     """
-    flat = values.reshape(-1)
-    if flat.size:
-        first = flat[0]
-        if all(_same(v, first) for v in flat[1:]):
-            return NonTensorData(first)
     return NonTensorData(values, stacked=True)
 
 

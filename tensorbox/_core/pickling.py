@@ -1,8 +1,8 @@
 """Pickling a container: its entries, batch size, device and lock, rebuilt without checks.
 
 A tensor that is a view of a mapped file pickles as a reference to that file
-(see ``_storage.memmap_tensor.shareable``, reached through the core's door,
-``_core.methods.io``), so DataLoader workers and producer processes
+(see ``_storage.fileref.shareable``, reached through the core's ``file_refs`` port,
+``_core/ports.py``), so DataLoader workers and producer processes
 reach the same bytes instead of copying them. A tensorclass pickles the same way
 and is rebuilt by its class (importable by pickle, as for any object), through the
 one rule of ``tree.rebuild`` (the entries checked against the class's fields), without
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from tensorbox._core.methods.io import file_refs
+from tensorbox._core import ports as _ports
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.tree import is_coll, rebuild, type_name
 
@@ -64,7 +64,7 @@ def reduce(td: TensorCollection) -> tuple[Any, ...]:
     if in_torch_save():
         entries = dict(td._tensordict)  # tensors embedded by torch.save's own pickler
     else:
-        shareable, _ = file_refs()  # the file layer loads on first pickle
+        shareable = _ports.file_refs().shareable  # the file layer loads on first pickle
         entries = {
             k: (shareable(v) if isinstance(v, Tensor) else v) for k, v in td._tensordict.items()
         }
@@ -74,7 +74,7 @@ def reduce(td: TensorCollection) -> tuple[Any, ...]:
 def _rebuild(
     cls: type, entries: dict[str, Any], bs: tuple[int, ...], device: Any, locked: bool
 ) -> Any:
-    _, restore = file_refs()
+    restore = _ports.file_refs().restore
     store = {
         k: (v if isinstance(v, Tensor | NonTensorData) or is_coll(v) else restore(v))
         for k, v in entries.items()

@@ -32,6 +32,7 @@ from tensorbox._core import jagged as _jagged
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.reduce import LOSS_FUNCTIONS, REDUCTIONS
 from tensorbox._core.shape import check_dim, shape_from_args
+from tensorbox._core.unbatched import UnbatchedTensor
 from tensorbox.errors import BatchDimError, BatchSizeError, TensorDictKeyError
 
 if TYPE_CHECKING:
@@ -89,13 +90,25 @@ def reshape(td: C, args: tuple[Any, ...], how: str) -> C:
         raise BatchSizeError(
             f"cannot {how} batch_size {tuple(td._batch_size)} to {shape}: {err}"
         ) from None
-    return _map(td, lambda x: getattr(x, how)(*new_bs, *_feat(x, bd)), new_bs, how)
+    out = _map(td, lambda x: getattr(x, how)(*new_bs, *_feat(x, bd)), new_bs, how)
+    return _per_element(out) if how == "expand" and len(new_bs) > bd else out
 
 
 def unsqueeze(td: C, dim: int) -> C:
     bs = td._batch_size
     d = check_dim(dim, len(bs) + 1)
-    return _map(td, lambda x: x.unsqueeze(d), _Size((*bs[:d], 1, *bs[d:])), "unsqueeze")
+    out = _map(td, lambda x: x.unsqueeze(d), _Size((*bs[:d], 1, *bs[d:])), "unsqueeze")
+    return _per_element(out)
+
+
+def _per_element(td: C) -> C:
+    """``td`` (new, from ``expand`` or ``unsqueeze`` adding batch dims) with each shared
+    non-tensor value held once per element, as tensordict's ``NonTensorStack``."""
+    store = td._tensordict
+    for k, v in store.items():
+        if type(v) is _NTD and not v.stacked and type(v.data) is not UnbatchedTensor:
+            store[k] = _NTD(v.full(td._batch_size), stacked=True, device=v.device)
+    return td
 
 
 def squeeze(td: C, dim: int | None) -> C:

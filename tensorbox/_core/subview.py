@@ -37,7 +37,6 @@ from torch import Tensor
 
 from tensorbox._core import index as _index
 from tensorbox._core.keys import NestedKey, format_key, unravel_key
-from tensorbox._core.methods.compat import SUBVIEW
 from tensorbox._core.nontensor import NonTensorData, cpu_index
 from tensorbox._core.shape import normalize_index
 from tensorbox._core.tensordict import TensorDict
@@ -270,6 +269,3 @@ def _blank_tree(value: Any, full: tuple[int, ...], nb: int) -> Any:
             out[k] = _blank_tree(v, full, nb)
     bs = torch.Size((*full, *value._batch_size[nb:]))
     return type(value)._new_unsafe(out, bs, value._device)
-
-
-SUBVIEW.append(SubTensorDict)

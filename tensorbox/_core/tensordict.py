@@ -22,7 +22,6 @@ from typing import Any, Self
 
 import torch
 
-from tensorbox._core import tree as _tree
 from tensorbox._core.container import TensorCollection
 from tensorbox._core.entries import fill_entries
 from tensorbox._core.shape import as_batch_size
@@ -177,6 +176,3 @@ class TensorDict(TensorDictBase):
         if (auto_batch_size or batch_dims is not None) and batch_size is None:
             set_batch_size_nested(out, common_batch_size(out, batch_dims))
         return out
-
-
-_tree.PLAIN.append(TensorDict)

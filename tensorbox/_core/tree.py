@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 import torch
 from torch import Tensor
 
+from tensorbox._core import ports as _ports
 from tensorbox._core.keys import NestedKey, format_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox.errors import BatchSizeError, TensorDictKeyError
@@ -72,11 +73,6 @@ _NTD = NonTensorData
 #: "Argument not given": keep the container's own value (its device, for ``apply``/``to``).
 KEEP: Any = object()
 
-#: The plain ``TensorDict`` class, set by ``_tensordict`` when it is defined. New nested
-#: levels (a dict value, a missing level of a tuple key) are always plain TensorDicts,
-#: whatever the type of the container they are created in.
-PLAIN: list[Any] = []
-
 #: Every tensorclass created in this process, by ``"module:QualName"``. Saved and sent
 #: trees are rebuilt from here (or from the class the caller passes), never by import.
 CLASS_REGISTRY: dict[str, type] = {}
@@ -104,7 +100,9 @@ def store_of(v: Any) -> Mapping[str, Any]:
 
 def new_plain(store: dict[str, Any], batch_size: torch.Size, device: Any) -> Any:
     """A plain TensorDict around ``store`` (no checks)."""
-    return PLAIN[0]._new_unsafe(store, batch_size, device)
+    # New nested levels (a dict value, a missing level of a tuple key) are always plain
+    # TensorDicts, whatever the type of the container they are created in.
+    return _ports.plain()._new_unsafe(store, batch_size, device)
 
 
 def as_device(device: Any) -> torch.device:
@@ -274,7 +272,7 @@ def find_missing(td: MixinBase, path: tuple[str, ...]) -> TensorDictKeyError:
 def type_name(cls: type) -> str:
     """How a container's type is written in a saved or sent tree: ``"TensorDict"`` for a
     plain TensorDict, ``"module:QualName"`` for anything else."""
-    return "TensorDict" if cls is PLAIN[0] else f"{cls.__module__}:{cls.__qualname__}"
+    return "TensorDict" if cls is _ports.plain() else f"{cls.__module__}:{cls.__qualname__}"
 
 
 def rebuild(
@@ -292,7 +290,7 @@ def rebuild(
     changed since the tree was written) and raises ``TypeError`` naming the
     difference; ``__post_init__`` does not run.
     """
-    plain = PLAIN[0]
+    plain = _ports.plain()
     target: Any = requested if requested is not None else CLASS_REGISTRY.get(name)
     if target is None or issubclass(target, plain):
         return (target or plain)._new_unsafe(store, batch_size, device)

@@ -7,9 +7,7 @@ tensors and their sharing between processes (see ``docs/design.md``)."""
 from tensorbox._storage import process_reduce as _process_reduce
 
 _process_reduce.install()
-
-# In-place copies into file-backed leaves (set_, update_) reserve their bytes first:
-# on a sparse file, a full disk is then an OSError naming the key, never a SIGBUS.
-from tensorbox._storage import reserve as _reserve  # noqa: E402
-
-_reserve.install()
+# In-place copies into file-backed leaves (set_, update_) reserve their bytes first
+# (on a sparse file, a full disk is then an OSError naming the key, never a SIGBUS):
+# the core reaches ``reserve.reserve_leaf`` through its ``reserve`` port, bound by the
+# package face.

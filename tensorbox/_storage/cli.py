@@ -14,15 +14,22 @@ writes a folder as an archive, byte for byte (``--compression deflate``, ``bzip2
 ``lzma`` compresses its leaf entries); ``unpack FILE DIR`` extracts one into a folder,
 replacing the tree there in one step.
 
-``--json`` makes ``show`` and ``verify`` print one JSON document (on damage, ``verify
---json`` prints ``{"ok": false, "error": ...}``). ``pack`` and ``unpack`` refuse a target
+``--json`` makes every command print one JSON document on stdout, errors included:
+``{"ok": false, "path": ..., "damaged": ...}`` for a damaged tree, ``{"ok": false, "error":
+...}`` for any other error (a usage error too). ``pack`` and ``unpack`` refuse a target
 that exists (a file, or a folder that is not empty) unless ``--force``; ``--force``
 replaces the saved tree there in one step and leaves other files alone. ``--progress``
 shows a bar and a closing summary for ``pack``, ``unpack`` and ``verify`` (by default
 when stderr is a terminal and the tree is large). ``--version`` prints the version.
 
+Errors are one line on stderr, ``error: ...`` (``damaged: ...`` for a damaged tree), that
+says what to do, never a traceback: a URL whose package is missing names the extra to
+install (``pip install 'tensorbox[s3]'``). ``TENSORBOX_TRACEBACK=1`` shows the traceback of
+an unexpected error, for a bug report.
+
 Exit codes: 0 success (``verify``: the tree is sound); 1 the tree is damaged, a file
-cannot be read or written, or the target exists; 2 a usage error (bad arguments).
+cannot be read or written, the target exists, or a package is missing; 2 a usage error
+(bad arguments); 130 interrupted (Ctrl-C).
 A closed pipe (``show X | head -3``) ends the command quietly with status 141, as a
 process stopped by ``SIGPIPE`` reports.
 
@@ -42,10 +49,10 @@ import os
 import reprlib
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from tensorbox import progress as _progress
-from tensorbox._storage import persist as _persist
+from tensorbox._storage import api as _persist
 from tensorbox._storage.archive import convert as _archive_convert
 from tensorbox._storage.archive import store as _archive
 from tensorbox._storage.archive import zip as _zip
@@ -59,7 +66,7 @@ from tensorbox._storage.store import (
     iter_nodes,
     read_child,
 )
-from tensorbox.errors import FormatError
+from tensorbox.errors import FormatError, TensorboxError
 
 
 def _size(n: int) -> str:
@@ -320,14 +327,39 @@ def _refuse_existing(target: str, what: str) -> None:
         )
 
 
-def _parser() -> argparse.ArgumentParser:
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser; with ``--json`` on the command line its usage errors are JSON."""
+
+    def __init__(self, *args: Any, json_errors: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.json_errors = json_errors
+
+    def error(self, message: str) -> NoReturn:
+        if self.json_errors:
+            _print_json({"ok": False, "error": f"usage: {message} (see {self.prog} --help)"})
+            sys.exit(2)
+        super().error(message)
+
+
+def _print_json(doc: dict[str, Any]) -> None:
+    print(json.dumps(doc, ensure_ascii=False))
+
+
+def _prog() -> str:
+    """``tensorbox`` (the console script) or ``python -m tensorbox``: as it was run."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return "tensorbox" if name.startswith("tensorbox") else "python -m tensorbox"
+
+
+def _parser(json_errors: bool = False) -> argparse.ArgumentParser:
     from tensorbox import __version__
 
-    parser = argparse.ArgumentParser(
-        prog="python -m tensorbox",
+    parser = _Parser(
+        json_errors=json_errors,
+        prog=_prog(),
         description=__doc__.split("\n")[0],
-        epilog="exit status: 0 success, 1 damaged tree or I/O error or existing target, "
-        "2 usage error, 141 closed output pipe",
+        epilog="exit status: 0 success, 1 damaged tree or I/O error or existing target "
+        "or missing package, 2 usage error, 130 interrupted, 141 closed output pipe",
     )
     parser.add_argument("--version", action="version", version=f"tensorbox {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -337,15 +369,22 @@ def _parser() -> argparse.ArgumentParser:
         "help": "a progress bar and a closing summary on stderr "
         "(default: when stderr is a terminal and the tree is large)",
     }
-    p_show = sub.add_parser("show", help="print the tree: keys, classes, dtypes, shapes, sizes")
+    as_json = {"action": "store_true", "help": "print one JSON document, errors included"}
+    p_show = sub.add_parser(
+        "show", json_errors=json_errors, help="print the tree: keys, classes, dtypes, shapes, sizes"
+    )
     p_show.add_argument("path")
-    p_show.add_argument("--json", action="store_true", help="print one JSON document")
-    p_verify = sub.add_parser("verify", help="check a tree; exit 1 with the reason if damaged")
+    p_show.add_argument("--json", **as_json)  # type: ignore[arg-type]
+    p_verify = sub.add_parser(
+        "verify", json_errors=json_errors, help="check a tree; exit 1 with the reason if damaged"
+    )
     p_verify.add_argument("path")
     p_verify.add_argument("--read", action="store_true", help="also read every byte of data")
-    p_verify.add_argument("--json", action="store_true", help="print one JSON document")
+    p_verify.add_argument("--json", **as_json)  # type: ignore[arg-type]
     p_verify.add_argument("--progress", **progress)  # type: ignore[arg-type]
-    p_pack = sub.add_parser("pack", help="write the tree at DIR as the one-file archive FILE")
+    p_pack = sub.add_parser(
+        "pack", json_errors=json_errors, help="write the tree at DIR as the one-file archive FILE"
+    )
     p_pack.add_argument("dir")
     p_pack.add_argument("file")
     p_pack.add_argument(
@@ -356,13 +395,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     p_pack.add_argument("--force", action="store_true", help="replace FILE if it exists")
     p_pack.add_argument("--progress", **progress)  # type: ignore[arg-type]
-    p_unpack = sub.add_parser("unpack", help="extract the archive FILE into the folder DIR")
+    p_pack.add_argument("--json", **as_json)  # type: ignore[arg-type]
+    p_unpack = sub.add_parser(
+        "unpack", json_errors=json_errors, help="extract the archive FILE into the folder DIR"
+    )
     p_unpack.add_argument("file")
     p_unpack.add_argument("dir")
     p_unpack.add_argument(
         "--force", action="store_true", help="replace the saved tree in DIR if DIR is not empty"
     )
     p_unpack.add_argument("--progress", **progress)  # type: ignore[arg-type]
+    p_unpack.add_argument("--json", **as_json)  # type: ignore[arg-type]
     return parser
 
 
@@ -403,6 +446,10 @@ def _run(args: argparse.Namespace, out: list[str]) -> int:
             _refuse_existing(args.file, "pack")
         # the bar and the summary line: pack and unpack open them (progress=)
         nodes, tensors = _pack(args.dir, args.file, args.compression, args.force, args.progress)
+        if args.json:
+            doc = {"ok": True, "path": args.dir, "file": args.file, "nodes": nodes}
+            out.append(json.dumps({**doc, "tensors": tensors}, ensure_ascii=False))
+            return 0
         out.append(
             f"packed {nodes} node{'s' * (nodes != 1)}, {tensors} tensor"
             f"{'s' * (tensors != 1)} into {_clean(args.file)}"
@@ -411,6 +458,10 @@ def _run(args: argparse.Namespace, out: list[str]) -> int:
     nodes, files = _archive_convert.unpack(
         args.file, args.dir, force=args.force, progress=args.progress
     )
+    if args.json:
+        doc = {"ok": True, "path": args.file, "dir": args.dir, "nodes": nodes, "files": files}
+        out.append(json.dumps(doc, ensure_ascii=False))
+        return 0
     out.append(
         f"unpacked {files} file{'s' * (files != 1)} ({nodes} node"
         f"{'s' * (nodes != 1)}) into {_clean(args.dir)}"
@@ -418,23 +469,54 @@ def _run(args: argparse.Namespace, out: list[str]) -> int:
     return 0
 
 
+def _reason(err: BaseException) -> str:
+    """The one line a failed command prints (after ``error: ``): what went wrong and, where
+    we know it, what to do."""
+    if isinstance(err, ImportError) and "pip install" not in str(err):
+        # a package our code imports that the environment lacks: name it
+        return f"{err} (install the package, or the tensorbox extra that brings it)"
+    if isinstance(err, OSError | ImportError | ValueError | TensorboxError):
+        return str(err)  # bad input or a missing file or package: the message says which
+    return (
+        f"{type(err).__name__}: {err} (unexpected: TENSORBOX_TRACEBACK=1 shows where, "
+        "for a bug report)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser(json_errors="--json" in argv).parse_args(argv)
+    as_json = getattr(args, "json", False)
+    path = getattr(args, "path", None) or getattr(args, "dir", None)
     out: list[str] = []
     try:
         try:
             code = _run(args, out)
-        except (FormatError, OSError) as err:
-            if isinstance(err, BrokenPipeError):
-                raise
-            if getattr(args, "json", False) and args.command == "verify":
-                kind = "damaged" if isinstance(err, FormatError) else "error"
-                print(json.dumps({"ok": False, "path": args.path, kind: str(err)}))
+        except BrokenPipeError:
+            raise
+        except FormatError as err:
+            if as_json:
+                _print_json({"ok": False, "path": path, "damaged": str(err)})
                 return 1
             if out:  # what was shown before the damage was found
                 print("\n".join(out))
-            reason = f"damaged: {err}" if isinstance(err, FormatError) else f"error: {err}"
-            print(_clean(reason), file=sys.stderr)
+            print(_clean(f"damaged: {err}"), file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            if as_json:
+                _print_json({"ok": False, "path": path, "error": "interrupted"})
+            else:
+                print("error: interrupted", file=sys.stderr)
+            return 130
+        except Exception as err:  # every error is one line, never a traceback
+            if os.environ.get("TENSORBOX_TRACEBACK") and not isinstance(err, OSError):
+                raise
+            if as_json:
+                _print_json({"ok": False, "path": path, "error": _reason(err)})
+            else:
+                if out:
+                    print("\n".join(out))
+                print(_clean(f"error: {_reason(err)}"), file=sys.stderr)
             return 1
         print("\n".join(out))
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below

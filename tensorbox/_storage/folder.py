@@ -34,11 +34,12 @@ import torch
 
 from tensorbox._storage import checksum as _checksum
 from tensorbox._storage import commit as _commit
+from tensorbox._storage.filewrite import write_file
 from tensorbox._storage.format.metafile import fsync_dir, read_meta_bytes, write_new_meta
 from tensorbox._storage.format.names import is_plain_name
 from tensorbox._storage.format.parse import LeafSpec, is_legacy
 from tensorbox._storage.format.spec import FORMAT, META
-from tensorbox._storage.memmap_tensor import map_file, write_file
+from tensorbox._storage.memmap_tensor import map_file
 from tensorbox._storage.store import NodeFiles, Store, TensorEntry, Writer
 from tensorbox.errors import FormatError
 from tensorbox.progress import advance

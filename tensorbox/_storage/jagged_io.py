@@ -10,7 +10,7 @@ committed values, offsets continuing the committed ones, then a commit of the ne
 ``batch_size`` and ``length`` in ``meta.json``.
 
 >>> import os, tempfile, torch
->>> from tensorbox._storage.memmap_tensor import write_file
+>>> from tensorbox._storage.filewrite import write_file
 >>> d = tempfile.mkdtemp()
 >>> nt = torch.nested.nested_tensor([torch.ones(2), torch.zeros(0)], layout=torch.jagged)
 >>> e = entry_json("x", nt)

@@ -25,8 +25,9 @@ from typing import Any
 
 import torch
 
+from tensorbox._core import ports as _ports
 from tensorbox._core.nontensor import NonTensorData
-from tensorbox._core.tree import CLASS_REGISTRY, PLAIN, type_name
+from tensorbox._core.tree import CLASS_REGISTRY, type_name
 from tensorbox._storage import jagged_io as _jagged_io
 from tensorbox._storage.format.spec import META
 from tensorbox._storage.store import JaggedEntry, Node, NodeEntry, Store, TensorEntry, read_child
@@ -59,7 +60,7 @@ def _fit(cls: type | None, strict: bool) -> str:
     remembers the saved type (a TensorDict was asked for: the data still loads)."""
     if not strict:
         return "drop"
-    return "fallback" if cls is None or issubclass(cls, PLAIN[0]) else "raise"
+    return "fallback" if cls is None or issubclass(cls, _ports.plain()) else "raise"
 
 
 def field_class(parent: Any, key: str) -> type | None:
@@ -135,9 +136,9 @@ class Loader:
             )
         if node.stack_dim is not None:
             return self.stack(node, out, cls)
-        # Mapped leaves live on the CPU; a copy lives on ``device``.
-        want = device if device is not None else (None if node.device is None else _CPU)
-        return self.rebuild(node, out, want, cls)
+        # Mapped leaves live on the CPU (as tensordict says, whatever the saved device);
+        # a copy lives on ``device``.
+        return self.rebuild(node, out, _CPU if device is None else device, cls)
 
     def stack(self, node: Node, elements: dict[str, Any], cls: type | None) -> Any:
         """A tensordict lazy stack, loaded as the dense stack of its elements (tensorbox
@@ -164,7 +165,7 @@ class Loader:
     ) -> Any:
         """The container ``node`` was saved from: the caller's class, a registered one, or a
         plain TensorDict that remembers the saved type name."""
-        plain = PLAIN[0]
+        plain = _ports.plain()
         target: Any = cls
         if target is None or (issubclass(target, plain) and node.type != "TensorDict"):
             target = self.registry.get(node.type, target)

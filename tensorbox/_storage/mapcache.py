@@ -8,7 +8,7 @@ as the leaves of one load do. The key is the file's identity and state: path,
 (device, inode), size, modification and change times and generation id, so a file
 replaced since (a new archive renamed in is a new inode) or rewritten in place gets a
 new mapping, never a stale one (and a reference that recorded the file's state refuses
-a file rewritten in place: :class:`~tensorbox._storage.memmap_tensor.FileRef`).
+a file rewritten in place: :class:`~tensorbox._storage.fileref.FileRef`).
 
 >>> import os, pickle, tempfile, torch
 >>> from tensorbox import TensorDict

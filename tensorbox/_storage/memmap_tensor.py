@@ -1,4 +1,4 @@
-"""MemoryMappedTensor: a tensor whose storage is a file; pickling by file name.
+"""MemoryMappedTensor: a tensor whose storage is a file.
 
 A :class:`MemoryMappedTensor` is a ``torch.Tensor`` subclass over storage that
 ``torch.UntypedStorage.from_file`` maps from a file. Torch's subclass machinery
@@ -35,39 +35,28 @@ Without a ``filename`` the tensor lives in anonymous shared memory
 (``filename`` is None): nothing to clean up, and ``torch.multiprocessing``
 (DataLoader workers) shares it without copying.
 
-Pickling. A file-backed tensor, or any view of one, pickles as a
-:class:`FileRef` (file name, storage size, dtype, offset, size, stride): the
-receiving process maps the same file, so writes made on either side are seen on
-the other. :func:`shareable` and :func:`restore` do this for TensorDict's
-``__reduce__``. The reference also carries which file it was: the file's
-generation id in its saved tree (checked against the ``meta.json`` beside it), or
-for a file outside a tree its (device, inode). A reference whose file was
-replaced since (a tree saved again at the same path) is refused, never mapped.
+Pickling. A file-backed tensor, or any view of one, pickles as a reference to its
+file: the receiving process maps the same file, and a reference whose file was
+replaced since is refused, never mapped.
 
-Writes. Files are written with ``os.write`` from the tensor's own bytes (no extra
-copy when contiguous), 3-4x faster here than copying into a fresh shared mapping.
-A tensor that is not contiguous or not on the CPU is written in pieces of at most
-:data:`tensorbox._core.chunks.CHUNK_BYTES`, so an expanded or GPU tensor never needs its full size in RAM.
-An existing file is never written into (another mapping may be reading it): the
-new content goes to a temporary file that replaces it.
+Writes. A new tensor's file is written from the tensor's own bytes, never into an
+existing file (another mapping may be reading it): the new content goes to a
+temporary file that replaces it.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import stat as _stat
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
-import orjson
 import torch
 from torch import Tensor
 
-from tensorbox._core.chunks import as_bytes, byte_chunks
-from tensorbox._core.schema import DTYPES, dtype_name
-from tensorbox._storage.format.metafile import fsync_dir, temp_name
-from tensorbox._storage.mapcache import mapped
+from tensorbox._core import ports as _ports
+from tensorbox._storage import memmap_nested as _nested
+from tensorbox._storage.filewrite import write_file
 from tensorbox._storage.memmap_args import (
     MemmapDeviceError,
     MemmapFileExistsError,
@@ -78,12 +67,9 @@ from tensorbox._storage.memmap_args import (
 from tensorbox.errors import FormatError
 
 __all__ = [
-    "FileRef",
     "MemmapDeviceError",
     "MemmapFileExistsError",
     "MemoryMappedTensor",
-    "restore",
-    "shareable",
 ]
 
 #: Largest piece copied through RAM when writing a non-contiguous or non-CPU tensor.
@@ -108,76 +94,6 @@ def _check_mode(mode: str) -> None:
             f"mode {mode!r} is not one of {_MODES!r}: 'r+' reads and writes the file, "
             "'r' never writes it (copy-on-write)"
         )
-
-
-# ---------------------------------------------------------------- writing files
-
-
-def _open_new(path: str, existsok: bool) -> tuple[int, str | None]:
-    """A new file at ``path``, or at a temporary name when ``path`` exists (see module doc)."""
-    try:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o666), None
-    except FileExistsError:
-        if os.path.islink(path):  # replacing it would cut the link, not write its target
-            raise MemmapFileExistsError(
-                f"{path} is a symlink: a memory-mapped tensor is never written through "
-                "symlink; pass the path of the file it points to, or remove the link"
-            ) from None
-        if not existsok:
-            raise MemmapFileExistsError(
-                f"{path} already exists; pass existsok=True to replace it (it is replaced by a new "
-                "file, so tensors already mapped from it keep the old data)"
-            ) from None
-    tmp = temp_name(os.path.dirname(path))
-    return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o666), tmp
-
-
-def write_file(
-    path: str,
-    tensor: Tensor | None = None,
-    nbytes: int = 0,
-    *,
-    existsok: bool = True,
-    fsync: bool = False,
-    sync_dir: bool = True,
-) -> tuple[int, int]:
-    """Create ``path`` holding ``tensor``'s bytes, or ``nbytes`` zero bytes (a sparse file).
-
-    ``fsync`` makes the bytes durable, and the directory entry too unless ``sync_dir``
-    is False (a caller writing many files syncs their directory once). Returns the
-    file's identity (device, inode), which :func:`map_file` records.
-    """
-    fd, tmp = _open_new(path, existsok)
-    try:
-        if tensor is None:
-            if nbytes:
-                os.ftruncate(fd, nbytes)
-        elif (
-            tensor.device.type == "cpu"
-            and tensor.is_contiguous()
-            and tensor.layout is torch.strided
-            and not (tensor.is_conj() or tensor.is_neg() or tensor.is_nested)
-        ):  # the usual case, without byte_chunks' generator (a save calls this per leaf)
-            chunk = as_bytes(tensor.detach())
-            while chunk:
-                chunk = chunk[os.write(fd, chunk[:_MAX_WRITE]) :]
-        else:
-            for chunk in byte_chunks(tensor):
-                while chunk:
-                    chunk = chunk[os.write(fd, chunk[:_MAX_WRITE]) :]
-        if fsync:
-            os.fsync(fd)
-        st = os.fstat(fd)
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp or path)
-        raise
-    os.close(fd)
-    if tmp is not None:
-        os.replace(tmp, path)
-    if fsync and sync_dir:
-        fsync_dir(os.path.dirname(path))
-    return (st.st_dev, st.st_ino)
 
 
 # ---------------------------------------------------------------- mapping files
@@ -279,8 +195,21 @@ def shared_copy(t: Tensor) -> MemoryMappedTensor:
     return out
 
 
-def _on_storage(storage: Any, dtype: torch.dtype, shape: tuple[int, ...]) -> MemoryMappedTensor:
+def _shape_arg(method: str, args: tuple[Any, ...], shape: Any = None) -> Any:
+    """The shape given to ``method``: a tuple of ints, or a nested tensor's 2-d shapes."""
+    shapes = _nested.shapes_arg(args, shape)
+    return shapes if shapes is not None else shape_from(method, args, shape)
+
+
+def _nested_of(flat: Tensor, shapes: Tensor) -> MemoryMappedTensor:
+    """The nested tensor of ``shapes`` over the flat MemoryMappedTensor ``flat``."""
+    return _nested.view(flat, shapes).as_subclass(MemoryMappedTensor)
+
+
+def _on_storage(storage: Any, dtype: torch.dtype, shape: Any) -> MemoryMappedTensor:
     """A contiguous MemoryMappedTensor of ``shape`` at the start of ``storage``."""
+    if isinstance(shape, Tensor):
+        return _nested_of(_on_storage(storage, dtype, (_nested.flat_numel(shape),)), shape)
     need = math.prod(shape) * dtype.itemsize
     if storage.nbytes() < need:
         raise FormatError(
@@ -414,7 +343,7 @@ class MemoryMappedTensor(Tensor):
         >>> MemoryMappedTensor.empty(shape=torch.Size([2]), dtype=torch.int8).dtype
         torch.int8
         """
-        shp = shape_from("empty", size, shape)
+        shp = _shape_arg("empty", size, shape)
         check_device("empty", device)
         return cls._zeros(shp, dtype, filename, existsok)
 
@@ -438,7 +367,7 @@ class MemoryMappedTensor(Tensor):
         >>> z.sum().item(), os.path.getsize(path)
         (0, 12)
         """
-        shp = shape_from("zeros", size, shape)
+        shp = _shape_arg("zeros", size, shape)
         check_device("zeros", device)
         return cls._zeros(shp, dtype, filename, existsok)
 
@@ -450,6 +379,9 @@ class MemoryMappedTensor(Tensor):
         filename: str | os.PathLike[str] | None,
         existsok: bool,
     ) -> MemoryMappedTensor:
+        if isinstance(shape, Tensor):  # a nested tensor's shapes: one flat buffer
+            flat = cls._zeros((_nested.flat_numel(shape),), dtype, filename, existsok)
+            return _nested_of(flat, shape)
         dt = dtype or torch.get_default_dtype()
         if filename is None:
             return _shared_memory(shape, dt)
@@ -472,7 +404,7 @@ class MemoryMappedTensor(Tensor):
         >>> MemoryMappedTensor.ones(2, 2).tolist()
         [[1.0, 1.0], [1.0, 1.0]]
         """
-        shp = shape_from("ones", size, shape)
+        shp = _shape_arg("ones", size, shape)
         check_device("ones", device)
         dt = dtype or torch.get_default_dtype()
         return cls._full(shp, 1, dt, filename, existsok)
@@ -508,7 +440,7 @@ class MemoryMappedTensor(Tensor):
                 )
             *rest, fill_value = args
             args = tuple(rest)
-        shp = shape_from("full", args, shape)
+        shp = _shape_arg("full", args, shape)
         check_device("full", device)
         return cls._full(shp, fill_value, dtype, filename, existsok)
 
@@ -521,6 +453,9 @@ class MemoryMappedTensor(Tensor):
         filename: str | os.PathLike[str] | None,
         existsok: bool,
     ) -> MemoryMappedTensor:
+        if isinstance(shape, Tensor):  # a nested tensor's shapes: one flat buffer
+            flat = cls._full((_nested.flat_numel(shape),), fill_value, dtype, filename, existsok)
+            return _nested_of(flat, shape)
         value = torch.full((), fill_value, dtype=dtype)
         return cls.from_tensor(value.expand(shape), filename=filename, existsok=existsok)
 
@@ -635,6 +570,12 @@ class MemoryMappedTensor(Tensor):
                 f"from_tensor: the tensor is already memory-mapped ({where}); pass "
                 f"copy_existing=True to copy it to {os.fspath(filename)}"
             )
+        if tensor.is_nested:  # its values, one element after the other, in one flat buffer
+            flat, shapes = _nested.flat_values(tensor)
+            mapped = cls.from_tensor(
+                flat, filename=filename, existsok=existsok, copy_data=copy_data
+            )
+            return _nested_of(mapped, shapes)
         shape, dtype = tuple(tensor.shape), tensor.dtype
         if filename is None:
             if copy_data:
@@ -661,7 +602,10 @@ class MemoryMappedTensor(Tensor):
         """
         _check_mode(mode)
         path = os.path.abspath(filename)
-        shp = shape_from("from_filename", (shape,))
+        shp = _shape_arg("from_filename", (shape,))
+        if isinstance(shp, Tensor):  # a nested tensor's shapes over the flat file
+            flat = cls.from_filename(path, dtype, _nested.flat_numel(shp), mode)
+            return _indexed(_nested_of(flat, shp), index)
         _check_size(path, dtype, shp)
         return _indexed(map_file(path, dtype, shp, mode), index)
 
@@ -678,7 +622,7 @@ class MemoryMappedTensor(Tensor):
                 f"from_handler: expected the handler of a MemoryMappedTensor in shared memory "
                 f"(its .handler, a torch.UntypedStorage), got {type(handler).__name__}"
             )
-        shp = shape_from("from_handler", (shape,))
+        shp = _shape_arg("from_handler", (shape,))
         return _indexed(_on_storage(handler, dtype, shp), index)
 
     @classmethod
@@ -710,7 +654,7 @@ class MemoryMappedTensor(Tensor):
                     f"from_storage: filename={os.fspath(filename)!r} is not the storage's file "
                     f"({own!r}); map a file with from_filename"
                 )
-        shp = shape_from("from_storage", (shape,))
+        shp = _shape_arg("from_storage", (shape,))
         return _indexed(_on_storage(storage, dtype, shp), index)
 
     # -------------------------------------------------------- views of the file
@@ -752,9 +696,10 @@ class MemoryMappedTensor(Tensor):
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         from tensorbox._core.pickling import in_torch_save
 
-        ref = self if in_torch_save() else shareable(self)  # torch.save files hold bytes
+        refs = _ports.file_refs()  # tensorbox._storage.fileref, bound by the package face
+        ref = self if in_torch_save() else refs.shareable(self)  # torch.save files hold bytes
         if ref is not self:
-            return (restore, (ref,))
+            return (refs.restore, (ref,))
         # Shared memory: the pickler at hand decides (torch.multiprocessing shares it).
         return (_rewrap, (self.as_subclass(Tensor),))
 
@@ -780,170 +725,3 @@ def _rewrap(t: Tensor) -> MemoryMappedTensor:
 
 
 torch.serialization.add_safe_globals([_rewrap])  # weights_only loads: it opens no file
-
-
-class FileRef(NamedTuple):
-    """A picklable reference to a view of a memory-mapped file (see :func:`shareable`)."""
-
-    filename: str
-    nbytes: int  # bytes of the mapped storage
-    dtype: str
-    offset: int  # in elements, as Tensor.storage_offset()
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
-    memmap: bool  # rebuild as a MemoryMappedTensor (else a plain tensor)
-    mode: str
-    ident: tuple[int, int] | None  # (st_dev, st_ino) of the file when it was mapped
-    gen: str | None = None  # the file's generation id in its tree (format version 2)
-    #: (size, mtime, ctime in ns) of a read-only file (an archive) when it was mapped: a
-    #: file rewritten in place keeps its inode, never its ctime
-    stamp: tuple[int, int, int] | None = None
-
-    def open(self) -> Tensor:
-        """Map the file again and rebuild the view; FormatError if it is not the same file.
-
-        A file of a saved tree is checked by its generation id, read from the
-        ``meta.json`` beside it under the tree's read lock (an inode number is reused
-        once its file is deleted); any other file by (device, inode).
-        """
-        from tensorbox._storage.commit import read_lock, read_unlock
-
-        lock = read_lock(os.path.dirname(self.filename)) if self.gen is not None else None
-        try:
-            if self.gen is not None:
-                now = _file_gen(self.filename)
-                if now != self.gen:
-                    raise FormatError(
-                        f"{self.filename} was replaced after a tensor mapping it was pickled "
-                        f"(the tree was saved over: the file's id is now {now!r}, the "
-                        f"reference's {self.gen!r}); open the tree again (load_memmap) and "
-                        "send that"
-                    )
-            try:
-                st = os.stat(self.filename)
-            except FileNotFoundError:
-                raise FileNotFoundError(
-                    f"{self.filename}, the file of a pickled memory-mapped tensor, is gone"
-                ) from None
-            if not _stat.S_ISREG(st.st_mode):  # a FIFO or a device would block or lie
-                raise FormatError(f"{self.filename} is not a regular file")
-            ident = (st.st_dev, st.st_ino)
-            if self.ident is not None and ident != self.ident and self.gen is None:
-                raise FormatError(
-                    f"{self.filename} was replaced after a tensor mapping it was pickled; "
-                    "open the tree again (load_memmap) and send that"
-                )
-            if self.stamp is not None and _stamp(st) != tuple(self.stamp):
-                raise FormatError(
-                    f"{self.filename} was rewritten in place after a tensor mapping it was "
-                    f"pickled (size, modification and change times now {_stamp(st)}, "
-                    f"{tuple(self.stamp)} then): its bytes are not the ones referenced. Open "
-                    "it again (load_memmap) and send that"
-                )
-            if st.st_size < self.nbytes:
-                raise FormatError(
-                    f"{self.filename} is {st.st_size} bytes, shorter than the {self.nbytes} "
-                    "bytes it had when the tensor was pickled"
-                )
-            storage = mapped(
-                self.filename, self.mode, self.nbytes, st, self.gen, _map_storage, self.stamp
-            )
-            if self.stamp is not None and _stamp(os.stat(self.filename)) != tuple(self.stamp):
-                raise FormatError(  # rewritten while it was being mapped
-                    f"{self.filename} was rewritten in place while a pickled reference to it "
-                    "was being opened; open it again (load_memmap) and send that"
-                )
-        finally:
-            read_unlock(lock)
-        t = torch.empty(0, dtype=DTYPES[self.dtype]).set_(
-            storage, self.offset, self.size, self.stride
-        )
-        return t.as_subclass(MemoryMappedTensor) if self.memmap else t
-
-
-# The last meta.json read per directory and the ids it gives: a DataLoader worker
-# unpickles one reference per leaf, all against the same few files.
-_GEN_CACHE: dict[str, tuple[bytes, dict[str, str]]] = {}
-
-
-def _file_gen(filename: str) -> str | None:
-    """The ``id`` that the ``meta.json`` beside ``filename`` gives it (None: none)."""
-    from tensorbox._storage.format.metafile import read_meta_bytes
-    from tensorbox._storage.format.parse import file_ids
-    from tensorbox._storage.format.spec import META
-
-    directory, name = os.path.split(filename)
-    try:
-        raw = read_meta_bytes(directory, os.path.join(directory, META))
-    except (OSError, ValueError):
-        return None
-    cached = _GEN_CACHE.get(directory)
-    if cached is not None and cached[0] == raw:
-        return cached[1].get(name)
-    try:
-        doc = orjson.loads(raw)
-        entries = doc.get("entries") if type(doc) is dict else None
-    except orjson.JSONDecodeError:
-        entries = None
-    ids = file_ids(entries)  # tensor entries' files and jagged entries' two files
-    if len(_GEN_CACHE) > 64:
-        _GEN_CACHE.clear()
-    _GEN_CACHE[directory] = (raw, ids)
-    return ids.get(name)
-
-
-def shareable(t: Tensor) -> Tensor | FileRef:
-    """A :class:`FileRef` when ``t`` is a view of a file-backed storage, else ``t``.
-
-    A tensor whose file was replaced or removed since it was mapped is returned as
-    is (pickled with its data): the name now leads to other bytes.
-
-    >>> import os, tempfile
-    >>> m = MemoryMappedTensor.zeros(4, 2, filename=os.path.join(tempfile.mkdtemp(), "a"))
-    >>> ref = shareable(m[1:])
-    >>> ref.offset, ref.size, ref.stride
-    (2, (3, 2), (2, 1))
-    >>> restore(ref).shape, shareable(torch.zeros(2)).shape
-    (torch.Size([3, 2]), torch.Size([2]))
-    """
-    if getattr(type(t), "_tbx_by_reference", False):
-        return t  # a leaf whose bytes arrive on first use pickles itself by reference
-    if t.device.type != "cpu" or t.dtype not in _DTYPE_OK:
-        return t
-    storage = t.untyped_storage()
-    name = storage.filename
-    mode = "r+"
-    if name is None:
-        name = getattr(storage, "_tbx_ro", None)
-        if name is None:
-            return t
-        mode = "r"
-    ident = getattr(storage, "_tbx_id", None)
-    if ident is not None and _identity(name) != ident:
-        return t
-    return FileRef(
-        name,
-        storage.nbytes(),
-        dtype_name(t.dtype),
-        t.storage_offset(),  # type: ignore[arg-type]  # an int on CPU (SymInt: tracing only)
-        tuple(t.shape),
-        tuple(t.stride()),
-        isinstance(t, MemoryMappedTensor),
-        mode,
-        ident,
-        getattr(storage, "_tbx_gen", None),
-        getattr(storage, "_tbx_stamp", None),
-    )
-
-
-def _stamp(st: os.stat_result) -> tuple[int, int, int]:
-    """What changes when a file is rewritten in place (its inode stays): size, mtime, ctime."""
-    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-_DTYPE_OK = frozenset(DTYPES.values())
-
-
-def restore(obj: Any) -> Any:
-    """Inverse of :func:`shareable`: a FileRef becomes a tensor again; anything else is kept."""
-    return obj.open() if type(obj) is FileRef else obj

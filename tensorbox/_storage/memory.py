@@ -5,7 +5,7 @@ one saver writes to it. Its tensors are copies (``bytes`` cannot be mapped).
 
 >>> import torch
 >>> from tensorbox import TensorDict
->>> from tensorbox._storage.persist import save_to, load_from
+>>> from tensorbox._storage.api import save_to, load_from
 >>> store = MemoryStore()
 >>> _ = save_to(TensorDict(a=torch.arange(3), n={"b": torch.ones(3)}, batch_size=[3]), store)
 >>> sorted(store.files)

@@ -2,7 +2,7 @@
 
 Torch shares a CPU tensor with another process through a file descriptor of its
 storage, which a file mapping made by ``from_file`` does not keep. A tensor of a
-mapped file goes instead as a :class:`~tensorbox._storage.memmap_tensor.FileRef`
+mapped file goes instead as a :class:`~tensorbox._storage.fileref.FileRef`
 (the receiver maps the same file), or, when its file was replaced since it was mapped
 (a tree saved over), as its bytes inside the message. Every other tensor goes to
 torch's own reducer, unchanged.
@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.schema import DTYPES, dtype_name
-from tensorbox._storage.memmap_tensor import _DTYPE_OK, FileRef, restore, shareable
+from tensorbox._storage.fileref import _DTYPE_OK, FileRef, restore, shareable
 
 __all__ = ["install"]
 

@@ -12,8 +12,8 @@ allocated cost nothing to reserve again.
 
 Every in-place write into a file-backed leaf reserves first: a row write
 (``td[rows] = ...``, :func:`reserve_rows`), ``set_``/``update_``/``set(inplace=True)``
-(the core's ``copy_leaf`` calls :func:`reserve_leaf` through the hook
-:func:`install` sets in :mod:`tensorbox._core.backing`), ``load_state_dict`` and
+(the core's ``copy_leaf`` calls :func:`reserve_leaf` through its ``reserve`` port,
+which the package face binds here), ``load_state_dict`` and
 ``to_module(inplace=True)`` (every destination reserved before the first copy:
 :func:`reserve_all`). ``extend_`` writes with ``pwrite`` after growing the files,
 never through a mapping. A write through a raw mapped tensor (``td["k"][rows] = v``
@@ -32,7 +32,7 @@ from torch import Tensor
 from tensorbox._core.keys import format_key
 from tensorbox._core.tree import is_coll
 
-__all__ = ["install", "reserve_all", "reserve_leaf", "reserve_rows"]
+__all__ = ["reserve_all", "reserve_leaf", "reserve_rows"]
 
 
 def _row_span(t: Tensor, index: Any) -> tuple[int, int] | None:
@@ -103,10 +103,3 @@ def reserve_all(pairs: Any) -> None:
     """Reserve each ``(tensor, key)`` of ``pairs``: a full disk raises before any copy."""
     for t, key in pairs:
         _reserve(t, Ellipsis, key)
-
-
-def install() -> None:
-    """Make the core's in-place copies (``set_``, ``update_``) reserve first."""
-    from tensorbox._core import backing
-
-    backing.RESERVE[:] = [reserve_leaf]

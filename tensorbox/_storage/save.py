@@ -8,7 +8,8 @@ from what was written (the leaves as a load gives them: mapped where the store m
 
 Modes: ``"inplace"`` (``memmap_``: the container itself becomes the saved one; a file
 already mapped at its place is kept, linked into the new tree), ``"copy"``
-(``memmap``: a new container), ``"like"`` (``memmap_like``: zeros of the same
+(``memmap``: a new container; a leaf already mapped at its place, or in shared memory
+without a prefix, is kept as the same object, as tensordict does), ``"like"`` (``memmap_like``: zeros of the same
 structure). With no store, leaves move to anonymous shared memory.
 
 >>> import torch
@@ -94,6 +95,9 @@ class Saver:
         # A bar for the writes (tensorbox.progress): True, False, or None: shown when
         # stderr is a terminal and the save is large
         self.progress: bool | None = None
+        # The saved container's device becomes the CPU, where its leaves are mapped (as
+        # tensordict's memmap does); a write-through commit keeps the one the user set.
+        self.place = True
         self.writes: list[_Job] = []
         self.keeps: list[_Job] = []  # already mapped there
         self.dirs: list[str] = []  # node paths in the tree, parents first
@@ -258,18 +262,25 @@ class Saver:
             where = f"key {format_key(kpath)}"
             raise TypeError(f"{where} is on the meta device and has no data to save")
         if directory is None:
-            if not (self.mode == "inplace" and isinstance(t, MemoryMappedTensor)):
+            # Shared memory already: kept, not copied (as tensordict, whose ``memmap()``
+            # of a saved container gives the same leaves); ``memmap_()`` keeps files too.
+            if not (
+                isinstance(t, MemoryMappedTensor)
+                and (self.mode == "inplace" or (self.mode == "copy" and t.filename is None))
+            ):
                 self.writes.append(("", t, store, k, {}))
             return {}
         file = (legacy_name(k) if self.legacy else encode_key(k)) + SUFFIX
         target = f"{directory}/{file}" if directory else file  # a single plain component
         entry = {"kind": "tensor", "dtype": dtype, "shape": list(t.shape), "file": file}
-        if self.mode == "inplace" and isinstance(t, MemoryMappedTensor):
-            if self._linkable(target, t):
-                # The file stays (linked into the new tree): so does its id.
-                entry["id"] = getattr(t.untyped_storage(), "_tbx_gen", None) or new_id()
-                self.keeps.append((target, t, store, k, entry))
-                return entry
+        mapped = isinstance(t, MemoryMappedTensor)
+        if mapped and self.mode != "like" and self._linkable(target, t):
+            # The file stays (linked into the new tree): so do its id and the leaf
+            # (``memmap(path)`` again gives the same leaves, as tensordict's).
+            entry["id"] = getattr(t.untyped_storage(), "_tbx_gen", None) or new_id()
+            self.keeps.append((target, t, store, k, entry))
+            return entry
+        if mapped and self.mode == "inplace":
             where_now = t.filename or "anonymous shared memory"
             assert self.root is not None
             # a view (rows of a mapped leaf, ``td[i]``) is written like any tensor
@@ -306,7 +317,7 @@ class Saver:
             target = "" if directory is None else (f"{directory}/{file}" if directory else file)
             if (
                 directory is not None
-                and self.mode == "inplace"
+                and self.mode != "like"
                 and isinstance(part, MemoryMappedTensor)
                 and self._linkable(target, part)
             ):  # kept, linked into the new tree (an append to a saved leaf, a re-save)
@@ -326,19 +337,14 @@ class Saver:
         for obj, store, parent, key, _ in self.nodes:
             td = obj
             if self.mode == "inplace":
-                if td.device is not None:
-                    td._device = _cpu(td.device)
+                if self.place:
+                    td._device = _CPU
                 result = obj
                 continue
-            result = type(td)._new_unsafe(store, td.batch_size, _cpu(td.device))
+            result = type(td)._new_unsafe(store, td.batch_size, _CPU)
             if parent is not None:
                 parent[key] = result
         return result
-
-
-def _cpu(device: torch.device | None) -> torch.device | None:
-    """Memory-mapped leaves live on the CPU: a fixed device becomes the CPU."""
-    return None if device is None else _CPU
 
 
 def new_id() -> str:

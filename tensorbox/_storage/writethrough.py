@@ -7,7 +7,7 @@ reach the files through the mapping. Everything else a write can change (a key s
 replaced or deleted after ``unlock_()``; a non-tensor value replaced by ``set_``,
 ``update_`` or a row write ``td[idx] = ...``) lives in ``meta.json``: such a write is
 made in memory, then the whole tree is committed at once (the save of
-:mod:`tensorbox._storage.persist`, which keeps every unchanged file by a hard link). When the
+:mod:`tensorbox._storage.api`, which keeps every unchanged file by a hard link). When the
 commit fails, the in-memory change is undone and the error propagates, so memory and
 disk both keep the previous state.
 
@@ -105,6 +105,7 @@ def commit(
         checksum=kw.get("checksum", False),
         layout=tree_layout(path),  # a tree in tensordict's layout stays in it
     )
+    saver.place = False  # clear_device_() on a saved tree stays cleared
     run(saver, root, kw.get("num_threads", 0), expect=gen)  # registers the tree again, locks it
     _relock(root, locks, locks[id(root)])
     sync_open(root)

@@ -31,7 +31,7 @@ import torch
 
 from tensorbox._core.container import TensorCollection
 from tensorbox._core.getdefault import UNSET
-from tensorbox._core.methods.keys import KeyMethods
+from tensorbox._core.methods.structure import StructureMethods
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._tensorclass.build import build_class, check_casting, put, set_field
 from tensorbox._tensorclass.compat import from_tensordict_lenient
@@ -164,7 +164,7 @@ class TensorClass(TensorCollection, metaclass=_Meta):
         """``class X(TensorClass["frozen"])``: tensordict's spelling of the class options.
 
         ``"frozen"``, ``"shadow"``, ``"tensor_only"``, ``"autocast"`` and ``"nocast"`` set
-        those options (see ``tensorbox._tensorclass.casting`` for the last two).
+        those options (see :func:`tensorclass` for what each does).
         """
         names = (options,) if isinstance(options, str) else options
         if not isinstance(names, tuple) or not all(isinstance(n, str) for n in names):
@@ -276,7 +276,7 @@ class TensorClass(TensorCollection, metaclass=_Meta):
         ('y', True, torch.Size([3]))
         """
         if args:
-            return KeyMethods.replace(self, *args, **changes)
+            return StructureMethods.replace(self, *args, **changes)
         cls = type(self)
         unknown = sorted(set(changes) - cls.__tc_names__ - {"batch_size", "device"})
         if unknown:

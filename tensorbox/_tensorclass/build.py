@@ -35,6 +35,7 @@ from torch import Tensor
 from tensorbox._core import liststack as _liststack
 from tensorbox._core.backing import OPEN as _OPEN
 from tensorbox._core.container import TensorCollection
+from tensorbox._core.jagged import shape_error
 from tensorbox._core.nontensor import NonTensorData, read, wrap
 from tensorbox._core.shape import as_batch_size
 from tensorbox._core.tree import CLASS_REGISTRY
@@ -96,7 +97,10 @@ def put(cls: type, obj: Any, name: str, value: Any) -> None:
         TensorCollection._set_str(obj, name, value, (name,))
         return
     if isinstance(value, Tensor) or getattr(type(value), "_is_tensor_collection", False):
-        shape = value.shape
+        try:
+            shape = value.shape
+        except RuntimeError as err:  # a strided nested tensor has no shape
+            raise shape_error(value, (name,), err) from None
         if shape[: len(bs)] != bs:
             what = "shape" if isinstance(value, Tensor) else f"{type(value).__name__} batch_size"
             raise BatchSizeError(
@@ -151,10 +155,22 @@ def set_field(self: Any, name: str, value: Any) -> None:
     if type(value) is Tensor and not self._locked and not _OPEN:  # _OPEN: saved trees unlocked
         bs = self._batch_size
         dev = self._device
-        if value.shape[: len(bs)] == bs and (dev is None or value.device == dev):
+        try:
+            fits = value.shape[: len(bs)] == bs and (dev is None or value.device == dev)
+        except RuntimeError:  # no shape (a strided nested tensor): put() says so
+            fits = False
+        if fits:
             self._tensordict[name] = value
             return
     put(type(self), self, name, value)
+
+
+def _init_failed(cls: type, self: Any, values: dict[str, Any], err: RuntimeError) -> None:
+    """A field of ``__init__``'s fast path had no shape: name it (``put`` raises)."""
+    for name, value in values.items():
+        if isinstance(value, Tensor) and value.is_nested:
+            put(cls, self, name, value)
+    raise err
 
 
 def _no_names(names: Any) -> None:
@@ -177,6 +193,7 @@ def _make_init(
         "__tc_cls": cls,
         "__tc_osa": object.__setattr__,
         "__tc_no_names": _no_names,
+        "__tc_init_failed": _init_failed,
     }
     pos: list[str] = []
     kw: list[str] = []
@@ -218,20 +235,27 @@ def _make_init(
         "    __tc_n = len(__tc_bs)",
     ]
     put_only: frozenset[str] = getattr(cls, "__tc_put_only__", frozenset())
+    fast: list[str] = []  # the fields' stores, under one try (no cost unless raised)
     for f in flds:
         n = f.name
         if custom_setattr:
-            body.append(f"    __tc_self.{n} = {n}")
+            fast.append(f"__tc_self.{n} = {n}")
             continue
         if n in put_only:  # autocast to a non-tensor type: even a tensor is cast
-            body.append(f"    __tc_put(__tc_cls, __tc_self, {n!r}, {n})")
+            fast.append(f"__tc_put(__tc_cls, __tc_self, {n!r}, {n})")
             continue
         # The common case inline: a plain tensor whose leading dims fit.
-        body.append(
-            f"    if type({n}) is __tc_Tensor and {n}.shape[:__tc_n] == __tc_bs and "
+        fast.append(
+            f"if type({n}) is __tc_Tensor and {n}.shape[:__tc_n] == __tc_bs and "
             f"(__tc_dev is None or {n}.device == __tc_dev): __tc_s[{n!r}] = {n}\n"
-            f"    else: __tc_put(__tc_cls, __tc_self, {n!r}, {n})"
+            f"else: __tc_put(__tc_cls, __tc_self, {n!r}, {n})"
         )
+    if fast:
+        names = ", ".join(f"{f.name!r}: {f.name}" for f in flds)
+        body.append("    try:")
+        body += ["        " + line.replace("\n", "\n        ") for line in fast]
+        body.append("    except RuntimeError as __tc_err:")
+        body.append(f"        __tc_init_failed(__tc_cls, __tc_self, {{{names}}}, __tc_err)")
     # ``__tc_self``, not ``self``: a field may be called ``self``.
     if getattr(cls, "__post_init__", None) is not None:
         body.append("    __tc_self.__post_init__()")
@@ -290,6 +314,8 @@ def build_class(cls: type, base: type, options: dict[str, Any]) -> None:
     cls.__dataclass_fields__ = _dataclass_fields(flds)  # type: ignore[attr-defined]
     cls.__dataclass_params__ = _dataclass_params(bool(frozen))  # type: ignore[attr-defined]
     cls.__tc_names__ = frozenset(f.name for f in flds)  # type: ignore[attr-defined]
+    # tensordict's spelling of the same set (its ClassVars left out), read by code written for it
+    cls.__expected_keys__ = cls.__tc_names__  # type: ignore[attr-defined]
     cls.__tc_simple__ = {  # type: ignore[attr-defined]
         f.name: spec for f in flds if (spec := simple_spec(f)) is not None
     }

@@ -106,10 +106,9 @@ def tensorclass(
             same name). The field then hides the method on this class. Names the library
             itself relies on (``apply``, ``to``, ``batch_size``...) stay refused.
         tensor_only: every field holds tensors or containers (refused at class creation
-            otherwise); values of tensor fields are converted with ``torch.as_tensor``
-            (see ``tensorbox._tensorclass.tensor_only``).
+            otherwise); values of tensor fields are converted with ``torch.as_tensor``.
         autocast: cast every value set to a field to the field's annotation (tensordict's
-            switch; see ``tensorbox._tensorclass.casting``).
+            switch).
         nocast: store every value as given (numbers and numpy arrays are not made
             tensors, simple annotations are not checked).
 

@@ -1,5 +1,6 @@
 """Which rows each rank reads: the data-parallel split shared by ``BatchLoader`` and
-``AugmentBuffer``.
+``AugmentBuffer`` (``share_length``/``share_positions``, written once in
+:mod:`tensorbox.distributed.sharding`, which ``shard_indices`` is built on too).
 
 Every rank draws the same permutation of the epoch (from the seed and the epoch alone,
 so the ranks agree without talking); rank ``r`` of ``R`` then takes the positions
@@ -20,9 +21,9 @@ the training loop waits for a rank that has finished), or cut (``drop_last=True`
 
 from __future__ import annotations
 
-import torch
 import torch.distributed as dist
-from torch import Tensor
+
+from tensorbox.distributed.sharding import share_length, share_positions
 
 __all__ = ["resolve_replicas", "share_length", "share_positions"]
 
@@ -74,17 +75,3 @@ def resolve_replicas(num_replicas: int | None, rank: int | None) -> tuple[int, i
             f"from 0 to {num_replicas - 1}"
         )
     return num_replicas, rank
-
-
-def share_length(n: int, num_replicas: int, drop_last: bool) -> int:
-    """Rows per rank when ``n`` rows are split ``num_replicas`` ways."""
-    return n // num_replicas if drop_last else -(-n // num_replicas)
-
-
-def share_positions(n: int, num_replicas: int, rank: int, drop_last: bool) -> Tensor:
-    """Positions, in an epoch's order of ``n`` rows, that ``rank`` reads (int64).
-
-    Positions ``>= n`` are padding: position ``p`` stands for row ``order[p % n]``.
-    """
-    total = share_length(n, num_replicas, drop_last) * num_replicas
-    return torch.arange(rank, total, num_replicas, dtype=torch.int64)

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.nontensor import NonTensorData
+from tensorbox._core.schema import stacked_array
 from tensorbox._core.tree import keys_list
 from tensorbox.errors import TensorDictKeyError
 from tensorbox.interop._backends import BATCH_ATTR, Backend, encode_non_tensor
@@ -31,9 +32,10 @@ __all__ = [
     "np_index",
     "numpy_of",
     "read",
-    "read_rows",
+    "read_non_tensor",
     "tree_attrs",
     "write",
+    "write_non_tensor",
     "write_tree",
 ]
 
@@ -74,6 +76,8 @@ def is_basic(index: Any) -> bool:
 
 def as_tensor(x: Any) -> Tensor:
     arr = np.asarray(x)
+    if not arr.dtype.isnative:  # a big-endian array: torch takes the machine's order only
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     if not arr.flags.writeable or not arr.flags.c_contiguous:
         arr = np.array(arr, copy=True)
     return torch.from_numpy(arr)
@@ -122,18 +126,11 @@ def read(backend: Backend, arr: Any, index: Any) -> np.ndarray:
         n = arr.shape[0]
         rows = np.where(idx < 0, idx + n, idx) if (idx < 0).any() else idx
         if len(rows) == 1 or bool((rows[1:] > rows[:-1]).all()):  # sorted already
-            return read_rows(backend, arr, rows)
+            return backend.read_rows(arr, rows)
         uniq, inverse = np.unique(rows, return_inverse=True)
-        return read_rows(backend, arr, uniq)[inverse]
+        return backend.read_rows(arr, uniq)[inverse]
     out: np.ndarray = backend.read_all(arr)[idx]
     return out
-
-
-def read_rows(backend: Backend, arr: Any, rows: np.ndarray) -> np.ndarray:
-    """Rows ``rows`` (strictly increasing) of ``arr``, read natively."""
-    if backend.name == "zarr":
-        return np.asarray(arr.get_orthogonal_selection((rows,)))
-    return np.asarray(arr[rows])
 
 
 def write(backend: Backend, arr: Any, index: Any, value: np.ndarray) -> None:
@@ -159,14 +156,32 @@ def write_tree(
         if isinstance(value, Tensor):
             backend.create_array(group, name, numpy_of(value, key, backend.name), kwargs)
         elif isinstance(value, NonTensorData):
-            data = value.data.tolist() if value.stacked else value.data
-            raw, encoding = encode_non_tensor(data, key)
-            backend.write_non_tensor(group, name, raw, encoding)
+            write_non_tensor(backend, group, name, value, key)
         elif getattr(type(value), "_is_tensor_collection", False):
             child = backend.create_group(group, name, tree_attrs(value))
             write_tree(backend, child, value, (*path, name), kwargs)
         else:
             raise TypeError(f"entry {key!r} of type {type(value).__name__} cannot be stored")
+
+
+def write_non_tensor(backend: Backend, group: Any, name: str, value: Any, key: str) -> None:
+    """A non-tensor entry: one value, or one per batch element (a stack: its rows' shape
+    is recorded, so that each row reads back as its own value)."""
+    if value.stacked:
+        raw, encoding = encode_non_tensor(value.data.tolist(), key, force_json=True)
+        backend.write_non_tensor(group, name, raw, encoding, rows=value.data.shape)
+    else:
+        raw, encoding = encode_non_tensor(value.data, key)
+        backend.write_non_tensor(group, name, raw, encoding)
+
+
+def read_non_tensor(backend: Backend, obj: Any, key: str, where: str, batch: Any) -> Any:
+    """The ``NonTensorData`` of a non-tensor entry (per-row values as a stack)."""
+    value = backend.read_non_tensor(obj, key, where)
+    rows = backend.rows(obj)
+    if rows is None:
+        return NonTensorData(value, batch_size=batch)
+    return NonTensorData(stacked_array(value, rows, f"{where}: entry {key!r}"), stacked=True)
 
 
 @contextlib.contextmanager

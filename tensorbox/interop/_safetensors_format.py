@@ -19,6 +19,7 @@ tensorbox.errors.FormatError: ...: header size 999 does not fit the file (10 byt
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import struct
 from collections.abc import Callable
@@ -82,6 +83,8 @@ def read_header(
         raise FormatError(f"{name}: the header is not JSON ({err})") from None
     if not isinstance(header, dict):
         raise FormatError(f"{name}: the header is {type(header).__name__}, expected an object")
+    if _may_repeat(raw, header):
+        _refuse_repeats(raw, name)
     metadata = header.pop("__metadata__", None) or {}
     if not isinstance(metadata, dict):
         raise FormatError(f"{name}: __metadata__ should be an object of strings")
@@ -134,6 +137,35 @@ def read_header(
         if begin < end:
             raise FormatError(f"{name}: entries {a!r} and {b!r} overlap")
     return entries, metadata, start
+
+
+#: The fields every entry has once: a header where one is spelled more often than there
+#: are entries may name something twice (JSON parsers keep the last of two).
+_FIELDS = (b'"dtype"', b'"shape"', b'"data_offsets"')
+
+
+def _may_repeat(raw: bytes, header: dict[str, Any]) -> bool:
+    """Whether the header may name a key twice (cheap: counts, no second parse). Exact
+    for the usual header; a key that spells a field name only costs the careful parse."""
+    n = len(header) - ("__metadata__" in header)
+    return raw.count(b'"__metadata__"') > 1 or any(raw.count(f) != n for f in _FIELDS)
+
+
+def _refuse_repeats(raw: bytes, name: str) -> None:
+    """FormatError naming the first key that an object of the header holds twice."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise FormatError(
+                    f"{name}: the header names {key!r} twice; which entry is meant is "
+                    "ambiguous (damaged or crafted file)"
+                )
+            out[key] = value
+        return out
+
+    json.loads(raw, object_pairs_hook=pairs)
 
 
 def nest(keys: list[str], where: str) -> None:

@@ -1,4 +1,4 @@
-"""A ``.safetensors`` file as a read-only store on the storage seam.
+"""A ``.safetensors`` file as a layout on the storage seam, read and written by one class.
 
 The file has no ``meta.json``: its header (checked by
 :func:`tensorbox.interop.safetensors.read_header`) is the description of every node.
@@ -11,10 +11,17 @@ copy-on-write: writing into a loaded tensor changes this process's copy only.
 Nodes are named by their dotted prefix (``""`` is the root): the parts come from
 splitting on ``.``, so no part holds one.
 
+Writing goes through the one saver too: :meth:`SafetensorsStore.writer` is a staged
+:class:`~tensorbox._storage.store.Writer` that takes the saver's nodes and leaves, joins
+each tensor's key path with ``.``, and at the commit writes the header and the data
+under a temporary name renamed into place (a failed save leaves the old file). The
+format holds tensors only: a non-tensor or jagged entry is refused before anything is
+written, and so are two keys that join to one name.
+
 >>> import os, tempfile, torch
 >>> from tensorbox import TensorDict
 >>> from tensorbox.interop.safetensors import to_safetensors
->>> from tensorbox._storage.persist import load_from
+>>> from tensorbox._storage.api import load_from
 >>> with tempfile.TemporaryDirectory() as d:
 ...     f = os.path.join(d, "w.safetensors")
 ...     to_safetensors(TensorDict({"enc": {"w": torch.ones(2), "b": torch.zeros(1)}}), f)
@@ -25,17 +32,19 @@ splitting on ``.``, so no part holds one.
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
+import struct
 from typing import Any
 
-import orjson
 import torch
 
 from tensorbox._storage.format.spec import META
-from tensorbox._storage.store import Node, NodeEntry, NodeFiles, Store, TensorEntry
-from tensorbox.errors import FormatError
-from tensorbox.interop._safetensors_format import nest, read_header
+from tensorbox._storage.store import Node, NodeEntry, NodeFiles, Store, TensorEntry, Writer
+from tensorbox.errors import FormatError, KeyCollisionError
+from tensorbox.interop._arrays import atomic_path
+from tensorbox.interop._safetensors_format import CODES, nest, read_header
 
 __all__ = ["SafetensorsStore"]
 
@@ -45,15 +54,28 @@ class SafetensorsStore(Store):
 
     ``keys``: only these dotted keys (KeyError naming the first missing one);
     ``prefix``: only the keys under this dotted prefix, with it removed;
-    ``nested=False``: every dotted key a leaf of the root.
+    ``nested=False``: every dotted key a leaf of the root;
+    ``mode="w"``: a file to write (:meth:`writer`), not read now (it need not exist).
     """
 
     foreign = "safetensors"
 
     def __init__(
-        self, path: Any, *, keys: Any = None, prefix: str | None = None, nested: bool = True
+        self,
+        path: Any,
+        *,
+        keys: Any = None,
+        prefix: str | None = None,
+        nested: bool = True,
+        mode: str = "r",
     ) -> None:
         self.name = os.fspath(path)
+        # node prefix -> {name: ("leaf", header entry) | ("node", child prefix)}
+        self._nodes: dict[str, dict[str, tuple[str, Any]]] = {"": {}}
+        if mode == "w":
+            return
+        if mode != "r":
+            raise ValueError(f"{self.name}: mode={mode!r}; expected 'r' or 'w'")
         p = prefix.rstrip(".") + "." if prefix else ""
         chosen = None if keys is None else set(keys)
 
@@ -71,8 +93,6 @@ class SafetensorsStore(Store):
         leaves = {k[len(p) :]: entries[k] for k in order}
         if nested:
             nest(list(leaves), self.name)
-        # node prefix -> {name: ("leaf", header entry) | ("node", child prefix)}
-        self._nodes: dict[str, dict[str, tuple[str, Any]]] = {"": {}}
         for key, info in leaves.items():
             parts = key.split(".") if nested else [key]
             rel = ""
@@ -102,36 +122,126 @@ class SafetensorsStore(Store):
             entries[name] = TensorEntry(dtype, shape, f"{self.name}::{key}", end - begin, begin)
         return Node(self.where(rel), 0, "TensorDict", (), None, entries, False, rel)
 
+    # The file has no meta.json and no per-node files: node() describes each node from
+    # the header, so the seam's two meta.json hooks are never reached.
     def read_meta(self, rel: str) -> bytes:
-        """A ``meta.json`` the node would have, for tools that print one."""
-        self.node(rel)  # FormatError for a node that is not there
-        entries: dict[str, Any] = {}
-        for name, (kind, info) in self._nodes[rel].items():
-            if kind == "node":
-                entries[name] = {"kind": "node"}
-            else:
-                dtype, shape = info[0], info[1]
-                entries[name] = {
-                    "kind": "tensor",
-                    "dtype": str(dtype).removeprefix("torch."),
-                    "shape": list(shape),
-                }
-        return orjson.dumps({"type": "TensorDict", "batch_size": [], "entries": entries})
+        raise FormatError(f"{self.where(rel)}: a .safetensors file has no meta.json (see node())")
 
     def open_node(self, rel: str) -> NodeFiles:
-        raise NotImplementedError("a .safetensors store describes its nodes itself (node())")
+        raise FormatError(f"{self.where(rel)}: a .safetensors file has no node files (node())")
 
     def tensor(self, e: TensorEntry, mode: str) -> torch.Tensor:
-        begin = e.ident
-        chunk = self._raw[begin : begin + e.nbytes]
-        if begin % e.dtype.itemsize:  # an unaligned entry: torch views need alignment
-            chunk = chunk.clone()
-        return chunk.view(e.dtype).view(e.shape)
+        return _tensor(self._raw, e.ident, e.nbytes, e.dtype, e.shape)
 
     def check(self, e: TensorEntry) -> None:
         # The format records no checksum: reading every byte finds a truncated or
         # unreadable file (the header check already bounds every range).
         bytes(self._raw[e.ident : e.ident + e.nbytes].numpy().data)
+
+    def writer(self, **options: Any) -> Writer:
+        """A staged writer of a new file at this path (``metadata``: the header's
+        ``__metadata__`` strings; ``fsync``: flush before the rename)."""
+        return _Writer(self.name, options.get("metadata"), bool(options.get("fsync")))
+
+
+class _Writer(Writer):
+    """The saver's nodes and leaves as one ``.safetensors`` file (see the module doc)."""
+
+    def __init__(self, name: str, metadata: dict[str, str] | None, fsync: bool) -> None:
+        self.name, self.metadata, self.fsync = name, metadata, fsync
+        self.prefixes: dict[str, str] = {"": ""}  # a node's path in the tree -> dotted key
+        self.keys: dict[str, str] = {}  # a leaf's path in the tree -> dotted key
+        self.tensors: list[tuple[str, torch.Tensor]] = []
+        self.seen: set[str] = set()
+        self.start = 0  # of the data in the file, after the commit
+        self.offsets: list[int] = []  # of each tensor in the file, after the commit
+        self.mapped: torch.Tensor | None = None
+
+    def _where(self) -> str:
+        return f"to_safetensors({self.name!r})"
+
+    def node(self, rel: str, meta: dict[str, Any], std_json: bool) -> None:
+        prefix = self.prefixes[rel]
+        for key, e in meta["entries"].items():
+            dotted = f"{prefix}.{key}" if prefix else key
+            kind = e["kind"]
+            if kind == "tensor":
+                self.keys[f"{rel}/{e['file']}" if rel else e["file"]] = dotted
+            elif kind == "node":
+                self.prefixes[f"{rel}/{e['dir']}" if rel else e["dir"]] = dotted
+            else:
+                what = "a NonTensorData value" if kind == "json" else f"a {kind} entry"
+                raise TypeError(
+                    f"{self._where()}: entry {dotted!r} is {what}; the format holds dense "
+                    "tensors only (drop it: td.exclude(...))"
+                )
+
+    def leaf(
+        self,
+        rel: str,
+        t: torch.Tensor,
+        reserve: bool = False,
+        gen: str | None = None,
+        key: str = "",
+    ) -> int:
+        dotted = self.keys[rel]
+        if t.dtype not in CODES:
+            raise TypeError(f"{self._where()}: entry {dotted!r} has dtype {t.dtype}")
+        if dotted in self.seen:
+            raise KeyCollisionError(
+                f"{self._where()}: two entries are both named {dotted!r} once their keys are "
+                "joined with '.'; rename one"
+            )
+        self.seen.add(dotted)
+        data = torch.zeros(t.shape, dtype=t.dtype) if reserve else t.detach().cpu().contiguous()
+        self.tensors.append((dotted, data))
+        return len(self.tensors) - 1
+
+    def commit(self, num_threads: int = 0) -> None:
+        nest([k for k, _ in self.tensors], self._where())
+        header: dict[str, Any] = {}
+        if self.metadata:
+            header["__metadata__"] = {str(k): str(v) for k, v in self.metadata.items()}
+        offset = 0
+        for key, t in self.tensors:
+            nbytes = t.numel() * t.element_size()
+            header[key] = {
+                "dtype": CODES[t.dtype],
+                "shape": list(t.shape),
+                "data_offsets": [offset, offset + nbytes],
+            }
+            self.offsets.append(offset)
+            offset += nbytes
+        blob = json.dumps(header, separators=(",", ":")).encode()
+        blob += b" " * (-len(blob) % 8)  # the data starts 8-byte aligned
+        self.start = 8 + len(blob)
+        with atomic_path(self.name) as target, open(target, "wb") as f:
+            f.write(struct.pack("<Q", len(blob)))
+            f.write(blob)
+            for _, t in self.tensors:
+                if t.numel():
+                    f.write(t.reshape(-1).view(torch.uint8).numpy().data)  # no copy
+            if self.fsync:
+                f.flush()
+                os.fsync(f.fileno())
+
+    def opened(self, i: int, t: torch.Tensor) -> torch.Tensor:
+        if self.mapped is None:
+            self.mapped = _map(self.name)
+        d = self.tensors[i][1]
+        begin = self.start + self.offsets[i]
+        return _tensor(self.mapped, begin, d.numel() * d.element_size(), d.dtype, d.shape)
+
+
+def _tensor(
+    raw: torch.Tensor, begin: int, nbytes: int, dtype: torch.dtype, shape: Any
+) -> torch.Tensor:
+    """The tensor at ``begin`` of the mapped file ``raw``: a view, or a copy where the
+    entry is not aligned to its dtype (torch views need alignment)."""
+    chunk = raw[begin : begin + nbytes]
+    if begin % dtype.itemsize:
+        chunk = chunk.clone()
+    return chunk.view(dtype).view(shape)
 
 
 def _map(name: str) -> torch.Tensor:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import math
 import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -43,7 +44,23 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.nontensor import NonTensorData
+from tensorbox.errors import FormatError
 from tensorbox.interop._extras import require
+from tensorbox.interop._pandas import from_pandas, to_pandas  # defined there, exported here
+from tensorbox.interop._tabular import (
+    CATEGORIES,
+    COLUMNS_KEY,
+    WHERE,
+    check_names,
+    container_of,
+    info_array,
+    jsonable,
+    node_infos,
+    parse_meta,
+    place_infos,
+    split,
+    temporal,
+)
 
 __all__ = ["from_arrow", "from_pandas", "to_arrow", "to_pandas"]
 
@@ -87,32 +104,6 @@ def _pa() -> Any:
 # ------------------------------------------------------------------ Arrow -> tree
 
 
-def container_of(
-    cls: Any,
-    source: dict[str, Any],
-    batch_size: Any,
-    device: Any,
-    auto_batch_size: bool,
-    batch_dims: int | None,
-    where: str,
-) -> Any:
-    """The container of type ``cls`` (TensorDict, or a tensorclass) around ``source``,
-    its batch size given or found (``auto_batch_size``); ``where`` names the caller."""
-    from tensorbox._core.tensordict import TensorDict
-    from tensorbox._tensorclass import is_tensorclass
-
-    if auto_batch_size and batch_size is not None:
-        raise TypeError(
-            f"{where}: Conflicting batch sizes: pass batch_size or auto_batch_size=True, not both"
-        )
-    td = TensorDict(source, batch_size=batch_size, device=device)
-    if auto_batch_size:
-        td.auto_batch_size_(batch_dims=batch_dims)
-    if cls is not None and is_tensorclass(cls):
-        return cls.from_tensordict(td)
-    return td
-
-
 def _is_tensor_collection_class(cls: Any) -> bool:
     return bool(getattr(cls, "_is_tensor_collection", False))
 
@@ -148,11 +139,13 @@ def _primitive(arr: Any, name: str, where: str) -> Tensor:
     t = arr.type
     if pa.types.is_boolean(t):  # Arrow packs bools in bits: one copy
         return torch.from_numpy(arr.to_numpy(zero_copy_only=False).copy())
-    if pa.types.is_dictionary(t):
-        return _primitive(arr.indices, name, where)
-    if pa.types.is_temporal(t):
-        arr = arr.view(pa.int64() if t.bit_width == 64 else pa.int32())
-        t = arr.type
+    if pa.types.is_dictionary(t) or pa.types.is_temporal(t):
+        # a top-level one is a column of its own (_node); inside lists its categories or
+        # unit would have nowhere to go
+        raise TypeError(
+            f"{where}: column {name!r} holds lists of {t} values, which have no tensor form "
+            "(their categories or unit would be lost); decode them into numbers first"
+        )
     try:
         np_dtype = np.dtype(t.to_pandas_dtype())
         dtype = _TORCH_OF_NUMPY[np_dtype]
@@ -252,37 +245,129 @@ def _node(
     ragged: str,
     rows: int,
 ) -> dict[str, Any]:
+    """The entries of one node (its column infos under ``COLUMNS_KEY``, a plain dict)."""
     pa = _pa()
-    node_bs = tuple(meta.get("nodes", {}).get("/".join(path), (rows,)))
+    node_bs = _rows_first(meta.get("nodes", {}).get("/".join(path), [rows]), rows)
     out: dict[str, Any] = {}
+    infos: dict[str, Any] = {}
     for name, col in arrays.items():
         key_path = (*path, name)
         label = ".".join(key_path)
         arr = _one_chunk(col)
         t = arr.type
+        recorded = meta.get("columns", {}).get(label)
+        if recorded is not None and recorded.get("kind") not in (
+            None,
+            "category" if pa.types.is_dictionary(t) else None,
+        ):
+            raise FormatError(
+                f"{where}: the schema metadata records column {label!r} as "
+                f"{recorded['kind']}, but its Arrow type is {t}"
+            )
         if pa.types.is_struct(t):
             if arr.null_count:
                 raise ValueError(
                     f"{where}: column {label!r} has {arr.null_count} null struct(s); "
                     "fill them first or drop those rows"
                 )
-            children = {t.field(i).name: arr.field(i) for i in range(t.num_fields)}
+            names = [t.field(i).name for i in range(t.num_fields)]
+            check_names(((f"{label}.{n}", n) for n in names), None, where)
+            children = {n: arr.field(i) for i, n in enumerate(names)}
             out[name] = _node(children, key_path, meta, where, dtype, ragged, rows)
             continue
         if _is_object_type(t):
             out[name] = _objects(arr, node_bs)
             continue
-        tensor = _column_tensor(arr, label, where, ragged)
-        stored = meta.get("dtypes", {}).get(label)
-        if stored is not None:
-            tensor = tensor.view(getattr(torch, stored))
-        shape = meta.get("shapes", {}).get(label)
-        if shape is not None and list(tensor.shape) != shape:
-            tensor = tensor.reshape(shape)
-        if dtype is not None and tensor.dtype is not torch.bool and not tensor.is_nested:
-            tensor = tensor.to(dtype)
+        if pa.types.is_temporal(t):
+            ns, infos[name] = temporal(arr, label, where)
+            tensor = torch.from_numpy(ns)
+        elif pa.types.is_dictionary(t):
+            tensor, infos[name] = _categorical(arr, label, recorded, where)
+        else:
+            tensor = _trusted(_column_tensor(arr, label, where, ragged), label, meta, t, where)
+            if dtype is not None and tensor.dtype is not torch.bool and not tensor.is_nested:
+                tensor = tensor.to(dtype)
+        if recorded is not None and "index" in recorded:
+            infos[name] = {**infos.get(name, {}), "index": recorded["index"]}
         out[name] = tensor
+    if infos:
+        out[COLUMNS_KEY] = infos
     return _Nested(out, node_bs) if path else out
+
+
+def _rows_first(shape: list[int], rows: int) -> tuple[int, ...]:
+    """A recorded batch size with this table's rows first: a row group or a batch of
+    a file holds fewer rows than the file ``to_arrow`` recorded it for."""
+    return (rows, *shape[1:]) if shape else tuple(shape)
+
+
+def _trusted(tensor: Tensor, label: str, meta: dict[str, Any], t: Any, where: str) -> Tensor:
+    """The column's tensor as the schema metadata describes it (bfloat16 kept as int16,
+    trailing dims), once the metadata is checked against what the column holds."""
+    stored = meta.get("dtypes", {}).get(label)
+    if stored is not None:
+        if tensor.dtype is not _STORED_AS[torch.bfloat16]:
+            raise FormatError(
+                f"{where}: the schema metadata says column {label!r} holds {stored} (stored "
+                f"as int16), but its Arrow type is {t}"
+            )
+        tensor = tensor.view(torch.bfloat16)
+    shape = meta.get("shapes", {}).get(label)
+    if shape:  # its rows are those of this table (a row group of the file, a batch)
+        shape = [tensor.shape[0], *shape[1:]]
+    if shape is not None and list(tensor.shape) != shape:
+        if not shape or math.prod(shape) != tensor.numel():
+            raise FormatError(
+                f"{where}: the schema metadata gives column {label!r} shape {shape}, but "
+                f"it holds {list(tensor.shape)} values"
+            )
+        tensor = tensor.reshape(shape)
+    return tensor
+
+
+def _categorical(
+    arr: Any, label: str, recorded: dict[str, Any] | None, where: str
+) -> tuple[Tensor, dict[str, Any]]:
+    """A dictionary column as its codes (``-1``: null) and its categories. The codes are
+    those of the categories the file recorded or every piece of it shares, when known, so
+    that one category has one code in every row group and batch."""
+    pa = _pa()
+    pc = require("pyarrow.compute", "arrow")
+    dictionary = arr.dictionary
+    target = (CATEGORIES.get() or {}).get(label)
+    if target is None and recorded is not None:
+        target = recorded.get("categories")
+    indices = pc.fill_null(arr.indices, 0) if arr.null_count else arr.indices
+    idx = np.array(indices.to_numpy(zero_copy_only=False))  # a copy: the codes are ours
+    if target is not None:
+        try:
+            value_set = pa.array(target, type=dictionary.type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+            raise FormatError(
+                f"{where}: the categories recorded for column {label!r} are not "
+                f"{dictionary.type} values ({err})"
+            ) from None
+        transpose = pc.index_in(dictionary, value_set=value_set)
+        if transpose.null_count:
+            stray = dictionary.filter(transpose.is_null())[0]
+            raise FormatError(
+                f"{where}: column {label!r} holds {stray}, which is not among its recorded "
+                f"categories ({len(target)} of them)"
+            )
+        if len(transpose):
+            idx = np.asarray(transpose.to_numpy(zero_copy_only=False))[idx]
+        categories = list(target)
+    else:
+        categories = dictionary.to_pylist()
+    index_dtype = np.dtype(arr.type.index_type.to_pandas_dtype())
+    code_dtype = index_dtype if index_dtype.kind == "i" else np.dtype(np.int64)
+    if len(categories) > np.iinfo(code_dtype).max:  # a file's union outgrew the index type
+        code_dtype = np.dtype(np.int64)
+    codes = idx.astype(code_dtype, copy=False)
+    if arr.null_count:
+        codes[np.asarray(arr.is_null().to_numpy(zero_copy_only=False))] = -1
+    info = {"kind": "category", "categories": categories, "ordered": bool(arr.type.ordered)}
+    return torch.from_numpy(codes), info
 
 
 class _Nested(dict):  # type: ignore[type-arg]
@@ -310,26 +395,12 @@ def _build(source: dict[str, Any]) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for k, v in source.items():
-        if isinstance(v, _Nested):
+        if k == COLUMNS_KEY:
+            out[k] = NonTensorData(v)
+        elif isinstance(v, _Nested):
             out[k] = TensorDict(_build(v), batch_size=v.batch_size)
         else:
             out[k] = v
-    return out
-
-
-def _split(source: dict[str, Any], separator: str | None) -> dict[str, Any]:
-    """Nest flat column names ``"a.b"`` as ``a -> b`` (when a separator is given)."""
-    if not separator:
-        return source
-    out: dict[str, Any] = {}
-    for name, value in source.items():
-        parts = name.split(separator)
-        node = out
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-            if not isinstance(node, dict):
-                raise ValueError(f"column {name!r}: {p!r} is both a column and a prefix")
-        node[parts[-1]] = value
     return out
 
 
@@ -382,9 +453,9 @@ def from_arrow(
         raise TypeError(
             f"from_arrow: expected a pyarrow.Table or RecordBatch, got {type(table).__name__}"
         )
-    where = "from_arrow"
-    raw = (table.schema.metadata or {}).get(META_KEY)
-    meta: dict[str, Any] = json.loads(raw) if raw else {}
+    where = WHERE.get() or "from_arrow"
+    meta = parse_meta((table.schema.metadata or {}).get(META_KEY), where)
+    check_names(((n, n) for n in table.column_names), separator, where)
     rows = table.num_rows
     columns = dict(zip(table.column_names, table.columns))
     token = _VIEW_IMMUTABLE.set(copy is False)
@@ -392,11 +463,12 @@ def from_arrow(
         source = _node(columns, (), meta, where, dtype, ragged, rows)
     finally:
         _VIEW_IMMUTABLE.reset(token)
+    infos = source.pop(COLUMNS_KEY, {})
     if copy:
         source = _copied(source)
     if batch_size is None and not auto_batch_size:
-        batch_size = meta.get("batch_size", [rows])
-    source = _split(_build(source), separator)
+        batch_size = _rows_first(meta.get("batch_size", [rows]), rows)
+    source = place_infos(split(_build(source), separator), infos, separator)
     return container_of(cls, source, batch_size, device, auto_batch_size, batch_dims, where)
 
 
@@ -421,6 +493,11 @@ def _tensor_array(t: Tensor, rows: int, key: str, meta: dict[str, Any]) -> Any:
         raise ValueError(
             f"to_arrow: entry {key!r} of shape {list(t.shape)} does not have {rows} rows"
         )
+    if 0 in t.shape[1:]:  # pyarrow cannot build a fixed-size list of size 0 (it crashes)
+        raise ValueError(
+            f"to_arrow: entry {key!r} of shape {list(t.shape)} has an empty trailing dim, "
+            "which Arrow's fixed-size lists cannot hold; drop the entry or that dim first"
+        )
     if t.dim() > 2:
         meta.setdefault("shapes", {})[key] = list(t.shape)
     values = pa.array(t.contiguous().reshape(-1).numpy())
@@ -443,6 +520,16 @@ def _object_array(value: NonTensorData, rows: int, key: str) -> Any:
         ) from None
 
 
+def _recorded(info: dict[str, Any]) -> dict[str, Any]:
+    """What of a column info goes into the schema metadata (the Arrow type says the
+    rest): the index name, and a categorical's categories, as Parquet keeps only those a
+    row group uses, in its own order."""
+    out = {"index": info["index"]} if "index" in info else {}
+    if info.get("kind") == "category" and jsonable(info["categories"]):
+        out.update(info)
+    return out
+
+
 def _arrays(
     td: Any,
     rows: int,
@@ -452,10 +539,18 @@ def _arrays(
     out: dict[str, Any],
 ) -> dict[str, Any]:
     pa = _pa()
+    infos = node_infos(td, "to_arrow")
     for name, value in td._tensordict.items():
+        if name == COLUMNS_KEY:
+            continue
         path = (*prefix, name)
-        key = ".".join(path)
-        if isinstance(value, Tensor):
+        key = separator.join(path) if separator is not None else ".".join(path)
+        info = infos.get(name)
+        if info is not None and _recorded(info):
+            meta.setdefault("columns", {})[key] = _recorded(info)
+        if isinstance(value, Tensor) and info is not None and "kind" in info:
+            arr = info_array(value, rows, key, info, "to_arrow")
+        elif isinstance(value, Tensor):
             arr = _tensor_array(value, rows, key, meta)
         elif isinstance(value, NonTensorData):
             arr = _object_array(value, rows, key)
@@ -474,7 +569,7 @@ def _arrays(
             continue
         else:
             raise TypeError(f"to_arrow: entry {key!r} of type {type(value).__name__}")
-        out[separator.join(path) if separator is not None else name] = arr
+        out[key if separator is not None else name] = arr
     return out
 
 
@@ -509,73 +604,6 @@ def to_arrow(td: Any, *, separator: str | None = None) -> Any:
     return table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
 
 
-# ------------------------------------------------------------------ pandas
-
-
-def _series_value(s: Any, name: str, where: str) -> Any:
-    pd = require("pandas", "arrow")
-    dt = s.dtype
-    if isinstance(dt, pd.CategoricalDtype):
-        return torch.from_numpy(s.cat.codes.to_numpy().copy())
-    if isinstance(dt, np.dtype):
-        if dt.kind in "biufc":
-            return torch.from_numpy(np.array(s.to_numpy(), copy=True))
-        if dt.kind in "mM":
-            return torch.from_numpy(s.to_numpy().view(np.int64).copy())
-        if dt.kind == "O":
-            return NonTensorData(s.to_numpy(dtype=object).copy(), stacked=True)
-        raise TypeError(
-            f"{where}: column {name!r} has dtype {dt}, which has no tensor form; {_UNSUPPORTED}"
-        )
-    numpy_dtype = getattr(dt, "numpy_dtype", None)
-    if numpy_dtype is not None and numpy_dtype.kind in "biuf":  # nullable Int64, Float64...
-        if s.isna().any():
-            raise ValueError(
-                f"{where}: column {name!r} has {int(s.isna().sum())} missing value(s) and a "
-                "tensor has no null: fill them first (DataFrame.fillna) or drop those rows"
-            )
-        return torch.from_numpy(s.to_numpy(dtype=numpy_dtype).copy())
-    # string dtypes and other extension types: the Python values, one per row
-    return NonTensorData(s.to_numpy(dtype=object).copy(), stacked=True)
-
-
-def from_pandas(
-    dataframe: Any,
-    *,
-    auto_batch_size: bool = False,
-    batch_dims: int | None = None,
-    device: Any = None,
-    batch_size: Any = None,
-    separator: str | None = None,
-    dtype: torch.dtype | None = None,
-    cls: Any = None,
-) -> Any:
-    """A container of a pandas ``DataFrame``'s columns (the index is dropped).
-
-    Number and bool columns become tensors (copied: pandas hands out read-only arrays),
-    categoricals their integer codes, datetimes int64 nanoseconds, strings and objects
-    non-tensor data. ``separator`` nests ``"obs.x"`` as ``obs/x``; ``dtype`` casts every
-    number column.
-
-    >>> import pandas as pd
-    >>> td = from_pandas(pd.DataFrame({"a": [1, 2, 3], "name": ["x", "y", "z"]}))
-    >>> td.batch_size, td["a"].dtype, td[2]["name"]
-    (torch.Size([3]), torch.int64, 'z')
-    """
-    where = "from_pandas"
-    source: dict[str, Any] = {}
-    for col in dataframe.columns:
-        name = str(col)
-        value = _series_value(dataframe[col], name, where)
-        if dtype is not None and isinstance(value, Tensor) and value.dtype is not torch.bool:
-            value = value.to(dtype)
-        source[name] = value
-    if batch_size is None and not auto_batch_size:
-        batch_size = [len(dataframe)]
-    source = _split(source, separator)
-    return container_of(cls, source, batch_size, device, auto_batch_size, batch_dims, where)
-
-
 def _raw_leaves(td: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
     """``(path, stored value)`` of every leaf, in insertion order."""
     for name, value in td._tensordict.items():
@@ -586,47 +614,3 @@ def _raw_leaves(td: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[s
             yield path, value
         else:
             yield from _raw_leaves(value, path)
-
-
-def _flat(td: Any, separator: str | None, where: str) -> dict[str, Any]:
-    """One 1-D column per leaf: numpy arrays for tensors, lists for non-tensor data."""
-    out: dict[str, Any] = {}
-    rows = td.batch_size[0] if td.batch_dims else 1
-    for path, value in _raw_leaves(td):
-        if len(path) > 1 and separator is None:
-            raise ValueError(
-                f"{where}: entry {path!r} is nested; pass separator='.' (or another) to join "
-                "nested keys into column names"
-            )
-        name = path[0] if separator is None else separator.join(path)
-        if isinstance(value, NonTensorData):
-            out[name] = value.tolist() if value.stacked else [value.data] * rows
-            continue
-        if not isinstance(value, Tensor):
-            raise TypeError(f"{where}: entry {name!r} of type {type(value).__name__}")
-        if value.dim() != 1:
-            raise ValueError(
-                f"{where}: Cannot convert tensor {name!r} of shape {list(value.shape)} "
-                "to a column: expected one dim (the rows); flatten or split it first"
-            )
-        value = value.detach().cpu()
-        if value.dtype is torch.bfloat16:
-            value = value.float()
-        out[name] = value.numpy()
-    return out
-
-
-def to_pandas(td: Any, *, separator: str | None = None) -> Any:
-    """A pandas ``DataFrame`` with one column per leaf (1-D tensors or non-tensor data).
-
-    Nested keys need ``separator`` to name their columns; a tensor with trailing dims is
-    refused (a column holds one value per row).
-
-    >>> import torch; from tensorbox import TensorDict
-    >>> df = to_pandas(TensorDict({"a": torch.arange(2), "n": {"b": torch.ones(2)}}, [2]),
-    ...                separator=".")
-    >>> list(df.columns)
-    ['a', 'n.b']
-    """
-    pd = require("pandas", "arrow")
-    return pd.DataFrame(_flat(td, separator, "to_pandas"))

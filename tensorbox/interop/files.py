@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from tensorbox.interop._extras import require
-from tensorbox.interop.arrow import _pa, from_arrow, to_arrow, to_pandas
+from tensorbox.interop._tabular import parse_meta, reading
+from tensorbox.interop.arrow import META_KEY, _pa, from_arrow, from_pandas, to_arrow, to_pandas
 
 __all__ = [
     "ParquetRowGroups",
@@ -51,11 +52,17 @@ def from_parquet(path: Any, *, columns: list[str] | None = None, **kwargs: Any) 
     """A container of a Parquet file's rows (read whole; see ``ParquetRowGroups`` for a
     file larger than memory). ``columns`` reads only those; the other keywords are
     ``from_arrow``'s, and ``read_options`` a dict for ``pyarrow.parquet.read_table``.
+    Errors name the file.
     """
     pq = require("pyarrow.parquet", "arrow")
     read_options = kwargs.pop("read_options", {})
     table = pq.read_table(path, columns=columns, **read_options)
-    return from_arrow(table, **kwargs)
+    with reading(f"from_parquet({_name(path)!r})"):
+        return from_arrow(table, **kwargs)
+
+
+def _name(path: Any) -> Any:
+    return os.fspath(path) if isinstance(path, str | os.PathLike) else path
 
 
 def to_parquet(td: Any, path: Any, *, separator: str | None = None, **kwargs: Any) -> None:
@@ -67,17 +74,43 @@ def to_parquet(td: Any, path: Any, *, separator: str | None = None, **kwargs: An
         pq.write_table(table, target, **kwargs)
 
 
+#: The keywords of ``from_csv``/``from_json`` that are the container's, not the reader's.
+_OWN = ("auto_batch_size", "batch_dims", "batch_size", "cls", "device", "dtype", "separator")
+_ARROW_CSV = ("read_options", "parse_options", "convert_options")
+
+
 def from_csv(path: Any, **kwargs: Any) -> Any:
-    """A container of a CSV file's columns, parsed by ``pyarrow.csv.read_csv``
-    (``read_options``/``parse_options``/``convert_options`` go to it; the other
-    keywords are ``from_arrow``'s)."""
-    csv = require("pyarrow.csv", "arrow")
-    opts = {
-        k: kwargs.pop(k)
-        for k in ("read_options", "parse_options", "convert_options")
-        if k in kwargs
-    }
-    return from_arrow(csv.read_csv(os.fspath(path), **opts), **kwargs)
+    """A container of a CSV file's columns, parsed by ``pandas.read_csv``: the values are
+    pandas' own (an integer column with an empty cell reads as floats with NaN, dates stay
+    strings unless ``parse_dates`` says otherwise), then converted as ``from_pandas``
+    converts a frame. The keywords are ``from_pandas``'s (``separator``, ``dtype``,
+    ``index``...) and ``pandas.read_csv``'s (``usecols``, ``dtype`` is ours: pass
+    pandas' as ``read_csv_dtype``...). Given ``read_options``/``parse_options``/
+    ``convert_options``, ``pyarrow.csv.read_csv`` parses it instead, with those, and the
+    values are pyarrow's.
+
+    >>> import os, tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     f = os.path.join(d, "t.csv")
+    ...     with open(f, "w") as out:
+    ...         _ = out.write("a,b,when\\n1,x,2024-01-01\\n,y,2024-01-02\\n")
+    ...     td = from_csv(f)
+    ...     td["a"].tolist(), td[1]["b"], td[0]["when"]
+    ([1.0, nan], 'y', '2024-01-01')
+    """
+    where = f"from_csv({_name(path)!r})"
+    if any(k in kwargs for k in _ARROW_CSV):
+        csv = require("pyarrow.csv", "arrow")
+        opts = {k: kwargs.pop(k) for k in _ARROW_CSV if k in kwargs}
+        with reading(where):
+            return from_arrow(csv.read_csv(os.fspath(path), **opts), **kwargs)
+    pd = require("pandas", "arrow")
+    own = {k: kwargs.pop(k) for k in (*_OWN, "index") if k in kwargs}
+    if "read_csv_dtype" in kwargs:
+        kwargs["dtype"] = kwargs.pop("read_csv_dtype")
+    frame = pd.read_csv(path, **kwargs)
+    with reading(where):
+        return from_pandas(frame, **own)
 
 
 def to_csv(td: Any, path: Any, *, separator: str | None = None, **kwargs: Any) -> None:
@@ -111,7 +144,20 @@ def from_json(path: Any, *, lines: bool = False, **kwargs: Any) -> Any:
             f"from_json: {os.fspath(path)!r} should hold an array of objects (records); "
             "pass lines=True for one object per line"
         )
-    return from_arrow(pa.Table.from_pylist(records), **kwargs)
+    # every record's keys (pyarrow's from_pylist would take the first record's alone)
+    names = list(dict.fromkeys(k for r in records for k in r))
+    where = f"from_json({_name(path)!r})"
+    columns = {}
+    for name in names:
+        try:
+            columns[name] = pa.array([r.get(name) for r in records])
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+            raise TypeError(f"{where}: key {name!r} holds values of mixed types ({err})") from None
+    table = pa.table(columns)
+    if not columns and not kwargs.get("auto_batch_size"):
+        kwargs.setdefault("batch_size", [len(records)])  # records without keys: rows all the same
+    with reading(where):
+        return from_arrow(table, **kwargs)
 
 
 def to_json(
@@ -158,6 +204,7 @@ class ParquetRowGroups:
         self.columns = columns
         self.kwargs = kwargs
         self._file: Any = None
+        self._categories: dict[str, list[Any]] | None = None
 
     def _pf(self) -> Any:
         if self._file is None:
@@ -175,11 +222,47 @@ class ParquetRowGroups:
     def __len__(self) -> int:
         return int(self._pf().num_row_groups)
 
+    def categories(self) -> dict[str, list[Any]]:
+        """``{column: categories}`` of the file's dictionary (categorical) columns, one
+        list for the whole file: those ``to_parquet`` recorded, else the union of the
+        row groups' dictionaries in the order they first appear (read once, on first
+        use, column by column). Every row group and batch codes them against it."""
+        if self._categories is None:
+            pa = _pa()
+            pf = self._pf()
+            schema = pf.schema_arrow
+            meta = parse_meta((schema.metadata or {}).get(META_KEY), self._where())
+            recorded = meta.get("columns", {})
+            out: dict[str, list[Any]] = {}
+            for field in schema:
+                if not pa.types.is_dictionary(field.type) or (
+                    self.columns is not None and field.name not in self.columns
+                ):
+                    continue
+                if "categories" in recorded.get(field.name, {}):
+                    continue  # from_arrow reads them from the metadata
+                dicts = [
+                    chunk.dictionary
+                    for i in range(pf.num_row_groups)
+                    for chunk in pf.read_row_group(i, columns=[field.name]).column(0).chunks
+                ]
+                merged = pa.chunked_array(dicts, type=field.type.value_type)
+                out[field.name] = merged.unique().to_pylist()
+            self._categories = out
+        return self._categories
+
+    def _where(self) -> str:
+        return f"ParquetRowGroups({self.path!r})"
+
+    def _container(self, table: Any) -> Any:
+        with reading(self._where(), self.categories()):
+            return from_arrow(table, **self.kwargs)
+
     def __getitem__(self, i: int) -> Any:
         n = len(self)
         if not -n <= i < n:
             raise IndexError(f"{self.path!r}: row group {i} of {n}")
-        return from_arrow(self._pf().read_row_group(i % n, columns=self.columns), **self.kwargs)
+        return self._container(self._pf().read_row_group(i % n, columns=self.columns))
 
     def __iter__(self) -> Iterator[Any]:
         for i in range(len(self)):
@@ -189,7 +272,7 @@ class ParquetRowGroups:
         """Containers of ``batch_size`` rows (the last may be shorter), read as needed."""
         pa = _pa()
         for batch in self._pf().iter_batches(batch_size=batch_size, columns=self.columns):
-            yield from_arrow(pa.Table.from_batches([batch]), **self.kwargs)
+            yield self._container(pa.Table.from_batches([batch]))
 
     def __repr__(self) -> str:
         return f"ParquetRowGroups({self.path!r}, row_groups={len(self)}, rows={self.num_rows})"

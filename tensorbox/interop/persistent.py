@@ -23,52 +23,137 @@ place once complete: a failed save leaves what was there before.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import os
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from tensorbox._core.batchshape import BatchShaped
 from tensorbox._core.nontensor import NonTensorData
-from tensorbox.errors import BatchSizeError, TensorDictKeyError
+from tensorbox._core.tensordict import TensorDict
+from tensorbox._storage.format.spec import MAX_DEPTH
+from tensorbox._storage.save import Saver
+from tensorbox.errors import BatchSizeError, FormatError, TensorDictKeyError
 from tensorbox.interop._arrays import (
     as_tensor,
-    atomic_path,
     infer_batch_size,
     is_key,
     key_path,
     leaf_keys,
     numpy_of,
     read,
+    read_non_tensor,
     tree_attrs,
     write,
+    write_non_tensor,
     write_tree,
 )
-from tensorbox.interop._backends import BATCH_ATTR, Backend, backend_for, encode_non_tensor
+from tensorbox.interop._backends import (
+    BATCH_ATTR,
+    Backend,
+    Unreadable,
+    backend_for,
+    tensor_dtype,
+)
+from tensorbox.interop._group_store import GroupStore
 
 __all__ = ["PersistentTensorDict", "as_class", "from_h5", "from_zarr"]
 
 _NO_DEFAULT: Any = object()
-
-#: Methods that read the whole tree and answer from the in-memory copy (never writes:
-#: a write there would not reach the file, so write methods are defined here or refused).
-# fmt: off
-_READ_ONLY = frozenset([
-    "all", "amax", "amin", "any", "apply", "bool", "chunk", "contiguous", "cpu", "cuda",
-    "double", "exclude", "filter_non_tensor_data", "flatten_keys", "float", "half", "int",
-    "long", "mean", "named_apply", "numpy", "select", "split", "state_dict", "std", "sum",
-    "to_arrow", "to_csv", "to_dict", "to_json", "to_mds", "to_module", "to_namedtuple",
-    "to_pandas", "to_parquet", "to_safetensors", "to_struct_array", "tolist", "unbind",
-    "unflatten_keys", "var",
-])
-# fmt: on
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
-class PersistentTensorDict:
+@overload
+def _whole(method: Callable[Concatenate[TensorDict, _P], _R]) -> Callable[_P, _R]: ...
+
+
+@overload  # a method whose self may be named (it takes **kwargs): its return type only
+def _whole(method: Callable[..., _R]) -> Callable[..., _R]: ...
+
+
+def _whole(method: Callable[..., _R]) -> Callable[..., _R]:
+    """``TensorDict``'s ``method``, answered by the tree read into memory: for methods that
+    read every leaf and write nothing back (a write there would not reach the file, so
+    the write methods are written for the file, below). Typed and documented as the
+    ``TensorDict`` method."""
+
+    @functools.wraps(method)
+    def whole(self: _WholeTreeReads, *args: Any, **kwargs: Any) -> Any:
+        # by the name it has in the class (TensorDict.int is a function named "cast")
+        return getattr(self.to_tensordict(), whole.__name__)(*args, **kwargs)
+
+    return whole
+
+
+class _WholeTreeReads:
+    """The methods of ``TensorDict`` that read every leaf and write nothing back, one line
+    each, typed and documented as ``TensorDict``'s (see :func:`_whole`). Anything else is
+    an ordinary ``AttributeError``: read the tree into memory first (``to_tensordict()``).
+    A class of their own, so that their names (``int``, ``bool``...) never shadow the
+    builtins in the handle's own body."""
+
+    def to_tensordict(self) -> Any:
+        raise NotImplementedError
+
+    all = _whole(TensorDict.all)
+    amax = _whole(TensorDict.amax)
+    amin = _whole(TensorDict.amin)
+    any = _whole(TensorDict.any)
+    apply = _whole(TensorDict.apply)
+    bool = _whole(TensorDict.bool)
+    chunk = _whole(TensorDict.chunk)
+    contiguous = _whole(TensorDict.contiguous)
+    cpu = _whole(TensorDict.cpu)
+    cuda = _whole(TensorDict.cuda)
+    double = _whole(TensorDict.double)
+    exclude = _whole(TensorDict.exclude)
+    filter_non_tensor_data = _whole(TensorDict.filter_non_tensor_data)
+    flatten_keys = _whole(TensorDict.flatten_keys)
+    float = _whole(TensorDict.float)
+    half = _whole(TensorDict.half)
+    int = _whole(TensorDict.int)
+    long = _whole(TensorDict.long)
+    mean = _whole(TensorDict.mean)
+    named_apply = _whole(TensorDict.named_apply)
+    numpy = _whole(TensorDict.numpy)
+    select = _whole(TensorDict.select)
+    split = _whole(TensorDict.split)
+    state_dict = _whole(TensorDict.state_dict)
+    std = _whole(TensorDict.std)
+    sum = _whole(TensorDict.sum)
+    to_arrow = _whole(TensorDict.to_arrow)
+    to_csv = _whole(TensorDict.to_csv)
+    to_dict = _whole(TensorDict.to_dict)
+    to_json = _whole(TensorDict.to_json)
+    to_mds = _whole(TensorDict.to_mds)
+    to_module = _whole(TensorDict.to_module)
+    to_namedtuple = _whole(TensorDict.to_namedtuple)
+    to_pandas = _whole(TensorDict.to_pandas)
+    to_parquet = _whole(TensorDict.to_parquet)
+    to_safetensors = _whole(TensorDict.to_safetensors)
+    to_struct_array = _whole(TensorDict.to_struct_array)
+    tolist = _whole(TensorDict.tolist)
+    unbind = _whole(TensorDict.unbind)
+    unflatten_keys = _whole(TensorDict.unflatten_keys)
+    var = _whole(TensorDict.var)
+
+
+for _name, _f in list(vars(_WholeTreeReads).items()):
+    if callable(_f) and hasattr(_f, "__wrapped__"):
+        _f.__name__ = _f.__qualname__ = _name
+        _f.__doc__ = (
+            f"``TensorDict.{_name}`` of the tree read into memory (``to_tensordict()``); "
+            "nothing is written to the file."
+        )
+
+
+class PersistentTensorDict(_WholeTreeReads, BatchShaped):
     """A lazy container over an HDF5 file (``backend="h5"``) or a zarr v3 store
     (``backend="zarr"``).
 
@@ -81,6 +166,8 @@ class PersistentTensorDict:
         mode: ``"r"`` (default, read-only), ``"r+"``, ``"a"`` or ``"w"``.
         backend: ``"h5"`` or ``"zarr"``.
         device: where the tensors read go.
+        external_links: HDF5 only: follow links to other files (default False: such an
+            entry is listed, and reading it raises naming it).
         **kwargs: for new arrays: ``h5py``'s ``create_dataset`` options or zarr's
             ``create_array`` options (``chunks`` gives the leading dims of each leaf).
     """
@@ -94,11 +181,15 @@ class PersistentTensorDict:
         mode: str = "r",
         backend: str = "h5",
         device: Any = None,
+        external_links: bool = False,
         **kwargs: Any,
     ) -> None:
         if (filename is None) == (group is None):
             raise ValueError("PersistentTensorDict: pass filename or group (one of them)")
-        self._backend: Backend = backend_for(backend)
+        if external_links and backend != "h5":
+            raise ValueError(f"external_links=True: {backend} has no external links (HDF5 only)")
+        options = {"external_links": external_links} if backend == "h5" else {}
+        self._backend: Backend = backend_for(backend, **options)
         self._mode = mode
         self._kwargs = kwargs
         self._device = None if device is None else torch.device(device)
@@ -123,12 +214,16 @@ class PersistentTensorDict:
         recorded = self._group.attrs.get(BATCH_ATTR)
         if recorded is not None:
             return torch.Size([int(x) for x in recorded])
-        shapes = []
-        for _, obj in self._backend.members(self._group):
-            if self._backend.is_group(obj) or self._backend.is_non_tensor(obj):
-                continue
-            shapes.append(tuple(obj.shape))
-        return torch.Size(infer_batch_size(shapes, parent))
+        return torch.Size(infer_batch_size(self._array_shapes(), parent))
+
+    def _array_shapes(self) -> list[tuple[int, ...]]:
+        """The shapes of this node's arrays (not its nodes, values or unreadable links)."""
+        b = self._backend
+        return [
+            tuple(obj.shape)
+            for _, obj in b.members(self._group)
+            if type(obj) is not Unreadable and not b.is_group(obj) and not b.is_non_tensor(obj)
+        ]
 
     def _child(self, name: str, obj: Any) -> PersistentTensorDict:
         child = object.__new__(type(self))
@@ -141,6 +236,11 @@ class PersistentTensorDict:
         child._cache = self._cache
         child._group = obj
         child._path = (*self._path, name)
+        if len(child._path) > MAX_DEPTH:  # a link back to an ancestor loops forever
+            raise FormatError(
+                f"{child._where()}: groups nested more than {MAX_DEPTH} deep (a link to a "
+                "parent group?)"
+            )
         child._batch_size = child._initial_batch_size(None, tuple(self._batch_size))
         return child
 
@@ -166,28 +266,30 @@ class PersistentTensorDict:
         elif batch_size is not None:
             td = td.clone(recurse=False)
             td.batch_size = batch_size
-        adapter = backend_for(backend)
+        # A save through the seam: the one saver walks and checks the tree, the layout's
+        # writer stages it and writes it at once (a path: under a temporary name).
+        store = GroupStore(filename, backend, mode="w")
+        Saver(store, "copy", True, False, arrays=kwargs, discard=True).run(td, 0)
         if isinstance(filename, str | os.PathLike):
-            with atomic_path(os.fspath(filename)) as tmp:
-                root = adapter.open(tmp, "w", tree_attrs(td))  # type: ignore[attr-defined]
-                try:
-                    write_tree(adapter, root, td, (), kwargs)
-                    adapter.structure_changed(root)
-                finally:
-                    if backend == "h5":
-                        root.close()
             return cls(filename=filename, mode="r+", backend=backend, device=device, **kwargs)
-        root = adapter.open(filename, "w", tree_attrs(td))  # type: ignore[attr-defined]
-        write_tree(adapter, root, td, (), kwargs)
-        adapter.structure_changed(root)
+        root = store.backend.open(filename, "r+")  # type: ignore[attr-defined]
         out = cls(group=root, backend=backend, device=device, mode="r+", **kwargs)
         out._filename = filename
         return out
 
     @classmethod
-    def from_h5(cls, filename: Any, mode: str = "r", batch_size: Any = None) -> Any:
-        """Open an HDF5 file (read-only by default)."""
-        return cls(filename=filename, mode=mode, batch_size=batch_size, backend="h5")
+    def from_h5(
+        cls, filename: Any, mode: str = "r", batch_size: Any = None, external_links: bool = False
+    ) -> Any:
+        """Open an HDF5 file (read-only by default; ``external_links``: follow links to
+        other files)."""
+        return cls(
+            filename=filename,
+            mode=mode,
+            batch_size=batch_size,
+            backend="h5",
+            external_links=external_links,
+        )
 
     @classmethod
     def from_zarr(cls, filename: Any, mode: str = "r", batch_size: Any = None) -> Any:
@@ -205,7 +307,7 @@ class PersistentTensorDict:
     def batch_size(self, value: Any) -> None:
         value = torch.Size(value)
         for name, obj in self._backend.members(self._group):
-            if self._backend.is_non_tensor(obj):
+            if type(obj) is Unreadable or self._backend.is_non_tensor(obj):
                 continue
             shape = tuple(
                 self._child(name, obj).batch_size if self._backend.is_group(obj) else obj.shape
@@ -215,29 +317,6 @@ class PersistentTensorDict:
                     f"batch_size {list(value)}: entry {name!r} has leading shape {list(shape)}"
                 )
         self._batch_size = value
-
-    @property
-    def shape(self) -> torch.Size:
-        """The batch size."""
-        return self._batch_size
-
-    @property
-    def batch_dims(self) -> int:
-        """The number of batch dims."""
-        return len(self._batch_size)
-
-    @property
-    def ndim(self) -> int:
-        """The number of batch dims."""
-        return len(self._batch_size)
-
-    def dim(self) -> int:
-        """The number of batch dims."""
-        return len(self._batch_size)
-
-    def numel(self) -> int:
-        """The number of batch elements."""
-        return int(np.prod(self._batch_size)) if self._batch_size else 1
 
     @property
     def device(self) -> torch.device | None:
@@ -313,6 +392,8 @@ class PersistentTensorDict:
             if default is not _NO_DEFAULT:
                 return default
             raise TensorDictKeyError(f"key {name!r} not found in {self._where()}") from None
+        if type(obj) is Unreadable:
+            raise obj.error(name, self._where())
         if self._backend.is_group(obj):
             key = ("", *self._path, name)  # "" keeps nodes apart from arrays
             child = self._cache.get(key)
@@ -320,8 +401,8 @@ class PersistentTensorDict:
                 child = self._cache[key] = self._child(name, obj)
             return child
         if self._backend.is_non_tensor(obj):
-            value = self._backend.read_non_tensor(obj, name, self._where())
-            return NonTensorData(value, batch_size=self._batch_size)
+            return read_non_tensor(self._backend, obj, name, self._where(), self._batch_size)
+        tensor_dtype(obj.dtype, name, self._where())
         return self._to_device(as_tensor(self._backend.read_all(obj)))
 
     def _to_device(self, t: Tensor) -> Tensor:
@@ -338,8 +419,11 @@ class PersistentTensorDict:
             obj = node._member(name)
         except KeyError:
             raise TensorDictKeyError(f"key {key!r} not found in {node._where()}") from None
+        if type(obj) is Unreadable:
+            raise obj.error(name, node._where())
         if self._backend.is_group(obj) or self._backend.is_non_tensor(obj):
             raise TypeError(f"key {key!r}: expected an array, found a node or non-tensor value")
+        tensor_dtype(obj.dtype, name, node._where())
         return node, obj
 
     def get_at(self, key: Any, index: Any, default: Any = _NO_DEFAULT) -> Any:
@@ -370,13 +454,18 @@ class PersistentTensorDict:
             else None
         )
         out: dict[str, Any] = {}
-        for name, obj in self._backend.members(self._group):
-            if self._backend.is_group(obj):
+        b, where = self._backend, self._where()
+        for name, obj in b.members(self._group):
+            if type(obj) is Unreadable:
+                raise obj.error(name, where)
+            if b.is_group(obj):
                 out[name] = self._child(name, obj)._index(index)
-            elif self._backend.is_non_tensor(obj):
-                out[name] = NonTensorData(self._backend.read_non_tensor(obj, name, self._where()))
+            elif b.is_non_tensor(obj):
+                value = read_non_tensor(b, obj, name, where, None)
+                out[name] = value[index] if value.stacked else value
             else:
-                out[name] = self._to_device(as_tensor(read(self._backend, obj, index)))
+                tensor_dtype(obj.dtype, name, where)
+                out[name] = self._to_device(as_tensor(read(b, obj, index)))
         if probe is not None:
             bs = probe.shape
         else:
@@ -447,14 +536,6 @@ class PersistentTensorDict:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def __getattr__(self, name: str) -> Any:
-        if name in _READ_ONLY:
-            return getattr(self.to_tensordict(), name)
-        raise AttributeError(
-            f"{type(self).__name__} has no attribute {name!r}"
-            + (" (read it into memory first: .to_tensordict())" if not name.startswith("_") else "")
-        )
-
     def __repr__(self) -> str:
         fields = ", ".join(self.keys())
         return (
@@ -493,11 +574,9 @@ class PersistentTensorDict:
         b = self._backend
         exists = b.contains(self._group, name)
         if isinstance(value, NonTensorData):
-            data = value.data.tolist() if value.stacked else value.data
-            raw, encoding = encode_non_tensor(data, name)
             if exists:
                 b.delete(self._group, name)
-            b.write_non_tensor(self._group, name, raw, encoding)
+            write_non_tensor(b, self._group, name, value, name)
             self._changed()
             return
         if isinstance(value, Mapping) or getattr(type(value), "_is_tensor_collection", False):
@@ -570,7 +649,7 @@ class PersistentTensorDict:
         for key in self.keys(True, True):
             node, name = self._node_and_name(key_path(key))
             obj = self._backend.member(node._group, name)
-            if not self._backend.is_non_tensor(obj):
+            if type(obj) is not Unreadable and not self._backend.is_non_tensor(obj):
                 self._backend.write(obj, ..., np.zeros(obj.shape, dtype=obj.dtype))
         return self
 
@@ -581,7 +660,7 @@ class PersistentTensorDict:
         for key in self.keys(True, True):
             node, name = self._node_and_name(key_path(key))
             obj = self._backend.member(node._group, name)
-            if self._backend.is_non_tensor(obj):
+            if type(obj) is Unreadable or self._backend.is_non_tensor(obj):
                 continue
             data = self._backend.read_all(obj).copy()
             data[m] = value
@@ -645,14 +724,7 @@ class PersistentTensorDict:
 
     def auto_batch_size_(self, batch_dims: int | None = None) -> Any:
         """Set the batch size to the longest leading shape the arrays share (at most ``batch_dims`` dims)."""
-        shapes = []
-        for _, obj in self._backend.members(self._group):
-            if self._backend.is_non_tensor(obj):
-                continue
-            if self._backend.is_group(obj):
-                continue
-            shapes.append(tuple(obj.shape))
-        bs = infer_batch_size(shapes, ())
+        bs = infer_batch_size(self._array_shapes(), ())
         self._batch_size = torch.Size(bs[:batch_dims] if batch_dims is not None else bs)
         return self
 
@@ -682,14 +754,8 @@ class PersistentTensorDict:
 
     def close(self) -> None:
         """Close the file (HDF5) or the store (zarr)."""
-        if self._path:
-            return
-        if self._backend.name == "h5":
-            self._root.close()
-        else:
-            store = self._root.store
-            with contextlib.suppress(AttributeError):
-                store.close()
+        if not self._path:
+            self._backend.close(self._root)
 
     def __enter__(self) -> PersistentTensorDict:
         return self
@@ -700,9 +766,7 @@ class PersistentTensorDict:
     # ------------------------------------------------------------ pickling
 
     def __getstate__(self) -> dict[str, Any]:
-        target = self._filename
-        if self._backend.name == "h5":
-            target = self._backend.filename(self._root)  # type: ignore[attr-defined]
+        target = self._backend.target(self._root, self._filename)
         if target is None:
             raise TypeError(
                 f"{self._where()}: a PersistentTensorDict opened from a group object cannot "
@@ -716,6 +780,7 @@ class PersistentTensorDict:
             "batch_size": list(self._batch_size),
             "device": self._device,
             "kwargs": self._kwargs,
+            "external_links": getattr(self._backend, "external_links", False),
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -724,6 +789,7 @@ class PersistentTensorDict:
             mode=state["mode"] if state["backend"] == "zarr" else "r",
             backend=state["backend"],
             device=state["device"],
+            external_links=state.get("external_links", False),
             **state["kwargs"],
         )
         node = root
@@ -750,13 +816,16 @@ def _open(
     auto_batch_size: bool,
     batch_dims: int | None,
     batch_size: Any,
+    **options: Any,
 ) -> PersistentTensorDict:
     if auto_batch_size and batch_size is not None:
         raise TypeError(
             f"from_{backend}: Conflicting batch sizes: pass batch_size or "
             "auto_batch_size=True, not both"
         )
-    out = PersistentTensorDict(filename=filename, mode=mode, batch_size=batch_size, backend=backend)
+    out = PersistentTensorDict(
+        filename=filename, mode=mode, batch_size=batch_size, backend=backend, **options
+    )
     if auto_batch_size:
         out.auto_batch_size_(batch_dims)
     return out
@@ -769,9 +838,17 @@ def from_h5(
     auto_batch_size: bool = False,
     batch_dims: int | None = None,
     batch_size: Any = None,
+    external_links: bool = False,
 ) -> PersistentTensorDict:
-    """Open an HDF5 file as a lazy ``PersistentTensorDict`` (read-only by default)."""
-    return _open("h5", filename, mode, auto_batch_size, batch_dims, batch_size)
+    """Open an HDF5 file as a lazy ``PersistentTensorDict`` (read-only by default).
+
+    An entry that cannot be read (a dangling soft link, an ``Empty`` dataset, an external
+    link) is listed, and reading it raises naming the file and the key. Links to other
+    files are followed only with ``external_links=True``.
+    """
+    return _open(
+        "h5", filename, mode, auto_batch_size, batch_dims, batch_size, external_links=external_links
+    )
 
 
 def from_zarr(

@@ -1,5 +1,6 @@
 """``.safetensors`` files: read by mapping the file once (every tensor a zero-copy view),
-written by tensorbox itself (``safetensors`` is only the tests' oracle).
+written by tensorbox itself (``safetensors`` is only the tests' oracle), both ways through
+the storage seam.
 
 Reading goes through the storage seam: the file is a read-only store
 (:mod:`~tensorbox.interop._safetensors_store`) whose header, checked like ``meta.json``
@@ -22,16 +23,11 @@ process's copy only, never the file.
 
 from __future__ import annotations
 
-import json
-import os
-import struct
 from typing import Any
 
 import torch
-from torch import Tensor
 
-from tensorbox.errors import KeyCollisionError
-from tensorbox.interop._safetensors_format import CODES, nest, read_header
+from tensorbox.interop._safetensors_format import read_header
 
 __all__ = ["from_safetensors", "read_header", "to_safetensors"]
 
@@ -50,9 +46,7 @@ def from_safetensors(
 
     The file is mapped once and each tensor is a view of the mapping: nothing is read
     until a tensor is used, so loading one layer of a large checkpoint reads that layer.
-    The file is read as a store on the storage seam
-    (:class:`~tensorbox.interop._safetensors_store.SafetensorsStore`), by the loader that
-    reads saved trees.
+    The file is read by the same loader as saved trees.
 
     Args:
         path: the file.
@@ -64,7 +58,7 @@ def from_safetensors(
         nested: ``False`` keeps the dotted names as flat keys.
         cls: the container class (TensorDict or a tensorclass).
     """
-    from tensorbox._storage.persist import load_from
+    from tensorbox._storage.api import load_from
     from tensorbox.interop._safetensors_store import SafetensorsStore
 
     store = SafetensorsStore(path, keys=keys, prefix=prefix, nested=nested)
@@ -77,50 +71,14 @@ def from_safetensors(
 
 def to_safetensors(td: Any, path: Any, *, metadata: dict[str, str] | None = None) -> None:
     """Write the tensor leaves of ``td`` as a ``.safetensors`` file, nested keys joined by
-    ``.``. Non-tensor entries are refused (the format holds tensors only). Written under
-    a temporary name and renamed into place."""
-    from tensorbox.interop.arrow import _raw_leaves
-    from tensorbox.interop.files import _atomic
+    ``.``. Non-tensor entries are refused (the format holds tensors only).
 
-    name = os.fspath(path)
-    tensors: list[tuple[str, Tensor]] = []
-    seen: set[str] = set()
-    for key_path, value in _raw_leaves(td):
-        key = ".".join(key_path)
-        if not isinstance(value, Tensor):
-            raise TypeError(
-                f"to_safetensors({name!r}): entry {key!r} is a {type(value).__name__}; the "
-                "format holds tensors only (drop it: td.exclude(...))"
-            )
-        if value.dtype not in CODES:
-            raise TypeError(f"to_safetensors({name!r}): entry {key!r} has dtype {value.dtype}")
-        if value.is_nested or value.layout is not torch.strided:
-            raise TypeError(f"to_safetensors({name!r}): entry {key!r} is not a dense tensor")
-        if key in seen:
-            raise KeyCollisionError(
-                f"to_safetensors({name!r}): two entries are both named {key!r} once their "
-                "keys are joined with '.'; rename one"
-            )
-        seen.add(key)
-        tensors.append((key, value.detach().cpu().contiguous()))
-    nest([k for k, _ in tensors], f"to_safetensors({name!r})")
-    header: dict[str, Any] = {}
-    if metadata:
-        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
-    offset = 0
-    for key, t in tensors:
-        nbytes = t.numel() * t.element_size()
-        header[key] = {
-            "dtype": CODES[t.dtype],
-            "shape": list(t.shape),
-            "data_offsets": [offset, offset + nbytes],
-        }
-        offset += nbytes
-    blob = json.dumps(header, separators=(",", ":")).encode()
-    blob += b" " * (-len(blob) % 8)  # the data starts 8-byte aligned
-    with _atomic(name, ".safetensors") as target, open(target, "wb") as f:
-        f.write(struct.pack("<Q", len(blob)))
-        f.write(blob)
-        for _, t in tensors:
-            if t.numel():
-                f.write(t.reshape(-1).view(torch.uint8).numpy().data)  # no copy
+    A save through the storage seam: the one saver walks ``td`` and the file's own
+    writer writes it under a temporary name, renamed into place once complete.
+    ``metadata``: the header's ``__metadata__`` strings.
+    """
+    from tensorbox._storage.save import Saver
+    from tensorbox.interop._safetensors_store import SafetensorsStore
+
+    store = SafetensorsStore(path, mode="w")
+    Saver(store, "copy", True, False, metadata=metadata).run(td, 0)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorbox.interop._backends import NON_TENSOR_ATTR, Backend, decode_non_tensor
+from tensorbox.interop._backends import NON_TENSOR_ATTR, ROWS_ATTR, Backend, decode_non_tensor
 from tensorbox.interop._extras import require
 
 __all__ = ["ZarrBackend"]
@@ -69,14 +69,23 @@ class ZarrBackend(Backend):
             arr[...] = data
         return arr
 
-    def write_non_tensor(self, group: Any, name: str, raw: bytes, encoding: str) -> None:
+    def write_non_tensor(
+        self, group: Any, name: str, raw: bytes, encoding: str, rows: Any = None
+    ) -> None:
         data = np.frombuffer(raw, dtype=np.uint8)
+        attrs: dict[str, Any] = {NON_TENSOR_ATTR: encoding}
+        if rows is not None:
+            attrs[ROWS_ATTR] = list(rows)
         arr = group.create_array(
-            name, shape=data.shape, dtype=np.uint8, chunks=(max(1, data.size),), compressors=None
+            name,
+            shape=data.shape,
+            dtype=np.uint8,
+            chunks=(max(1, data.size),),
+            compressors=None,
+            attributes=attrs,
         )
         if data.size:
             arr[...] = data
-        arr.attrs[NON_TENSOR_ATTR] = encoding
 
     def read_non_tensor(self, obj: Any, key: str, where: str) -> Any:
         raw = np.asarray(obj[...]).tobytes()
@@ -87,6 +96,9 @@ class ZarrBackend(Backend):
 
     def read(self, arr: Any, index: Any) -> np.ndarray:
         return np.asarray(arr[index])
+
+    def read_rows(self, arr: Any, rows: np.ndarray) -> np.ndarray:
+        return np.asarray(arr.get_orthogonal_selection((rows,)))
 
     def structure_changed(self, root: Any) -> None:
         # The consolidated copy of the tree's metadata is rewritten after every structural

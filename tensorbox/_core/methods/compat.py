@@ -34,19 +34,18 @@ from collections.abc import Callable, Sequence
 from typing import Any, Self
 
 from tensorbox._core import apply as _apply
+from tensorbox._core import ports as _ports
 from tensorbox._core.keys import NestedKey, format_key, unravel_key
 from tensorbox._core.methods.base import MixinBase
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.tree import KEEP, iter_shaped, keys_list
 from tensorbox.errors import BatchSizeError, TensorDictKeyError
 
-__all__ = ["LAZYSTACK", "SUBVIEW", "CompatMethods"]
+__all__ = ["CompatMethods"]
 
-#: The class of ``_get_sub_tensordict``'s views, registered by ``_core/subview.py``
-#: (a subclass of TensorDict: naming it here would be an import cycle).
-SUBVIEW: list[type] = []
-#: ``LazyStackedTensorDict``, registered by ``_core/lazystack.py`` (for ``to_lazystack``).
-LAZYSTACK: list[type] = []
+# The class of ``_get_sub_tensordict``'s views (``_core/subview.py``, a subclass of
+# TensorDict: naming it here would be an import cycle) and ``LazyStackedTensorDict``
+# (for ``to_lazystack``) are the ``subview`` and ``lazystack`` ports.
 
 
 class CompatMethods(MixinBase):
@@ -188,9 +187,9 @@ class CompatMethods(MixinBase):
         """A view of the rows ``idx``: reads index this container's entries at call time,
         writes (``set``, ``update``, ``sub[key] = v``) land in these rows, and a new key
         is created here too, zeros in the other rows (public: ``td[idx] = value``)."""
-        return SUBVIEW[0](self, idx)
+        return _ports.subview()(self, idx)
 
     def to_lazystack(self, dim: int = 0) -> Any:
         """This container as a lazy stack of its slices along ``dim`` (tensordict's
         public name; the slices share this container's tensors)."""
-        return LAZYSTACK[0].lazy_stack(list(self.unbind(dim)), dim)  # type: ignore[attr-defined]
+        return _ports.lazystack().lazy_stack(list(self.unbind(dim)), dim)  # type: ignore[attr-defined]

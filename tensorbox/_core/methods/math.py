@@ -196,11 +196,11 @@ class MathMethods(MixinBase):
         return out
 
     def __or__(self, other: Any) -> Self:
-        out: Self = _elementwise.binary(self, other, _logical(torch.logical_or))
+        out: Self = _elementwise.logical(self, other, _logical(torch.logical_or), "|")
         return out
 
     def __xor__(self, other: Any) -> Self:
-        out: Self = _elementwise.binary(self, other, _logical(torch.logical_xor))
+        out: Self = _elementwise.logical(self, other, _logical(torch.logical_xor), "^")
         return out
 
     # the logical ops are symmetric: ``True ^ td`` is ``td ^ True``

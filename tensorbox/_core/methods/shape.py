@@ -31,10 +31,10 @@ import torch
 from torch import Tensor
 
 from tensorbox._core import padding as _padding
+from tensorbox._core import ports as _ports
 from tensorbox._core import shapeops as _shapeops
 from tensorbox._core import tree as _tree
 from tensorbox._core.legacy import STATE as _LEGACY
-from tensorbox._core.legacy import VIEW as _LAZY_VIEW
 from tensorbox._core.methods.base import C, MixinBase, batch_dim, batch_dims, is_container
 from tensorbox._core.shape import shape_from_args
 from tensorbox._core.unbatched import UnbatchedTensor
@@ -127,7 +127,7 @@ class ShapeMethods(MixinBase):
         if batch_size is not None:
             shape = (batch_size,)
         if _LEGACY[0]:  # tensordict's lazy-legacy mode (_core/legacy.py)
-            lazy = _LAZY_VIEW[0](self, "view", shape)
+            lazy = _ports.legacy_view()(self, "view", shape)
             if lazy is not None:
                 return lazy  # type: ignore[no-any-return]
         out: Self = _shapeops.reshape(self, shape, "view")
@@ -167,7 +167,7 @@ class ShapeMethods(MixinBase):
         torch.Size([3, 1, 5])
         """
         if _LEGACY[0]:  # tensordict's lazy-legacy mode (_core/legacy.py)
-            lazy = _LAZY_VIEW[0](self, "unsqueeze", (dim,))
+            lazy = _ports.legacy_view()(self, "unsqueeze", (dim,))
             if lazy is not None:
                 return lazy  # type: ignore[no-any-return]
         out: Self = _shapeops.unsqueeze(self, dim)
@@ -183,7 +183,7 @@ class ShapeMethods(MixinBase):
         (torch.Size([3]), torch.Size([3, 1]))
         """
         if _LEGACY[0]:  # tensordict's lazy-legacy mode (_core/legacy.py)
-            lazy = _LAZY_VIEW[0](self, "squeeze", (dim,))
+            lazy = _ports.legacy_view()(self, "squeeze", (dim,))
             if lazy is not None:
                 return lazy  # type: ignore[no-any-return]
         out: Self = _shapeops.squeeze(self, dim)
@@ -266,7 +266,7 @@ class ShapeMethods(MixinBase):
         torch.Size([3, 2, 5])
         """
         if _LEGACY[0]:  # tensordict's lazy-legacy mode (_core/legacy.py)
-            lazy = _LAZY_VIEW[0](self, "permute", dims)
+            lazy = _ports.legacy_view()(self, "permute", dims)
             if lazy is not None:
                 return lazy  # type: ignore[no-any-return]
         out: Self = _shapeops.permute(self, dims)
@@ -285,7 +285,7 @@ class ShapeMethods(MixinBase):
         torch.Size([3, 2])
         """
         if _LEGACY[0]:  # tensordict's lazy-legacy mode (_core/legacy.py)
-            lazy = _LAZY_VIEW[0](self, "transpose", (dim0, dim1))
+            lazy = _ports.legacy_view()(self, "transpose", (dim0, dim1))
             if lazy is not None:
                 return lazy  # type: ignore[no-any-return]
         out: Self = _shapeops.transpose(self, dim0, dim1)

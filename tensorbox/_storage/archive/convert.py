@@ -28,8 +28,8 @@ from typing import Any
 import torch
 
 from tensorbox._core.chunks import as_bytes
+from tensorbox._storage import api as _persist
 from tensorbox._storage import commit as _commit
-from tensorbox._storage import persist as _persist
 from tensorbox._storage import remote as _remote
 from tensorbox._storage.archive import store as _archive
 from tensorbox._storage.archive import zip as _zip

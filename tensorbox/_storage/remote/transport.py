@@ -1,27 +1,23 @@
-"""Trees behind URLs (``s3://``, ``gs://``, ``az://``, ``http(s)://``, ``memory://``...),
-through fsspec.
+"""Transports: where a tree's bytes are, behind a URL.
+
+A :class:`Transport` is one small protocol: ranged reads (several ranges per call,
+coalesced here in the base: ranges of one object closer than ``gap`` are one request),
+``describe``/``identity`` (the object's size and whatever validator the server gives:
+ETag, version id, generation, modification time), ``list``, ``put_file``, and capability
+flags (``writable``, ``mappable``, ``listable``, ``transactional``). Every reply is
+checked (its status, ``Content-Range`` and length), and a reply of another version than
+the one asked for is refused before any of its bytes are handed on.
+
+:class:`FsspecTransport` reaches ``s3://``, ``gs://``, ``az://``, ``http(s)://``,
+``memory://`` and ``file://`` through fsspec. Its replies from S3 (s3fs) and HTTP(S)
+are streamed through a fast path on s3fs's and aiohttp's objects (:func:`_opener`),
+feature-detected here and nowhere else; any other filesystem, or one whose internals
+changed, goes through fsspec's public ``cat_ranges`` (tested as such). An obstore
+transport is :class:`tensorbox._storage.remote.obstore.ObstoreTransport`.
 
 A path that looks like a URL (``scheme://...``) is never taken for a local path: a
 known scheme goes to fsspec (its package missing: an ``ImportError`` naming the
-extra to install), an unknown one is a ``ValueError``. Credentials and endpoints come
-from each filesystem's own configuration (``AWS_*`` variables, ``AWS_ENDPOINT_URL``...)
-or from ``storage_options=``, as pandas and zarr take them.
-
-What this module does:
-
-- **Archives only on object storage.** A folder tree is committed by renaming a new
-  generation into place, and object stores have no rename: a reader could list a mix
-  of two generations. A folder save to a URL is refused with the advice to save an
-  archive; an archive is one object, written by one ``put`` (a multipart upload for
-  large files) that readers see whole or not at all.
-- **A bounded local disk cache** (:class:`RangeCache`): fetched bytes are kept under a
-  key made of the URL and the object's identity (size, ETag and modification time,
-  whichever the server reports), so an object replaced remotely is fetched again,
-  never served stale or mixed. Files are written under a temporary name and renamed,
-  so a fetch that fails (a server dying mid-read) leaves nothing half-written; the
-  least recently used files are evicted past ``max_bytes``.
-- **Range requests coalesced**: ranges closer than ``gap`` bytes are read as one
-  request (adjacent leaves of an archive come back in one round trip).
+extra to install), an unknown one is a ``ValueError``.
 
 >>> split_url("/data/ds.tbx") is None, split_url("memory://bucket/ds.tbx")
 (True, ('memory', 'memory://bucket/ds.tbx', None))
@@ -32,35 +28,11 @@ What this module does:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.util
-import json
 import os
 import re
-import tempfile
-import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
-
-__all__ = [
-    "RangeCache",
-    "coalesce",
-    "default_cache",
-    "fetch_archive",
-    "filesystem",
-    "identity",
-    "is_url",
-    "check_mode",
-    "read_into",
-    "read_many",
-    "read_whole",
-    "stamp",
-    "describe",
-    "refuse",
-    "save_target",
-    "upload",
-    "split_url",
-]
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 _SEP = "::"  # URL::DIR names a sub-tree of an archive, as FILE::DIR does locally
@@ -168,12 +140,7 @@ def describe(fs: Any, path: str, url: str) -> dict[str, Any]:
     try:
         info: dict[str, Any] = fs.info(path)
     except FileNotFoundError as err:
-        status = getattr(err.__cause__, "status", None)  # fsspec's HTTP: any failure
-        if status in (401, 403):
-            raise PermissionError(
-                f"{url!r}: access refused (HTTP {status}): check the credentials"
-            ) from err
-        raise FileNotFoundError(f"{url!r}: no such object") from None
+        raise _not_found(err, url) from err.__cause__
     except PermissionError as err:
         raise PermissionError(f"{url!r}: access refused: check the credentials ({err})") from err
     except Exception as err:  # aiohttp, botocore...: their own types
@@ -184,6 +151,31 @@ def describe(fs: Any, path: str, url: str) -> dict[str, Any]:
             ) from err
         raise OSError(f"{url!r}: cannot read the object's description ({err})") from err
     return info
+
+
+def _not_found(err: FileNotFoundError, url: str) -> OSError:
+    """What a ``FileNotFoundError`` from fsspec means: fsspec's HTTP filesystem raises it
+    for any failure of its HEAD and GET (a dead server, HTTP 503...), with the real
+    error as its cause; only a 404 or 410 (or no cause: another filesystem's own
+    verdict) is a missing object."""
+    cause = err.__cause__
+    if cause is None or not type(cause).__module__.startswith(("aiohttp", "asyncio")):
+        if cause is not None and isinstance(cause, (TimeoutError, ConnectionError)):
+            return ConnectionError(f"{url!r}: cannot reach the server ({cause!r})")
+        return FileNotFoundError(f"{url!r}: no such object")
+    status = getattr(cause, "status", None)
+    if status in (404, 410):
+        return FileNotFoundError(f"{url!r}: no such object (HTTP {status})")
+    if status in (401, 403):
+        return PermissionError(f"{url!r}: access refused (HTTP {status}): check the credentials")
+    if status is not None:
+        return OSError(
+            f"{url!r}: the server answered HTTP {status} ({getattr(cause, 'message', '')}), "
+            "not the object: try again later"
+        )
+    return ConnectionError(
+        f"{url!r}: cannot reach the server ({type(cause).__name__}: {cause}): is it running?"
+    )
 
 
 _VERSION_FIELDS = (
@@ -206,8 +198,10 @@ def stamp(info: dict[str, Any]) -> dict[str, Any]:
     size and whatever of ETag, modification time, generation or version id it has."""
     out: dict[str, Any] = {"size": info.get("size")}
     for k in _VERSION_FIELDS:
-        if info.get(k) is not None:
-            out[k] = str(info[k])
+        v = info.get(k)
+        if v is not None:
+            # one instant, however it is given (memory:// lists a float, describes a datetime)
+            out[k] = str(v.timestamp() if hasattr(v, "timestamp") else v)
     return out
 
 
@@ -220,8 +214,34 @@ def identity(fs: Any, path: str, url: str) -> dict[str, Any]:
     return {"url": url, **stamp(info)}
 
 
+#: Validators that name one version of an object's bytes: a strong ETag, a version id,
+#: a generation, a content hash. A modification time is not one: two versions written in
+#: the same second (or clock tick) share it.
+_STRONG = ("ETag", "etag", "generation", "VersionId", "version_id", "md5Hash")
+
+
 def _versioned(ident: dict[str, Any]) -> bool:
-    return len(ident) > 2  # more than url and size: a version the server vouches for
+    """Whether ``ident`` holds a strong validator (see :data:`_STRONG`); a weak ETag
+    (``W/"..."``) is not one."""
+    for k in _STRONG:
+        v = ident.get(k)
+        if v is not None and not str(v).startswith("W/"):
+            return True
+    return False
+
+
+def trust_weak() -> bool:
+    """Whether files of a folder tree on a server without a strong validator may be read
+    (``$TENSORBOX_TRUST_WEAK_VALIDATORS=1``; archives need no such opt-in: their content
+    is checked)."""
+    return os.environ.get("TENSORBOX_TRUST_WEAK_VALIDATORS", "") not in ("", "0")
+
+
+def strong_etag(ident: dict[str, Any]) -> str | None:
+    """The object's ETag when it is a strong one (a reply carrying it vouches for its
+    bytes), else None."""
+    tag = ident.get("ETag", ident.get("etag"))
+    return None if tag is None or str(tag).startswith("W/") else str(tag)
 
 
 def coalesce(
@@ -248,86 +268,6 @@ def coalesce(
         else:
             out.append((s, e, [i]))
     return out
-
-
-class RangeCache:
-    """A local disk cache of remote bytes, bounded, least recently used evicted first.
-
-    Every file is named by a hash of its key (the URL, the object's identity and what
-    part of it), written under a temporary name and renamed into place: a reader sees
-    a whole file or none. Use refreshes a file's modification time, which is the LRU
-    order (shared by every process using the same folder).
-    """
-
-    def __init__(self, directory: str | None = None, max_bytes: int = 10 << 30) -> None:
-        self.directory = (
-            directory
-            or os.environ.get("TENSORBOX_CACHE")
-            or os.path.join(os.path.expanduser("~"), ".cache", "tensorbox", "remote")
-        )
-        self.max_bytes = max_bytes
-        self._lock = threading.Lock()
-
-    def path_for(self, key: dict[str, Any]) -> str:
-        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:40]
-        return os.path.join(self.directory, digest + ".bin")
-
-    def get(self, key: dict[str, Any]) -> str | None:
-        path = self.path_for(key)
-        try:
-            os.utime(path)
-        except FileNotFoundError:
-            return None
-        return path
-
-    def put_file(self, key: dict[str, Any], tmp: str) -> str:
-        """Move the finished file ``tmp`` (in this folder) into place under ``key``."""
-        path = self.path_for(key)
-        os.replace(tmp, path)
-        self.evict(keep=path)
-        return path
-
-    def new_tmp(self) -> str:
-        os.makedirs(self.directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".part-")
-        os.close(fd)
-        return tmp
-
-    def evict(self, keep: str | None = None) -> None:
-        with self._lock:
-            files = []
-            try:
-                found = list(os.scandir(self.directory))
-            except FileNotFoundError:
-                return
-            for e in found:
-                if e.name.endswith(".bin") and e.is_file():
-                    st = e.stat()
-                    # a leaf's file is sparse until every part of it was fetched
-                    used = min(st.st_size, getattr(st, "st_blocks", st.st_size // 512 + 1) * 512)
-                    files.append((st.st_mtime, used, e.path))
-            total = sum(f[1] for f in files)
-            for _, size, path in sorted(files):
-                if total <= self.max_bytes:
-                    break
-                if path == keep:
-                    continue
-                for gone in (path, path[: -len(".bin")] + ".have"):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(gone)  # a process mapping it keeps its pages
-                total -= size
-
-
-_default: RangeCache | None = None
-
-
-def default_cache() -> RangeCache:
-    """The process's cache (``$TENSORBOX_CACHE`` or ``~/.cache/tensorbox/remote``, 10 GiB;
-    ``TENSORBOX_CACHE_BYTES`` changes the bound)."""
-    global _default
-    if _default is None:
-        _default = RangeCache(max_bytes=int(os.environ.get("TENSORBOX_CACHE_BYTES", 10 << 30)))
-    return _default
 
 
 def read_ranges(
@@ -392,6 +332,7 @@ def read_into(
     limit: int = 1 << 62,
     lanes: int = 4,
     etags: dict[str, str | None] | None = None,
+    sizes: dict[str, int] | None = None,
 ) -> bool:
     """Read each ``(path, url, start, end)`` range, handing its bytes on as they arrive:
     ``sink(i, offset, buffers)`` for the bytes of range ``i`` from ``offset`` on, every
@@ -412,6 +353,9 @@ def read_into(
     back when every reply was streamed with that ETag, so that the bytes are known to be
     that version's (the objects need no other check); False when some were not (not
     streamed, no ETag known or sent, or another one: the caller asks the server).
+    ``sizes`` (path -> the object's size when its tree was opened): a streamed reply
+    whose ``Content-Range`` names another size, or other bytes than those asked for, is
+    an :class:`ReplyMismatch`, never handed on.
 
     >>> import fsspec
     >>> fs = fsspec.filesystem("memory")
@@ -427,9 +371,22 @@ def read_into(
     groups = _groups(ranges, gap, limit)
     if not groups:
         return True
+    return _read_groups(fs, ranges, groups, sink, lanes, etags or {}, sizes or {})
+
+
+def _read_groups(
+    fs: Any,
+    ranges: Sequence[tuple[str, str, int, int]],
+    groups: list[_Group],
+    sink: Sink,
+    lanes: int,
+    etags: dict[str, str | None],
+    sizes: dict[str, int],
+) -> bool:
+    """:func:`read_into` once its ranges are coalesced into ``groups``."""
     opener = _opener(fs)
     if opener is not None:
-        vouched = _stream(fs, opener, ranges, groups, sink, lanes, etags or {})
+        vouched = _stream(fs, opener, ranges, groups, sink, lanes, etags, sizes)
         return vouched >= {g[0] for g in groups}
     import concurrent.futures
 
@@ -461,7 +418,46 @@ _Group = tuple[str, str, int, int, list[int]]
 _Body = tuple[Callable[[], Awaitable[bytes]], Callable[[], Any], str | None]
 
 
-def _opener(fs: Any) -> Callable[[Any, str, int, int], Awaitable[_Body]] | None:
+#: ``(start, end, the object's size or None)`` of a request.
+_Range = tuple[int, int, "int | None"]
+
+
+class ReplyMismatch(OSError):
+    """A reply that is not the bytes asked for (another status, ``Content-Range`` or
+    length): never served, never retried."""
+
+
+def _check_range(status: int, header: str | None, length: int | None, rng: _Range) -> None:
+    """Raise :class:`ReplyMismatch` unless a reply (HTTP ``status``, ``Content-Range``
+    ``header``, ``length`` bytes announced) is bytes ``start..end`` of an object of
+    ``total`` bytes (None: not known), as asked."""
+    start, end, total = rng
+    asked = f"bytes {start}..{end}"
+    if status == 200:  # the whole object: acceptable when it is exactly what was asked
+        if start == 0 and length == end and total in (None, end):
+            return
+        raise ReplyMismatch(
+            f"the server answered {asked} with the whole object ({length} bytes, HTTP 200): "
+            "it does not honour Range requests"
+        )
+    if status != 206:
+        raise ReplyMismatch(f"the server answered {asked} with HTTP {status}")
+    m = re.fullmatch(r"\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*", header or "")
+    if m is None or (int(m.group(1)), int(m.group(2)) + 1) != (start, end):
+        raise ReplyMismatch(
+            f"the server answered {asked} with Content-Range {header!r}: other bytes than "
+            "those asked for"
+        )
+    if total is not None and m.group(3) != "*" and int(m.group(3)) != total:
+        raise ReplyMismatch(
+            f"the server answered {asked} with Content-Range {header!r}: an object of "
+            f"{m.group(3)} bytes, not the {total} it had when the tree was opened (replaced?)"
+        )
+    if length is not None and length != end - start:
+        raise ReplyMismatch(f"the server answered {asked} with {length} bytes")
+
+
+def _opener(fs: Any) -> Callable[[Any, str, _Range], Awaitable[_Body]] | None:
     """How to stream a range of ``fs``'s objects, or None (no streaming for it)."""
     if getattr(fs, "loop", None) is None:
         return None
@@ -473,20 +469,28 @@ def _opener(fs: Any) -> Callable[[Any, str, int, int], Awaitable[_Body]] | None:
     return None
 
 
-async def _s3_body(fs: Any, path: str, start: int, end: int) -> _Body:
+async def _s3_body(fs: Any, path: str, rng: _Range) -> _Body:
+    start, end, _ = rng
     bucket, key, version = fs.split_path(path)
     extra = {"VersionId": version} if version else {}
     reply = await fs._call_s3(
         "get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", **extra
     )
     body = reply["Body"]
+    status = reply.get("ResponseMetadata", {}).get("HTTPStatusCode", 206)
+    try:
+        _check_range(status, reply.get("ContentRange"), reply.get("ContentLength"), rng)
+    except BaseException:
+        body.close()
+        raise
     content = getattr(getattr(body, "_raw_stream", None), "content", None)
     if content is not None and hasattr(content, "readany"):
         return content.readany, body.close, reply.get("ETag")  # aiohttp's chunks: no copy
     return (lambda: body.read(STREAM_CHUNK)), body.close, reply.get("ETag")
 
 
-async def _http_body(fs: Any, path: str, start: int, end: int) -> _Body:
+async def _http_body(fs: Any, path: str, rng: _Range) -> _Body:
+    start, end, _ = rng
     kw = dict(getattr(fs, "kwargs", None) or {})
     headers = dict(kw.pop("headers", None) or {})
     headers["Range"] = f"bytes={start}-{end - 1}"
@@ -496,15 +500,33 @@ async def _http_body(fs: Any, path: str, start: int, end: int) -> _Body:
         if reply.status == 404:
             raise FileNotFoundError(path)
         reply.raise_for_status()  # aiohttp's error: its status is mapped by the caller
-        if reply.status != 206 and reply.content_length != end - start:
-            raise OSError(
-                f"the server answered bytes {start}..{end} with the whole object (HTTP "
-                f"{reply.status}): it does not honour Range requests"
-            )
+        _check_range(reply.status, reply.headers.get("Content-Range"), reply.content_length, rng)
     except BaseException:
         reply.release()
         raise
     return reply.content.readany, reply.release, reply.headers.get("ETag")
+
+
+def spread(
+    ranges: Sequence[tuple[str, str, int, int]],
+    members: list[int],
+    at: int,
+    bufs: Sequence[Any],
+    sink: Sink,
+) -> None:
+    """Hand ``bufs`` (an object's bytes from ``at`` on, a request's reply) to ``sink``,
+    spread over the ranges ``members`` of that request."""
+    out: dict[int, tuple[int, list[memoryview]]] = {}
+    for b in bufs:
+        view, a = memoryview(b), at
+        at += len(view)
+        for i in members:
+            s, e = ranges[i][2], ranges[i][3]
+            lo, hi = max(s, a), min(e, at)
+            if lo < hi:
+                out.setdefault(i, (lo - s, []))[1].append(view[lo - a : hi - a])
+    for i, (offset, views) in out.items():
+        sink(i, offset, views)
 
 
 class _SinkFailed(Exception):
@@ -516,12 +538,13 @@ class _SinkFailed(Exception):
 
 def _stream(
     fs: Any,
-    opener: Callable[[Any, str, int, int], Awaitable[_Body]],
+    opener: Callable[[Any, str, _Range], Awaitable[_Body]],
     ranges: Sequence[tuple[str, str, int, int]],
     groups: list[_Group],
     sink: Sink,
     lanes: int,
     etags: dict[str, str | None],
+    sizes: dict[str, int],
 ) -> set[str]:
     """Stream ``groups``; the paths whose every reply's ETag matched ``etags``."""
     import asyncio
@@ -532,19 +555,8 @@ def _stream(
     unvouched: set[str] = set()
 
     def hand_on(members: list[int], at: int, bufs: list[bytes]) -> None:
-        """``bufs``: the object's bytes from ``at`` on, spread over the ranges inside."""
-        out: dict[int, tuple[int, list[memoryview]]] = {}
-        for b in bufs:
-            view, a = memoryview(b), at
-            at += len(view)
-            for i in members:
-                s, e = ranges[i][2], ranges[i][3]
-                lo, hi = max(s, a), min(e, at)
-                if lo < hi:
-                    out.setdefault(i, (lo - s, []))[1].append(view[lo - a : hi - a])
         try:
-            for i, (offset, views) in out.items():
-                sink(i, offset, views)
+            spread(ranges, members, at, bufs, sink)
         except BaseException as err:
             raise _SinkFailed(err) from err
 
@@ -554,11 +566,17 @@ def _stream(
         async with lane:
             for attempt in range(ATTEMPTS):
                 try:
-                    read, close, tag = await opener(fs, path, start + got, end)
+                    read, close, tag = await opener(fs, path, (start + got, end, sizes.get(path)))
                     try:
-                        # Another ETag: a replaced object, or a server whose replies
-                        # name one version differently; the caller asks the server.
+                        # Another ETag than the strong one the tree was opened at: the
+                        # object was replaced, and these bytes are never written.
                         known = etags.get(path)
+                        if known is not None and tag is not None and tag != known:
+                            raise ReplyMismatch(
+                                f"the object changed since the tree was opened (it was "
+                                f"replaced: ETag {tag} now, {known} then): open it again to "
+                                "read the new tree"
+                            )
                         (vouched if known is not None and tag == known else unvouched).add(path)
                         pending: list[bytes] = []
                         held = 0
@@ -616,6 +634,8 @@ def _stream(
 def _refusal(err: BaseException, where: str) -> BaseException | None:
     """The error to raise at once for ``err`` (a missing object, refused credentials),
     or None when trying again may help."""
+    if isinstance(err, ReplyMismatch):
+        return ReplyMismatch(f"{where!r}: {err}")
     if isinstance(err, FileNotFoundError):
         return FileNotFoundError(f"{where!r}: no such object ({err})")
     if isinstance(err, PermissionError):
@@ -672,102 +692,156 @@ def read_whole(fs: Any, path: str, url: str, limit: int) -> bytes:
     return read_many(fs, [(path, url, 0, size)])[0] if size else b""
 
 
-def fetch_archive(
-    url: str, storage_options: dict[str, Any] | None = None, cache: RangeCache | None = None
-) -> str:
-    """A local file holding the archive at ``url`` now, from the cache when the object is
-    unchanged there (same size and ETag/modification time), else fetched in ranges
-    into the cache. The object's identity is read again after the fetch: one replaced
-    meanwhile is an error, never a file mixing two versions."""
-    cache = cache or default_cache()
-    fs, path = filesystem(url, storage_options)
-    ident = identity(fs, path, url)
-    key = {"object": ident, "part": "whole"}
-    if _versioned(ident):
-        hit = cache.get(key)
-        if hit is not None and os.path.getsize(hit) == ident["size"]:
-            return hit
-    size = int(ident["size"] or 0)
-    tmp = cache.new_tmp()
-    try:
-        with open(tmp, "wb") as f:
-            starts = list(range(0, size, _CHUNK))
-            for i in range(0, len(starts), 8):  # eight requests in flight, 128 MiB at most
-                batch = [(s, min(s + _CHUNK, size)) for s in starts[i : i + 8]]
-                for blob in read_ranges(fs, path, url, batch, gap=0):
-                    f.write(blob)
-        if identity(fs, path, url) != ident:
-            raise OSError(f"{url!r}: the object was replaced while it was being read; read again")
-        return cache.put_file(key, tmp)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+# ---------------------------------------------------------------- the protocol
 
 
-def refuse(what: str, url: str, advice: str) -> None:
-    raise ValueError(f"{what}({url!r}): {advice}")
+class Transport:
+    """Where one tree's objects are: the object (an archive) or folder at :attr:`url`,
+    named inside by ``rel`` paths ("" is the URL itself).
+
+    A subclass implements :meth:`describe`, :meth:`_read`, :meth:`list` and
+    :meth:`put_file`; ranged reads are coalesced here, and :meth:`identity`,
+    :meth:`read_many` and :meth:`read_whole` are built on those.
+    """
+
+    #: Capabilities: objects can be written; read in place (a local mapping); listed;
+    #: changed by a transaction (several objects at once).
+    writable = True
+    mappable = False
+    listable = True
+    transactional = False
+
+    def __init__(self, url: str, options: dict[str, Any] | None = None) -> None:
+        self.url, self.options = url, options
+
+    def path_of(self, rel: str) -> str:
+        """The transport's own name of ``rel`` (what :meth:`read_into` ranges hold)."""
+        return f"{self.url.rstrip('/')}/{rel}" if rel else self.url
+
+    def url_of(self, rel: str) -> str:
+        return f"{self.url.rstrip('/')}/{rel}" if rel else self.url
+
+    def describe(self, rel: str) -> dict[str, Any]:
+        """The object's size, ``type`` ("file" or "directory") and validators; errors name
+        the URL (a missing object: ``FileNotFoundError``; a server that cannot be reached:
+        ``ConnectionError``)."""
+        raise NotImplementedError
+
+    def identity(self, rel: str = "") -> dict[str, Any]:
+        """What identifies the object's current version: its size and validators."""
+        info = self.describe(rel)
+        if info.get("type") == "directory":
+            raise IsADirectoryError(f"{self.url_of(rel)!r} is a folder, not an archive")
+        return {"url": self.url_of(rel), **stamp(info)}
+
+    def read_into(
+        self,
+        ranges: Sequence[tuple[str, str, int, int]],
+        sink: Sink,
+        gap: int = 0,
+        limit: int = 1 << 62,
+        lanes: int = 4,
+        etags: dict[str, str | None] | None = None,
+        sizes: dict[str, int] | None = None,
+    ) -> bool:
+        """Read each ``(path, url, start, end)``, handing its bytes to ``sink`` as they
+        arrive; ranges of one object closer than ``gap`` are one request. True when every
+        reply carried the strong ETag ``etags`` names for its object (see
+        :func:`read_into`)."""
+        groups = _groups(ranges, gap, limit)
+        if not groups:
+            return True
+        return self._read(ranges, groups, sink, lanes, etags or {}, sizes or {})
+
+    def _read(
+        self,
+        ranges: Sequence[tuple[str, str, int, int]],
+        groups: list[_Group],
+        sink: Sink,
+        lanes: int,
+        etags: dict[str, str | None],
+        sizes: dict[str, int],
+    ) -> bool:
+        raise NotImplementedError
+
+    def read_many(
+        self, ranges: Sequence[tuple[str, str, int, int]], gap: int = 1 << 20
+    ) -> list[bytes]:
+        """The bytes of each ``(path, url, start, end)``."""
+        out = [bytearray() for _ in ranges]
+
+        def keep(i: int, at: int, bufs: list[memoryview]) -> None:
+            for b in bufs:
+                out[i] += b
+
+        self.read_into(ranges, keep, gap)
+        return [bytes(b) for b in out]
+
+    def read_whole(self, rel: str, limit: int) -> bytes:
+        """The bytes of a small object (a ``meta.json``), at most ``limit``."""
+        url = self.url_of(rel)
+        size = int(self.describe(rel).get("size") or 0)
+        if size > limit:
+            raise OSError(f"{url!r} is {size} bytes, over the {limit} a description may take")
+        return self.read_many([(self.path_of(rel), url, 0, size)])[0] if size else b""
+
+    def list(self, rel: str) -> list[dict[str, Any]] | None:
+        """The objects and folders directly under ``rel`` (``name``, ``size``, ``type``
+        and validators), or None where the server cannot list."""
+        raise NotImplementedError
+
+    def put_file(self, local: str, rel: str = "") -> dict[str, Any] | None:
+        """Upload the file ``local`` as one object; the identity the upload's reply gives
+        (ties the object to these bytes), or None when the transport returns none."""
+        raise NotImplementedError
 
 
-_FOLDER_ADVICE = (
-    "a folder tree cannot be saved to object storage: its generations are committed by "
-    "a rename, which object stores do not have, so a reader could see a mix of two "
-    "saves. Save one archive instead, which appears whole or not at all: "
-    "memmap(url, archive=True)"
-)
+class FsspecTransport(Transport):
+    """A URL through fsspec's public API (its filesystem made again in a forked child:
+    fsspec's event loop does not survive a fork)."""
 
+    def __init__(self, url: str, options: dict[str, Any] | None = None) -> None:
+        super().__init__(url, options)
+        self._pid = -1
+        self._fs: Any = None
+        self.path = ""
+        scheme = url.partition("://")[0].lower()
+        self.writable = scheme not in _READ_ONLY
+        self.listable = scheme not in _READ_ONLY
+        self.fs  # noqa: B018 - made now: a missing package or a bad URL raises here
 
-def save_target(url: str, sub: str | None) -> str:
-    """A new local file in the cache where an archive save to ``url`` is written before
-    :func:`upload` (refusals first: ``URL::DIR``, read-only schemes)."""
-    if sub is not None:
-        refuse(
-            "memmap", f"{url}{_SEP}{sub}", "an archive is saved whole; drop '::' and what follows"
-        )
-    scheme = url.partition("://")[0].lower()
-    if scheme in _READ_ONLY:
-        refuse(
-            "memmap", url, "http(s) URLs are read-only; save to object storage (s3://, gs://...)"
-        )
-    tmp = default_cache().new_tmp()
-    os.unlink(tmp)
-    return tmp
+    @property
+    def fs(self) -> Any:
+        if self._pid != os.getpid():
+            self._fs, self.path = filesystem(self.url, self.options)
+            self._pid = os.getpid()
+        return self._fs
 
+    def path_of(self, rel: str) -> str:
+        self.fs  # noqa: B018
+        return f"{self.path.rstrip('/')}/{rel}" if rel else self.path
 
-def upload(tmp: str, url: str, storage_options: dict[str, Any] | None = None) -> str:
-    """Put the archive written at ``tmp`` to ``url`` as one object (one put: readers see
-    the old object or the new one, whole); the local copy, kept in the cache."""
-    cache = default_cache()
-    fs, path = filesystem(url, storage_options)
-    try:
+    def describe(self, rel: str) -> dict[str, Any]:
+        return describe(self.fs, self.path_of(rel), self.url_of(rel))
+
+    def _read(
+        self,
+        ranges: Sequence[tuple[str, str, int, int]],
+        groups: list[_Group],
+        sink: Sink,
+        lanes: int,
+        etags: dict[str, str | None],
+        sizes: dict[str, int],
+    ) -> bool:
+        return _read_groups(self.fs, ranges, groups, sink, lanes, etags, sizes)
+
+    def list(self, rel: str) -> list[dict[str, Any]] | None:
         try:
-            fs.put_file(tmp, path)
-        except PermissionError as err:
-            raise PermissionError(
-                f"{url!r}: the upload was refused, nothing was written there: check the "
-                f"credentials ({err})"
-            ) from err
-        except (OSError, ValueError) as err:
-            raise OSError(f"{url!r}: the upload failed, nothing was written there ({err})") from err
-        ident = identity(fs, path, url)
-        return cache.put_file({"object": ident, "part": "whole"}, tmp) if _versioned(ident) else tmp
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+            rows = self.fs.ls(self.path_of(rel), detail=True)
+        except (NotImplementedError, FileNotFoundError, ValueError, OSError):
+            return None  # a server that does not list (plain HTTP)
+        return [{**r, "name": str(r["name"]).rstrip("/").rpartition("/")[2]} for r in rows]
 
-
-def check_mode(prefix: str, mode: str | None) -> None:
-    """A tree behind a URL opens read-only: ``mode`` None or ``"r"``."""
-    if mode not in (None, "r"):
-        refuse(
-            "load_memmap",
-            prefix,
-            f"mode={mode!r}: a tree behind a URL opens read-only (mode='r'); "
-            "save a changed copy with memmap(url, archive=True)",
-        )
-
-
-def folder_refusal(what: str, prefix: str) -> None:
-    """The error for a folder save (``memmap``, ``memmap_``, ``memmap_like``) to a URL."""
-    refuse(what, prefix, _FOLDER_ADVICE)
+    def put_file(self, local: str, rel: str = "") -> dict[str, Any] | None:
+        self.fs.put_file(local, self.path_of(rel))
+        return None  # fsspec's put returns nothing to tie the object to these bytes

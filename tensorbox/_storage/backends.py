@@ -1,0 +1,280 @@
+"""The built-in storage backends: a folder, an archive, a ``.safetensors`` file, a URL.
+
+Each is one class over :class:`~tensorbox._storage.resolve.Backend`, registered by
+name in :data:`tensorbox._storage.resolve.BACKENDS` and chosen by
+:func:`~tensorbox._storage.resolve.resolve`; the entry points of
+:mod:`tensorbox._storage.api` only call the backend they are given.
+
+>>> import tempfile, torch
+>>> from tensorbox import TensorDict
+>>> from tensorbox._storage.resolve import resolve
+>>> path = tempfile.mkdtemp() + "/t.tdz"
+>>> b = resolve(path, save=True)
+>>> type(b).__name__, b.exists()
+('ArchiveBackend', False)
+>>> _ = TensorDict(a=torch.arange(3), batch_size=[3]).memmap(path)
+>>> type(resolve(path)).__name__, resolve(path).exists()
+('ArchiveBackend', True)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from tensorbox._storage import backed as _backed
+from tensorbox._storage import commit as _commit
+from tensorbox._storage import remote as _remote
+from tensorbox._storage.api import load_from, load_memmap, memmap
+from tensorbox._storage.archive import store as _archive
+from tensorbox._storage.backed import run
+from tensorbox._storage.folder import FolderStore
+from tensorbox._storage.format.spec import META
+from tensorbox._storage.memmap_tensor import _check_mode
+from tensorbox._storage.resolve import Backend, Where
+from tensorbox._storage.save import Saver
+from tensorbox._storage.store import Store
+from tensorbox.errors import FormatError
+
+__all__ = ["ArchiveBackend", "FolderBackend", "RemoteBackend", "SafetensorsBackend"]
+
+
+def _mapped(device: torch.device | None) -> torch.device | None:
+    """``load_memmap(device="cpu")`` keeps the leaves mapped, as tensordict does: they are
+    in CPU memory already, and on a folder writes reach the files (None: no copy)."""
+    return None if device is not None and device.type == "cpu" else device
+
+
+class FolderBackend(Backend):
+    """A folder tree (``meta.json`` and one file per leaf): read, saved, changed in place.
+    No path at all is anonymous shared memory."""
+
+    name = "folder"
+    writable = True
+    in_place = True
+
+    def exists(self, storage_options: dict[str, Any] | None = None) -> bool:
+        p = self.where.path
+        return p is not None and (os.path.isfile(p) or os.path.exists(os.path.join(p, META)))
+
+    def store(self) -> FolderStore | None:
+        """The folder store a save writes (None: anonymous shared memory)."""
+        p = self.where.path
+        if p is None:
+            return None
+        if os.path.isfile(p):
+            _archive.refuse_folder_over(p)
+        return FolderStore(os.path.realpath(p))
+
+    def save(self, obj: Any, **options: Any) -> Any:
+        layout, checksum = options["layout"], options["checksum"]
+        if layout != "tensorbox" and checksum:
+            raise ValueError(
+                f"format={layout!r} has nowhere to record checksums: save with "
+                "tensorbox's format for checksum=True"
+            )
+        saver = Saver(self.store(), "copy", True, options["fsync"], checksum=checksum,
+                      layout=layout)  # fmt: skip
+        saver.progress = options["progress"]
+        return run(saver, obj, options["num_threads"])
+
+    def save_in_place(self, what: str) -> FolderStore | None:
+        return self.store()
+
+    def load(self, cls: type, **o: Any) -> Any:
+        dev, mode, fit = _mapped(o["device"]), o["mode"], o["fit"]
+        nb, verify = o["non_blocking"], o["verify"]
+        must_write = mode == "r+"  # asked for: an unwritable file raises (None falls back)
+        mode = "r+" if mode is None else mode
+        _check_mode(mode)
+        root = os.path.realpath(os.fspath(self.where.prefix))
+        lock = _commit.read_lock(root)
+        try:
+            copies: list[str] = []
+            obj = load_from(
+                FolderStore(root, must_write), "", cls, dev, nb, mode, verify, fit,
+                lock=False, copies=copies,
+            )  # fmt: skip
+            if copies and mode == "r+":  # a tensordict lazy stack loads as a dense copy
+                if must_write:
+                    raise FormatError(
+                        f"{copies[0]}: a tensordict lazy stack loads as a dense copy, which "
+                        "writes would not reach; open the tree with mode='r'"
+                    )
+                mode = "r"  # all of it copy-on-write, so no write half-reaches the files
+                obj = load_from(FolderStore(root), "", cls, dev, nb, mode, False, fit, lock=False)
+            backed = mode == "r+" and dev is None  # writes reach this tree: mode="r" is a copy
+            gen = _backed.generation(root) if backed else None  # this one, while locked
+        finally:
+            _commit.read_unlock(lock)
+        if backed:
+            _backed.register(obj, root, gen)
+        return obj
+
+    @contextlib.contextmanager
+    def opened(self) -> Iterator[tuple[Store, str]]:
+        root = os.path.realpath(os.fspath(self.where.prefix))
+        lock = _commit.read_lock(root)
+        try:
+            yield FolderStore(root), ""
+        finally:
+            _commit.read_unlock(lock)
+
+
+class ArchiveBackend(Backend):
+    """A one-file archive (``FILE``, or sub-tree ``FILE::DIR``): written whole, read-only."""
+
+    name = "archive"
+    writable = True
+
+    def exists(self, storage_options: dict[str, Any] | None = None) -> bool:
+        return self.where.path is not None and os.path.isfile(self.where.path)
+
+    def _whole(self, what: str) -> str:
+        if self.where.inner:
+            self._refuse(
+                what,
+                f"'{self.where.path}::{self.where.inner}' names the sub-tree "
+                f"{self.where.inner!r} inside the archive {self.where.path!r}, and archives are "
+                "written whole: save the whole tree to the archive's path, or to a folder",
+            )
+        return os.path.realpath(os.fspath(self.where.path or ""))
+
+    def save(self, obj: Any, **options: Any) -> Any:
+        store = _archive.ArchiveStore(self._whole("memmap"))
+        saver = Saver(store, "copy", True, options["fsync"], checksum=options["checksum"],
+                      compression=options["compression"])  # fmt: skip
+        saver.progress = options["progress"]
+        return run(saver, obj, options["num_threads"])
+
+    def save_in_place(self, what: str) -> Any:
+        self._whole(what)
+        _archive.refuse_folder_over(self.where.path)
+        self._refuse(what, "archives are read-only: nothing could change it in place")
+
+    def load(self, cls: type, **o: Any) -> Any:
+        found = _archive.split(self.where.prefix)
+        if found is None:  # gone since it was resolved
+            raise FileNotFoundError(f"{str(self.where.prefix)!r}: no such archive")
+        file, inner = found
+        mode = o["mode"]
+        if mode not in (None, "r"):
+            if mode == "r+":
+                raise ValueError(
+                    f"{file} is an archive, which opens read-only: mode='r+' would let writes "
+                    "reach it. Open it with mode='r' (copy-on-write), or unpack it (python -m "
+                    "tensorbox unpack FILE DIR) and open the folder with mode='r+'"
+                )
+            _check_mode(mode)
+        return load_from(
+            _archive.ArchiveStore(file), inner, cls, _mapped(o["device"]), o["non_blocking"],
+            "r", o["verify"], o["fit"], False,
+        )  # fmt: skip
+
+    @contextlib.contextmanager
+    def opened(self) -> Iterator[tuple[Store, str]]:
+        found = _archive.split(self.where.prefix)
+        if found is None:
+            raise FileNotFoundError(f"{str(self.where.prefix)!r}: no such archive")
+        yield _archive.ArchiveStore(found[0]), found[1]
+
+
+class SafetensorsBackend(Backend):
+    """A ``.safetensors`` file: a read-only tree of its own (``tensorbox.interop``)."""
+
+    name = "safetensors file"
+
+    def exists(self, storage_options: dict[str, Any] | None = None) -> bool:
+        return self.where.path is not None and os.path.isfile(self.where.path)
+
+    def _store(self) -> Store:
+        from tensorbox.interop._safetensors_store import SafetensorsStore
+
+        return SafetensorsStore(self.where.prefix)
+
+    def load(self, cls: type, **o: Any) -> Any:
+        mode = o["mode"]
+        if mode not in (None, "r"):
+            _check_mode(mode)
+            raise ValueError(
+                f"{os.fspath(self.where.prefix)} is a .safetensors file, which opens read-only: "
+                "mode='r+' would let writes reach it. Open it with mode='r' (copy-on-write), "
+                "or save it as a tree (td.memmap(DIR)) and open that with mode='r+'"
+            )
+        return load_from(self._store(), "", cls, _mapped(o["device"]), o["non_blocking"], "r",
+                         o["verify"], o["fit"], False)  # fmt: skip
+
+    @contextlib.contextmanager
+    def opened(self) -> Iterator[tuple[Store, str]]:
+        yield self._store(), ""
+
+
+class RemoteBackend(Backend):
+    """An archive (or a folder tree, read-only) behind a URL, through fsspec
+    (:mod:`tensorbox._storage.remote`): saved as one object, read lazily."""
+
+    name = "URL"
+    writable = True
+
+    def __init__(self, where: Where) -> None:
+        super().__init__(where)
+        found = _remote.split_url(where.prefix)  # an unknown scheme raises ValueError
+        assert found is not None
+        self.url, self.sub = found[1], found[2]
+
+    def exists(self, storage_options: dict[str, Any] | None = None) -> bool:
+        """Whether an object is at the URL (asked of its transport: fsspec or obstore)."""
+        transport = _remote.open_transport(self.url, storage_options)
+        try:
+            transport.describe("")
+        except FileNotFoundError:
+            return False
+        return True
+
+    def save(self, obj: Any, **options: Any) -> Any:
+        if not options["archive"]:
+            _remote.folder_refusal("memmap", self.where.prefix)
+        tmp = _remote.save_target(self.url, self.sub)
+        try:  # written locally, then put as one object
+            memmap(
+                obj, tmp, num_threads=options["num_threads"], checksum=options["checksum"],
+                progress=options["progress"], archive=True, compression=options["compression"],
+            )  # fmt: skip
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        local = _remote.upload(tmp, self.url, options["storage_options"])
+        return load_memmap(type(obj), local).lock_()  # a save's result is locked
+
+    def save_in_place(self, what: str) -> Any:
+        if what == "memmap_like":
+            _remote.refuse(
+                "memmap_like",
+                self.where.prefix,
+                "memmap_like allocates files to be filled in place, which object storage "
+                "cannot do; fill a local tree (or a container) and save it with "
+                "memmap(url, archive=True)",
+            )
+        _remote.folder_refusal(what, self.where.prefix)
+
+    def load(self, cls: type, **o: Any) -> Any:
+        from tensorbox._storage import remote_tree as _remote_tree
+
+        _remote.check_mode(self.where.prefix, o["mode"])
+        store = _remote_tree.open_url(self.url, o["storage_options"], o["cache"])
+        obj = load_from(store, self.sub or "", cls, o["device"], o["non_blocking"], "r",
+                        o["verify"], o["fit"], False)  # fmt: skip
+        if o["prefetch"]:
+            _remote_tree.prefetch(obj).result()
+        return obj
+
+    @contextlib.contextmanager
+    def opened(self) -> Iterator[tuple[Store, str]]:
+        from tensorbox._storage import remote_tree as _remote_tree
+
+        yield _remote_tree.open_url(self.url), self.sub or ""

@@ -1,0 +1,231 @@
+"""Trees behind URLs (``s3://``, ``gs://``, ``az://``, ``http(s)://``, ``memory://``...).
+
+The package's parts, each with one job:
+
+- :mod:`~tensorbox._storage.remote.transport`: where the bytes are (the
+  :class:`~tensorbox._storage.remote.transport.Transport` protocol, fsspec's), the URL
+  grammar, every reply checked; :mod:`~tensorbox._storage.remote.obstore`: obstore's.
+- :mod:`~tensorbox._storage.remote.cache`: the bounded local disk cache.
+- :mod:`~tensorbox._storage.remote.leaf`: one leaf's parts, fetched on use and kept in
+  the cache; :mod:`~tensorbox._storage.remote.stores`: archives and folders at a URL as
+  stores of the one loader; :mod:`~tensorbox._storage.remote.tensor`: the lazy tensor,
+  its pickling by reference, and ``prefetch``.
+- This face: the process's cache, and the save side (an archive written locally, then
+  put as one object: folder saves to object storage are refused, since object stores
+  have no rename and a reader could list a mix of two generations).
+
+Credentials and endpoints come from each filesystem's own configuration (``AWS_*``
+variables, ``AWS_ENDPOINT_URL``...) or from ``storage_options=``, as pandas and zarr take
+them.
+
+>>> split_url("/data/ds.tbx") is None, split_url("memory://bucket/ds.tbx")
+(True, ('memory', 'memory://bucket/ds.tbx', None))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+from tensorbox._storage.remote.cache import RangeCache, default_cache
+from tensorbox._storage.remote.transport import (
+    _CHUNK,
+    _READ_ONLY,
+    _SEP,
+    ATTEMPTS,
+    SCHEMES,
+    STREAM_CHUNK,
+    FsspecTransport,
+    ReplyMismatch,
+    Sink,
+    Transport,
+    coalesce,
+    describe,
+    filesystem,
+    identity,
+    is_url,
+    read_into,
+    read_many,
+    read_ranges,
+    read_whole,
+    split_url,
+    stamp,
+    strong_etag,
+    timeout,
+    trust_weak,
+)
+from tensorbox._storage.remote.transport import (
+    _versioned as _versioned,
+)
+
+__all__ = [
+    "ATTEMPTS",
+    "SCHEMES",
+    "STREAM_CHUNK",
+    "FsspecTransport",
+    "RangeCache",
+    "ReplyMismatch",
+    "Sink",
+    "Transport",
+    "check_mode",
+    "coalesce",
+    "default_cache",
+    "describe",
+    "fetch_archive",
+    "filesystem",
+    "folder_refusal",
+    "identity",
+    "is_url",
+    "read_into",
+    "read_many",
+    "read_ranges",
+    "read_whole",
+    "refuse",
+    "save_target",
+    "split_url",
+    "stamp",
+    "strong_etag",
+    "timeout",
+    "trust_weak",
+    "upload",
+]
+
+
+def _local_tree_id(path: str) -> str:
+    """:func:`~tensorbox._storage.remote_tree.tree_id` of the archive file at ``path``."""
+    import mmap
+
+    from tensorbox._storage.archive import zip as _zip
+    from tensorbox._storage.remote.stores import tree_id
+
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        return tree_id(_zip.read_index(buf, path), buf)
+
+
+def fetch_archive(
+    url: str, storage_options: dict[str, Any] | None = None, cache: RangeCache | None = None
+) -> str:
+    """A local file holding the archive at ``url`` now, from the cache when the object is
+    unchanged there (the same identity and the same index: see
+    :func:`~tensorbox._storage.remote_tree.tree_id`), else fetched in ranges into the
+    cache. The fetched file's index must be the one read first, and the object's identity
+    is read again after the fetch: one replaced meanwhile is an error, never a file
+    mixing two versions."""
+    from tensorbox._storage.remote import stores
+
+    cache = cache or default_cache()
+    store = stores.open_url(url, storage_options, cache=True, kept=cache)
+    if not isinstance(store, stores.RemoteArchiveStore):
+        raise IsADirectoryError(f"{url!r} is a folder, not an archive")
+    src = store.src
+    path, ident, size = src.path_of(""), store.ident, store.buf.size
+    key = {"object": ident, "tree": store.tree, "part": "whole"}
+    hit = cache.get(key)
+    if hit is not None and os.path.getsize(hit) == size:
+        return hit
+    tmp = cache.new_tmp()
+    try:
+        try:
+            with open(tmp, "wb") as f:
+                starts = list(range(0, size, _CHUNK))
+                for i in range(0, len(starts), 8):  # eight requests in flight, 128 MiB at most
+                    batch = [(s, min(s + _CHUNK, size)) for s in starts[i : i + 8]]
+                    for blob in src.read_many([(path, url, s, e) for s, e in batch], 0):
+                        f.write(blob)
+        except OSError as err:
+            if isinstance(err, (ConnectionError, FileNotFoundError, PermissionError)) or (
+                str(url) in str(err)
+            ):
+                raise
+            raise cache.failure(err, url, tmp) from err
+        if _local_tree_id(tmp) != store.tree or (_versioned(ident) and src.identity() != ident):
+            raise OSError(f"{url!r}: the object was replaced while it was being read; read again")
+        return cache.put_file(key, tmp)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def refuse(what: str, url: str, advice: str) -> None:
+    raise ValueError(f"{what}({url!r}): {advice}")
+
+
+_FOLDER_ADVICE = (
+    "a folder tree cannot be saved to object storage: its generations are committed by "
+    "a rename, which object stores do not have, so a reader could see a mix of two "
+    "saves. Save one archive instead, which appears whole or not at all: "
+    "memmap(url, archive=True)"
+)
+
+
+def save_target(url: str, sub: str | None) -> str:
+    """A new local file in the cache where an archive save to ``url`` is written before
+    :func:`upload` (refusals first: ``URL::DIR``, read-only schemes)."""
+    if sub is not None:
+        refuse(
+            "memmap", f"{url}{_SEP}{sub}", "an archive is saved whole; drop '::' and what follows"
+        )
+    scheme = url.partition("://")[0].lower()
+    if scheme in _READ_ONLY:
+        refuse(
+            "memmap", url, "http(s) URLs are read-only; save to object storage (s3://, gs://...)"
+        )
+    tmp = default_cache().new_tmp()
+    os.unlink(tmp)
+    return tmp
+
+
+def upload(tmp: str, url: str, storage_options: dict[str, Any] | None = None) -> str:
+    """Put the archive written at ``tmp`` to ``url`` as one object (one put: readers see
+    the old object or the new one, whole); the local copy, kept in the cache.
+
+    The copy is kept under the identity the server reports after the put *and* the
+    archive's own tree id (:func:`~tensorbox._storage.remote_tree.tree_id`): should
+    another writer's upload land between this put and that look, its identity is never
+    tied to these bytes, since a later read compares the object's index with the
+    copy's."""
+    cache = default_cache()
+    try:
+        from tensorbox._storage.remote.stores import open_transport
+
+        t = open_transport(url, storage_options)
+        try:
+            reply = t.put_file(tmp)
+        except PermissionError as err:
+            raise PermissionError(
+                f"{url!r}: the upload was refused, nothing was written there: check the "
+                f"credentials ({err})"
+            ) from err
+        except Exception as err:  # botocore, aiohttp...: their own types (a dead endpoint)
+            raise OSError(
+                f"{url!r}: the upload failed, nothing was written there "
+                f"({type(err).__name__}: {err})"
+            ) from err
+        # The upload's reply ties the object to these bytes where the transport gives one;
+        # else the server's word now, which another upload may already have replaced.
+        ident = reply if reply is not None else t.identity()
+        if ident.get("size") != os.path.getsize(tmp):
+            return tmp  # not these bytes (another upload won): kept out of the cache
+        return cache.put_file({"object": ident, "tree": _local_tree_id(tmp), "part": "whole"}, tmp)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def check_mode(prefix: str, mode: str | None) -> None:
+    """A tree behind a URL opens read-only: ``mode`` None or ``"r"``."""
+    if mode not in (None, "r"):
+        refuse(
+            "load_memmap",
+            prefix,
+            f"mode={mode!r}: a tree behind a URL opens read-only (mode='r'); "
+            "save a changed copy with memmap(url, archive=True)",
+        )
+
+
+def folder_refusal(what: str, prefix: str) -> None:
+    """The error for a folder save (``memmap``, ``memmap_``, ``memmap_like``) to a URL."""
+    refuse(what, prefix, _FOLDER_ADVICE)

@@ -1,0 +1,165 @@
+"""The local disk cache of remote bytes (:class:`RangeCache`): bounded, least recently
+used evicted first, shared by the processes of one machine (a DataLoader's workers,
+the ranks), every file checked before it is trusted."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+import threading
+from typing import Any
+
+__all__ = ["RangeCache", "default_cache"]
+
+
+class RangeCache:
+    """A local disk cache of remote bytes, bounded, least recently used evicted first.
+
+    Every file is named by a hash of its key (the URL, the object's identity and what
+    part of it). Whole files (an archive's index, a ``meta.json``) are written under a
+    temporary name and renamed into place, with a SHA-256 of their bytes in front: a
+    reader sees a whole file or none, and a damaged one is dropped and fetched again.
+    A leaf's file records which of its parts arrived inside itself (see
+    :mod:`tensorbox._storage.remote_tree`). Use refreshes a file's modification time,
+    which is the LRU order (shared by every process using the same folder). The bound
+    holds for every file written here, leaves included: past it, the least recently
+    used files are deleted (a tree that maps one keeps reading its pages).
+    """
+
+    def __init__(self, directory: str | None = None, max_bytes: int = 10 << 30) -> None:
+        self.directory = (
+            directory
+            or os.environ.get("TENSORBOX_CACHE")
+            or os.path.join(os.path.expanduser("~"), ".cache", "tensorbox", "remote")
+        )
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._held = -1  # bytes held as of the last scan plus those written since (-1: unknown)
+
+    def path_for(self, key: dict[str, Any]) -> str:
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:40]
+        return os.path.join(self.directory, digest + ".bin")
+
+    def failure(self, err: OSError, url: str, path: str | None = None) -> OSError:
+        """``err`` from writing the cache, as an error naming the cache file and the URL
+        (a full disk: ENOSPC)."""
+        where = path or self.directory
+        return OSError(
+            err.errno,
+            f"{where}: cannot write the local cache of {url!r} ({err.strerror or err}): free "
+            "space there, lower $TENSORBOX_CACHE_BYTES, point $TENSORBOX_CACHE elsewhere, or "
+            "open with cache=False",
+        )
+
+    def get(self, key: dict[str, Any]) -> str | None:
+        path = self.path_for(key)
+        try:
+            os.utime(path)
+        except FileNotFoundError:
+            return None
+        return path
+
+    def put_file(self, key: dict[str, Any], tmp: str) -> str:
+        """Move the finished file ``tmp`` (in this folder) into place under ``key``."""
+        path = self.path_for(key)
+        os.replace(tmp, path)
+        self.added(os.path.getsize(path), keep=path)
+        return path
+
+    _MAGIC = b"TBXC1\n"
+
+    def put_bytes(self, key: dict[str, Any], data: bytes, url: str) -> None:
+        """Keep ``data`` under ``key``, with its SHA-256 (see :meth:`get_bytes`)."""
+        tmp = None
+        try:
+            tmp = self.new_tmp()
+            with open(tmp, "wb") as f:
+                f.write(self._MAGIC + hashlib.sha256(data).digest() + data)
+            self.put_file(key, tmp)
+        except OSError as err:
+            if tmp is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+            raise self.failure(err, url, tmp) from err
+
+    def get_bytes(self, key: dict[str, Any]) -> bytes | None:
+        """What :meth:`put_bytes` kept under ``key``, or None: absent, or damaged (a byte
+        changed, cut short), in which case the file is dropped and the caller fetches
+        the bytes again."""
+        path = self.get(key)
+        if path is None:
+            return None
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except OSError:
+            return None
+        n = len(self._MAGIC)
+        data = raw[n + 32 :]
+        if raw[:n] != self._MAGIC or hashlib.sha256(data).digest() != raw[n : n + 32]:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            return None
+        return data
+
+    def new_tmp(self) -> str:
+        os.makedirs(self.directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".part-")
+        os.close(fd)
+        return tmp
+
+    def added(self, nbytes: int, keep: str | None = None) -> None:
+        """``nbytes`` more are held (a file put, a leaf's parts written): evict when the
+        bound is passed. Files are scanned only then, down to 7/8 of the bound, so a
+        steady stream of small writes costs one scan per eighth of the bound."""
+        with self._lock:
+            if self._held >= 0:
+                self._held += nbytes
+                if self._held <= self.max_bytes:
+                    return
+        self.evict(keep)
+
+    def evict(self, keep: str | None = None) -> None:
+        """Delete the least recently used files until at most 7/8 of the bound is held
+        (``keep`` last of all, and only when it alone passes the bound)."""
+        with self._lock:
+            files = []
+            try:
+                found = list(os.scandir(self.directory))
+            except FileNotFoundError:
+                self._held = 0
+                return
+            for e in found:
+                if e.name.endswith((".bin", ".have")):
+                    try:
+                        st = e.stat()
+                    except FileNotFoundError:  # another process evicted it
+                        continue
+                    # a leaf's file is sparse until every part of it was fetched
+                    used = min(st.st_size, getattr(st, "st_blocks", st.st_size // 512 + 1) * 512)
+                    last = e.path == keep or e.path[: -len(".have")] + ".bin" == keep
+                    files.append((last, st.st_mtime, used, e.path))
+            total = sum(f[2] for f in files)
+            target = self.max_bytes - self.max_bytes // 8 if total > self.max_bytes else total
+            for _, _, size, path in sorted(files):
+                if total <= target:
+                    break
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)  # a process mapping it keeps its pages
+                total -= size
+            self._held = total
+
+
+_default: RangeCache | None = None
+
+
+def default_cache() -> RangeCache:
+    """The process's cache (``$TENSORBOX_CACHE`` or ``~/.cache/tensorbox/remote``, 10 GiB;
+    ``TENSORBOX_CACHE_BYTES`` changes the bound)."""
+    global _default
+    if _default is None:
+        _default = RangeCache(max_bytes=int(os.environ.get("TENSORBOX_CACHE_BYTES", 10 << 30)))
+    return _default

@@ -1,0 +1,263 @@
+"""pandas ``DataFrame`` to and from containers (re-exported by ``tensorbox.interop.arrow``).
+
+The columns whose tensor does not say everything (categoricals, datetimes, the index)
+travel with a column info (``tensorbox.interop._tabular``), as Arrow's do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from tensorbox._core.nontensor import NonTensorData
+from tensorbox.interop._extras import require
+from tensorbox.interop._tabular import (
+    COLUMNS_KEY,
+    WHERE,
+    check_codes,
+    check_names,
+    container_of,
+    info_array,
+    node_infos,
+    numpy_temporal,
+    place_infos,
+    split,
+    temporal,
+)
+
+__all__ = ["from_pandas", "to_pandas"]
+
+_UNSUPPORTED = "expected numbers, bool, strings, categoricals or datetimes"
+
+
+def _pa() -> Any:
+    return require("pyarrow", "arrow")
+
+
+def _series_value(s: Any, name: str, where: str) -> tuple[Any, dict[str, Any] | None]:
+    """One column as an entry, and the column info that restores its pandas type."""
+    pd = require("pandas", "arrow")
+    dt = s.dtype
+    if isinstance(dt, pd.CategoricalDtype):
+        info = {
+            "kind": "category",
+            "categories": dt.categories.tolist(),
+            "ordered": bool(dt.ordered),
+        }
+        return torch.from_numpy(s.cat.codes.to_numpy().copy()), info
+    if isinstance(dt, pd.IntervalDtype | pd.PeriodDtype):
+        raise TypeError(
+            f"{where}: column {name!r} holds {dt} values, which have no tensor form; split "
+            "it into columns of numbers first (.array.left / .array.right, or .dt.start_time)"
+        )
+    if isinstance(dt, np.dtype) and dt.kind in "mM":
+        ns, info = numpy_temporal(s.to_numpy(), name, where)
+        return torch.from_numpy(ns), info
+    if isinstance(dt, pd.DatetimeTZDtype):
+        ns, info = temporal(_pa().array(s, from_pandas=True), name, where)
+        return torch.from_numpy(ns), info
+    if isinstance(dt, np.dtype):
+        if dt.kind in "biufc":
+            return torch.from_numpy(np.array(s.to_numpy(), copy=True)), None
+        if dt.kind == "O":
+            return _objects(s, dt)
+        raise TypeError(
+            f"{where}: column {name!r} has dtype {dt}, which has no tensor form; {_UNSUPPORTED}"
+        )
+    numpy_dtype = getattr(dt, "numpy_dtype", None)
+    if numpy_dtype is not None and numpy_dtype.kind in "biuf":  # nullable Int64, Float64...
+        if s.isna().any():
+            raise ValueError(
+                f"{where}: column {name!r} has {int(s.isna().sum())} missing value(s) and a "
+                "tensor has no null: fill them first (DataFrame.fillna) or drop those rows"
+            )
+        info = {"pandas": str(dt)}  # to_pandas gives back the nullable dtype
+        return torch.from_numpy(s.to_numpy(dtype=numpy_dtype).copy()), info
+    if numpy_dtype is not None and numpy_dtype.kind in "mM":  # pyarrow-backed datetimes
+        ns, info = temporal(_pa().array(s, from_pandas=True), name, where)
+        return torch.from_numpy(ns), info
+    # string dtypes and other extension types: the Python values, one per row
+    return _objects(s, dt)
+
+
+def _objects(s: Any, dt: Any) -> tuple[NonTensorData, dict[str, Any] | None]:
+    """A column of Python values, one per row; its dtype recorded when pandas would not
+    infer it again from those values (an object column of numbers, an empty one...)."""
+    pd = require("pandas", "arrow")
+    values = s.to_numpy(dtype=object).copy()
+    inferred = pd.Series(list(values[:1000]) if len(values) else []).dtype
+    info = None if inferred == dt and len(values) <= 1000 else {"pandas": str(dt)}
+    return NonTensorData(values, stacked=True), info
+
+
+def _frame_columns(dataframe: Any, index: bool) -> list[tuple[Any, str, Any, bool]]:
+    """``(original name, key, series, is an index level)`` of each column, the index
+    levels first (named as ``DataFrame.reset_index`` names them) when ``index``."""
+    pd = require("pandas", "arrow")
+    out: list[tuple[Any, str, Any, bool]] = []
+    if index:
+        idx = dataframe.index
+        for i, level in enumerate(idx.names):
+            auto = "index" if idx.nlevels == 1 else f"level_{i}"
+            key = auto if level is None else str(level)
+            series = pd.Series(idx.get_level_values(i), copy=False)
+            out.append((level, key, series, True))
+    for i, col in enumerate(dataframe.columns):
+        out.append((col, str(col), i, False))
+    return out
+
+
+def from_pandas(
+    dataframe: Any,
+    *,
+    auto_batch_size: bool = False,
+    batch_dims: int | None = None,
+    device: Any = None,
+    batch_size: Any = None,
+    separator: str | None = None,
+    dtype: torch.dtype | None = None,
+    index: bool = False,
+    cls: Any = None,
+) -> Any:
+    """A container of a pandas ``DataFrame``'s columns, one row per batch element.
+
+    Number and bool columns become tensors (copied: pandas hands out read-only arrays),
+    strings and objects non-tensor data (one value per row). A categorical becomes its
+    integer codes (``-1``: missing, as pandas), a datetime (any unit, any zone) or
+    timedelta int64 nanoseconds (since the epoch in UTC); the categories, unit and zone
+    are recorded beside the entries (under the key ``"__columns__"``) and ``to_pandas``/
+    ``to_arrow`` restore the column. ``NaT``, a datetime outside int64 nanoseconds, and
+    interval or period columns are refused, naming the column.
+
+    The index is dropped, as tensordict does, unless ``index=True``: then each level is
+    an entry (named as ``DataFrame.reset_index`` names it) and ``to_pandas`` makes it the
+    index again. Two columns that would land on one key (duplicate names, ``1`` and
+    ``"1"``, ``"a"`` and ``"a.b"`` with ``separator="."``) are refused, naming both.
+    ``separator`` nests ``"obs.x"`` as ``obs/x``; ``dtype`` casts every number column
+    (not codes, not datetimes).
+
+    >>> import pandas as pd
+    >>> from tensorbox.interop.arrow import from_pandas, to_pandas
+    >>> td = from_pandas(pd.DataFrame({"a": [1, 2, 3], "name": ["x", "y", "z"]}))
+    >>> td.batch_size, td["a"].dtype, td[2]["name"]
+    (torch.Size([3]), torch.int64, 'z')
+    >>> df = pd.DataFrame({"kind": pd.Categorical(["b", "a", "b"])})
+    >>> td = from_pandas(df)
+    >>> td["kind"].tolist(), to_pandas(td)["kind"].tolist()
+    ([1, 0, 1], ['b', 'a', 'b'])
+    """
+    pd = require("pandas", "arrow")
+    where = WHERE.get() or "from_pandas"
+    if not isinstance(dataframe, pd.DataFrame):
+        raise TypeError(f"{where}: expected a pandas DataFrame, got {type(dataframe).__name__}")
+    columns = _frame_columns(dataframe, index)
+    check_names(((key if o is None else o, key) for o, key, _, _ in columns), separator, where)
+    source: dict[str, Any] = {}
+    infos: dict[str, Any] = {}
+    for original, key, series, is_index in columns:
+        if not is_index:
+            series = dataframe.iloc[:, series]
+        value, info = _series_value(series, key, where)
+        if dtype is not None and "kind" not in (info or {}) and _is_number(value):
+            value, info = value.to(dtype), None  # cast: no longer the nullable dtype
+        if is_index:  # the level's name, None when it had none
+            name = original if original is None or isinstance(original, str | int | float) else key
+            info = {**(info or {}), "index": name}
+        if info is not None:
+            infos[key] = info
+        source[key] = value
+    if batch_size is None and not auto_batch_size:
+        batch_size = [len(dataframe)]
+    source = place_infos(split(source, separator), infos, separator)
+    return container_of(cls, source, batch_size, device, auto_batch_size, batch_dims, where)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, Tensor) and value.dtype is not torch.bool
+
+
+def _columns(
+    td: Any,
+    prefix: tuple[str, ...],
+    separator: str | None,
+    where: str,
+    out: dict[str, Any],
+    index: list[tuple[str, Any]],
+) -> dict[str, Any]:
+    """One 1-D column per leaf (numpy arrays, lists, or the pandas values a column info
+    restores); the columns that were an index go into ``index``."""
+    pd = require("pandas", "arrow")
+    rows = td.batch_size[0] if td.batch_dims else 1
+    infos = node_infos(td, where)
+    for name, value in td._tensordict.items():
+        if name == COLUMNS_KEY:
+            continue
+        path = (*prefix, name)
+        if getattr(type(value), "_is_tensor_collection", False):
+            if separator is None:
+                raise ValueError(
+                    f"{where}: entry {path!r} is nested; pass separator='.' (or another) "
+                    "to join nested keys into column names"
+                )
+            _columns(value, path, separator, where, out, index)
+            continue
+        col = separator.join(path) if separator is not None else name
+        info = infos.get(name, {})
+        if isinstance(value, NonTensorData):
+            out[col] = value.tolist() if value.stacked else [value.data] * rows
+        elif not isinstance(value, Tensor):
+            raise TypeError(f"{where}: entry {col!r} of type {type(value).__name__}")
+        elif value.dim() != 1:
+            raise ValueError(
+                f"{where}: Cannot convert tensor {col!r} of shape {list(value.shape)} "
+                "to a column: expected one dim (the rows); flatten or split it first"
+            )
+        elif info.get("kind") == "category":
+            codes = value.detach().cpu().numpy()
+            if value.dtype.is_floating_point or value.dtype is torch.bool:
+                raise TypeError(f"{where}: entry {col!r} holds categorical codes of {value.dtype}")
+            check_codes(codes, len(info["categories"]), col, where)
+            try:
+                out[col] = pd.Categorical.from_codes(
+                    codes,
+                    categories=pd.Index(info["categories"]),
+                    ordered=info.get("ordered", False),
+                )
+            except ValueError as err:  # categories pandas refuses (NaN among them...)
+                raise ValueError(f"{where}: entry {col!r}: {err}") from None
+        elif "kind" in info:  # Arrow's cast checks the units and is the fastest here
+            out[col] = info_array(value, rows, col, info, where).to_pandas()
+        else:
+            value = value.detach().cpu()
+            out[col] = (value.float() if value.dtype is torch.bfloat16 else value).numpy()
+        if "pandas" in info:
+            out[col] = pd.Series(out[col], dtype=info["pandas"], copy=False)
+        if "index" in info:
+            index.append((col, info["index"]))
+    return out
+
+
+def to_pandas(td: Any, *, separator: str | None = None) -> Any:
+    """A pandas ``DataFrame`` with one column per leaf (1-D tensors or non-tensor data).
+
+    Nested keys need ``separator`` to name their columns; a tensor with trailing dims is
+    refused (a column holds one value per row). The columns ``from_pandas``/
+    ``from_arrow`` recorded come back as they were: categoricals from their codes,
+    datetimes in their unit and zone, and the entries that were the index as the index.
+
+    >>> import torch; from tensorbox import TensorDict
+    >>> df = to_pandas(TensorDict({"a": torch.arange(2), "n": {"b": torch.ones(2)}}, [2]),
+    ...                separator=".")
+    >>> list(df.columns)
+    ['a', 'n.b']
+    """
+    pd = require("pandas", "arrow")
+    index: list[tuple[str, Any]] = []
+    frame = pd.DataFrame(_columns(td, (), separator, "to_pandas", {}, index))
+    if index:
+        frame = frame.set_index([col for col, _ in index])
+        frame.index.names = [name for _, name in index]
+    return frame

@@ -1,0 +1,447 @@
+"""What a table's column types need beside the tensor: column names that cannot collide,
+datetimes as int64 nanoseconds, categoricals as codes, and the record of both.
+
+A column whose tensor does not say everything (a categorical's codes, a datetime's
+nanoseconds) gets a *column info* dict, kept in the container under the reserved key
+``__columns__`` (one ``NonTensorData`` per node: ``{entry name: info}``), so it travels
+with the container (indexing, ``memmap``/``load_memmap``) and ``to_pandas``/``to_arrow``
+restore the column:
+
+- ``{"kind": "category", "categories": [...], "ordered": bool}``: the entry holds the
+  codes (``-1``: missing, as pandas);
+- ``{"kind": "timestamp", "unit": "s"|"ms"|"us"|"ns", "tz": str | None}``,
+  ``{"kind": "duration", "unit": ...}``, ``{"kind": "date32"|"date64"}``,
+  ``{"kind": "time32"|"time64", "unit": ...}``: the entry holds int64 nanoseconds (since
+  the epoch in UTC, or since midnight for times);
+- ``"index": name`` (beside or without a kind): the column was the frame's index;
+- ``"pandas": dtype name``: a pandas nullable column (``Int64``, ``boolean``...) without
+  missing values, made that dtype again by ``to_pandas``.
+
+>>> check_names([("a.b", "a.b"), ("a", "a")], ".", "from_pandas")
+Traceback (most recent call last):
+...
+tensorbox.errors.KeyCollisionError: from_pandas: columns 'a' and 'a.b' would collide: with separator '.', 'a' is both a column and the parent of 'a.b'; rename one
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from tensorbox._core.nontensor import NonTensorData
+from tensorbox.errors import FormatError, KeyCollisionError
+from tensorbox.interop._extras import require
+
+#: The reserved entry holding each node's column infos.
+COLUMNS_KEY = "__columns__"
+
+#: Nanoseconds per unit of the Arrow / numpy temporal types.
+NS_PER = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
+_DAY_NS = 86_400 * 10**9
+_INT64_MIN = np.iinfo(np.int64).min
+_INT64_MAX = np.iinfo(np.int64).max
+
+_KINDS = frozenset(("category", "timestamp", "duration", "date32", "date64", "time32", "time64"))
+_RANGE = "int64 nanoseconds since 1970 (about the years 1677 to 2262)"
+
+
+def check_names(names: Iterable[tuple[Any, str]], separator: str | None, where: str) -> None:
+    """Refuse, before anything is built, two columns that would land on one key:
+    ``names`` is ``(original name, key string)`` per column. Equal keys (duplicates, or
+    names equal after ``str``: ``1`` and ``"1"``), and, with a separator, a column that
+    is also the parent of another (``"a"`` and ``"a.b"``, in either order)."""
+    seen: dict[tuple[str, ...], Any] = {}
+    for original, name in names:
+        path = tuple(name.split(separator)) if separator else (name,)
+        if COLUMNS_KEY in path:
+            raise ValueError(
+                f"{where}: column {original!r}: {COLUMNS_KEY!r} is the key tensorbox keeps "
+                "column types under (categories, datetime units); rename the column"
+            )
+        if path in seen:
+            raise KeyCollisionError(
+                f"{where}: columns {seen[path]!r} and {original!r} would both become key "
+                f"{'/'.join(path)!r}; rename one (or drop the duplicate)"
+            )
+        seen[path] = original
+    for path, original in seen.items():
+        for i in range(1, len(path)):
+            parent = seen.get(path[:i])
+            if parent is not None:
+                raise KeyCollisionError(
+                    f"{where}: columns {parent!r} and {original!r} would collide: with "
+                    f"separator {separator!r}, {parent!r} is both a column and the parent "
+                    f"of {original!r}; rename one"
+                )
+
+
+#: Who reads (``from_parquet('f.parquet')``...), for the error messages of ``from_arrow``.
+WHERE: contextvars.ContextVar[str | None] = contextvars.ContextVar("where", default=None)
+#: ``{column: categories}`` every piece of one file shares (``ParquetRowGroups``), so a
+#: category has one code in every row group and batch.
+CATEGORIES: contextvars.ContextVar[dict[str, list[Any]] | None] = contextvars.ContextVar(
+    "categories", default=None
+)
+
+
+@contextlib.contextmanager
+def reading(where: str, categories: dict[str, list[Any]] | None = None) -> Iterator[None]:
+    """``from_arrow``/``from_pandas`` calls inside name ``where`` in their errors and code the dictionary
+    columns of ``categories`` against those categories (one file read in pieces)."""
+    tokens = (WHERE.set(where), CATEGORIES.set(categories or {}))
+    try:
+        yield
+    finally:
+        CATEGORIES.reset(tokens[1])
+        WHERE.reset(tokens[0])
+
+
+# ------------------------------------------------------------------ datetimes
+
+
+def temporal(arr: Any, label: str, where: str) -> tuple[np.ndarray, dict[str, Any]]:
+    """An Arrow temporal array as int64 nanoseconds and the info that restores it.
+
+    Nulls (``NaT``) are refused: a tensor has no NaT and tensorbox stores no sentinel.
+    A value outside int64 nanoseconds is refused, naming the column."""
+    pa = require("pyarrow", "arrow")
+    t = arr.type
+    if pa.types.is_interval(t):
+        raise TypeError(
+            f"{where}: column {label!r} holds intervals ({t}), which have no tensor form; "
+            "split it into columns of numbers first (interval.left / interval.right, or "
+            "months, days and nanoseconds)"
+        )
+    if arr.null_count:
+        raise ValueError(
+            f"{where}: column {label!r} has {arr.null_count} null/NaT value(s); a datetime "
+            "tensor has no NaT (tensorbox stores no sentinel for it): fill them first "
+            "(fillna / pyarrow.compute.fill_null) or drop those rows"
+        )
+    if pa.types.is_timestamp(t):
+        unit, info = t.unit, {"kind": "timestamp", "unit": t.unit, "tz": t.tz}
+    elif pa.types.is_duration(t):
+        unit, info = t.unit, {"kind": "duration", "unit": t.unit}
+    elif pa.types.is_date32(t):
+        unit, info = "D", {"kind": "date32"}
+    elif pa.types.is_date64(t):
+        unit, info = "ms", {"kind": "date64"}
+    elif pa.types.is_time(t):
+        unit, info = t.unit, {"kind": f"time{t.bit_width}", "unit": t.unit}
+    else:
+        raise TypeError(f"{where}: column {label!r} has Arrow type {t}, which has no tensor form")
+    raw = arr.view(pa.int64() if t.bit_width == 64 else pa.int32())
+    values = np.asarray(raw.to_numpy(zero_copy_only=False), dtype=np.int64)
+    factor = _DAY_NS if unit == "D" else NS_PER[unit]
+    return to_ns(values, factor, label, where, lambda i: arr[i]), info
+
+
+def numpy_temporal(values: np.ndarray, label: str, where: str) -> tuple[np.ndarray, dict[str, Any]]:
+    """A numpy ``datetime64``/``timedelta64`` array (a naive pandas column) as int64
+    nanoseconds and its info, as ``temporal`` (no detour through Arrow)."""
+    unit, _ = np.datetime_data(values.dtype)
+    if unit not in NS_PER:
+        raise TypeError(f"{where}: column {label!r} has dtype {values.dtype}; expected s to ns")
+    ints = values.view(np.int64)
+    if len(ints) and ints.min() == _INT64_MIN:
+        raise ValueError(
+            f"{where}: column {label!r} has {int((ints == _INT64_MIN).sum())} null/NaT "
+            "value(s); a datetime tensor has no NaT (tensorbox stores no sentinel for it): "
+            "fill them first (fillna) or drop those rows"
+        )
+    kind = "timestamp" if values.dtype.kind == "M" else "duration"
+    info = {"kind": kind, "unit": unit, **({"tz": None} if kind == "timestamp" else {})}
+    return to_ns(ints, NS_PER[unit], label, where, lambda i: values[i]), info
+
+
+def to_ns(values: np.ndarray, factor: int, label: str, where: str, show: Any) -> np.ndarray:
+    """``values * factor`` (a new array), refused naming the column when one leaves int64
+    (``show(i)``: value ``i`` as the user knows it)."""
+    limit = _INT64_MAX // factor
+    if len(values) and (values.max() > limit or values.min() < -limit):  # INT64_MIN too
+        bad = np.flatnonzero((values > limit) | (values < -limit))
+        raise ValueError(
+            f"{where}: column {label!r} holds {show(int(bad[0]))} (and {bad.size - 1} more "
+            f"value(s)) outside {_RANGE}; drop those rows or store the column as numbers"
+        )
+    return values * factor if factor != 1 else values.copy()
+
+
+def restore_temporal(values: np.ndarray, info: dict[str, Any], key: str, where: str) -> Any:
+    """The Arrow array of int64 nanoseconds ``values`` as the type ``info`` records;
+    values that are not whole units of it are refused, naming the entry."""
+    pa = require("pyarrow", "arrow")
+    kind = info["kind"]
+    values = np.asarray(values, dtype=np.int64)
+    if kind == "timestamp":
+        return _whole(
+            pa.array(values, pa.timestamp("ns", info["tz"])),
+            pa.timestamp(info["unit"], info["tz"]),
+            key,
+            where,
+        )
+    if kind == "duration":
+        return _whole(pa.array(values, pa.duration("ns")), pa.duration(info["unit"]), key, where)
+    if kind in ("date32", "date64"):
+        factor = _DAY_NS if kind == "date32" else NS_PER["ms"]
+        if (values % factor).any():
+            raise ValueError(
+                f"{where}: entry {key!r} was a {kind} column but holds nanoseconds that are "
+                "not whole days; round them first"
+            )
+        scaled = values // factor
+        if kind == "date32":
+            return pa.array(scaled.astype(np.int32), pa.int32()).view(pa.date32())
+        return pa.array(scaled, pa.int64()).view(pa.date64())
+    unit = info["unit"]  # time32 / time64: since midnight
+    if (values % NS_PER[unit]).any():
+        raise ValueError(
+            f"{where}: entry {key!r} was a {kind}[{unit}] column but holds nanoseconds that "
+            f"are not whole {unit}; round them first"
+        )
+    scaled = values // NS_PER[unit]
+    if kind == "time32":
+        return pa.array(scaled.astype(np.int32), pa.int32()).view(pa.time32(unit))
+    return pa.array(scaled, pa.int64()).view(pa.time64(unit))
+
+
+def check_codes(codes: np.ndarray, count: int, key: str, where: str) -> int:
+    """The smallest code, once every code is checked to be -1 (missing) or one of the
+    ``count`` categories (a ``ValueError`` naming the entry otherwise)."""
+    low, high = (int(codes.min()), int(codes.max())) if len(codes) else (0, 0)
+    if low < -1 or high >= count:
+        raise ValueError(
+            f"{where}: entry {key!r} holds codes outside -1..{count - 1}: it has {count} "
+            "recorded categories"
+        )
+    return low
+
+
+def _whole(arr: Any, target: Any, key: str, where: str) -> Any:
+    pa = require("pyarrow", "arrow")
+    try:
+        return arr.cast(target, safe=True)
+    except pa.ArrowInvalid:
+        raise ValueError(
+            f"{where}: entry {key!r} was a {target} column but holds nanoseconds that are "
+            f"not whole {target.unit}; round them first"
+        ) from None
+
+
+# ------------------------------------------------------------------ infos
+
+
+def info_array(t: Tensor, rows: int, key: str, info: dict[str, Any], where: str) -> Any:
+    """The Arrow array a column info restores: a dictionary array of a categorical's
+    codes, a temporal array of int64 nanoseconds."""
+    pa = require("pyarrow", "arrow")
+    t = t.detach().cpu()
+    if t.dim() != 1 or t.shape[0] != rows:
+        raise ValueError(
+            f"{where}: entry {key!r} of shape {list(t.shape)} was a {info['kind']} column "
+            f"and should hold one value per row ({rows})"
+        )
+    if info["kind"] != "category":
+        if t.dtype is not torch.int64:
+            raise TypeError(
+                f"{where}: entry {key!r} was a {info['kind']} column and should hold int64 "
+                f"nanoseconds, not {t.dtype}"
+            )
+        return restore_temporal(t.numpy(), info, key, where)
+    categories = info["categories"]
+    codes = t.numpy()
+    if t.dtype.is_floating_point or t.is_complex() or t.dtype is torch.bool:
+        raise TypeError(f"{where}: entry {key!r} holds categorical codes of dtype {t.dtype}")
+    low = check_codes(codes, len(categories), key, where)
+    try:
+        values = pa.array(categories)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise TypeError(
+            f"{where}: the categories of entry {key!r} have no Arrow form ({err})"
+        ) from None
+    indices = pa.array(codes, mask=codes < 0) if low < 0 else pa.array(codes)
+    ordered = info.get("ordered", False)
+    return pa.DictionaryArray.from_arrays(indices, values, ordered=ordered, safe=False)
+
+
+def split(source: dict[str, Any], separator: str | None) -> dict[str, Any]:
+    """Nest flat column names ``"a.b"`` as ``a -> b`` (when a separator is given; the
+    names were checked by ``check_names``: no two land on one key)."""
+    if not separator:
+        return source
+    out: dict[str, Any] = {}
+    for name, value in source.items():
+        parts = name.split(separator)
+        node = out
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+    return out
+
+
+def place_infos(
+    source: dict[str, Any], infos: dict[str, Any], separator: str | None
+) -> dict[str, Any]:
+    """Put the column infos of the top-level columns beside their entries, in the node
+    each column landed in (``"a.b"`` with a separator: node ``a``, name ``b``)."""
+    per_node: dict[tuple[str, ...], dict[str, Any]] = {}
+    for name, info in infos.items():
+        parts = tuple(name.split(separator)) if separator else (name,)
+        per_node.setdefault(parts[:-1], {})[parts[-1]] = info
+    for node_path, node_infos_ in per_node.items():
+        node = source
+        for p in node_path:
+            node = node[p]
+        node[COLUMNS_KEY] = NonTensorData(node_infos_)
+    return source
+
+
+def container_of(
+    cls: Any,
+    source: dict[str, Any],
+    batch_size: Any,
+    device: Any,
+    auto_batch_size: bool,
+    batch_dims: int | None,
+    where: str,
+) -> Any:
+    """The container of type ``cls`` (TensorDict, or a tensorclass) around ``source``,
+    its batch size given or found (``auto_batch_size``); ``where`` names the caller."""
+    from tensorbox._core.tensordict import TensorDict
+    from tensorbox._tensorclass import is_tensorclass
+
+    if auto_batch_size and batch_size is not None:
+        raise TypeError(
+            f"{where}: Conflicting batch sizes: pass batch_size or auto_batch_size=True, not both"
+        )
+    td = TensorDict(source, batch_size=batch_size, device=device)
+    if auto_batch_size:
+        td.auto_batch_size_(batch_dims=batch_dims)
+    if cls is not None and is_tensorclass(cls):
+        # a tensorclass has no field for the column record: its entries stay the codes
+        # and the int64 nanoseconds (as tensordict's), without categories and units
+        return cls.from_tensordict(td.exclude(COLUMNS_KEY) if COLUMNS_KEY in td._tensordict else td)
+    return td
+
+
+def check_info(info: Any, label: str, where: str) -> dict[str, Any]:
+    """A column info, checked (a ``FormatError`` naming the column when it is not one)."""
+
+    def bad(what: str) -> FormatError:
+        return FormatError(f"{where}: the recorded type of column {label!r} {what}")
+
+    if not isinstance(info, dict):
+        raise bad(f"should be an object, got {type(info).__name__}")
+    index = info.get("index")
+    if index is not None and not isinstance(index, str | int | float):
+        raise bad(f"has index name {index!r}; expected a string or a number")
+    if not isinstance(info.get("pandas", ""), str):
+        raise bad(f"has pandas dtype {info['pandas']!r}; expected its name")
+    kind = info.get("kind")
+    if kind is None:
+        if "index" not in info and "pandas" not in info:
+            raise bad("has neither a kind, a pandas dtype nor an index name")
+        return info
+    if kind not in _KINDS:
+        raise bad(f"has kind {kind!r}; expected one of {sorted(_KINDS)}")
+    if kind == "category":
+        categories = info.get("categories")
+        if not isinstance(categories, list):
+            raise bad("has no list of categories")
+        try:
+            unique = len(set(categories)) == len(categories)
+        except TypeError:
+            unique = False
+        if not unique:
+            raise bad("has categories that are repeated or not hashable (values pandas takes)")
+        if not isinstance(info.get("ordered", False), bool):
+            raise bad("has a non-bool 'ordered'")
+        return info
+    unit = info.get("unit")
+    if kind in ("timestamp", "duration", "time32", "time64") and unit not in NS_PER:
+        raise bad(f"has unit {unit!r}; expected one of {sorted(NS_PER)}")
+    if unit not in {"time32": ("s", "ms"), "time64": ("us", "ns")}.get(kind, (unit,)):
+        raise bad(f"has unit {unit!r}, which {kind} cannot hold")
+    tz = info.get("tz")
+    if tz is not None and not isinstance(tz, str):
+        raise bad(f"has time zone {tz!r}; expected a string or null")
+    return info
+
+
+def node_infos(td: Any, where: str) -> dict[str, dict[str, Any]]:
+    """The column infos a container node holds (``{}`` when it holds none), checked."""
+    value = td._tensordict.get(COLUMNS_KEY)
+    if value is None:
+        return {}
+    data = value.data if isinstance(value, NonTensorData) and not value.stacked else None
+    if not isinstance(data, dict):
+        raise FormatError(
+            f"{where}: entry {COLUMNS_KEY!r} should hold one dict of column types (what "
+            "from_pandas/from_arrow record), got something else; delete it or rename it"
+        )
+    return {str(k): check_info(v, str(k), where) for k, v in data.items()}
+
+
+def parse_meta(raw: bytes | None, where: str) -> dict[str, Any]:
+    """The ``tensorbox`` schema metadata of an Arrow table, checked: a ``FormatError``
+    naming what is wrong when it is not JSON or not of the shape ``to_arrow`` writes."""
+    if not raw:
+        return {}
+    try:
+        meta = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise FormatError(f"{where}: the schema metadata 'tensorbox' is not JSON ({err})") from None
+    if not isinstance(meta, dict):
+        raise FormatError(
+            f"{where}: the schema metadata 'tensorbox' should be a JSON object, got "
+            f"{type(meta).__name__}"
+        )
+    if "batch_size" in meta:
+        _shape(meta["batch_size"], "batch_size", where)
+        if not meta["batch_size"]:  # to_arrow writes the rows first, always
+            raise FormatError(f"{where}: the schema metadata's batch_size is empty")
+    for field in ("nodes", "dtypes", "shapes", "columns"):
+        value = meta.get(field, {})
+        if not isinstance(value, dict):
+            raise FormatError(
+                f"{where}: the schema metadata's {field!r} should be an object, got "
+                f"{type(value).__name__}"
+            )
+    for name, shape in meta.get("nodes", {}).items():
+        _shape(shape, f"nodes[{name!r}]", where)
+    for name, shape in meta.get("shapes", {}).items():
+        _shape(shape, f"shapes[{name!r}]", where)
+    for name, dtype in meta.get("dtypes", {}).items():
+        if dtype != "bfloat16":
+            raise FormatError(
+                f"{where}: the schema metadata gives column {name!r} dtype {dtype!r}; "
+                "expected 'bfloat16' (the only dtype Arrow lacks)"
+            )
+    for name, info in meta.get("columns", {}).items():
+        check_info(info, name, where)
+    return meta
+
+
+def _shape(value: Any, what: str, where: str) -> None:
+    if not isinstance(value, list) or not all(
+        type(n) is int and n >= 0
+        for n in value  # bool is no size
+    ):
+        raise FormatError(
+            f"{where}: the schema metadata's {what} should be a list of sizes, got {value!r}"
+        )
+
+
+def jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
