@@ -280,7 +280,9 @@ class Saver:
             entry["id"] = getattr(t.untyped_storage(), "_tbx_gen", None) or new_id()
             self.keeps.append((target, t, store, k, entry))
             return entry
-        where_now = t.filename if isinstance(t, MemoryMappedTensor) and self.mode == "inplace" else None
+        where_now = (
+            t.filename if isinstance(t, MemoryMappedTensor) and self.mode == "inplace" else None
+        )
         if where_now is not None:  # shared memory is copied into the files, as tensordict
             assert self.root is not None
             # a view (rows of a mapped leaf, ``td[i]``) is written like any tensor
