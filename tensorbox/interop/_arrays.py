@@ -164,10 +164,32 @@ def write_tree(
             raise TypeError(f"entry {key!r} of type {type(value).__name__} cannot be stored")
 
 
+def _shared(data: Any) -> tuple[bool, Any]:
+    """``(True, v)`` when every element of the object array ``data`` is ``v`` (same type,
+    ``==`` says True); ``(False, None)`` otherwise, or when there is no element."""
+    flat = data.reshape(-1)
+    if flat.size == 0:
+        return False, None
+    first = flat[0]
+    for x in flat[1:]:
+        try:
+            if type(x) is not type(first) or (x == first) is not True:
+                return False, None
+        except Exception:  # a value whose == raises or is ambiguous: keep the rows
+            return False, None
+    return True, first
+
+
 def write_non_tensor(backend: Backend, group: Any, name: str, value: Any, key: str) -> None:
     """A non-tensor entry: one value, or one per batch element (a stack: its rows' shape
-    is recorded, so that each row reads back as its own value)."""
-    if value.stacked:
+    is recorded, so that each row reads back as its own value). Rows that all hold the
+    same value are written once, as tensordict writes an expanded value: reading gives
+    that value for every row either way."""
+    same, one = _shared(value.data) if value.stacked else (False, None)
+    if same:
+        raw, encoding = encode_non_tensor(one, key)
+        backend.write_non_tensor(group, name, raw, encoding)
+    elif value.stacked:
         raw, encoding = encode_non_tensor(value.data.tolist(), key, force_json=True)
         backend.write_non_tensor(group, name, raw, encoding, rows=value.data.shape)
     else:
