@@ -64,7 +64,13 @@ from tensorbox._core.lazystack import LazyStackedTensorDict, lazy_stack
 from tensorbox._core.legacy import lazy_legacy, set_lazy_legacy
 from tensorbox._core.liststack import list_to_stack, set_list_to_stack
 from tensorbox._core.merge import merge_tensordicts
-from tensorbox._core.nontensor import MetaData, NonTensorData, NonTensorStack
+from tensorbox._core.nontensor import (
+    MetaData,
+    NonTensorData,
+    NonTensorStack,
+    capture_non_tensor_stack,
+    set_capture_non_tensor_stack,
+)
 from tensorbox._core.padding import pad, pad_sequence
 from tensorbox._core.repr import get_printoptions, set_printoptions
 from tensorbox._core.tensordict import TensorDict, TensorDictBase, is_tensor_collection
@@ -135,6 +141,7 @@ __all__ = [
     "is_tensorclass",
     "lazy_legacy",
     "lazy_stack",
+    "capture_non_tensor_stack",
     "list_to_stack",
     "merge_tensordicts",
     "pack",
@@ -143,6 +150,7 @@ __all__ = [
     "pad_sequence",
     "set_get_defaults_to_none",
     "set_lazy_legacy",
+    "set_capture_non_tensor_stack",
     "set_list_to_stack",
     "set_printoptions",
     "prefetch",

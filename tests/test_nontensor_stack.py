@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -73,3 +75,23 @@ def test_rows_of_a_stack_stay_a_stack() -> None:
         4,
         2,
     )
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_capture_non_tensor_stack_keeps_one_equal_value_as_tensordict(capture: bool) -> None:
+    import tensorbox as tb
+
+    def run(lib: object) -> tuple[object, object]:
+        rows = [lib.TensorDict(tag="x", a=torch.zeros(2)), lib.TensorDict(tag="x", a=torch.ones(2))]
+        mixed = [lib.TensorDict(tag="x"), lib.TensorDict(tag="y")]
+        with lib.set_capture_non_tensor_stack(capture):
+            return torch.stack(rows)["tag"], torch.stack(mixed)["tag"]
+
+    got = run(tb)
+    assert got == (("x" if capture else ["x", "x"]), ["x", "y"])
+    assert tb.capture_non_tensor_stack() is False  # the switch restored the default
+    td = pytest.importorskip("tensordict")
+    with warnings.catch_warnings():  # tensordict deprecates the switch (it still works)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        want = run(td)
+    assert (want[0] if capture else list(want[0])) == got[0] and list(want[1]) == got[1]

@@ -26,10 +26,54 @@ from typing import Any
 import numpy as np
 import torch
 
+from tensorbox._core.modeswitch import ModeSwitch, env_flag
 from tensorbox._core.unbatched import UnbatchedTensor
 from tensorbox.errors import BatchDimError, BatchSizeError
 
-__all__ = ["MetaData", "NonTensorData", "NonTensorStack", "cpu_index", "read", "wrap"]
+__all__ = [
+    "MetaData",
+    "NonTensorData",
+    "NonTensorStack",
+    "capture_non_tensor_stack",
+    "cpu_index",
+    "read",
+    "set_capture_non_tensor_stack",
+    "wrap",
+]
+
+#: ``[mode]``: read by ``torch.stack`` of containers holding non-tensor values.
+_CAPTURE: list[bool] = [env_flag("CAPTURE_NONTENSOR_STACK")]
+
+
+def capture_non_tensor_stack() -> bool:
+    """True while ``torch.stack`` of equal non-tensor values keeps one value (see
+    :class:`set_capture_non_tensor_stack`); off by default, as in tensordict.
+
+    >>> from tensorbox import capture_non_tensor_stack
+    >>> capture_non_tensor_stack()
+    False
+    """
+    return _CAPTURE[0]
+
+
+class set_capture_non_tensor_stack(ModeSwitch):
+    """Switch tensordict's capture of equal non-tensor values on ``torch.stack``.
+
+    Off (the default), stacking containers gives a value per row. On, values that are
+    all equal stay one shared value (different ones still give a value per row). A
+    context manager and a decorator, or ``.set()`` to switch for good.
+
+    >>> import torch
+    >>> from tensorbox import TensorDict, set_capture_non_tensor_stack
+    >>> rows = [TensorDict(tag="x"), TensorDict(tag="x")]
+    >>> torch.stack(rows)["tag"]
+    ['x', 'x']
+    >>> with set_capture_non_tensor_stack(True):
+    ...     torch.stack(rows)["tag"]
+    'x'
+    """
+
+    _state = _CAPTURE
 
 
 class NonTensorData:
@@ -276,8 +320,9 @@ class NonTensorData:
         """
         if type(items[0].data) is UnbatchedTensor:
             return _one_unbatched(items, "stack")
-        if torch.compiler.is_compiling() and _all_same(items):
-            return items[0]  # no object arrays in a compiled graph: one value, as before
+        if (_CAPTURE[0] or torch.compiler.is_compiling()) and _all_same(items):
+            # captured (tensordict's switch), or compiled (no object arrays in a graph)
+            return items[0]
         return per_row(np.stack([it.full(batch_size) for it in items], axis=dim))
 
     @staticmethod
