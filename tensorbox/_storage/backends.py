@@ -228,7 +228,9 @@ class RemoteBackend(Backend):
 
     def exists(self, storage_options: dict[str, Any] | None = None) -> bool:
         """Whether an object is at the URL (asked of its transport: fsspec or obstore)."""
-        transport = _remote.open_transport(self.url, storage_options)
+        from tensorbox._storage.remote.stores import open_transport
+
+        transport = open_transport(self.url, storage_options)
         try:
             transport.describe("")
         except FileNotFoundError:
