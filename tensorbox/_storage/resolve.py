@@ -173,7 +173,19 @@ def backend_class(name: str) -> type[Backend]:
         if path is None:
             raise ValueError(f"no storage backend is registered as {name!r} ({sorted(BACKENDS)})")
         module, _, attr = path.partition(":")
-        found = _LOADED[name] = getattr(import_module(module), attr)
+        where = f"storage backend {name!r} ({path!r})"
+        try:
+            found = getattr(import_module(module), attr)
+        except ImportError as err:  # a typo in the path, or the package is not installed
+            raise ImportError(f"{where}: cannot import {module!r} ({err})") from err
+        except AttributeError:
+            raise ImportError(f"{where}: module {module!r} has no {attr!r}") from None
+        if not (isinstance(found, type) and issubclass(found, Backend)):
+            raise TypeError(
+                f"{where}: {attr!r} is a {type(found).__name__}, not a subclass of "
+                "tensorbox._storage.resolve.Backend"
+            )
+        _LOADED[name] = found
     return found
 
 

@@ -75,6 +75,7 @@ def split_url(prefix: Any) -> tuple[str, str, str | None] | None:
             "paths"
         )
     url, sep, sub = prefix.partition(_SEP)
+    url = scheme + url[len(scheme) :]  # schemes are case-insensitive; fsspec's table is not
     return scheme, url, (sub or None) if sep else None
 
 
