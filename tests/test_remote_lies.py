@@ -420,3 +420,45 @@ def test_a_save_never_adopts_another_writers_upload(
     assert torch.equal(TensorDict.load_memmap(str(tmp_path / "out"))["x"], theirs["x"])
     back = TensorDict.load_memmap("s3://tbx-race/ds.tdz", storage_options=opts)
     assert torch.equal(back["x"] + 0, theirs["x"])
+
+
+# ---- unpack(url): the cache's whole copy of an archive ------------------------------------
+
+
+def _whole_copy(cache: remote.RangeCache, size: int) -> Path:
+    """The cache's whole copy of an archive of ``size`` bytes."""
+    (found,) = [p for p in _cache_files(cache) if p.stat().st_size == size]
+    return found
+
+
+@pytest.mark.parametrize("where", ["data", "index", "cut"])
+def test_a_damaged_whole_copy_in_the_cache_is_fetched_again_by_unpack(
+    liar: Liar, tmp_path: Path, cache: remote.RangeCache, where: str
+) -> None:
+    a = _td(1, 64)
+    url = liar.serve("whole.tdz", a, tmp_path)
+    unpack(url, str(tmp_path / "one"))
+    size = (liar.root / "whole.tdz").stat().st_size
+    copy = _whole_copy(cache, size)
+    raw = bytearray(copy.read_bytes())
+    if where == "data":  # a byte of the leaf's data: its CRC-32 no longer matches
+        raw[size // 2] ^= 0xFF
+    elif where == "index":  # a byte of the central directory: another tree id
+        raw[size - 40] ^= 0xFF
+    else:
+        del raw[size // 2 :]
+    copy.write_bytes(bytes(raw))
+    unpack(url, str(tmp_path / "two"))  # never "the archive is damaged"
+    assert torch.equal(TensorDict.load_memmap(str(tmp_path / "two"))["x"], a["x"])
+    assert _whole_copy(cache, size).read_bytes() == (liar.root / "whole.tdz").read_bytes()
+
+
+def test_unpack_of_a_damaged_remote_archive_names_the_url(liar: Liar, tmp_path: Path) -> None:
+    url = liar.serve("bad.tdz", _td(1, 64), tmp_path)
+    path = liar.root / "bad.tdz"
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF  # the leaf's data, under its recorded CRC-32
+    path.write_bytes(bytes(raw))
+    with pytest.raises(FormatError, match=rf"{url}: the archive is damaged \(.*CRC-32"):
+        unpack(url, str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
