@@ -462,3 +462,49 @@ def test_unpack_of_a_damaged_remote_archive_names_the_url(liar: Liar, tmp_path: 
     with pytest.raises(FormatError, match=rf"{url}: the archive is damaged \(.*CRC-32"):
         unpack(url, str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
+
+
+_KILLED_MID_WRITE = """
+import os, signal, sys
+import tensorbox._storage.remote as remote
+
+class Killed:  # the process dies right after the first bytes of the fetch land
+    def __init__(self, *args):
+        self.f = open(*args)
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        self.f.close()
+    def write(self, data):
+        self.f.write(data)
+        self.f.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+remote.open = Killed  # what fetch_archive writes its file with
+from tensorbox import unpack
+unpack(sys.argv[1], sys.argv[2])
+"""
+
+
+def test_files_left_by_a_killed_fetch_are_deleted_by_the_next_scan(
+    liar: Liar, tmp_path: Path, cache: remote.RangeCache
+) -> None:
+    import subprocess
+    import sys
+
+    a = _td(1, 1024)
+    url = liar.serve("killed.tdz", a, tmp_path)
+    env = {**os.environ, "TENSORBOX_CACHE": cache.directory}
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, "-c", _KILLED_MID_WRITE, url, str(tmp_path / "out")], env=env
+        )
+        assert out.returncode == -9
+    left = [p for p in Path(cache.directory).iterdir() if p.name.startswith(".part-")]
+    assert len(left) == 2 and all(p.stat().st_size > 0 for p in left)
+    mine = Path(cache.new_tmp())  # one this (live) process is writing
+    cache.evict()  # any scan (the first write of a process, a bound passed)
+    assert [p for p in Path(cache.directory).iterdir() if p.name.startswith(".part-")] == [mine]
+    mine.unlink()
+    unpack(url, str(tmp_path / "out"))
+    assert torch.equal(TensorDict.load_memmap(str(tmp_path / "out"))["x"], a["x"])

@@ -8,6 +8,7 @@ import contextlib
 import hashlib
 import json
 import os
+import socket
 import tempfile
 import threading
 from typing import Any
@@ -106,8 +107,10 @@ class RangeCache:
         return data
 
     def new_tmp(self) -> str:
+        """A new file being written here (a fetch, a save before its upload), named by its
+        owner, this process: one a killed process left is deleted by the next scan."""
         os.makedirs(self.directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".part-")
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".part-{_HOST}-{os.getpid()}-")
         os.close(fd)
         return tmp
 
@@ -132,17 +135,26 @@ class RangeCache:
             except FileNotFoundError:
                 self._held = 0
                 return
+            writing = 0  # bytes of files being written (by live processes): counted, kept
             for e in found:
-                if e.name.endswith((".bin", ".have")):
+                tmp = e.name.startswith(".part-")
+                if tmp and _orphan(e.name):  # its process was killed while writing it
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(e.path)
+                    continue
+                if tmp or e.name.endswith((".bin", ".have")):
                     try:
                         st = e.stat()
                     except FileNotFoundError:  # another process evicted it
                         continue
                     # a leaf's file is sparse until every part of it was fetched
                     used = min(st.st_size, getattr(st, "st_blocks", st.st_size // 512 + 1) * 512)
+                    if tmp:
+                        writing += used
+                        continue
                     last = e.path == keep or e.path[: -len(".have")] + ".bin" == keep
                     files.append((last, st.st_mtime, used, e.path))
-            total = sum(f[2] for f in files)
+            total = writing + sum(f[2] for f in files)
             target = self.max_bytes - self.max_bytes // 8 if total > self.max_bytes else total
             for _, _, size, path in sorted(files):
                 if total <= target:
@@ -151,6 +163,26 @@ class RangeCache:
                     os.unlink(path)  # a process mapping it keeps its pages
                 total -= size
             self._held = total
+
+
+#: This machine, in the names of files being written (processes of one machine share a
+#: cache; a file of another machine's process is never taken for an orphan).
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def _orphan(name: str) -> bool:
+    """Whether ``name`` (``.part-HOST-PID-...``) was left by a process of this machine that
+    is gone (killed while writing it)."""
+    _, host, pid, *_ = [*name.split("-", 3), "", "", ""]
+    if host != _HOST or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
 
 
 _default: RangeCache | None = None
