@@ -508,3 +508,25 @@ def test_files_left_by_a_killed_fetch_are_deleted_by_the_next_scan(
     mine.unlink()
     unpack(url, str(tmp_path / "out"))
     assert torch.equal(TensorDict.load_memmap(str(tmp_path / "out"))["x"], a["x"])
+
+
+@pytest.mark.parametrize("planted", ["symlink", "folder"])
+def test_a_symlink_or_folder_in_place_of_a_cache_file_is_dropped(
+    liar: Liar, tmp_path: Path, cache: remote.RangeCache, planted: str
+) -> None:
+    a = _td(1, 64)
+    url = liar.serve("planted.tdz", a, tmp_path)
+    assert torch.equal(TensorDict.load_memmap(url)["x"] + 0, a["x"])  # index and leaf kept
+    victim = tmp_path / "victim"
+    kept = _cache_files(cache)
+    assert len(kept) == 2
+    for p in kept:
+        p.unlink()
+        if planted == "symlink":  # in a shared cache folder: bytes written through it
+            p.symlink_to(victim)  # would land in another user's file
+        else:
+            p.mkdir()
+    back = TensorDict.load_memmap(url)
+    assert torch.equal(back["x"][3], a["x"][3]) and torch.equal(back["x"] + 0, a["x"])
+    assert not victim.exists()
+    assert all(p.is_file() and not p.is_symlink() for p in _cache_files(cache))

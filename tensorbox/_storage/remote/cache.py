@@ -66,9 +66,31 @@ class RangeCache:
     def put_file(self, key: dict[str, Any], tmp: str) -> str:
         """Move the finished file ``tmp`` (in this folder) into place under ``key``."""
         path = self.path_for(key)
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except (IsADirectoryError, FileExistsError, NotADirectoryError):
+            if not self.clear(path):
+                raise
+            os.replace(tmp, path)
         self.added(os.path.getsize(path), keep=path)
         return path
+
+    @staticmethod
+    def clear(path: str) -> bool:
+        """Drop what is at ``path`` when it is no cache file (a symlink, an empty folder):
+        True when it is gone. A folder with files in it is left, for the caller's error."""
+        try:
+            if os.path.islink(path):
+                os.unlink(path)
+            elif os.path.isdir(path):
+                os.rmdir(path)
+            else:
+                return False
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return False
+        return True
 
     _MAGIC = b"TBXC1\n"
 
@@ -84,7 +106,7 @@ class RangeCache:
             if tmp is not None:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
-            raise self.failure(err, url, tmp) from err
+            raise self.failure(err, url, self.path_for(key)) from err
 
     def get_bytes(self, key: dict[str, Any]) -> bytes | None:
         """What :meth:`put_bytes` kept under ``key``, or None: absent, or damaged (a byte

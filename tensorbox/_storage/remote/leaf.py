@@ -21,6 +21,7 @@ parts land in memory.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import threading
@@ -193,7 +194,9 @@ class _Leaf:
         cache = self.store.cache
         assert cache is not None and self.key is not None
         path = cache.path_for(self.key)
-        flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
+        # Never through a symlink: one planted in a shared cache folder would have these
+        # bytes written wherever it points.
+        flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
         for _ in range(4):  # a file another process deletes meanwhile: open again
             try:
                 if create:
@@ -203,7 +206,9 @@ class _Leaf:
                 if not create:
                     return
                 continue
-            except OSError as err:
+            except OSError as err:  # a symlink (ELOOP) or an empty folder there: dropped
+                if err.errno in (errno.ELOOP, errno.EISDIR) and cache.clear(path):
+                    continue
                 raise cache.failure(err, self.url, path) from err
             try:
                 size = os.fstat(fd).st_size
