@@ -192,3 +192,13 @@ def test_a_url_scheme_in_capitals_is_the_same_scheme() -> None:
     TensorDict(a=torch.arange(3), batch_size=[3]).memmap(f"MEMORY://{name}", archive=True)
     assert TensorDict.load_memmap(f"memory://{name}")["a"].tolist() == [0, 1, 2]
     assert TensorDict.load_memmap(f"Memory://{name}")["a"].tolist() == [0, 1, 2]
+
+
+def test_a_trailing_slash_names_the_same_place_on_save_and_on_load(tmp_path: Path) -> None:
+    td = TensorDict(a=torch.arange(3), batch_size=[3])
+    td.memmap(str(tmp_path / "x.tdz") + "/")  # a .tdz name: an archive, the file x.tdz
+    assert (tmp_path / "x.tdz").is_file()
+    for name in ("x.tdz/", "x.tdz//", "x.tdz"):
+        assert TensorDict.load_memmap(str(tmp_path / name))["a"].tolist() == [0, 1, 2]
+    with pytest.raises(TreeExistsError, match=r"x\.tdz/' already holds a saved tree"):
+        td.memmap(str(tmp_path / "x.tdz") + "/", existsok=False)

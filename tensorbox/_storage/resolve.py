@@ -212,6 +212,8 @@ def resolve(prefix: Any, *, archive: bool | None = None, save: bool = False) -> 
             f"expected a path (str or os.PathLike) or a URL, got {type(prefix).__name__}"
         )
     p = os.fsdecode(os.fspath(prefix))
+    if p.endswith("/") and p.rstrip("/"):  # "x.tdz/" names x.tdz, as a save reads it
+        p = prefix = p.rstrip("/")
     file, sep, inner = p.rpartition(SEP)
     if sep and (_is_file(file) or (save and _archive_wanted(file, archive))):
         return backend_class("archive")(Where(prefix, file, inner.strip("/")))
