@@ -42,6 +42,7 @@ class _Liar(_RangeHTTPServer):
     validators = "etag"  # "etag" (and Last-Modified), "last-modified" (fixed), "none"
     shift = 0  # added to every ranged reply's bytes and Content-Range
     status: int | None = None  # every request answered with this error
+    loop = False  # every request redirected to itself
 
 
 class _LyingHandler(_RangeHandler):
@@ -56,15 +57,24 @@ class _LyingHandler(_RangeHandler):
         if self.server.validators != "none":  # one second for every version
             self.send_header("Last-Modified", "Sat, 28 Nov 2026 04:00:00 GMT")
 
-    def do_HEAD(self) -> None:
+    def _refused(self) -> bool:
+        if self.server.loop:
+            self.send_response(302)
+            self.send_header("Location", self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return True
         if self.server.status is not None:
             self.send_error(self.server.status)
-            return
-        super().do_HEAD()
+            return True
+        return False
+
+    def do_HEAD(self) -> None:
+        if not self._refused():
+            super().do_HEAD()
 
     def do_GET(self) -> None:
-        if self.server.status is not None:
-            self.send_error(self.server.status)
+        if self._refused():
             return
         found = self._target()
         if found is None:
@@ -206,6 +216,13 @@ def test_503_on_head_and_get_is_not_a_missing_object(liar: Liar, tmp_path: Path)
     assert not isinstance(err.value, FileNotFoundError)
     liar.server.status = 404
     with pytest.raises(FileNotFoundError, match=r"busy\.tdz': no such object \(HTTP 404\)"):
+        TensorDict.load_memmap(url)
+
+
+def test_redirects_in_a_loop_are_named(liar: Liar, tmp_path: Path) -> None:
+    url = liar.serve("loop.tdz", _td(1, 16), tmp_path)
+    liar.server.loop = True
+    with pytest.raises(OSError, match=r"loop\.tdz': the request failed \(TooManyRedirects\)"):
         TensorDict.load_memmap(url)
 
 

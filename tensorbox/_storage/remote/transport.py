@@ -169,11 +169,13 @@ def _not_found(err: FileNotFoundError, url: str) -> OSError:
         return FileNotFoundError(f"{url!r}: no such object (HTTP {status})")
     if status in (401, 403):
         return PermissionError(f"{url!r}: access refused (HTTP {status}): check the credentials")
-    if status is not None:
+    if status:
         return OSError(
             f"{url!r}: the server answered HTTP {status} ({getattr(cause, 'message', '')}), "
             "not the object: try again later"
         )
+    if status is not None:  # an answer with no status of its own: redirects in a loop...
+        return OSError(f"{url!r}: the request failed ({type(cause).__name__}): not the object")
     return ConnectionError(
         f"{url!r}: cannot reach the server ({type(cause).__name__}: {cause}): is it running?"
     )
