@@ -547,3 +547,16 @@ def test_a_symlink_or_folder_in_place_of_a_cache_file_is_dropped(
     assert torch.equal(back["x"][3], a["x"][3]) and torch.equal(back["x"] + 0, a["x"])
     assert not victim.exists()
     assert all(p.is_file() and not p.is_symlink() for p in _cache_files(cache))
+
+
+@pytest.mark.parametrize(
+    "name", ["TENSORBOX_CACHE_BYTES", "TENSORBOX_REMOTE_TIMEOUT", "TENSORBOX_REMOTE_GAP"]
+)
+def test_a_setting_that_is_no_number_is_named(
+    liar: Liar, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    url = liar.serve("env.tdz", _td(1, 16), tmp_path)
+    monkeypatch.setattr(remote.cache, "_default", None)
+    monkeypatch.setenv(name, "10G")
+    with pytest.raises(ValueError, match=rf"\${name}='10G': expected a"):
+        TensorDict.load_memmap(url)["x"][3]

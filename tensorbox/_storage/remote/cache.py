@@ -13,7 +13,7 @@ import tempfile
 import threading
 from typing import Any
 
-__all__ = ["RangeCache", "default_cache"]
+__all__ = ["RangeCache", "default_cache", "env_number"]
 
 
 class RangeCache:
@@ -207,6 +207,28 @@ def _orphan(name: str) -> bool:
     return False
 
 
+def env_number(name: str, default: float, kind: type = int) -> Any:
+    """The setting ``$name`` as a ``kind`` (``default`` when unset); a value that is not one
+    is a ``ValueError`` naming the variable.
+
+    >>> env_number("TENSORBOX_NO_SUCH_SETTING", 7)
+    7
+    """
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return kind(default)
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ValueError(
+            f"${name}={raw!r}: expected {'a whole number' if kind is int else 'a number'} "
+            f"(of bytes or seconds), such as {kind(default)!r}"
+        ) from None
+    if value < 0:
+        raise ValueError(f"${name}={raw!r}: expected a number of at least 0")
+    return value
+
+
 _default: RangeCache | None = None
 
 
@@ -215,5 +237,5 @@ def default_cache() -> RangeCache:
     ``TENSORBOX_CACHE_BYTES`` changes the bound)."""
     global _default
     if _default is None:
-        _default = RangeCache(max_bytes=int(os.environ.get("TENSORBOX_CACHE_BYTES", 10 << 30)))
+        _default = RangeCache(max_bytes=env_number("TENSORBOX_CACHE_BYTES", 10 << 30))
     return _default

@@ -33,6 +33,7 @@ import torch
 
 from tensorbox._storage.archive import zip as _zip
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor, map_file
+from tensorbox._storage.remote.cache import env_number
 from tensorbox._storage.store import TensorEntry
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ GAP = 64 << 10
 def gap() -> int:
     """Missing parts of a leaf closer than this many bytes are read with the parts between
     them (``$TENSORBOX_REMOTE_GAP``, 256 KiB by default; 0: the rows asked for only)."""
-    return int(os.environ.get("TENSORBOX_REMOTE_GAP", 256 << 10))
+    return int(env_number("TENSORBOX_REMOTE_GAP", 256 << 10))
 
 
 #: A fetch is split into about this many requests in flight together...

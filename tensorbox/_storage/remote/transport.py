@@ -107,7 +107,9 @@ def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple
 
 def timeout() -> float:
     """Seconds a network read may stall (``$TENSORBOX_REMOTE_TIMEOUT``, 60 by default)."""
-    return float(os.environ.get("TENSORBOX_REMOTE_TIMEOUT", 60))
+    from tensorbox._storage.remote.cache import env_number
+
+    return float(env_number("TENSORBOX_REMOTE_TIMEOUT", 60, float))
 
 
 #: Attempts of a failed range read (a dropped connection, a timeout), then an error.
