@@ -560,3 +560,19 @@ def test_a_setting_that_is_no_number_is_named(
     monkeypatch.setenv(name, "10G")
     with pytest.raises(ValueError, match=rf"\${name}='10G': expected a"):
         TensorDict.load_memmap(url)["x"][3]
+
+
+def test_an_archive_larger_than_the_cache_bound_unpacks_and_saves(
+    liar: Liar, tmp_path: Path, cache: remote.RangeCache
+) -> None:
+    import uuid
+
+    cache.max_bytes = 1 * MiB
+    a = _td(1, 1024)  # 4 MiB
+    url = liar.serve("big.tdz", a, tmp_path)
+    unpack(url, str(tmp_path / "out"))  # its whole copy was deleted as it was put
+    assert torch.equal(TensorDict.load_memmap(str(tmp_path / "out"))["x"], a["x"])
+    assert _used(cache) <= cache.max_bytes
+    saved = a.memmap(f"memory://tbx-big/{uuid.uuid4().hex}.tdz", archive=True)
+    assert _used(cache) <= cache.max_bytes  # the saved copy is read from its mapping
+    assert torch.equal(saved["x"], a["x"])

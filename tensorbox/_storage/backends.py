@@ -251,7 +251,9 @@ class RemoteBackend(Backend):
                 os.unlink(tmp)
             raise
         local = _remote.upload(tmp, self.url, options["storage_options"])
-        return load_memmap(type(obj), local).lock_()  # a save's result is locked
+        saved = load_memmap(type(obj), local).lock_()  # a save's result is locked
+        _remote.default_cache().release()  # mapped: a copy past the bound goes now
+        return saved
 
     def save_in_place(self, what: str) -> Any:
         if what == "memmap_like":

@@ -219,6 +219,8 @@ def unpack(
             except FormatError as err:
                 if not kept:  # fetched just now: the object itself is damaged
                     raise FormatError(f"{file}: the archive is damaged ({err})") from err
+            finally:  # read: a copy larger than the cache's bound goes now
+                _remote.default_cache().release()
             # The cache's copy is damaged (a flipped byte, cut short): dropped and fetched
             # again, never reported as a damaged remote archive.
     return _unpack(file, directory, fsync, force, progress)

@@ -75,6 +75,11 @@ class RangeCache:
         self.added(os.path.getsize(path), keep=path)
         return path
 
+    def release(self) -> None:
+        """A file put with :meth:`put_file` is open (mapped) now: apply the bound, which
+        it alone may pass (it is then deleted, and its reader keeps its pages)."""
+        self.added(0)
+
     @staticmethod
     def clear(path: str) -> bool:
         """Drop what is at ``path`` when it is no cache file (a symlink, an empty folder):
@@ -148,8 +153,9 @@ class RangeCache:
         self.evict(keep)
 
     def evict(self, keep: str | None = None) -> None:
-        """Delete the least recently used files until at most 7/8 of the bound is held
-        (``keep`` last of all, and only when it alone passes the bound)."""
+        """Delete the least recently used files until at most 7/8 of the bound is held,
+        never ``keep`` (the file just put, which its caller is about to open: one larger
+        than the bound goes at the next scan, see :meth:`release`)."""
         with self._lock:
             files = []
             try:
@@ -178,8 +184,8 @@ class RangeCache:
                     files.append((last, st.st_mtime, used, e.path))
             total = writing + sum(f[2] for f in files)
             target = self.max_bytes - self.max_bytes // 8 if total > self.max_bytes else total
-            for _, _, size, path in sorted(files):
-                if total <= target:
+            for last, _, size, path in sorted(files):
+                if total <= target or last:
                     break
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)  # a process mapping it keeps its pages
