@@ -193,9 +193,17 @@ class RangeCache:
             self._held = total
 
 
-#: This machine, in the names of files being written (processes of one machine share a
-#: cache; a file of another machine's process is never taken for an orphan).
-_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+def _host() -> str:
+    """This machine and process-id namespace, in the names of files being written: a file
+    of a process on another machine, or in another container, is never taken for an
+    orphan (its process id means nothing here)."""
+    where = socket.gethostname()
+    with contextlib.suppress(OSError):
+        where += os.readlink("/proc/self/ns/pid")
+    return hashlib.sha256(where.encode()).hexdigest()[:8]
+
+
+_HOST = _host()
 
 
 def _orphan(name: str) -> bool:
