@@ -202,3 +202,14 @@ def test_a_trailing_slash_names_the_same_place_on_save_and_on_load(tmp_path: Pat
         assert TensorDict.load_memmap(str(tmp_path / name))["a"].tolist() == [0, 1, 2]
     with pytest.raises(TreeExistsError, match=r"x\.tdz/' already holds a saved tree"):
         td.memmap(str(tmp_path / "x.tdz") + "/", existsok=False)
+
+
+def test_file_colon_dir_of_a_safetensors_file_is_its_sub_tree(tmp_path: Path) -> None:
+    st = pytest.importorskip("safetensors.torch")
+    path = str(tmp_path / "w.safetensors")
+    st.save_file({"a.b": torch.ones(3), "c": torch.zeros(2)}, path)
+    assert TensorDict.load_memmap(path + "::a")["b"].tolist() == [1.0, 1.0, 1.0]  # not a zip
+    with opened(path + "::a") as (_store, rel):  # the CLI's entry point
+        assert rel == "a"
+    with pytest.raises(ValueError, match=r"w\.safetensors::a'\): a safetensors file is read-only"):
+        TensorDict(b=torch.ones(3)).memmap(path + "::a")

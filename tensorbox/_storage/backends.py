@@ -194,7 +194,7 @@ class SafetensorsBackend(Backend):
     def _store(self) -> Store:
         from tensorbox.interop._safetensors_store import SafetensorsStore
 
-        return SafetensorsStore(self.where.prefix)
+        return SafetensorsStore(self.where.path)  # FILE::DIR: the sub-tree DIR of FILE
 
     def load(self, cls: type, **o: Any) -> Any:
         mode = o["mode"]
@@ -205,12 +205,12 @@ class SafetensorsBackend(Backend):
                 "mode='r+' would let writes reach it. Open it with mode='r' (copy-on-write), "
                 "or save it as a tree (td.memmap(DIR)) and open that with mode='r+'"
             )
-        return load_from(self._store(), "", cls, _mapped(o["device"]), o["non_blocking"], "r",
-                         o["verify"], o["fit"], False)  # fmt: skip
+        return load_from(self._store(), self.where.inner, cls, _mapped(o["device"]),
+                         o["non_blocking"], "r", o["verify"], o["fit"], False)  # fmt: skip
 
     @contextlib.contextmanager
     def opened(self) -> Iterator[tuple[Store, str]]:
-        yield self._store(), ""
+        yield self._store(), self.where.inner
 
 
 class RemoteBackend(Backend):

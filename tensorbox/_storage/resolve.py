@@ -215,16 +215,22 @@ def resolve(prefix: Any, *, archive: bool | None = None, save: bool = False) -> 
     if p.endswith("/") and p.rstrip("/"):  # "x.tdz/" names x.tdz, as a save reads it
         p = prefix = p.rstrip("/")
     file, sep, inner = p.rpartition(SEP)
-    if sep and (_is_file(file) or (save and _archive_wanted(file, archive))):
+    if sep and _is_file(file):  # a sub-tree of the file, read as the bare file is
+        return backend_class(_by_suffix(file))(Where(prefix, file, inner.strip("/")))
+    if sep and save and _archive_wanted(file, archive):
         return backend_class("archive")(Where(prefix, file, inner.strip("/")))
     if save:
         if _archive_wanted(p, archive):
             return backend_class("archive")(Where(prefix, p))
         return backend_class("folder")(Where(prefix, p))
     if _is_file(p):
-        name = next((v for k, v in SUFFIXES.items() if p.endswith(k)), "archive")
-        return backend_class(name)(Where(prefix, p))
+        return backend_class(_by_suffix(p))(Where(prefix, p))
     return backend_class("folder")(Where(prefix, p))
+
+
+def _by_suffix(file: str) -> str:
+    """The backend of an existing file: by its suffix (:data:`SUFFIXES`), else an archive."""
+    return next((v for k, v in SUFFIXES.items() if file.endswith(k)), "archive")
 
 
 def _archive_wanted(path: str, archive: bool | None) -> bool:
