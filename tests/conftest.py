@@ -118,6 +118,7 @@ HEAVY_TESTS = frozenset(
         "test_remote_lazy.py::test_dataloader_workers_fetch_only_the_share",
         "test_remote_share.py::test_s3_refuses_a_wrong_key",  # moto in a process of its own
         "test_tensordict_guides.py::test_tensordict_submodules_switch_by_the_package_name",
+        "test_guides_differential.py::test_same_results_as_tensordict[dataloader_workers]",
         "test_commit.py::test_two_writers_and_a_reader_never_see_a_torn_or_mixed_tree",
         "test_extend.py::test_kill_readers_and_two_producers",
         "test_data_dataset.py::test_workers_open_the_same_files_by_name",

@@ -140,8 +140,14 @@ def test_a_producer_reconnects_after_a_restart(redis_process: RedisProcess, proc
     kw = dict(batch_size=16, seed=5, num_epochs=1)
     remote = dict(url=redis_process.url, name="back", capacity=2, timeout=60, **kw)
     with RedisAugmentBuffer(data, augment, **remote) as buf:
-        next(iter(buf))  # the producer serves this server
-    redis_process.restart()  # without persistence: every key is gone
+        it = iter(buf)
+        next(it)  # the producer serves this server
+        redis_process.restart()  # without persistence: every key is gone
+        with pytest.raises(  # the consumer says so instead of waiting for ever
+            ProducerError, match=r"keys of queue 'back' are gone from the server.*load_state_dict"
+        ):
+            for _ in range(2):
+                next(it)
     time.sleep(3)  # the producer's blocking wait meets the lost connection meanwhile
     assert procs[0].poll() is None, "the producer died on the restart"
     with RedisAugmentBuffer(data, augment, **remote) as buf:

@@ -259,3 +259,12 @@ def test_kept_load_state_dict_of_a_container(lib: ModuleType) -> None:
     else:
         with pytest.raises(TypeError, match="Expected state_dict to be dict-like"):
             fresh.load_state_dict(weights.flatten_keys("."))
+
+
+def test_kept_stacked_metadata(lib: ModuleType) -> None:
+    """tensordict's MetaData stays one value through stack and expand; tensorbox's
+    MetaData is NonTensorData, which gives a value per row there."""
+    row = lib.TensorDict(m=lib.MetaData("x"), batch_size=[])
+    expect = "x" if lib.__name__ == "tensordict" else ["x", "x"]
+    assert torch.stack([row, row])["m"] == expect and row.expand(2)["m"] == expect
+    assert torch.stack([row, row])[0]["m"] == "x"  # the line that works in both

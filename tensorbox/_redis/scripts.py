@@ -168,7 +168,7 @@ def transaction(
     for _ in range(_RETRIES):
         try:
             with server.client.pipeline(transaction=True) as pipe:
-                pipe.watch(*watch)
+                pipe.watch(*watch)  # type: ignore[no-untyped-call]
                 state = read(pipe)
                 pipe.multi()
                 plan(pipe, state)

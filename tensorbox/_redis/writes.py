@@ -291,9 +291,11 @@ class StoreWrites(StoreReads):
         status = _text(reply[0])
         if status == "ok":
             return True
+        paths = list(leaves)
         if status == "gen":
             server.check_gen(reply[1] if len(reply) > 1 else None)
-        paths = list(leaves)
+            self._forget(paths)  # (a handle that never learned its generation)
+            return False
         bad = paths[int(reply[1]) - 1]
         if status == "length":
             n = int(reply[2])

@@ -40,7 +40,14 @@ from tensorbox._storage.save import Saver
 from tensorbox._storage.store import Store
 from tensorbox.errors import FormatError
 
-__all__ = ["ArchiveBackend", "FolderBackend", "RemoteBackend", "SafetensorsBackend"]
+__all__ = [
+    "ArchiveBackend",
+    "FolderBackend",
+    "H5Backend",
+    "RemoteBackend",
+    "SafetensorsBackend",
+    "ZarrBackend",
+]
 
 
 def _mapped(device: torch.device | None) -> torch.device | None:
@@ -187,30 +194,73 @@ class SafetensorsBackend(Backend):
     """A ``.safetensors`` file: a read-only tree of its own (``tensorbox.interop``)."""
 
     name = "safetensors file"
+    label = "a .safetensors file"
 
     def exists(self, storage_options: dict[str, Any] | None = None) -> bool:
-        return self.where.path is not None and os.path.isfile(self.where.path)
+        return self.where.path is not None and os.path.exists(self.where.path)
 
     def _store(self) -> Store:
         from tensorbox.interop._safetensors_store import SafetensorsStore
 
         return SafetensorsStore(self.where.path)  # FILE::DIR: the sub-tree DIR of FILE
 
+    def _rel(self) -> str:
+        """The store's name of the node ``FILE::DIR`` names (dotted keys, led by ".")."""
+        inner = self.where.inner
+        return "." + inner.replace("/", ".") if inner else ""
+
     def load(self, cls: type, **o: Any) -> Any:
         mode = o["mode"]
         if mode not in (None, "r"):
             _check_mode(mode)
             raise ValueError(
-                f"{os.fspath(self.where.prefix)} is a .safetensors file, which opens read-only: "
+                f"{os.fspath(self.where.prefix)} is {self.label}, which opens read-only: "
                 "mode='r+' would let writes reach it. Open it with mode='r' (copy-on-write), "
                 "or save it as a tree (td.memmap(DIR)) and open that with mode='r+'"
             )
-        return load_from(self._store(), self.where.inner, cls, _mapped(o["device"]),
-                         o["non_blocking"], "r", o["verify"], o["fit"], False)  # fmt: skip
+        store = self._store()
+        try:
+            return load_from(store, self._rel(), cls, _mapped(o["device"]),
+                             o["non_blocking"], "r", o["verify"], o["fit"], False)  # fmt: skip
+        finally:
+            close = getattr(store, "close", None)
+            if close is not None:  # an HDF5 file: the leaves are read or mapped by now
+                close()
 
     @contextlib.contextmanager
     def opened(self) -> Iterator[tuple[Store, str]]:
-        yield self._store(), self.where.inner
+        store = self._store()
+        try:
+            yield store, self._rel()
+        finally:
+            close = getattr(store, "close", None)
+            if close is not None:
+                close()
+
+
+class H5Backend(SafetensorsBackend):
+    """An HDF5 file (``.h5``/``.hdf5``): a read-only tree, a group a node and the group
+    attribute ``tensorbox_batch_size`` its batch size (``tensorbox.interop``)."""
+
+    name = "HDF5 file"
+    label = "an HDF5 file"
+    layout = "h5"
+
+    def _store(self) -> Store:
+        from tensorbox.interop._group_store import GroupStore
+
+        return GroupStore(self.where.path, self.layout)  # FILE::DIR: DIR of FILE
+
+    def _rel(self) -> str:
+        return self.where.inner
+
+
+class ZarrBackend(H5Backend):
+    """A zarr v3 store folder (``zarr.json`` and no ``meta.json``), read as ``H5Backend``."""
+
+    name = "zarr store"
+    label = "a zarr store"
+    layout = "zarr"
 
 
 class RemoteBackend(Backend):

@@ -10,8 +10,10 @@
 2. ``FILE::DIR``: sub-tree ``DIR`` of the archive ``FILE`` when ``FILE`` is a file, or,
    for a save that writes an archive, always (a save never creates a file named
    ``a.tdz::sub``: archives are written whole, so it is refused, naming the archive);
-3. an existing file, by suffix (:data:`SUFFIXES`: ``.safetensors``), else an archive;
-4. anything else: a folder (``None``: anonymous shared memory).
+3. an existing file, by suffix (:data:`SUFFIXES`: ``.safetensors``, ``.h5``/``.hdf5``),
+   else an archive;
+4. a folder holding ``zarr.json`` and no ``meta.json``: a zarr store (read-only);
+5. anything else: a folder (``None``: anonymous shared memory).
 
 Each backend is one class (:class:`Backend`), named in :data:`BACKENDS` by a lazy
 ``"module:Class"`` path and imported on first use, as fsspec's registry does
@@ -38,6 +40,7 @@ from dataclasses import dataclass
 from importlib import import_module
 from typing import Any, ClassVar
 
+from tensorbox._storage.format.spec import META
 from tensorbox.errors import TreeExistsError
 
 __all__ = [
@@ -62,12 +65,14 @@ BACKENDS: dict[str, str] = {
     "folder": "tensorbox._storage.backends:FolderBackend",
     "archive": "tensorbox._storage.backends:ArchiveBackend",
     "safetensors": "tensorbox._storage.backends:SafetensorsBackend",
+    "h5": "tensorbox._storage.backends:H5Backend",
+    "zarr": "tensorbox._storage.backends:ZarrBackend",
     "remote": "tensorbox._storage.backends:RemoteBackend",
 }
 #: URL scheme -> backend name; a scheme not listed goes to ``"remote"`` (fsspec).
 SCHEMES: dict[str, str] = {}
 #: suffix of an existing file -> backend name; any other file is an archive.
-SUFFIXES: dict[str, str] = {".safetensors": "safetensors"}
+SUFFIXES: dict[str, str] = {".safetensors": "safetensors", ".h5": "h5", ".hdf5": "h5"}
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 _LOADED: dict[str, type[Backend]] = {}
@@ -225,6 +230,8 @@ def resolve(prefix: Any, *, archive: bool | None = None, save: bool = False) -> 
         return backend_class("folder")(Where(prefix, p))
     if _is_file(p):
         return backend_class(_by_suffix(p))(Where(prefix, p))
+    if os.path.isfile(os.path.join(p, "zarr.json")) and not os.path.exists(os.path.join(p, META)):
+        return backend_class("zarr")(Where(prefix, p))  # to_zarr's folder, or another tool's
     return backend_class("folder")(Where(prefix, p))
 
 

@@ -280,8 +280,10 @@ class Saver:
             entry["id"] = getattr(t.untyped_storage(), "_tbx_gen", None) or new_id()
             self.keeps.append((target, t, store, k, entry))
             return entry
-        if mapped and self.mode == "inplace":
-            where_now = t.filename or "anonymous shared memory"
+        where_now = (
+            t.filename if isinstance(t, MemoryMappedTensor) and self.mode == "inplace" else None
+        )
+        if where_now is not None:  # shared memory is copied into the files, as tensordict
             assert self.root is not None
             # a view (rows of a mapped leaf, ``td[i]``) is written like any tensor
             whole = t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.itemsize

@@ -228,6 +228,19 @@ class RedisAugmentBuffer:
                     remote_traceback=err["traceback"],
                 )
             now = time.monotonic()
+            config = self._r.get(self._p + ":config")
+            if config is None or json.loads(config).get("run") != self._run:
+                # a restart without persistence, FLUSHALL or eviction took the queue: no
+                # producer will ever answer this run, so waiting would never end
+                raise ProducerError(
+                    f"the keys of queue {self._name!r} are gone from the server at "
+                    f"{self._url} (a restart without persistence, FLUSHALL or eviction) "
+                    f"while waiting for epoch {epoch} batch {b}; resume with a new "
+                    "RedisAugmentBuffer and load_state_dict(state_dict() of this one)",
+                    worker=-1,
+                    epoch=epoch,
+                    batch=b,
+                )
             holder = self._holder(f"{self._run}:{g}")
             if holder is not None and not self._r.exists(f"{self._p}:alive:{holder}"):
                 raise ProducerError(

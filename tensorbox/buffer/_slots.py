@@ -103,7 +103,7 @@ def allocate(
         )
     folder = tempfile.mkdtemp(prefix="tensorbox-buffer-", dir=root)
     try:
-        expanded = layout.expand(capacity, batch_size, *layout.batch_size)
+        expanded = _expand(layout, capacity, batch_size)
         slots = _memmap_like(expanded, os.path.join(folder, "slots"))
         if preallocate:
             _fallocate(slots, root)
@@ -113,11 +113,30 @@ def allocate(
     return slots, folder
 
 
+def _expand(layout: Any, capacity: int, batch_size: int) -> Any:
+    """``layout`` expanded to ``(capacity, batch_size, ...)``, each non-tensor value kept
+    as one value shared by every slot row (``expand`` gives one per element, as
+    tensordict; slots hold one value for every sample)."""
+    out = layout.expand(capacity, batch_size, *layout.batch_size)
+    _share(out, layout)
+    return out
+
+
+def _share(out: Any, src: Any) -> None:
+    from tensorbox import NonTensorData, is_tensor_collection
+
+    for k, v in src._tensordict.items():
+        if type(v) is NonTensorData and not v.stacked:
+            out._tensordict[k] = NonTensorData(v.data)
+        elif is_tensor_collection(v):
+            _share(out._tensordict[k], v)
+
+
 def in_memory(layout: Any, capacity: int, batch_size: int) -> Any:
     """Slots in this process's own memory (inline mode: no producer needs to see them)."""
     import torch
 
-    expanded = layout.expand(capacity, batch_size, *layout.batch_size)
+    expanded = _expand(layout, capacity, batch_size)
     return expanded.apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=t.device))
 
 

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from tensorbox.errors import FormatError
+
 __all__ = [
     "BACKENDS",
     "BATCH_ATTR",
@@ -31,6 +33,7 @@ __all__ = [
     "Backend",
     "Unreadable",
     "backend_for",
+    "recorded_batch",
     "tensor_dtype",
 ]
 
@@ -48,6 +51,29 @@ ROWS_ATTR = "tensorbox_rows"
 #: no complex256): anything else (text, bytes, compound, datetime, references, opaque)
 #: has no tensor form.
 _TENSOR_KINDS = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8), "c": (8, 16)}
+
+
+def recorded_batch(value: Any, where: str) -> tuple[int, ...]:
+    """The batch size a group's ``tensorbox_batch_size`` attribute records, checked: a
+    list of non-negative integers (a ``FormatError`` naming the group otherwise: ``2.7``
+    is not truncated to 2, nor ``"abc"`` read letter by letter).
+
+    >>> recorded_batch(np.array([4, 2]), "f.h5:/"), recorded_batch([], "f.h5:/")
+    ((4, 2), ())
+    >>> recorded_batch(np.array([2.7]), "f.h5:/g")
+    Traceback (most recent call last):
+    tensorbox.errors.FormatError: f.h5:/g: attribute 'tensorbox_batch_size' is array([2.7]); expected a list of sizes (non-negative integers)
+    """
+    items = value.tolist() if isinstance(value, np.ndarray) and value.ndim == 1 else value
+    if not isinstance(items, list | tuple) or not all(
+        isinstance(x, int | np.integer) and not isinstance(x, bool | np.bool_) and x >= 0
+        for x in items
+    ):
+        raise FormatError(
+            f"{where}: attribute {BATCH_ATTR!r} is {value!r}; expected a list of sizes "
+            "(non-negative integers)"
+        )
+    return tuple(int(x) for x in items)
 
 
 def tensor_dtype(dtype: Any, key: str, where: str) -> np.dtype[Any]:

@@ -51,7 +51,13 @@ from tensorbox.interop._arrays import (
     read_non_tensor,
     write_non_tensor,
 )
-from tensorbox.interop._backends import BATCH_ATTR, Unreadable, backend_for, tensor_dtype
+from tensorbox.interop._backends import (
+    BATCH_ATTR,
+    Unreadable,
+    backend_for,
+    recorded_batch,
+    tensor_dtype,
+)
 
 __all__ = ["GroupStore"]
 
@@ -112,7 +118,7 @@ class GroupStore(Store):
         if batch is None:
             recorded = group.attrs.get(BATCH_ATTR)
             if recorded is not None:
-                batch = tuple(int(x) for x in recorded)
+                batch = recorded_batch(recorded, self.where(rel))
             elif rel:
                 parent = rel.rpartition("/")[0]
                 batch = self._batch(parent, self._group(parent))
@@ -205,6 +211,14 @@ class _GroupWriter(Writer):
         self.metas[rel] = meta
         for key, e in meta["entries"].items():
             path = (*self.paths[rel], key)
+            if not key or "/" in key or key in (".", ".."):
+                # the library reads "/" as a path (a key "a/b" would come back as a
+                # nested a -> b) and "", ".", ".." as the group itself or its parent
+                raise ValueError(
+                    f"{self.store.where('/'.join(path[:-1]))}: key {'.'.join(path)!r} cannot "
+                    f"name a member of an {self.store.foreign} file (empty, '.', '..' or holding '/'); "
+                    "rename it, or save with memmap()"
+                )
             if e["kind"] == "jagged":
                 raise TypeError(
                     f"entry {'.'.join(path)!r} is a jagged tensor, which {self.store.foreign} "

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.nontensor import NonTensorData
+from tensorbox.errors import FormatError
 from tensorbox.interop._extras import require
 from tensorbox.interop._tabular import (
     COLUMNS_KEY,
@@ -89,7 +90,8 @@ def _objects(s: Any, dt: Any) -> tuple[NonTensorData, dict[str, Any] | None]:
     pd = require("pandas", "arrow")
     values = s.to_numpy(dtype=object).copy()
     inferred = pd.Series(list(values[:1000]) if len(values) else []).dtype
-    info = None if inferred == dt and len(values) <= 1000 else {"pandas": str(dt)}
+    # an empty column is recorded too: to_pandas of an empty list would give float64
+    info = None if inferred == dt and 0 < len(values) <= 1000 else {"pandas": str(dt)}
     return NonTensorData(values, stacked=True), info
 
 
@@ -234,10 +236,29 @@ def _columns(
             value = value.detach().cpu()
             out[col] = (value.float() if value.dtype is torch.bfloat16 else value).numpy()
         if "pandas" in info:
-            out[col] = pd.Series(out[col], dtype=info["pandas"], copy=False)
+            out[col] = _as_pandas_dtype(out[col], value, info["pandas"], col, where)
         if "index" in info:
             index.append((col, info["index"]))
     return out
+
+
+def _as_pandas_dtype(column: Any, value: Any, name: str, col: str, where: str) -> Any:
+    """``column`` as the recorded pandas dtype ``name``, once checked to fit the entry: a
+    tensor may only become the nullable dtype of its own kind (``Int64`` for integers...),
+    so a record from a hostile file cannot recast the values."""
+    pd = require("pandas", "arrow")
+    try:
+        dtype = pd.api.types.pandas_dtype(name)
+    except (TypeError, ValueError):
+        dtype = None
+    kind = getattr(getattr(dtype, "numpy_dtype", None), "kind", None)
+    if dtype is None or (isinstance(value, Tensor) and kind != np.asarray(column).dtype.kind):
+        raise FormatError(
+            f"{where}: the recorded pandas dtype of column {col!r} is {name!r}, which does "
+            f"not fit its values ({getattr(value, 'dtype', type(value).__name__)}); expected "
+            "the nullable dtype of the same kind (Int64, Float32, boolean...)"
+        )
+    return pd.Series(column, dtype=dtype, copy=False)
 
 
 def to_pandas(td: Any, *, separator: str | None = None) -> Any:

@@ -122,9 +122,15 @@ def read_header(
                 f"{name}: entry {key!r} has shape {shape!r}; expected a list of sizes"
             )
         dtype = DTYPES[code]
-        numel = 1
+        numel, running = 1, 1
         for s in shape:
             numel *= s
+            running *= max(s, 1)
+        if running >= 2**63:  # torch multiplies every dim, a later 0 too, in int64
+            raise FormatError(
+                f"{name}: entry {key!r} has shape {shape}, whose sizes multiply past int64 "
+                "(torch cannot hold it, even with a size-0 dim)"
+            )
         nbytes = numel * dtype.itemsize
         if offsets[1] - offsets[0] != nbytes:
             raise FormatError(

@@ -26,7 +26,7 @@ written, and so are two keys that join to one name.
 ...     f = os.path.join(d, "w.safetensors")
 ...     to_safetensors(TensorDict({"enc": {"w": torch.ones(2), "b": torch.zeros(1)}}), f)
 ...     store = SafetensorsStore(f)
-...     sorted(store.node("enc").entries), load_from(store)["enc", "w"].tolist()
+...     sorted(store.node(".enc").entries), load_from(store)["enc", "w"].tolist()
 (['b', 'w'], [1.0, 1.0])
 """
 
@@ -70,7 +70,9 @@ class SafetensorsStore(Store):
         mode: str = "r",
     ) -> None:
         self.name = os.fspath(path)
-        # node prefix -> {name: ("leaf", header entry) | ("node", child prefix)}
+        # node prefix -> {name: ("leaf", header entry) | ("node", child prefix)}; a
+        # prefix is "." + the node's dotted key ("" the root), so that a node named ""
+        # (key ".x") is not the root itself
         self._nodes: dict[str, dict[str, tuple[str, Any]]] = {"": {}}
         if mode == "w":
             return
@@ -97,7 +99,7 @@ class SafetensorsStore(Store):
             parts = key.split(".") if nested else [key]
             rel = ""
             for part in parts[:-1]:
-                child = f"{rel}.{part}" if rel else part
+                child = f"{rel}.{part}"
                 self._nodes[rel].setdefault(part, ("node", child))
                 self._nodes.setdefault(child, {})
                 rel = child
@@ -106,9 +108,11 @@ class SafetensorsStore(Store):
 
     def where(self, rel: str) -> str:
         rel = rel.removesuffix(META).rstrip("/")
-        return f"{self.name} (tensors under {rel!r})" if rel else self.name
+        return f"{self.name} (tensors under {rel[1:]!r})" if rel else self.name
 
     def node(self, rel: str = "") -> Node:
+        """The node at ``rel``: ``""`` the root, else ``"."`` + its dotted key (``".enc"``;
+        ``"."`` a node named ``""``), as its ``NodeEntry`` paths give it."""
         table = self._nodes.get(rel)
         if table is None:
             raise FormatError(f"{self.name}: no tensors under {rel!r}")
@@ -118,7 +122,7 @@ class SafetensorsStore(Store):
                 entries[name] = NodeEntry(info)
                 continue
             dtype, shape, begin, end = info
-            key = f"{rel}.{name}" if rel else name
+            key = f"{rel}.{name}"[1:]
             entries[name] = TensorEntry(dtype, shape, f"{self.name}::{key}", end - begin, begin)
         return Node(self.where(rel), 0, "TensorDict", (), None, entries, False, rel)
 
@@ -149,7 +153,9 @@ class _Writer(Writer):
 
     def __init__(self, name: str, metadata: dict[str, str] | None, fsync: bool) -> None:
         self.name, self.metadata, self.fsync = name, metadata, fsync
-        self.prefixes: dict[str, str] = {"": ""}  # a node's path in the tree -> dotted key
+        # a node's path in the tree -> "." + its dotted key ("" the root: a node named ""
+        # has ".", so its leaf "x" is key ".x", not "x")
+        self.prefixes: dict[str, str] = {"": ""}
         self.keys: dict[str, str] = {}  # a leaf's path in the tree -> dotted key
         self.tensors: list[tuple[str, torch.Tensor]] = []
         self.seen: set[str] = set()
@@ -163,12 +169,13 @@ class _Writer(Writer):
     def node(self, rel: str, meta: dict[str, Any], std_json: bool) -> None:
         prefix = self.prefixes[rel]
         for key, e in meta["entries"].items():
-            dotted = f"{prefix}.{key}" if prefix else key
+            led = f"{prefix}.{key}"
+            dotted = led[1:]
             kind = e["kind"]
             if kind == "tensor":
                 self.keys[f"{rel}/{e['file']}" if rel else e["file"]] = dotted
             elif kind == "node":
-                self.prefixes[f"{rel}/{e['dir']}" if rel else e["dir"]] = dotted
+                self.prefixes[f"{rel}/{e['dir']}" if rel else e["dir"]] = led
             else:
                 what = "a NonTensorData value" if kind == "json" else f"a {kind} entry"
                 raise TypeError(

@@ -370,9 +370,27 @@ def check_info(info: Any, label: str, where: str) -> dict[str, Any]:
     if unit not in {"time32": ("s", "ms"), "time64": ("us", "ns")}.get(kind, (unit,)):
         raise bad(f"has unit {unit!r}, which {kind} cannot hold")
     tz = info.get("tz")
-    if tz is not None and not isinstance(tz, str):
-        raise bad(f"has time zone {tz!r}; expected a string or null")
+    if tz is not None and not _is_zone(tz):
+        raise bad(f"has time zone {tz!r}; expected a zone name, a '+HH:MM' offset or null")
     return info
+
+
+def _is_zone(tz: Any) -> bool:
+    """Whether Arrow and pandas take ``tz``: an IANA name or a ``+HH:MM`` offset (a
+    hostile one made Arrow ask for a zoneinfo module that is installed)."""
+    import re
+    import zoneinfo
+
+    if not isinstance(tz, str):
+        return False
+    m = re.fullmatch(r"[+-](\d\d):(\d\d)", tz)
+    if m is not None:
+        return int(m.group(1)) < 24 and int(m.group(2)) < 60
+    try:
+        zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        return False
+    return True
 
 
 def node_infos(td: Any, where: str) -> dict[str, dict[str, Any]]:
@@ -381,6 +399,15 @@ def node_infos(td: Any, where: str) -> dict[str, dict[str, Any]]:
     if value is None:
         return {}
     data = value.data if isinstance(value, NonTensorData) and not value.stacked else None
+    if isinstance(value, NonTensorData) and value.stacked:
+        # torch.cat/stack or a row write of containers from different frames: their rows
+        # code categories (or datetimes) differently, and no one record fits them all
+        raise FormatError(
+            f"{where}: the rows of this container carry different column types in "
+            f"{COLUMNS_KEY!r} (categories, datetime units or zones), as after torch.cat, "
+            "torch.stack or a row write mixing containers of different frames; their codes "
+            "do not share one meaning: convert each part to pandas and concat those instead"
+        )
     if not isinstance(data, dict):
         raise FormatError(
             f"{where}: entry {COLUMNS_KEY!r} should hold one dict of column types (what "
@@ -398,6 +425,11 @@ def parse_meta(raw: bytes | None, where: str) -> dict[str, Any]:
         meta = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as err:
         raise FormatError(f"{where}: the schema metadata 'tensorbox' is not JSON ({err})") from None
+    except RecursionError:  # a hostile file nests arrays deeper than the parser goes
+        raise FormatError(
+            f"{where}: the schema metadata 'tensorbox' nests deeper than Python's JSON "
+            "parser goes; it is not what to_arrow writes"
+        ) from None
     if not isinstance(meta, dict):
         raise FormatError(
             f"{where}: the schema metadata 'tensorbox' should be a JSON object, got "

@@ -277,6 +277,8 @@ def _node(
             continue
         if _is_object_type(t):
             out[name] = _objects(arr, node_bs)
+            if recorded is not None and "pandas" in recorded:
+                infos[name] = {"pandas": recorded["pandas"]}
             continue
         if pa.types.is_temporal(t):
             ns, infos[name] = temporal(arr, label, where)
@@ -287,8 +289,9 @@ def _node(
             tensor = _trusted(_column_tensor(arr, label, where, ragged), label, meta, t, where)
             if dtype is not None and tensor.dtype is not torch.bool and not tensor.is_nested:
                 tensor = tensor.to(dtype)
-        if recorded is not None and "index" in recorded:
-            infos[name] = {**infos.get(name, {}), "index": recorded["index"]}
+        for field in ("index", "pandas"):  # what only the metadata says
+            if recorded is not None and field in recorded:
+                infos[name] = {**infos.get(name, {}), field: recorded[field]}
         out[name] = tensor
     if infos:
         out[COLUMNS_KEY] = infos
@@ -522,9 +525,9 @@ def _object_array(value: NonTensorData, rows: int, key: str) -> Any:
 
 def _recorded(info: dict[str, Any]) -> dict[str, Any]:
     """What of a column info goes into the schema metadata (the Arrow type says the
-    rest): the index name, and a categorical's categories, as Parquet keeps only those a
+    rest): the index name, the pandas dtype, and a categorical's categories, as Parquet keeps only those a
     row group uses, in its own order."""
-    out = {"index": info["index"]} if "index" in info else {}
+    out = {k: info[k] for k in ("index", "pandas") if k in info}
     if info.get("kind") == "category" and jsonable(info["categories"]):
         out.update(info)
     return out

@@ -57,8 +57,41 @@ def from_parquet(path: Any, *, columns: list[str] | None = None, **kwargs: Any) 
     pq = require("pyarrow.parquet", "arrow")
     read_options = kwargs.pop("read_options", {})
     table = pq.read_table(path, columns=columns, **read_options)
-    with reading(f"from_parquet({_name(path)!r})"):
-        return from_arrow(table, **kwargs)
+    where = f"from_parquet({_name(path)!r})"
+    with reading(where):
+        return from_arrow(_dictionaries(table, where), **kwargs)
+
+
+def _dictionaries(table: Any, where: str) -> Any:
+    """``table`` with its recorded categoricals dictionary columns again: Parquet reads a
+    dictionary of numbers (a categorical of ints, floats, dates) back as plain values, so
+    ``from_arrow`` would refuse the file ``to_parquet`` wrote (the codes come from the
+    recorded categories, so they are those that were written)."""
+    recorded = parse_meta((table.schema.metadata or {}).get(META_KEY), where).get("columns", {})
+    if not any(info.get("kind") == "category" for info in recorded.values()):
+        return table
+    for i, field in enumerate(table.schema):
+        table = table.set_column(i, field.name, _encoded(table.column(i), field.name, recorded))
+    return table
+
+
+def _encoded(col: Any, label: str, recorded: dict[str, Any]) -> Any:
+    """``col`` (a chunked array) with the recorded categoricals at or under it (the
+    children of a struct: ``"g.c"``) dictionary columns again."""
+    pa = _pa()
+    t = col.type
+    if pa.types.is_struct(t) and not col.null_count:  # null structs: from_arrow refuses
+        names = [t.field(i).name for i in range(t.num_fields)]
+        kids = [
+            _encoded(pa.chunked_array([c.field(i) for c in col.chunks], type=t.field(i).type),
+                     f"{label}.{n}", recorded)
+            for i, n in enumerate(names)
+        ]  # fmt: skip
+        arrays = [k.combine_chunks() for k in kids]
+        return pa.chunked_array([pa.StructArray.from_arrays(arrays, names=names)])
+    if recorded.get(label, {}).get("kind") == "category" and not pa.types.is_dictionary(t):
+        return col.dictionary_encode()
+    return col
 
 
 def _name(path: Any) -> Any:
@@ -178,6 +211,32 @@ def to_json(
             f.write(orjson.dumps(records))
 
 
+def _dictionary_paths(t: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The paths of the dictionary columns at or under a column of type ``t``."""
+    pa = _pa()
+    if pa.types.is_dictionary(t):
+        return [path]
+    if pa.types.is_struct(t):
+        return [
+            p
+            for i in range(t.num_fields)
+            for p in _dictionary_paths(t.field(i).type, (*path, t.field(i).name))
+        ]
+    return []
+
+
+def _child(arr: Any, path: tuple[str, ...]) -> Any:
+    for name in path:
+        arr = arr.field(name)
+    return arr
+
+
+def _child_type(t: Any, path: tuple[str, ...]) -> Any:
+    for name in path:
+        t = t.field(name).type
+    return t.value_type
+
+
 class ParquetRowGroups:
     """A Parquet file read lazily, one row group at a time: ``len()`` row groups,
     ``[i]`` reads row group ``i`` as a container, iteration reads them in order and
@@ -235,19 +294,23 @@ class ParquetRowGroups:
             recorded = meta.get("columns", {})
             out: dict[str, list[Any]] = {}
             for field in schema:
-                if not pa.types.is_dictionary(field.type) or (
-                    self.columns is not None and field.name not in self.columns
-                ):
+                if self.columns is not None and field.name not in self.columns:
                     continue
-                if "categories" in recorded.get(field.name, {}):
-                    continue  # from_arrow reads them from the metadata
-                dicts = [
-                    chunk.dictionary
+                # dictionary columns at any depth (a struct's children: "g.c")
+                paths = [p for p in _dictionary_paths(field.type, (field.name,))
+                         if "categories" not in recorded.get(".".join(p), {})]  # fmt: skip
+                if not paths:
+                    continue  # none, or from_arrow reads them from the metadata
+                groups = [
+                    pf.read_row_group(i, columns=[field.name]).column(0)
                     for i in range(pf.num_row_groups)
-                    for chunk in pf.read_row_group(i, columns=[field.name]).column(0).chunks
                 ]
-                merged = pa.chunked_array(dicts, type=field.type.value_type)
-                out[field.name] = merged.unique().to_pylist()
+                for path in paths:
+                    dicts = [
+                        _child(chunk, path[1:]).dictionary for g in groups for chunk in g.chunks
+                    ]
+                    merged = pa.chunked_array(dicts, type=_child_type(field.type, path[1:]))
+                    out[".".join(path)] = merged.unique().to_pylist()
             self._categories = out
         return self._categories
 
@@ -256,7 +319,7 @@ class ParquetRowGroups:
 
     def _container(self, table: Any) -> Any:
         with reading(self._where(), self.categories()):
-            return from_arrow(table, **self.kwargs)
+            return from_arrow(_dictionaries(table, self._where()), **self.kwargs)
 
     def __getitem__(self, i: int) -> Any:
         n = len(self)

@@ -58,6 +58,7 @@ from tensorbox.interop._backends import (
     Backend,
     Unreadable,
     backend_for,
+    recorded_batch,
     tensor_dtype,
 )
 from tensorbox.interop._group_store import GroupStore
@@ -213,7 +214,14 @@ class PersistentTensorDict(_WholeTreeReads, BatchShaped):
             return torch.Size(batch_size)
         recorded = self._group.attrs.get(BATCH_ATTR)
         if recorded is not None:
-            return torch.Size([int(x) for x in recorded])
+            batch = recorded_batch(recorded, self._where())
+            for shape in self._array_shapes():  # the attribute is checked, not trusted
+                if tuple(shape[: len(batch)]) != batch:
+                    raise FormatError(
+                        f"{self._where()}: attribute {BATCH_ATTR!r} records batch size "
+                        f"{list(batch)}, but an array of the group has shape {list(shape)}"
+                    )
+            return torch.Size(batch)
         return torch.Size(infer_batch_size(self._array_shapes(), parent))
 
     def _array_shapes(self) -> list[tuple[int, ...]]:
