@@ -220,3 +220,16 @@ def test_check_inflate_is_the_one_limit() -> None:
     e = _zip.ZipEntry("x", 0, 10, 1 << 21, _zip.BZIP2, 0, 0, b"x", 100)
     with pytest.raises(FormatError, match=r"f, entry 'x': declares 2097152 bytes uncompressed"):
         _zip.check_inflate(e, "f")
+
+
+def test_an_empty_zip_is_no_tree_locally_or_at_a_url(tmp_path: Path) -> None:
+    import uuid
+
+    fsspec = pytest.importorskip("fsspec")
+    empty = b"PK\x05\x06" + bytes(18)  # a valid zip of no entries: its end record alone
+    (tmp_path / "e.tdz").write_bytes(empty)
+    url = f"memory://tbx-empty/{uuid.uuid4().hex}.tdz"
+    fsspec.filesystem("memory").pipe(url.removeprefix("memory:/"), empty)
+    for where in (str(tmp_path / "e.tdz"), url):
+        with pytest.raises(FormatError, match=r"e?\.tdz::meta\.json is missing: not a saved"):
+            TensorDict.load_memmap(where)

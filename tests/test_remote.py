@@ -53,7 +53,7 @@ def test_import_tensorbox_loads_no_remote_package() -> None:
 def test_split_url() -> None:
     assert remote.split_url("data/ds.tdz") is None
     assert remote.split_url(Path("s3://not/a/url/when/a/path")) is None
-    assert remote.split_url("HTTPS://h/x.tdz::sub") == ("https", "HTTPS://h/x.tdz", "sub")
+    assert remote.split_url("HTTPS://h/x.tdz::sub") == ("https", "https://h/x.tdz", "sub")
     with pytest.raises(ValueError, match=r"'foo://x': unknown URL scheme 'foo'.*s3://"):
         remote.split_url("foo://x")
 

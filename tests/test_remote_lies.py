@@ -42,6 +42,7 @@ class _Liar(_RangeHTTPServer):
     validators = "etag"  # "etag" (and Last-Modified), "last-modified" (fixed), "none"
     shift = 0  # added to every ranged reply's bytes and Content-Range
     status: int | None = None  # every request answered with this error
+    loop = False  # every request redirected to itself
 
 
 class _LyingHandler(_RangeHandler):
@@ -56,15 +57,24 @@ class _LyingHandler(_RangeHandler):
         if self.server.validators != "none":  # one second for every version
             self.send_header("Last-Modified", "Sat, 28 Nov 2026 04:00:00 GMT")
 
-    def do_HEAD(self) -> None:
+    def _refused(self) -> bool:
+        if self.server.loop:
+            self.send_response(302)
+            self.send_header("Location", self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return True
         if self.server.status is not None:
             self.send_error(self.server.status)
-            return
-        super().do_HEAD()
+            return True
+        return False
+
+    def do_HEAD(self) -> None:
+        if not self._refused():
+            super().do_HEAD()
 
     def do_GET(self) -> None:
-        if self.server.status is not None:
-            self.send_error(self.server.status)
+        if self._refused():
             return
         found = self._target()
         if found is None:
@@ -206,6 +216,13 @@ def test_503_on_head_and_get_is_not_a_missing_object(liar: Liar, tmp_path: Path)
     assert not isinstance(err.value, FileNotFoundError)
     liar.server.status = 404
     with pytest.raises(FileNotFoundError, match=r"busy\.tdz': no such object \(HTTP 404\)"):
+        TensorDict.load_memmap(url)
+
+
+def test_redirects_in_a_loop_are_named(liar: Liar, tmp_path: Path) -> None:
+    url = liar.serve("loop.tdz", _td(1, 16), tmp_path)
+    liar.server.loop = True
+    with pytest.raises(OSError, match=r"loop\.tdz': the request failed \(TooManyRedirects\)"):
         TensorDict.load_memmap(url)
 
 
@@ -420,3 +437,142 @@ def test_a_save_never_adopts_another_writers_upload(
     assert torch.equal(TensorDict.load_memmap(str(tmp_path / "out"))["x"], theirs["x"])
     back = TensorDict.load_memmap("s3://tbx-race/ds.tdz", storage_options=opts)
     assert torch.equal(back["x"] + 0, theirs["x"])
+
+
+# ---- unpack(url): the cache's whole copy of an archive ------------------------------------
+
+
+def _whole_copy(cache: remote.RangeCache, size: int) -> Path:
+    """The cache's whole copy of an archive of ``size`` bytes."""
+    (found,) = [p for p in _cache_files(cache) if p.stat().st_size == size]
+    return found
+
+
+@pytest.mark.parametrize("where", ["data", "index", "cut"])
+def test_a_damaged_whole_copy_in_the_cache_is_fetched_again_by_unpack(
+    liar: Liar, tmp_path: Path, cache: remote.RangeCache, where: str
+) -> None:
+    a = _td(1, 64)
+    url = liar.serve("whole.tdz", a, tmp_path)
+    unpack(url, str(tmp_path / "one"))
+    size = (liar.root / "whole.tdz").stat().st_size
+    copy = _whole_copy(cache, size)
+    raw = bytearray(copy.read_bytes())
+    if where == "data":  # a byte of the leaf's data: its CRC-32 no longer matches
+        raw[size // 2] ^= 0xFF
+    elif where == "index":  # a byte of the central directory: another tree id
+        raw[size - 40] ^= 0xFF
+    else:
+        del raw[size // 2 :]
+    copy.write_bytes(bytes(raw))
+    unpack(url, str(tmp_path / "two"))  # never "the archive is damaged"
+    assert torch.equal(TensorDict.load_memmap(str(tmp_path / "two"))["x"], a["x"])
+    assert _whole_copy(cache, size).read_bytes() == (liar.root / "whole.tdz").read_bytes()
+
+
+def test_unpack_of_a_damaged_remote_archive_names_the_url(liar: Liar, tmp_path: Path) -> None:
+    url = liar.serve("bad.tdz", _td(1, 64), tmp_path)
+    path = liar.root / "bad.tdz"
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF  # the leaf's data, under its recorded CRC-32
+    path.write_bytes(bytes(raw))
+    with pytest.raises(FormatError, match=rf"{url}: the archive is damaged \(.*CRC-32"):
+        unpack(url, str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+_KILLED_MID_WRITE = """
+import os, signal, sys
+import tensorbox._storage.remote as remote
+
+class Killed:  # the process dies right after the first bytes of the fetch land
+    def __init__(self, *args):
+        self.f = open(*args)
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        self.f.close()
+    def write(self, data):
+        self.f.write(data)
+        self.f.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+remote.open = Killed  # what fetch_archive writes its file with
+from tensorbox import unpack
+unpack(sys.argv[1], sys.argv[2])
+"""
+
+
+def test_files_left_by_a_killed_fetch_are_deleted_by_the_next_scan(
+    liar: Liar, tmp_path: Path, cache: remote.RangeCache
+) -> None:
+    import subprocess
+    import sys
+
+    a = _td(1, 1024)
+    url = liar.serve("killed.tdz", a, tmp_path)
+    env = {**os.environ, "TENSORBOX_CACHE": cache.directory}
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, "-c", _KILLED_MID_WRITE, url, str(tmp_path / "out")], env=env
+        )
+        assert out.returncode == -9
+    left = [p for p in Path(cache.directory).iterdir() if p.name.startswith(".part-")]
+    assert len(left) == 2 and all(p.stat().st_size > 0 for p in left)
+    mine = Path(cache.new_tmp())  # one this (live) process is writing
+    cache.evict()  # any scan (the first write of a process, a bound passed)
+    assert [p for p in Path(cache.directory).iterdir() if p.name.startswith(".part-")] == [mine]
+    mine.unlink()
+    unpack(url, str(tmp_path / "out"))
+    assert torch.equal(TensorDict.load_memmap(str(tmp_path / "out"))["x"], a["x"])
+
+
+@pytest.mark.parametrize("planted", ["symlink", "folder"])
+def test_a_symlink_or_folder_in_place_of_a_cache_file_is_dropped(
+    liar: Liar, tmp_path: Path, cache: remote.RangeCache, planted: str
+) -> None:
+    a = _td(1, 64)
+    url = liar.serve("planted.tdz", a, tmp_path)
+    assert torch.equal(TensorDict.load_memmap(url)["x"] + 0, a["x"])  # index and leaf kept
+    victim = tmp_path / "victim"
+    kept = _cache_files(cache)
+    assert len(kept) == 2
+    for p in kept:
+        p.unlink()
+        if planted == "symlink":  # in a shared cache folder: bytes written through it
+            p.symlink_to(victim)  # would land in another user's file
+        else:
+            p.mkdir()
+    back = TensorDict.load_memmap(url)
+    assert torch.equal(back["x"][3], a["x"][3]) and torch.equal(back["x"] + 0, a["x"])
+    assert not victim.exists()
+    assert all(p.is_file() and not p.is_symlink() for p in _cache_files(cache))
+
+
+@pytest.mark.parametrize(
+    "name", ["TENSORBOX_CACHE_BYTES", "TENSORBOX_REMOTE_TIMEOUT", "TENSORBOX_REMOTE_GAP"]
+)
+def test_a_setting_that_is_no_number_is_named(
+    liar: Liar, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    url = liar.serve("env.tdz", _td(1, 16), tmp_path)
+    monkeypatch.setattr(remote.cache, "_default", None)
+    monkeypatch.setenv(name, "10G")
+    with pytest.raises(ValueError, match=rf"\${name}='10G': expected a"):
+        TensorDict.load_memmap(url)["x"][3]
+
+
+def test_an_archive_larger_than_the_cache_bound_unpacks_and_saves(
+    liar: Liar, tmp_path: Path, cache: remote.RangeCache
+) -> None:
+    import uuid
+
+    cache.max_bytes = 1 * MiB
+    a = _td(1, 1024)  # 4 MiB
+    url = liar.serve("big.tdz", a, tmp_path)
+    unpack(url, str(tmp_path / "out"))  # its whole copy was deleted as it was put
+    assert torch.equal(TensorDict.load_memmap(str(tmp_path / "out"))["x"], a["x"])
+    assert _used(cache) <= cache.max_bytes
+    saved = a.memmap(f"memory://tbx-big/{uuid.uuid4().hex}.tdz", archive=True)
+    assert _used(cache) <= cache.max_bytes  # the saved copy is read from its mapping
+    assert torch.equal(saved["x"], a["x"])

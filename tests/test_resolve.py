@@ -157,3 +157,59 @@ def test_existsok_false_on_local_paths_as_before(tmp_path: Path) -> None:
             td.memmap(tmp_path / name, existsok=False)
     with pytest.raises(TreeExistsError, match=r"already holds a saved tree"):
         td.memmap_like(tmp_path / "f", existsok=False)
+
+
+# -------------------------------------------------- hostile and unlucky names
+
+
+@pytest.mark.parametrize(
+    ("path", "match"),
+    [
+        ("no_such_module_zz:Cls", r"'bad' \('no_such_module_zz:Cls'\): cannot import"),
+        ("tensorbox._storage.backends:NoSuch", r"'bad' \(.*\): module .* has no 'NoSuch'"),
+    ],
+)
+def test_a_backend_that_cannot_be_imported_is_named(path: str, match: str) -> None:
+    _resolve.register_backend("bad", path, schemes=("bad",))
+    try:
+        with pytest.raises(ImportError, match=r"storage backend " + match):
+            TensorDict.load_memmap("bad://x")
+    finally:
+        _resolve.unregister_backend("bad")
+
+
+def test_a_backend_path_naming_no_backend_class_is_refused() -> None:
+    _resolve.register_backend("bad", "os:path", schemes=("bad",))
+    try:
+        with pytest.raises(TypeError, match=r"'bad' \('os:path'\): 'path' is a module, not a"):
+            TensorDict(a=torch.arange(3), batch_size=[3]).memmap("bad://x")
+    finally:
+        _resolve.unregister_backend("bad")
+
+
+def test_a_url_scheme_in_capitals_is_the_same_scheme() -> None:
+    name = f"bucket/{uuid.uuid4().hex}.tdz"
+    TensorDict(a=torch.arange(3), batch_size=[3]).memmap(f"MEMORY://{name}", archive=True)
+    assert TensorDict.load_memmap(f"memory://{name}")["a"].tolist() == [0, 1, 2]
+    assert TensorDict.load_memmap(f"Memory://{name}")["a"].tolist() == [0, 1, 2]
+
+
+def test_a_trailing_slash_names_the_same_place_on_save_and_on_load(tmp_path: Path) -> None:
+    td = TensorDict(a=torch.arange(3), batch_size=[3])
+    td.memmap(str(tmp_path / "x.tdz") + "/")  # a .tdz name: an archive, the file x.tdz
+    assert (tmp_path / "x.tdz").is_file()
+    for name in ("x.tdz/", "x.tdz//", "x.tdz"):
+        assert TensorDict.load_memmap(str(tmp_path / name))["a"].tolist() == [0, 1, 2]
+    with pytest.raises(TreeExistsError, match=r"x\.tdz/' already holds a saved tree"):
+        td.memmap(str(tmp_path / "x.tdz") + "/", existsok=False)
+
+
+def test_file_colon_dir_of_a_safetensors_file_is_its_sub_tree(tmp_path: Path) -> None:
+    st = pytest.importorskip("safetensors.torch")
+    path = str(tmp_path / "w.safetensors")
+    st.save_file({"a.b": torch.ones(3), "c": torch.zeros(2)}, path)
+    assert TensorDict.load_memmap(path + "::a")["b"].tolist() == [1.0, 1.0, 1.0]  # not a zip
+    with opened(path + "::a") as (_store, rel):  # the CLI's entry point
+        assert rel == ".a"  # the store's name of node a
+    with pytest.raises(ValueError, match=r"w\.safetensors::a'\): a safetensors file is read-only"):
+        TensorDict(b=torch.ones(3)).memmap(path + "::a")

@@ -202,7 +202,12 @@ class SafetensorsBackend(Backend):
     def _store(self) -> Store:
         from tensorbox.interop._safetensors_store import SafetensorsStore
 
-        return SafetensorsStore(self.where.prefix)
+        return SafetensorsStore(self.where.path)  # FILE::DIR: the sub-tree DIR of FILE
+
+    def _rel(self) -> str:
+        """The store's name of the node ``FILE::DIR`` names (dotted keys, led by ".")."""
+        inner = self.where.inner
+        return "." + inner.replace("/", ".") if inner else ""
 
     def load(self, cls: type, **o: Any) -> Any:
         mode = o["mode"]
@@ -215,8 +220,8 @@ class SafetensorsBackend(Backend):
             )
         store = self._store()
         try:
-            return load_from(store, "", cls, _mapped(o["device"]), o["non_blocking"], "r",
-                             o["verify"], o["fit"], False)  # fmt: skip
+            return load_from(store, self._rel(), cls, _mapped(o["device"]),
+                             o["non_blocking"], "r", o["verify"], o["fit"], False)  # fmt: skip
         finally:
             close = getattr(store, "close", None)
             if close is not None:  # an HDF5 file: the leaves are read or mapped by now
@@ -226,7 +231,7 @@ class SafetensorsBackend(Backend):
     def opened(self) -> Iterator[tuple[Store, str]]:
         store = self._store()
         try:
-            yield store, ""
+            yield store, self._rel()
         finally:
             close = getattr(store, "close", None)
             if close is not None:
@@ -244,7 +249,10 @@ class H5Backend(SafetensorsBackend):
     def _store(self) -> Store:
         from tensorbox.interop._group_store import GroupStore
 
-        return GroupStore(self.where.prefix, self.layout)
+        return GroupStore(self.where.path, self.layout)  # FILE::DIR: DIR of FILE
+
+    def _rel(self) -> str:
+        return self.where.inner
 
 
 class ZarrBackend(H5Backend):
@@ -293,7 +301,9 @@ class RemoteBackend(Backend):
                 os.unlink(tmp)
             raise
         local = _remote.upload(tmp, self.url, options["storage_options"])
-        return load_memmap(type(obj), local).lock_()  # a save's result is locked
+        saved = load_memmap(type(obj), local).lock_()  # a save's result is locked
+        _remote.default_cache().release()  # mapped: a copy past the bound goes now
+        return saved
 
     def save_in_place(self, what: str) -> Any:
         if what == "memmap_like":

@@ -178,7 +178,19 @@ def backend_class(name: str) -> type[Backend]:
         if path is None:
             raise ValueError(f"no storage backend is registered as {name!r} ({sorted(BACKENDS)})")
         module, _, attr = path.partition(":")
-        found = _LOADED[name] = getattr(import_module(module), attr)
+        where = f"storage backend {name!r} ({path!r})"
+        try:
+            found = getattr(import_module(module), attr)
+        except ImportError as err:  # a typo in the path, or the package is not installed
+            raise ImportError(f"{where}: cannot import {module!r} ({err})") from err
+        except AttributeError:
+            raise ImportError(f"{where}: module {module!r} has no {attr!r}") from None
+        if not (isinstance(found, type) and issubclass(found, Backend)):
+            raise TypeError(
+                f"{where}: {attr!r} is a {type(found).__name__}, not a subclass of "
+                "tensorbox._storage.resolve.Backend"
+            )
+        _LOADED[name] = found
     return found
 
 
@@ -205,19 +217,27 @@ def resolve(prefix: Any, *, archive: bool | None = None, save: bool = False) -> 
             f"expected a path (str or os.PathLike) or a URL, got {type(prefix).__name__}"
         )
     p = os.fsdecode(os.fspath(prefix))
+    if p.endswith("/") and p.rstrip("/"):  # "x.tdz/" names x.tdz, as a save reads it
+        p = prefix = p.rstrip("/")
     file, sep, inner = p.rpartition(SEP)
-    if sep and (_is_file(file) or (save and _archive_wanted(file, archive))):
+    if sep and _is_file(file):  # a sub-tree of the file, read as the bare file is
+        return backend_class(_by_suffix(file))(Where(prefix, file, inner.strip("/")))
+    if sep and save and _archive_wanted(file, archive):
         return backend_class("archive")(Where(prefix, file, inner.strip("/")))
     if save:
         if _archive_wanted(p, archive):
             return backend_class("archive")(Where(prefix, p))
         return backend_class("folder")(Where(prefix, p))
     if _is_file(p):
-        name = next((v for k, v in SUFFIXES.items() if p.endswith(k)), "archive")
-        return backend_class(name)(Where(prefix, p))
+        return backend_class(_by_suffix(p))(Where(prefix, p))
     if os.path.isfile(os.path.join(p, "zarr.json")) and not os.path.exists(os.path.join(p, META)):
         return backend_class("zarr")(Where(prefix, p))  # to_zarr's folder, or another tool's
     return backend_class("folder")(Where(prefix, p))
+
+
+def _by_suffix(file: str) -> str:
+    """The backend of an existing file: by its suffix (:data:`SUFFIXES`), else an archive."""
+    return next((v for k, v in SUFFIXES.items() if file.endswith(k)), "archive")
 
 
 def _archive_wanted(path: str, archive: bool | None) -> bool:

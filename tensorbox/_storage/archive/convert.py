@@ -35,6 +35,7 @@ from tensorbox._storage.archive import store as _archive
 from tensorbox._storage.archive import zip as _zip
 from tensorbox._storage.folder import FolderStore, old_node_dirs
 from tensorbox._storage.format.metafile import fsync_dir
+from tensorbox._storage.format.names import is_plain_name
 from tensorbox._storage.format.parse import parse_json
 from tensorbox._storage.format.spec import MAX_DEPTH, META
 from tensorbox._storage.memmap_tensor import map_file
@@ -207,8 +208,28 @@ def unpack(
                 "storage (no rename: readers could see a mix of two saves); unpack into a "
                 "local folder"
             )
-        local = _remote.fetch_archive(url[1], storage_options)
-        file = local if url[2] is None else f"{local}::{url[2]}"
+        sub = (url[2] or "").strip("/")
+        if sub and not all(is_plain_name(part) for part in sub.split("/")):
+            raise FormatError(f"{file!r}: {sub!r} is not a sub-directory path inside the archive")
+        sub = f"::{sub}" if sub else ""
+        for fresh in (False, True):
+            local, kept = _remote.local_archive(url[1], storage_options, fresh=fresh)
+            try:
+                return _unpack(local + sub, directory, fsync, force, progress)
+            except FormatError as err:
+                if not kept:  # fetched just now: the object itself is damaged
+                    raise FormatError(f"{file}: the archive is damaged ({err})") from err
+            finally:  # read: a copy larger than the cache's bound goes now
+                _remote.default_cache().release()
+            # The cache's copy is damaged (a flipped byte, cut short): dropped and fetched
+            # again, never reported as a damaged remote archive.
+    return _unpack(file, directory, fsync, force, progress)
+
+
+def _unpack(
+    file: str, directory: str, fsync: bool, force: bool, progress: bool | None
+) -> tuple[int, int]:
+    """:func:`unpack` of a local archive ``file``."""
     found = _archive.split(file)
     if found is None:
         raise FileNotFoundError(f"no archive at {file!r}")

@@ -734,7 +734,7 @@ def read_index(buf: Any, path: str) -> ZipIndex:
     if pos != len(cd):
         raise FormatError(f"{path}: the central directory holds more than its {count} entries")
     ordered = sorted(rows.items(), key=lambda kv: kv[1][0])
-    bounds = [r[0] for _, r in ordered[1:]] + [cd_off]
+    bounds = [r[0] for _, r in ordered[1:]] + [cd_off] if ordered else []  # none: empty
     entries: dict[str, ZipEntry] = {}
     last = -1
     for (name, r), bound in zip(ordered, bounds, strict=True):

@@ -77,6 +77,7 @@ __all__ = [
     "folder_refusal",
     "identity",
     "is_url",
+    "local_archive",
     "read_into",
     "read_many",
     "read_ranges",
@@ -112,6 +113,18 @@ def fetch_archive(
     cache. The fetched file's index must be the one read first, and the object's identity
     is read again after the fetch: one replaced meanwhile is an error, never a file
     mixing two versions."""
+    return local_archive(url, storage_options, cache)[0]
+
+
+def local_archive(
+    url: str,
+    storage_options: dict[str, Any] | None = None,
+    cache: RangeCache | None = None,
+    fresh: bool = False,
+) -> tuple[str, bool]:
+    """:func:`fetch_archive`, and whether the file came from the cache (a copy whose
+    index is not the object's is dropped and fetched again). ``fresh``: drop the cached
+    copy first (the caller found it damaged)."""
     from tensorbox._storage.remote import stores
 
     cache = cache or default_cache()
@@ -121,9 +134,12 @@ def fetch_archive(
     src = store.src
     path, ident, size = src.path_of(""), store.ident, store.buf.size
     key = {"object": ident, "tree": store.tree, "part": "whole"}
-    hit = cache.get(key)
-    if hit is not None and os.path.getsize(hit) == size:
-        return hit
+    hit = None if fresh else cache.get(key)
+    with contextlib.suppress(OSError, ValueError):  # unreadable, not an archive: dropped
+        if hit is not None and os.path.getsize(hit) == size and _local_tree_id(hit) == store.tree:
+            return hit, True
+    with contextlib.suppress(OSError):  # damaged (or a directory): fetched again
+        os.unlink(cache.path_for(key))
     tmp = cache.new_tmp()
     try:
         try:
@@ -141,7 +157,7 @@ def fetch_archive(
             raise cache.failure(err, url, tmp) from err
         if _local_tree_id(tmp) != store.tree or (_versioned(ident) and src.identity() != ident):
             raise OSError(f"{url!r}: the object was replaced while it was being read; read again")
-        return cache.put_file(key, tmp)
+        return cache.put_file(key, tmp), False
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

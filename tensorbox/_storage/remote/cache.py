@@ -8,11 +8,12 @@ import contextlib
 import hashlib
 import json
 import os
+import socket
 import tempfile
 import threading
 from typing import Any
 
-__all__ = ["RangeCache", "default_cache"]
+__all__ = ["RangeCache", "default_cache", "env_number"]
 
 
 class RangeCache:
@@ -65,9 +66,36 @@ class RangeCache:
     def put_file(self, key: dict[str, Any], tmp: str) -> str:
         """Move the finished file ``tmp`` (in this folder) into place under ``key``."""
         path = self.path_for(key)
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except (IsADirectoryError, FileExistsError, NotADirectoryError):
+            if not self.clear(path):
+                raise
+            os.replace(tmp, path)
         self.added(os.path.getsize(path), keep=path)
         return path
+
+    def release(self) -> None:
+        """A file put with :meth:`put_file` is open (mapped) now: apply the bound, which
+        it alone may pass (it is then deleted, and its reader keeps its pages)."""
+        self.added(0)
+
+    @staticmethod
+    def clear(path: str) -> bool:
+        """Drop what is at ``path`` when it is no cache file (a symlink, an empty folder):
+        True when it is gone. A folder with files in it is left, for the caller's error."""
+        try:
+            if os.path.islink(path):
+                os.unlink(path)
+            elif os.path.isdir(path):
+                os.rmdir(path)
+            else:
+                return False
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return False
+        return True
 
     _MAGIC = b"TBXC1\n"
 
@@ -83,7 +111,7 @@ class RangeCache:
             if tmp is not None:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
-            raise self.failure(err, url, tmp) from err
+            raise self.failure(err, url, self.path_for(key)) from err
 
     def get_bytes(self, key: dict[str, Any]) -> bytes | None:
         """What :meth:`put_bytes` kept under ``key``, or None: absent, or damaged (a byte
@@ -106,8 +134,10 @@ class RangeCache:
         return data
 
     def new_tmp(self) -> str:
+        """A new file being written here (a fetch, a save before its upload), named by its
+        owner, this process: one a killed process left is deleted by the next scan."""
         os.makedirs(self.directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".part-")
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".part-{_HOST}-{os.getpid()}-")
         os.close(fd)
         return tmp
 
@@ -123,8 +153,9 @@ class RangeCache:
         self.evict(keep)
 
     def evict(self, keep: str | None = None) -> None:
-        """Delete the least recently used files until at most 7/8 of the bound is held
-        (``keep`` last of all, and only when it alone passes the bound)."""
+        """Delete the least recently used files until at most 7/8 of the bound is held,
+        never ``keep`` (the file just put, which its caller is about to open: one larger
+        than the bound goes at the next scan, see :meth:`release`)."""
         with self._lock:
             files = []
             try:
@@ -132,25 +163,84 @@ class RangeCache:
             except FileNotFoundError:
                 self._held = 0
                 return
+            writing = 0  # bytes of files being written (by live processes): counted, kept
             for e in found:
-                if e.name.endswith((".bin", ".have")):
+                tmp = e.name.startswith(".part-")
+                if tmp and _orphan(e.name):  # its process was killed while writing it
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(e.path)
+                    continue
+                if tmp or e.name.endswith((".bin", ".have")):
                     try:
                         st = e.stat()
                     except FileNotFoundError:  # another process evicted it
                         continue
                     # a leaf's file is sparse until every part of it was fetched
                     used = min(st.st_size, getattr(st, "st_blocks", st.st_size // 512 + 1) * 512)
+                    if tmp:
+                        writing += used
+                        continue
                     last = e.path == keep or e.path[: -len(".have")] + ".bin" == keep
                     files.append((last, st.st_mtime, used, e.path))
-            total = sum(f[2] for f in files)
+            total = writing + sum(f[2] for f in files)
             target = self.max_bytes - self.max_bytes // 8 if total > self.max_bytes else total
-            for _, _, size, path in sorted(files):
-                if total <= target:
+            for last, _, size, path in sorted(files):
+                if total <= target or last:
                     break
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)  # a process mapping it keeps its pages
                 total -= size
             self._held = total
+
+
+def _host() -> str:
+    """This machine and process-id namespace, in the names of files being written: a file
+    of a process on another machine, or in another container, is never taken for an
+    orphan (its process id means nothing here)."""
+    where = socket.gethostname()
+    with contextlib.suppress(OSError):
+        where += os.readlink("/proc/self/ns/pid")
+    return hashlib.sha256(where.encode()).hexdigest()[:8]
+
+
+_HOST = _host()
+
+
+def _orphan(name: str) -> bool:
+    """Whether ``name`` (``.part-HOST-PID-...``) was left by a process of this machine that
+    is gone (killed while writing it)."""
+    _, host, pid, *_ = [*name.split("-", 3), "", "", ""]
+    if host != _HOST or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
+
+
+def env_number(name: str, default: float, kind: type = int) -> Any:
+    """The setting ``$name`` as a ``kind`` (``default`` when unset); a value that is not one
+    is a ``ValueError`` naming the variable.
+
+    >>> env_number("TENSORBOX_NO_SUCH_SETTING", 7)
+    7
+    """
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return kind(default)
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ValueError(
+            f"${name}={raw!r}: expected {'a whole number' if kind is int else 'a number'} "
+            f"(of bytes or seconds), such as {kind(default)!r}"
+        ) from None
+    if value < 0:
+        raise ValueError(f"${name}={raw!r}: expected a number of at least 0")
+    return value
 
 
 _default: RangeCache | None = None
@@ -161,5 +251,5 @@ def default_cache() -> RangeCache:
     ``TENSORBOX_CACHE_BYTES`` changes the bound)."""
     global _default
     if _default is None:
-        _default = RangeCache(max_bytes=int(os.environ.get("TENSORBOX_CACHE_BYTES", 10 << 30)))
+        _default = RangeCache(max_bytes=env_number("TENSORBOX_CACHE_BYTES", 10 << 30))
     return _default

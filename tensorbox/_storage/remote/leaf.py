@@ -21,6 +21,7 @@ parts land in memory.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import threading
@@ -32,6 +33,7 @@ import torch
 
 from tensorbox._storage.archive import zip as _zip
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor, map_file
+from tensorbox._storage.remote.cache import env_number
 from tensorbox._storage.store import TensorEntry
 
 if TYPE_CHECKING:
@@ -48,7 +50,7 @@ GAP = 64 << 10
 def gap() -> int:
     """Missing parts of a leaf closer than this many bytes are read with the parts between
     them (``$TENSORBOX_REMOTE_GAP``, 256 KiB by default; 0: the rows asked for only)."""
-    return int(os.environ.get("TENSORBOX_REMOTE_GAP", 256 << 10))
+    return int(env_number("TENSORBOX_REMOTE_GAP", 256 << 10))
 
 
 #: A fetch is split into about this many requests in flight together...
@@ -193,7 +195,9 @@ class _Leaf:
         cache = self.store.cache
         assert cache is not None and self.key is not None
         path = cache.path_for(self.key)
-        flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
+        # Never through a symlink: one planted in a shared cache folder would have these
+        # bytes written wherever it points.
+        flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
         for _ in range(4):  # a file another process deletes meanwhile: open again
             try:
                 if create:
@@ -203,7 +207,9 @@ class _Leaf:
                 if not create:
                     return
                 continue
-            except OSError as err:
+            except OSError as err:  # a symlink (ELOOP) or an empty folder there: dropped
+                if err.errno in (errno.ELOOP, errno.EISDIR) and cache.clear(path):
+                    continue
                 raise cache.failure(err, self.url, path) from err
             try:
                 size = os.fstat(fd).st_size

@@ -47,7 +47,7 @@ import torch
 
 from tensorbox._storage.archive import zip as _zip
 from tensorbox._storage.format.spec import MAX_META_BYTES, META
-from tensorbox._storage.remote.cache import RangeCache, default_cache
+from tensorbox._storage.remote.cache import RangeCache, default_cache, env_number
 from tensorbox._storage.remote.leaf import (
     GAP,
     REQUESTS,
@@ -77,7 +77,7 @@ _TAIL = 128 << 10  # the end of an archive read at open: its end record and, usu
 _LOCAL_SIZE = 30  # a zip local header's fixed part
 #: The most bytes of a remote archive's index (its central directory and end records) read:
 #: a larger claim is refused before anything is fetched (``$TENSORBOX_MAX_INDEX_BYTES``).
-MAX_INDEX_BYTES = int(os.environ.get("TENSORBOX_MAX_INDEX_BYTES", 256 << 20))
+MAX_INDEX_BYTES = env_number("TENSORBOX_MAX_INDEX_BYTES", 256 << 20)
 
 
 class _RemoteStore(Store):

@@ -75,6 +75,7 @@ def split_url(prefix: Any) -> tuple[str, str, str | None] | None:
             "paths"
         )
     url, sep, sub = prefix.partition(_SEP)
+    url = scheme + url[len(scheme) :]  # schemes are case-insensitive; fsspec's table is not
     return scheme, url, (sub or None) if sep else None
 
 
@@ -106,7 +107,9 @@ def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple
 
 def timeout() -> float:
     """Seconds a network read may stall (``$TENSORBOX_REMOTE_TIMEOUT``, 60 by default)."""
-    return float(os.environ.get("TENSORBOX_REMOTE_TIMEOUT", 60))
+    from tensorbox._storage.remote.cache import env_number
+
+    return float(env_number("TENSORBOX_REMOTE_TIMEOUT", 60, float))
 
 
 #: Attempts of a failed range read (a dropped connection, a timeout), then an error.
@@ -168,11 +171,13 @@ def _not_found(err: FileNotFoundError, url: str) -> OSError:
         return FileNotFoundError(f"{url!r}: no such object (HTTP {status})")
     if status in (401, 403):
         return PermissionError(f"{url!r}: access refused (HTTP {status}): check the credentials")
-    if status is not None:
+    if status:
         return OSError(
             f"{url!r}: the server answered HTTP {status} ({getattr(cause, 'message', '')}), "
             "not the object: try again later"
         )
+    if status is not None:  # an answer with no status of its own: redirects in a loop...
+        return OSError(f"{url!r}: the request failed ({type(cause).__name__}): not the object")
     return ConnectionError(
         f"{url!r}: cannot reach the server ({type(cause).__name__}: {cause}): is it running?"
     )
