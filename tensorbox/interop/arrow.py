@@ -525,9 +525,9 @@ def _object_array(value: NonTensorData, rows: int, key: str) -> Any:
 
 def _recorded(info: dict[str, Any]) -> dict[str, Any]:
     """What of a column info goes into the schema metadata (the Arrow type says the
-    rest): the index name, the pandas dtype, and a categorical's categories, as Parquet keeps only those a
-    row group uses, in its own order."""
-    out = {k: info[k] for k in ("index", "pandas") if k in info}
+    rest): the index name, the pandas dtype, and a categorical's categories, as Parquet
+    keeps only those a row group uses, in its own order."""
+    out: dict[str, Any] = {k: info[k] for k in ("index", "pandas") if k in info}
     if info.get("kind") == "category" and jsonable(info["categories"]):
         out.update(info)
     return out
