@@ -37,7 +37,6 @@ batch_size, device)``, which builds one of the caller's type without checks.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 from types import EllipsisType
 from typing import Any, Self, overload
@@ -54,6 +53,7 @@ from tensorbox._core.backing import OPEN as _OPEN
 from tensorbox._core.backing import TREES as _TREES
 from tensorbox._core.backing import UNLOCK as _UNLOCK
 from tensorbox._core.backing import sync_open
+from tensorbox._core.batchshape import BatchShaped
 from tensorbox._core.entries import prepare_entry
 from tensorbox._core.keys import format_key
 from tensorbox._core.methods.compat import CompatMethods
@@ -82,6 +82,7 @@ _new = object.__new__
 
 
 class TensorCollection(
+    BatchShaped,  # shape, batch_dims, ndim, dim(), numel(): from the batch size
     EntryMethods,
     StructureMethods,
     LeafMethods,
@@ -169,29 +170,6 @@ class TensorCollection(
             else:
                 check_leaf_shape(format_key(path), leaf.shape, new)
         self._write(_tree.set_batch_size_nested, self, new)  # saved at once on a saved tree
-
-    @property
-    def shape(self) -> torch.Size:
-        """Same as ``batch_size`` (a container's shape is its batch size)."""
-        return self._batch_size
-
-    @property
-    def batch_dims(self) -> int:
-        """Number of batch dims."""
-        return len(self._batch_size)
-
-    @property
-    def ndim(self) -> int:
-        """Number of batch dims."""
-        return len(self._batch_size)
-
-    def dim(self) -> int:
-        """Number of batch dims."""
-        return len(self._batch_size)
-
-    def numel(self) -> int:
-        """Number of batch elements (the product of the batch size)."""
-        return math.prod(self._batch_size)
 
     @overload
     def size(self, dim: None = None) -> torch.Size: ...

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import importlib
 import json
-import math
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 
+from tensorbox._core.batchshape import BatchShaped
 from tensorbox._core.keys import NestedKey
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.shape import as_batch_size
@@ -35,7 +35,7 @@ from tensorbox.errors import BatchSizeError, FormatError, TensorDictKeyError
 __all__ = ["TensorDictStore"]
 
 
-class TensorDictStore(StoreWrites):
+class TensorDictStore(BatchShaped, StoreWrites):
     """A container whose leaves live in a Redis (or Redis-protocol) server.
 
     Keyword Args:
@@ -164,32 +164,9 @@ class TensorDictStore(StoreWrites):
             f"{self._server.where()}: the batch size of a store is fixed; to_local() first"
         )
 
-    @property
-    def shape(self) -> torch.Size:
-        """The batch size."""
-        return self._batch_size
-
-    @property
-    def batch_dims(self) -> int:
-        """The number of batch dims."""
-        return len(self._batch_size)
-
-    @property
-    def ndim(self) -> int:
-        """The number of batch dims."""
-        return len(self._batch_size)
-
     def ndimension(self) -> int:
         """The number of batch dims."""
         return len(self._batch_size)
-
-    def dim(self) -> int:
-        """The number of batch dims."""
-        return len(self._batch_size)
-
-    def numel(self) -> int:
-        """The number of batch elements."""
-        return math.prod(self._batch_size)
 
     def __len__(self) -> int:
         return self._batch_size[0] if self._batch_size else 0
