@@ -782,3 +782,63 @@ def test_two_clients_a_restart_and_a_flush(tmp_path: Any) -> None:
 @pytest.mark.slow
 def test_two_clients_a_restart_and_a_flush_long(tmp_path: Any) -> None:
     _run_machine(tmp_path, examples=300, steps=50)
+
+
+# ---- attacks by another client on a store that is open (probe 3) ---------------------
+
+
+def test_a_header_rewritten_to_another_shape_is_refused(
+    store: TensorDictStore, server: RedisServer
+) -> None:
+    """A header another client rewrote to a shape of the same byte count ([5, 6] for a
+    [10, 3] leaf of a batch-[10] store) was trusted: reads gave a [5, 6] tensor, and a
+    row write past row 4 SETRANGEd beyond the value, growing it."""
+    store["obs"] = torch.arange(30.0).reshape(10, 3)
+    store[0]  # the header is cached here
+    raw = _raw(server)
+    data = f'tensordict:{{{store.td_id}}}:data:["obs"]'
+    for shape in ([5, 6], [30], [1, 10, 3]):
+        hdr = json.dumps({"kind": "tensor", "dtype": "float32", "shape": shape})
+        raw.hset(f"tensordict:{{{store.td_id}}}:index", '["obs"]', hdr)
+        other = TensorDictStore.from_store(td_id=store.td_id, **_kw(server))
+        bad = rf"entry 'obs': the shape {re.escape(str(shape))} in the header does not start "
+        bad += r"with the store's batch size \[10\]"
+        with pytest.raises(FormatError, match=bad):
+            other["obs"]
+        with pytest.raises(FormatError, match=bad):
+            other[7]
+        with pytest.raises(FormatError, match=bad):
+            other[7] = {"obs": torch.zeros(shape[1:] if shape != [30] else [])}
+        with pytest.raises(FormatError, match=bad):
+            store[7] = {"obs": torch.zeros(3)}  # the cached header is re-read, then refused
+        worker = pickle.loads(pickle.dumps(store))
+        with pytest.raises(FormatError, match=bad):
+            worker[2:4]
+        worker.close()
+        other.close()
+        assert raw.strlen(data) == 120  # nothing grew the value
+    raw.close()
+
+
+_MASK = torch.tensor([False, True, False, True] + [False] * 6)
+
+
+@pytest.mark.parametrize(
+    "index",
+    [_MASK, [bool(b) for b in _MASK], slice(2, None, 3), (_MASK,), [], [4], 7, -1, slice(3, 4)],
+    ids=repr,
+)
+def test_an_expanded_row_is_written_at_any_index(store: TensorDictStore, index: Any) -> None:
+    """A row broadcast to the rows selected (``row.expand(n)``, stride 0) failed with a
+    raw RuntimeError from torch ("view Long as Byte") when a run held one row, and
+    ``store[[]]`` was an IndexError about float tensors: compared with a TensorDict."""
+    local = TensorDict(
+        {"obs": torch.arange(30.0).reshape(10, 3), "n": {"x": torch.arange(10)}}, [10]
+    )
+    store.update(local.clone())
+    row = TensorDict({"obs": torch.full((3,), -1.0), "n": {"x": torch.tensor(-1)}}, [])
+    value = row.expand(local[index].batch_size)
+    local[index] = value
+    store[index] = value
+    assert (store.to_local() == local).all()
+    assert (store[index] == local[index]).all()

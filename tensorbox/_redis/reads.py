@@ -55,8 +55,7 @@ class StoreReads:
         server.check_gen(gen, path)
         if raw is None:
             return None
-        where = server.where(path)
-        return _Header(_text(raw, where), where)
+        return server.header(raw, path)
 
     def _remember(self, path: tuple[str, ...], h: _Header) -> None:
         if self._meta_cache is None:
@@ -124,7 +123,7 @@ class StoreReads:
                         f"{server.where(p)}: no such key in the store (deleted by another client?)"
                     )
                 if _text(raw, server.where(p)) != headers[p].raw:
-                    headers[p] = _Header(_text(raw, server.where(p)), server.where(p))
+                    headers[p] = server.header(raw, p)
                     changed = True
             if changed:
                 for p, h in headers.items():

@@ -260,8 +260,7 @@ class StoreWrites(StoreReads):
             for p, raw in zip(unknown, reply[1:], strict=True):
                 if raw is None:
                     return None
-                where = server.where(p)
-                got[p] = h = _Header(_text(raw, where), where)
+                got[p] = h = server.header(raw, p)
                 self._remember(p, h)
         return got if all(h.kind == "tensor" for h in got.values()) else None
 
