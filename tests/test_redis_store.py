@@ -842,3 +842,28 @@ def test_an_expanded_row_is_written_at_any_index(store: TensorDictStore, index: 
     store[index] = value
     assert (store.to_local() == local).all()
     assert (store[index] == local[index]).all()
+
+
+def test_a_limit_lowered_after_the_store_read_it(tmp_path: Any) -> None:
+    """``CONFIG SET proto-max-bulk-len`` lowered after the store read the limit: the
+    server drops the connection of a value over it, and the write ended in a
+    ConnectionError saying it "may or may not have been applied"; now the limit is
+    read again and the refusal names it. Nothing was written."""
+    srv = RedisProcess(tmp_path)
+    try:
+        s = TensorDictStore(batch_size=[2], socket_timeout=10, **_kw(srv))
+        s.set("big", torch.zeros(2, 2**18))  # 2 MiB: the limit (512 MiB) is read here
+        raw = redis.Redis(host=srv.host, port=srv.port)
+        raw.config_set("proto-max-bulk-len", "1mb")
+        lowered = r"2097152 bytes, more than the 1048576 .*lower than when this handle read it"
+        err = _in_thread(lambda: s.set("other", torch.ones(2, 2**18)))
+        assert isinstance(err, ValueError)
+        with pytest.raises(ValueError, match=rf"entry 'other'.*{lowered}"):
+            raise err
+        with pytest.raises(ValueError, match=r"entry 'big'.*2097152 bytes, more than the 1048576"):
+            s[:] = {"big": torch.ones(2, 2**18)}  # refused before it is sent now
+        assert s.keys() == ["big"] and s["big"].sum() == 0
+        raw.close()
+        s.close()
+    finally:
+        srv.stop()

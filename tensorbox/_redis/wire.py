@@ -347,6 +347,8 @@ class _Server:
         self.index_key = self.base + "index"
         self.gen: str | None = None  # the store's generation, learned when opened
         self.limits: tuple[int, int] | None = None  # (proto-max-bulk-len, query buffer)
+        # the largest value the write in progress sends: ``(path, nbytes, total)``
+        self.big: tuple[tuple[str, ...], int, int | None] | None = None
         self.provider: Any = None  # a credential_provider, kept apart from ``connect``
         self.pickle_credentials = False
         # the store's batch size, once known: every header the server sends must start
@@ -393,6 +395,28 @@ class _Server:
         except r.exceptions.AuthenticationError as err:  # pragma: no cover - a subclass above
             raise PermissionError(f"{self.where()}: {what}: {err}") from err
 
+    def write(self, what: str, fn: Callable[[], Any]) -> Any:
+        """``call`` for a write: when its connection is lost, the server's limits are read
+        again, and a value over a limit lowered since (``CONFIG SET``; the server drops
+        the connection of a command over it) is the ``ValueError`` it would have been."""
+        self.big = None
+        try:
+            return self.call(what, fn)
+        except ConnectionError as err:
+            big, self.big = self.big, None
+            if big is not None:
+                known, self.limits = self.limits, None
+                try:
+                    self.check_size(*big)
+                except ValueError as refused:
+                    raise ValueError(
+                        f"{refused} (the server dropped the connection: its limit is lower "
+                        "than when this handle read it)"
+                    ) from err
+                except (ConnectionError, _redis().exceptions.RedisError):
+                    self.limits = known  # unreachable: the first error says so
+            raise
+
     def index(self) -> dict[tuple[str, ...], _Header]:
         raw = self.call("read the index", lambda: self.client.hgetall(self.index_key))
         return self.parse_index(raw)
@@ -431,6 +455,8 @@ class _Server:
                 try:
                     reply: Any = self.client.config_get(name)
                     got[name] = int(next(iter(reply.values())))
+                except (r.exceptions.ConnectionError, r.exceptions.TimeoutError):
+                    raise  # unreachable: not a refusal, and no defaults to remember
                 except (r.exceptions.RedisError, StopIteration, ValueError, TypeError):
                     pass  # CONFIG refused (managed services): Redis's defaults
             self.limits = (
@@ -444,6 +470,8 @@ class _Server:
         by dropping the connection (redis-py then waits and retries instead of failing)."""
         if nbytes < (1 << 20) and (total is None or total < (1 << 20)):
             return  # far below any server's limits: no need to ask the server
+        if self.big is None or max(nbytes, total or 0) > max(self.big[1], self.big[2] or 0):
+            self.big = (path, nbytes, total)
         bulk, query = self.server_limits()
         if nbytes > bulk:
             raise ValueError(
