@@ -867,3 +867,31 @@ def test_a_limit_lowered_after_the_store_read_it(tmp_path: Any) -> None:
         s.close()
     finally:
         srv.stop()
+
+
+def test_a_wrong_password_is_a_permission_error(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wrong or missing password was a ConnectionError "cannot reach the server"
+    (redis-py's AuthenticationError is a ConnectionError): a server that is up and says
+    no is a PermissionError, also for a worker whose environment holds a wrong one."""
+    srv = RedisProcess(tmp_path, "--requirepass", "right-pw")
+    refused = r"the server refused the credentials \(a wrong or missing password"
+    try:
+        for kw in ({"password": "wrong"}, {}, {"username": "bob", "password": "right-pw"}):
+            with pytest.raises(
+                PermissionError, match=rf"at redis://.*{refused}.*(invalid|HELLO|NOAUTH)"
+            ):
+                TensorDictStore(batch_size=[3], **kw, **_kw(srv))
+        with pytest.raises(PermissionError, match=refused):
+            TensorDictStore(batch_size=[3], url=f"redis://:wrong@{srv.host}:{srv.port}/0")
+        s = TensorDictStore(batch_size=[3], password="right-pw", **_kw(srv))
+        s["x"] = torch.arange(3)
+        monkeypatch.setenv("TENSORBOX_REDIS_PASSWORD", "wrong")
+        w = pickle.loads(pickle.dumps(s))
+        with pytest.raises(PermissionError, match=rf"'x'.*: {refused}"):
+            w["x"]
+        w.close()
+        s.close()
+    finally:
+        srv.stop()

@@ -388,12 +388,15 @@ class _Server:
                     f"another type (foreign data, not a tensorbox store): {err}"
                 ) from err
             raise RuntimeError(f"{self.where()}: {what}: the server refused: {err}") from err
+        except r.exceptions.AuthenticationError as err:  # before its base, ConnectionError
+            raise PermissionError(
+                f"{self.where()}: {what}: the server refused the credentials (a wrong or "
+                f"missing password or user name): {err}"
+            ) from err
         except (r.exceptions.ConnectionError, r.exceptions.TimeoutError) as err:
             raise ConnectionError(
                 f"{self.where()}: {what}: cannot reach the server ({type(err).__name__}: {err})"
             ) from err
-        except r.exceptions.AuthenticationError as err:  # pragma: no cover - a subclass above
-            raise PermissionError(f"{self.where()}: {what}: {err}") from err
 
     def write(self, what: str, fn: Callable[[], Any]) -> Any:
         """``call`` for a write: when its connection is lost, the server's limits are read
