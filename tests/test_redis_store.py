@@ -895,3 +895,26 @@ def test_a_wrong_password_is_a_permission_error(
         s.close()
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("index", [2, slice(2, 4), [0, 9], _MASK])
+def test_rows_read_while_another_client_reshapes_the_leaf(
+    store: TensorDictStore, server: RedisServer, index: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another client's ``set`` of a new shape between the read of the headers and the
+    fetch of the rows: the byte ranges were planned by the old header and kept when the
+    new one came back, so the read failed with "came back short" or a raw torch error
+    (two processes, 3 of 3 runs). The rows are now planned by the header read with them."""
+    store["obs"] = torch.zeros(10, 5)
+    other = TensorDictStore.from_store(td_id=store.td_id, **_kw(server))
+    new = torch.arange(30.0).reshape(10, 3)
+    entries = store._entries
+
+    def entries_then_reshape() -> Any:
+        got = entries()
+        other["obs"] = new  # lands between the headers and the rows
+        return got
+
+    monkeypatch.setattr(store, "_entries", entries_then_reshape)
+    assert torch.equal(store[index]["obs"], new[index])
+    other.close()

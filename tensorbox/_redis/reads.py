@@ -77,7 +77,7 @@ class StoreReads:
         self, wanted: dict[tuple[str, ...], list[tuple[int, int]] | None]
     ) -> tuple[dict[tuple[str, ...], _Header], dict[tuple[str, ...], list[bytes]]]:
         """Headers and byte ranges of several entries in one round trip when the headers
-        are known here: each ``(start, length)`` range of a tensor (None: the whole
+        are known here: each ``(first row, rows)`` run of a tensor (None: the whole
         value). The headers the server returns are compared with the ones used to plan
         the ranges, and a changed one is re-planned, so a value is never read with
         another's header. Every leaf's length is checked before its bytes are fetched."""
@@ -103,8 +103,12 @@ class StoreReads:
                 # a zero-byte value's length cannot tell it from a missing one
                 pipe.exists(dk) if h.kind == "tensor" and h.nbytes == 0 else pipe.strlen(dk)
                 if h.kind == "tensor":
-                    ranges = wanted[p]
-                    ranges = [(0, h.nbytes)] if ranges is None else ranges
+                    # rows become bytes by the header read with them: a header another
+                    # client changed re-plans the ranges too, never reads by the old one
+                    rb, runs = h.row_bytes, wanted[p]
+                    ranges = (
+                        [(0, h.nbytes)] if runs is None else [(s * rb, c * rb) for s, c in runs]
+                    )
                     ranges = [(s, n) for s, n in ranges if n > 0]
                     for s, n in ranges:
                         pipe.getrange(dk, s, s + n - 1)
@@ -202,11 +206,7 @@ class StoreReads:
         covering = bool(uniq) and span <= 2 * len(uniq)  # one range wastes at most half
         for rel, h in entries.items():
             if h.kind == "tensor":
-                rb = h.row_bytes
-                if covering:
-                    wanted[self._path + rel] = [(uniq[0] * rb, span * rb)]
-                else:
-                    wanted[self._path + rel] = [(s * rb, c * rb) for s, c in runs]
+                wanted[self._path + rel] = [(uniq[0], span)] if covering else runs
             elif h.kind == "nontensor":
                 wanted[self._path + rel] = None
         headers, data = self._fetch(wanted) if wanted else ({}, {})
