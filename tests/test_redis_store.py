@@ -918,3 +918,26 @@ def test_rows_read_while_another_client_reshapes_the_leaf(
     monkeypatch.setattr(store, "_entries", entries_then_reshape)
     assert torch.equal(store[index]["obs"], new[index])
     other.close()
+
+
+def test_per_row_values_of_another_length_are_refused(
+    store: TensorDictStore, server: RedisServer
+) -> None:
+    """Per-row non-tensor values another client replaced by a list of 3 (or a string, or
+    an object) in a batch-[10] store: ``store["lab"]`` returned the 3 values, a row read
+    or write was a raw numpy IndexError naming nothing."""
+    store["lab"] = "a"
+    store[3] = {"lab": "b"}  # per-row values now
+    raw = _raw(server)
+    bad = r"entry 'lab': the per-row values are not nested lists of the store's batch size \[10\]"
+    for value in (["a"] * 3, "text", {"a": 1}, ["a"] * 11):
+        raw.set(f'tensordict:{{{store.td_id}}}:data:["lab"]', json.dumps(value))
+        with pytest.raises(FormatError, match=bad):
+            store["lab"]
+        with pytest.raises(FormatError, match=bad):
+            store[5]
+        with pytest.raises(FormatError, match=bad):
+            store[5] = {"lab": "z"}
+        with pytest.raises(FormatError, match=bad):
+            store.to_local()
+    raw.close()

@@ -178,6 +178,12 @@ class StoreReads:
                 f"{self._server.where(path)}: the non-tensor value is not JSON text"
             ) from None
         if h.rows:
+            dims = list(self._server.batch or self._batch_size)
+            if not _nests(value, dims):
+                raise FormatError(
+                    f"{self._server.where(path)}: the per-row values are not nested lists "
+                    f"of the store's batch size {dims} (written by another program?)"
+                )
             return NonTensorData(_object_array(value), stacked=True)
         return NonTensorData(value)
 
@@ -262,3 +268,13 @@ class StoreReads:
             else:
                 out.set(rel, self._leaf_value(path, headers[path], data[path]))
         return out
+
+
+def _nests(value: Any, dims: list[int]) -> bool:
+    """Whether ``value`` is lists nested ``len(dims)`` deep, ``dims[i]`` long at depth i."""
+    level = [value]
+    for d in dims:
+        if not all(isinstance(v, list) and len(v) == d for v in level):
+            return False
+        level = [x for v in level for x in v]
+    return True
