@@ -782,3 +782,162 @@ def test_two_clients_a_restart_and_a_flush(tmp_path: Any) -> None:
 @pytest.mark.slow
 def test_two_clients_a_restart_and_a_flush_long(tmp_path: Any) -> None:
     _run_machine(tmp_path, examples=300, steps=50)
+
+
+# ---- attacks by another client on a store that is open (probe 3) ---------------------
+
+
+def test_a_header_rewritten_to_another_shape_is_refused(
+    store: TensorDictStore, server: RedisServer
+) -> None:
+    """A header another client rewrote to a shape of the same byte count ([5, 6] for a
+    [10, 3] leaf of a batch-[10] store) was trusted: reads gave a [5, 6] tensor, and a
+    row write past row 4 SETRANGEd beyond the value, growing it."""
+    store["obs"] = torch.arange(30.0).reshape(10, 3)
+    store[0]  # the header is cached here
+    raw = _raw(server)
+    data = f'tensordict:{{{store.td_id}}}:data:["obs"]'
+    for shape in ([5, 6], [30], [1, 10, 3]):
+        hdr = json.dumps({"kind": "tensor", "dtype": "float32", "shape": shape})
+        raw.hset(f"tensordict:{{{store.td_id}}}:index", '["obs"]', hdr)
+        other = TensorDictStore.from_store(td_id=store.td_id, **_kw(server))
+        bad = rf"entry 'obs': the shape {re.escape(str(shape))} in the header does not start "
+        bad += r"with the store's batch size \[10\]"
+        with pytest.raises(FormatError, match=bad):
+            other["obs"]
+        with pytest.raises(FormatError, match=bad):
+            other[7]
+        with pytest.raises(FormatError, match=bad):
+            other[7] = {"obs": torch.zeros(shape[1:] if shape != [30] else [])}
+        with pytest.raises(FormatError, match=bad):
+            store[7] = {"obs": torch.zeros(3)}  # the cached header is re-read, then refused
+        worker = pickle.loads(pickle.dumps(store))
+        with pytest.raises(FormatError, match=bad):
+            worker[2:4]
+        worker.close()
+        other.close()
+        assert raw.strlen(data) == 120  # nothing grew the value
+    raw.close()
+
+
+_MASK = torch.tensor([False, True, False, True] + [False] * 6)
+
+
+@pytest.mark.parametrize(
+    "index",
+    [_MASK, [bool(b) for b in _MASK], slice(2, None, 3), (_MASK,), [], [4], 7, -1, slice(3, 4)],
+    ids=repr,
+)
+def test_an_expanded_row_is_written_at_any_index(store: TensorDictStore, index: Any) -> None:
+    """A row broadcast to the rows selected (``row.expand(n)``, stride 0) failed with a
+    raw RuntimeError from torch ("view Long as Byte") when a run held one row, and
+    ``store[[]]`` was an IndexError about float tensors: compared with a TensorDict."""
+    local = TensorDict(
+        {"obs": torch.arange(30.0).reshape(10, 3), "n": {"x": torch.arange(10)}}, [10]
+    )
+    store.update(local.clone())
+    row = TensorDict({"obs": torch.full((3,), -1.0), "n": {"x": torch.tensor(-1)}}, [])
+    value = row.expand(local[index].batch_size)
+    local[index] = value
+    store[index] = value
+    assert (store.to_local() == local).all()
+    assert (store[index] == local[index]).all()
+
+
+def test_a_limit_lowered_after_the_store_read_it(tmp_path: Any) -> None:
+    """``CONFIG SET proto-max-bulk-len`` lowered after the store read the limit: the
+    server drops the connection of a value over it, and the write ended in a
+    ConnectionError saying it "may or may not have been applied"; now the limit is
+    read again and the refusal names it. Nothing was written."""
+    srv = RedisProcess(tmp_path)
+    try:
+        s = TensorDictStore(batch_size=[2], socket_timeout=10, **_kw(srv))
+        s.set("big", torch.zeros(2, 2**18))  # 2 MiB: the limit (512 MiB) is read here
+        raw = redis.Redis(host=srv.host, port=srv.port)
+        raw.config_set("proto-max-bulk-len", "1mb")
+        lowered = r"2097152 bytes, more than the 1048576 .*lower than when this handle read it"
+        err = _in_thread(lambda: s.set("other", torch.ones(2, 2**18)))
+        assert isinstance(err, ValueError)
+        with pytest.raises(ValueError, match=rf"entry 'other'.*{lowered}"):
+            raise err
+        with pytest.raises(ValueError, match=r"entry 'big'.*2097152 bytes, more than the 1048576"):
+            s[:] = {"big": torch.ones(2, 2**18)}  # refused before it is sent now
+        assert s.keys() == ["big"] and s["big"].sum() == 0
+        raw.close()
+        s.close()
+    finally:
+        srv.stop()
+
+
+def test_a_wrong_password_is_a_permission_error(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wrong or missing password was a ConnectionError "cannot reach the server"
+    (redis-py's AuthenticationError is a ConnectionError): a server that is up and says
+    no is a PermissionError, also for a worker whose environment holds a wrong one."""
+    srv = RedisProcess(tmp_path, "--requirepass", "right-pw")
+    refused = r"the server refused the credentials \(a wrong or missing password"
+    try:
+        for kw in ({"password": "wrong"}, {}, {"username": "bob", "password": "right-pw"}):
+            with pytest.raises(
+                PermissionError, match=rf"at redis://.*{refused}.*(invalid|HELLO|NOAUTH)"
+            ):
+                TensorDictStore(batch_size=[3], **kw, **_kw(srv))
+        with pytest.raises(PermissionError, match=refused):
+            TensorDictStore(batch_size=[3], url=f"redis://:wrong@{srv.host}:{srv.port}/0")
+        s = TensorDictStore(batch_size=[3], password="right-pw", **_kw(srv))
+        s["x"] = torch.arange(3)
+        monkeypatch.setenv("TENSORBOX_REDIS_PASSWORD", "wrong")
+        w = pickle.loads(pickle.dumps(s))
+        with pytest.raises(PermissionError, match=rf"'x'.*: {refused}"):
+            w["x"]
+        w.close()
+        s.close()
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("index", [2, slice(2, 4), [0, 9], _MASK])
+def test_rows_read_while_another_client_reshapes_the_leaf(
+    store: TensorDictStore, server: RedisServer, index: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another client's ``set`` of a new shape between the read of the headers and the
+    fetch of the rows: the byte ranges were planned by the old header and kept when the
+    new one came back, so the read failed with "came back short" or a raw torch error
+    (two processes, 3 of 3 runs). The rows are now planned by the header read with them."""
+    store["obs"] = torch.zeros(10, 5)
+    other = TensorDictStore.from_store(td_id=store.td_id, **_kw(server))
+    new = torch.arange(30.0).reshape(10, 3)
+    entries = store._entries
+
+    def entries_then_reshape() -> Any:
+        got = entries()
+        other["obs"] = new  # lands between the headers and the rows
+        return got
+
+    monkeypatch.setattr(store, "_entries", entries_then_reshape)
+    assert torch.equal(store[index]["obs"], new[index])
+    other.close()
+
+
+def test_per_row_values_of_another_length_are_refused(
+    store: TensorDictStore, server: RedisServer
+) -> None:
+    """Per-row non-tensor values another client replaced by a list of 3 (or a string, or
+    an object) in a batch-[10] store: ``store["lab"]`` returned the 3 values, a row read
+    or write was a raw numpy IndexError naming nothing."""
+    store["lab"] = "a"
+    store[3] = {"lab": "b"}  # per-row values now
+    raw = _raw(server)
+    bad = r"entry 'lab': the per-row values are not nested lists of the store's batch size \[10\]"
+    for value in (["a"] * 3, "text", {"a": 1}, ["a"] * 11):
+        raw.set(f'tensordict:{{{store.td_id}}}:data:["lab"]', json.dumps(value))
+        with pytest.raises(FormatError, match=bad):
+            store["lab"]
+        with pytest.raises(FormatError, match=bad):
+            store[5]
+        with pytest.raises(FormatError, match=bad):
+            store[5] = {"lab": "z"}
+        with pytest.raises(FormatError, match=bad):
+            store.to_local()
+    raw.close()

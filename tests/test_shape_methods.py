@@ -303,3 +303,13 @@ def test_data_ptr_of_storage() -> None:
     part = td[2:]
     assert part.data_ptr()["a"].item() == td["a"].data_ptr() + 2 * 4
     assert part.data_ptr(storage=True)["a"].item() == td["a"].data_ptr()
+
+
+@pytest.mark.parametrize("how", ["expand", "reshape", "view"])
+def test_a_zero_dim_batch_to_the_empty_shape(how: str) -> None:
+    """``td.expand(torch.Size([]))`` of 0-d leaves was a TypeError from torch ("expand()
+    missing 1 required positional arguments"): an empty argument list; tensordict works."""
+    td = TensorDict({"a": torch.tensor(1.0), "b": {"c": torch.ones(2)}}, [])
+    out = getattr(td, how)(torch.Size([]))
+    assert out.batch_size == torch.Size([])
+    assert torch.equal(out["a"], td["a"]) and torch.equal(out["b", "c"], td["b", "c"])

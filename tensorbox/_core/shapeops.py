@@ -90,7 +90,8 @@ def reshape(td: C, args: tuple[Any, ...], how: str) -> C:
         raise BatchSizeError(
             f"cannot {how} batch_size {tuple(td._batch_size)} to {shape}: {err}"
         ) from None
-    out = _map(td, lambda x: getattr(x, how)(*new_bs, *_feat(x, bd)), new_bs, how)
+    # one tuple, not *args: torch's expand() of a 0-d value takes no empty argument list
+    out = _map(td, lambda x: getattr(x, how)((*new_bs, *_feat(x, bd))), new_bs, how)
     return _per_element(out) if how == "expand" and len(new_bs) > bd else out
 
 

@@ -55,8 +55,7 @@ class StoreReads:
         server.check_gen(gen, path)
         if raw is None:
             return None
-        where = server.where(path)
-        return _Header(_text(raw, where), where)
+        return server.header(raw, path)
 
     def _remember(self, path: tuple[str, ...], h: _Header) -> None:
         if self._meta_cache is None:
@@ -78,7 +77,7 @@ class StoreReads:
         self, wanted: dict[tuple[str, ...], list[tuple[int, int]] | None]
     ) -> tuple[dict[tuple[str, ...], _Header], dict[tuple[str, ...], list[bytes]]]:
         """Headers and byte ranges of several entries in one round trip when the headers
-        are known here: each ``(start, length)`` range of a tensor (None: the whole
+        are known here: each ``(first row, rows)`` run of a tensor (None: the whole
         value). The headers the server returns are compared with the ones used to plan
         the ranges, and a changed one is re-planned, so a value is never read with
         another's header. Every leaf's length is checked before its bytes are fetched."""
@@ -104,8 +103,12 @@ class StoreReads:
                 # a zero-byte value's length cannot tell it from a missing one
                 pipe.exists(dk) if h.kind == "tensor" and h.nbytes == 0 else pipe.strlen(dk)
                 if h.kind == "tensor":
-                    ranges = wanted[p]
-                    ranges = [(0, h.nbytes)] if ranges is None else ranges
+                    # rows become bytes by the header read with them: a header another
+                    # client changed re-plans the ranges too, never reads by the old one
+                    rb, runs = h.row_bytes, wanted[p]
+                    ranges = (
+                        [(0, h.nbytes)] if runs is None else [(s * rb, c * rb) for s, c in runs]
+                    )
                     ranges = [(s, n) for s, n in ranges if n > 0]
                     for s, n in ranges:
                         pipe.getrange(dk, s, s + n - 1)
@@ -124,7 +127,7 @@ class StoreReads:
                         f"{server.where(p)}: no such key in the store (deleted by another client?)"
                     )
                 if _text(raw, server.where(p)) != headers[p].raw:
-                    headers[p] = _Header(_text(raw, server.where(p)), server.where(p))
+                    headers[p] = server.header(raw, p)
                     changed = True
             if changed:
                 for p, h in headers.items():
@@ -175,6 +178,12 @@ class StoreReads:
                 f"{self._server.where(path)}: the non-tensor value is not JSON text"
             ) from None
         if h.rows:
+            dims = list(self._server.batch or self._batch_size)
+            if not _nests(value, dims):
+                raise FormatError(
+                    f"{self._server.where(path)}: the per-row values are not nested lists "
+                    f"of the store's batch size {dims} (written by another program?)"
+                )
             return NonTensorData(_object_array(value), stacked=True)
         return NonTensorData(value)
 
@@ -203,11 +212,7 @@ class StoreReads:
         covering = bool(uniq) and span <= 2 * len(uniq)  # one range wastes at most half
         for rel, h in entries.items():
             if h.kind == "tensor":
-                rb = h.row_bytes
-                if covering:
-                    wanted[self._path + rel] = [(uniq[0] * rb, span * rb)]
-                else:
-                    wanted[self._path + rel] = [(s * rb, c * rb) for s, c in runs]
+                wanted[self._path + rel] = [(uniq[0], span)] if covering else runs
             elif h.kind == "nontensor":
                 wanted[self._path + rel] = None
         headers, data = self._fetch(wanted) if wanted else ({}, {})
@@ -263,3 +268,13 @@ class StoreReads:
             else:
                 out.set(rel, self._leaf_value(path, headers[path], data[path]))
         return out
+
+
+def _nests(value: Any, dims: list[int]) -> bool:
+    """Whether ``value`` is lists nested ``len(dims)`` deep, ``dims[i]`` long at depth i."""
+    level = [value]
+    for d in dims:
+        if not all(isinstance(v, list) and len(v) == d for v in level):
+            return False
+        level = [x for v in level for x in v]
+    return True

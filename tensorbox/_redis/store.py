@@ -103,7 +103,7 @@ class TensorDictStore(BatchShaped, StoreWrites):
             raise BatchSizeError(
                 f"{server.where()}: the store has batch size {list(stored)}, not {list(bs)}"
             )
-        bs = stored
+        bs = server.batch = stored
         if dev is None and meta.get("device"):
             dev = torch.device(meta["device"])
         self._init(server, (), bs, dev, cache_metadata, None, False)
@@ -506,11 +506,12 @@ class TensorDictStore(BatchShaped, StoreWrites):
             if device is not None
             else (torch.device(meta["device"]) if meta.get("device") else None)
         )
+        server.batch = torch.Size(meta["batch_size"])
         store = cls.__new__(cls)
         store._init(
             server,
             (),
-            torch.Size(meta["batch_size"]),
+            server.batch,
             dev,
             cache,
             None,
@@ -563,6 +564,7 @@ class TensorDictStore(BatchShaped, StoreWrites):
             "backend": s.backend,
             "path": list(self._path),
             "batch_size": list(self._batch_size),
+            "root_batch_size": None if s.batch is None else list(s.batch),
             "device": None if self._device is None else str(self._device),
             "cache": self._meta_cache is not None,
             "tensorclass": self._tensorclass_cls,
@@ -619,6 +621,8 @@ def _attach(spec: dict[str, Any]) -> TensorDictStore:
         client, spec["url"], spec["namespace"], spec["td_id"], spec["backend"], True, connect
     )
     server.provider, server.gen = provider, spec.get("gen")
+    root = spec.get("root_batch_size")
+    server.batch = None if root is None else torch.Size(root)
     server.pickle_credentials = spec["connect"].get("password") is not None
     out = TensorDictStore.__new__(TensorDictStore)
     out._init(

@@ -130,7 +130,7 @@ class _Header:
 
     __slots__ = ("batch_size", "dtype", "kind", "nbytes", "raw", "rows", "shape")
 
-    def __init__(self, raw: str, where: str) -> None:
+    def __init__(self, raw: str, where: str, batch: torch.Size | None = None) -> None:
         self.raw = raw
         try:
             obj = json.loads(raw)
@@ -170,6 +170,13 @@ class _Header:
             self.batch_size = torch.Size(bs)
         else:
             raise FormatError(f"{where}: unknown entry kind {kind!r} in the header")
+        dims = self.shape if kind == "tensor" else list(self.batch_size)
+        if batch is not None and kind != "nontensor" and dims[: len(batch)] != list(batch):
+            raise FormatError(
+                f"{where}: the {'shape' if kind == 'tensor' else 'batch size'} {dims} in "
+                f"the header does not start with the store's batch size {list(batch)} "
+                "(written by another program?)"
+            )
 
     @property
     def row_bytes(self) -> int:
@@ -184,10 +191,14 @@ def _tensor_header(t: torch.Tensor) -> str:
 
 
 def _tensor_bytes(t: torch.Tensor) -> bytes:
-    t = t.detach().to("cpu").contiguous()
-    if t.numel() == 0:
+    flat = t.detach().to("cpu").reshape(-1)
+    if flat.numel() == 0:
         return b""
-    return t.view(-1).view(torch.uint8).numpy().tobytes()
+    if flat.stride(0) != 1:
+        # torch calls a one-element expanded tensor contiguous with stride 0, and a byte
+        # view of it is refused: copy into a fresh buffer
+        flat = torch.empty_like(flat, memory_format=torch.contiguous_format).copy_(flat)
+    return flat.view(torch.uint8).numpy().tobytes()
 
 
 def _from_bytes(data: bytes | bytearray, dtype: torch.dtype, shape: Sequence[int]) -> torch.Tensor:
@@ -226,7 +237,8 @@ def _rows_of(index: Any, batch_size: torch.Size) -> torch.Tensor | None:
     if isinstance(index, slice):
         return torch.arange(n)[index]
     if isinstance(index, (list, range)):
-        index = torch.as_tensor(list(index))
+        # an empty list selects no rows, as in torch (as_tensor would make it float)
+        index = torch.as_tensor(list(index)) if len(index) else torch.zeros(0, dtype=torch.long)
     if isinstance(index, np.ndarray):
         index = torch.from_numpy(index)
     if isinstance(index, torch.Tensor):
@@ -335,8 +347,13 @@ class _Server:
         self.index_key = self.base + "index"
         self.gen: str | None = None  # the store's generation, learned when opened
         self.limits: tuple[int, int] | None = None  # (proto-max-bulk-len, query buffer)
+        # the largest value the write in progress sends: ``(path, nbytes, total)``
+        self.big: tuple[tuple[str, ...], int, int | None] | None = None
         self.provider: Any = None  # a credential_provider, kept apart from ``connect``
         self.pickle_credentials = False
+        # the store's batch size, once known: every header the server sends must start
+        # with it (a header another client rewrote must not steer reads or SETRANGEs)
+        self.batch: torch.Size | None = None
         for name, text in (("prefix", namespace), ("td_id", td_id)):
             try:
                 text.encode()
@@ -348,6 +365,11 @@ class _Server:
 
     def data_key(self, path: tuple[str, ...]) -> str:
         return self.base + "data:" + _enc(path)
+
+    def header(self, raw: bytes | str, path: tuple[str, ...]) -> _Header:
+        """The header of ``path`` as the server sent it, checked against the store."""
+        where = self.where(path)
+        return _Header(_text(raw, where), where, self.batch)
 
     def where(self, path: tuple[str, ...] | None = None) -> str:
         entry = "" if path is None else f" entry {format_key(path)}"
@@ -366,12 +388,37 @@ class _Server:
                     f"another type (foreign data, not a tensorbox store): {err}"
                 ) from err
             raise RuntimeError(f"{self.where()}: {what}: the server refused: {err}") from err
+        except r.exceptions.AuthenticationError as err:  # before its base, ConnectionError
+            raise PermissionError(
+                f"{self.where()}: {what}: the server refused the credentials (a wrong or "
+                f"missing password or user name): {err}"
+            ) from err
         except (r.exceptions.ConnectionError, r.exceptions.TimeoutError) as err:
             raise ConnectionError(
                 f"{self.where()}: {what}: cannot reach the server ({type(err).__name__}: {err})"
             ) from err
-        except r.exceptions.AuthenticationError as err:  # pragma: no cover - a subclass above
-            raise PermissionError(f"{self.where()}: {what}: {err}") from err
+
+    def write(self, what: str, fn: Callable[[], Any]) -> Any:
+        """``call`` for a write: when its connection is lost, the server's limits are read
+        again, and a value over a limit lowered since (``CONFIG SET``; the server drops
+        the connection of a command over it) is the ``ValueError`` it would have been."""
+        self.big = None
+        try:
+            return self.call(what, fn)
+        except ConnectionError as err:
+            big, self.big = self.big, None
+            if big is not None:
+                known, self.limits = self.limits, None
+                try:
+                    self.check_size(*big)
+                except ValueError as refused:
+                    raise ValueError(
+                        f"{refused} (the server dropped the connection: its limit is lower "
+                        "than when this handle read it)"
+                    ) from err
+                except (ConnectionError, _redis().exceptions.RedisError):
+                    self.limits = known  # unreachable: the first error says so
+            raise
 
     def index(self) -> dict[tuple[str, ...], _Header]:
         raw = self.call("read the index", lambda: self.client.hgetall(self.index_key))
@@ -411,6 +458,8 @@ class _Server:
                 try:
                     reply: Any = self.client.config_get(name)
                     got[name] = int(next(iter(reply.values())))
+                except (r.exceptions.ConnectionError, r.exceptions.TimeoutError):
+                    raise  # unreachable: not a refusal, and no defaults to remember
                 except (r.exceptions.RedisError, StopIteration, ValueError, TypeError):
                     pass  # CONFIG refused (managed services): Redis's defaults
             self.limits = (
@@ -424,6 +473,8 @@ class _Server:
         by dropping the connection (redis-py then waits and retries instead of failing)."""
         if nbytes < (1 << 20) and (total is None or total < (1 << 20)):
             return  # far below any server's limits: no need to ask the server
+        if self.big is None or max(nbytes, total or 0) > max(self.big[1], self.big[2] or 0):
+            self.big = (path, nbytes, total)
         bulk, query = self.server_limits()
         if nbytes > bulk:
             raise ValueError(
@@ -453,7 +504,7 @@ class _Server:
                     f"{self.where()}: the index {self.index_key!r} holds the field "
                     f"{field[:100]!r}, not a key path (foreign data?)"
                 ) from None
-            out[path] = _Header(_text(value, self.where(path)), self.where(path))
+            out[path] = self.header(value, path)
         return out
 
 

@@ -60,7 +60,7 @@ class StoreWrites(StoreReads):
             state = {p: r for p, r in zip(paths, reply[1:], strict=True)}
             return index, state
 
-        server.call(
+        server.write(
             what,
             lambda: transaction(server, what, keys, read, lambda pipe, st: plan(pipe, *st)),
         )
@@ -260,8 +260,7 @@ class StoreWrites(StoreReads):
             for p, raw in zip(unknown, reply[1:], strict=True):
                 if raw is None:
                     return None
-                where = server.where(p)
-                got[p] = h = _Header(_text(raw, where), where)
+                got[p] = h = server.header(raw, p)
                 self._remember(p, h)
         return got if all(h.kind == "tensor" for h in got.values()) else None
 
@@ -287,7 +286,7 @@ class StoreWrites(StoreReads):
                 total += len(blob)
                 args += [off, blob]
         server.check_size(next(iter(leaves), ()), 0, total)
-        reply = server.call("write rows", lambda: run_script(server.client, "rows", keys, args))
+        reply = server.write("write rows", lambda: run_script(server.client, "rows", keys, args))
         status = _text(reply[0])
         if status == "ok":
             return True
