@@ -273,8 +273,7 @@ class Saver:
         file = (legacy_name(k) if self.legacy else encode_key(k)) + SUFFIX
         target = f"{directory}/{file}" if directory else file  # a single plain component
         entry = {"kind": "tensor", "dtype": dtype, "shape": list(t.shape), "file": file}
-        mapped = isinstance(t, MemoryMappedTensor)
-        if mapped and self.mode != "like" and self._linkable(target, t):
+        if isinstance(t, MemoryMappedTensor) and self.mode != "like" and self._linkable(target, t):
             # The file stays (linked into the new tree): so do its id and the leaf
             # (``memmap(path)`` again gives the same leaves, as tensordict's).
             entry["id"] = getattr(t.untyped_storage(), "_tbx_gen", None) or new_id()
