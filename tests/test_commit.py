@@ -581,6 +581,46 @@ def test_the_root_meta_json_is_written_last(tmp_path, monkeypatch, num_threads) 
     assert not any(o.startswith(".t.tbx-new-") for o in order[:-1]), order
 
 
+def test_a_save_killed_writing_its_top_meta_json_leaves_nothing(tmp_path) -> None:
+    """Killed after creating the stage's top meta.json, before its last byte: the stage
+    (still marked as being built) goes whole; none of its files reaches the live tree,
+    even one the live tree does not have."""
+    root = tmp_path / "t"
+    TensorDict({"a": torch.ones(2), "n": {"x": torch.ones(2)}}, [2]).memmap(root)
+    stage = Path(_commit.new_stage(str(root)))
+    (stage / "n").mkdir()
+    (stage / "a.memmap").write_bytes(b"\0" * 8)
+    (stage / "new.memmap").write_bytes(b"\0" * 8)
+    (stage / "n" / "x.memmap").write_bytes(b"\0" * 8)
+    (stage / "meta.json").write_bytes(b'{"format": "tensorbox", "entr')  # cut short
+    (tmp_path / ".t.tbx-lock").touch()  # what a killed writer leaves
+    TensorDict.load_memmap(root).extend_(
+        TensorDict({"a": torch.ones(1), "n": {"x": torch.ones(1)}}, [1])
+    )
+    assert _hidden(tmp_path) == []
+    assert sorted(os.listdir(root)) == ["a.memmap", "meta.json", "n"]
+    assert TensorDict.load_memmap(root)["n", "x"].tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_folder_swapped_out_then_killed_keeps_every_file(tmp_path) -> None:
+    """A save over a user's folder (no tree there) killed after the swap, before the
+    folder's files were moved into the new tree: they sit under the staging name with
+    no meta.json. The next writer moves them in; none is deleted."""
+    root = tmp_path / "t"
+    TensorDict({"a": torch.ones(2)}, [2]).memmap(root)  # the new tree, swapped in
+    old = tmp_path / ".t.tbx-new-0123456789abcdef"  # the user's folder, swapped out
+    (old / "notes").mkdir(parents=True)
+    (old / "readme.txt").write_text("mine")
+    (old / "notes" / "n.txt").write_text("also mine")
+    (tmp_path / ".t.tbx-lock").touch()
+    with _commit.writing(str(root)):
+        pass
+    assert _hidden(tmp_path) == []
+    assert (root / "readme.txt").read_text() == "mine"
+    assert (root / "notes" / "n.txt").read_text() == "also mine"
+    assert TensorDict.load_memmap(root)["a"].tolist() == [1.0, 1.0]
+
+
 def test_a_save_killed_with_its_stage_finished_leaves_nothing(tmp_path) -> None:
     """Recovery after a kill between the last meta.json and the swap: the finished stage
     goes, the live tree stays as it was, and no file of the stage reaches it."""

@@ -203,14 +203,29 @@ def writing(root: str, file: bool = False) -> Iterator[None]:
 
 
 def new_stage(root: str) -> str:
-    """A fresh, empty staging directory beside ``root``, with ``root``'s permissions."""
+    """A fresh staging directory beside ``root``, with ``root``'s permissions, holding
+    only its building mark (:func:`_building`) until :func:`commit`."""
     parent, name = _names(root)
     stage = os.path.join(parent, f".{name}.tbx-new-{os.urandom(8).hex()}")
     os.mkdir(stage)
+    os.close(os.open(_building(stage), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC))
     with contextlib.suppress(OSError):
         mode = stat.S_IMODE(os.stat(root).st_mode)
         os.chmod(stage, mode)
     return stage
+
+
+def _building(stage: str) -> str:
+    """The mark of a stage still being built: ``.tbx-building-<hex>``, the hex of the
+    stage's own name, so that no user's file can pass for it.
+
+    Why a mark and not the top ``meta.json``: a save killed while writing that file
+    leaves it truncated, and a stage without one cannot be told from an old tree that
+    had none (a user's folder saved over, swapped out, then killed before its disposal).
+    With the mark, recovery deletes a stage only while it is marked, and takes apart
+    (keeping every user's entry) whatever a swap has moved there.
+    """
+    return os.path.join(stage, ".tbx-building-" + stage.rsplit("-", 1)[-1])
 
 
 def commit(stage: str, root: str, node_dirs: Callable[[], list[str]]) -> str | None:
@@ -220,6 +235,10 @@ def commit(stage: str, root: str, node_dirs: Callable[[], list[str]]) -> str | N
     may hold (asked only when there is an old tree).
     Returns the directory that now holds the old tree, to :func:`dispose` of, or None.
     """
+    # Finished (every file written and closed): the stage loses its building mark, so
+    # that recovery after a kill from here on takes it apart rather than deleting it.
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(_building(stage))
     try:
         try:
             os.rename(stage, root)  # no tree there yet (or an empty directory): one rename
@@ -515,31 +534,35 @@ def recover(root: str) -> None:
             with contextlib.suppress(OSError):
                 os.rename(path, root)
             continue  # never take an old tree apart while no tree is at the path
-        if "-new-" in base and not os.path.lexists(os.path.join(path, "meta.json")):
+        if "-new-" in base and os.path.lexists(_building(path)):
             remove_stage(path)  # a staging directory that was never finished: all ours
         else:
-            dispose(path, root)
+            dispose(path, root)  # an old tree swapped out, or a finished stage never swapped
 
 
 def remove_stage(path: str) -> None:
-    """Remove a staging directory that holds no finished tree (no ``meta.json`` at its
-    top): everything in it is what the save building it wrote, under a random name no
-    one else uses. Never follows a symlink."""
+    """Remove a staging directory still being built (or one its own writer gives up):
+    everything in it is what the save building it wrote, under a random name no one
+    else uses. Never follows a symlink."""
     try:
         fd = os.open(path, _DIR | _NOFOLLOW)
     except OSError:
         return
+    mark = os.path.basename(_building(path))
     try:
-        _remove_all(fd)
+        _remove_all(fd, keep=mark)
+        # The mark last: a removal killed midway leaves a stage still marked as ours.
+        with contextlib.suppress(OSError):
+            os.unlink(mark, dir_fd=fd)
     finally:
         os.close(fd)
     with contextlib.suppress(OSError):
         os.rmdir(path)
 
 
-def _remove_all(fd: int) -> None:
+def _remove_all(fd: int, keep: str = "") -> None:
     with os.scandir(fd) as it:
-        entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+        entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it if e.name != keep]
     for name, is_dir in entries:
         if not is_dir:
             with contextlib.suppress(OSError):

@@ -245,8 +245,8 @@ class FolderWriter(Writer):
                 for (_, t, _, _), ident in zip(self.files, run(write, self.files), strict=True):
                     self.idents.append(ident)
                     advance(t.numel() * t.element_size())  # in this thread: the bar's
-                # The root's meta.json last: a stage with one at its top is a finished tree,
-                # which recovery after a kill takes apart as a whole (commit.recover).
+                # The root's meta.json last: a reader of the stage (none should) or a
+                # tensordict reader never meets a top that lists a missing child.
                 list(run(meta, [m for m in self.metas if m[0]]))
                 list(run(meta, [m for m in self.metas if not m[0]]))
                 if fsync:  # the files' directory entries, once per directory

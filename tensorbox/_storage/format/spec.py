@@ -91,10 +91,13 @@ A save is atomic for the whole tree (:mod:`tensorbox._storage.commit` implements
 
 1. Writers of one path take turns: an exclusive ``flock`` on
    ``<parent>/.<name>.tbx-lock``, removed when the save ends.
-2. The new tree is built complete in ``<parent>/.<name>.tbx-new-<hex>``: every
+2. The new tree is built complete in ``<parent>/.<name>.tbx-new-<hex>``, marked
+   as being built by an empty ``.tbx-building-<hex>`` file in it: every
    ``.memmap`` file (a file kept by an in-place save is hard-linked, so it keeps
    its ``id``), then every ``meta.json``, children first, each created in place
-   (step 3 publishes the whole tree: no file of it needs a temporary name).
+   (step 3 publishes the whole tree: no file of it needs a temporary name); then
+   the mark goes. A stage still marked is deleted whole by the next writer; any
+   other directory under a staging name is taken apart as in step 4.
 3. It replaces the tree at ``<parent>/<name>`` in one step: a ``rename`` when
    there was none, else ``renameat2(RENAME_EXCHANGE)`` of the two directories
    (Linux: ext4, xfs, btrfs, tmpfs), under an exclusive ``flock`` of each node
