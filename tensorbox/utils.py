@@ -18,10 +18,12 @@ from torch import Tensor
 
 from tensorbox._core.future import TensorDictFuture
 from tensorbox._core.keys import NestedKey, unravel_key
+from tensorbox._core.linkedlist import LinkedList
 from tensorbox._core.tensordict import is_tensor_collection
 from tensorbox._tensorclass import is_tensorclass
 
 __all__ = [
+    "LinkedList",
     "NestedKey",
     "TensorDictFuture",
     "convert_ellipsis_to_idx",

@@ -292,3 +292,61 @@ def test_typed_metadata_checks_the_value(lib: ModuleType) -> None:
     assert not isinstance(lib.MetaData("a"), lib.MetaData[int])
     with pytest.raises(TypeError, match="Expected data of type int, got str"):
         typed("a string")
+
+
+# ------------------------------------------------- td[key] of a value per row: a LinkedList
+
+
+def _names(lib: ModuleType) -> object:
+    return lib.TensorDict(tags=lib.NonTensorStack("a", "b", "c"), x=torch.zeros(3), batch_size=[3])
+
+
+def test_item_writes_into_per_row_text_reach_the_container(lib: ModuleType) -> None:
+    td = _names(lib)
+    names = td["tags"]
+    assert isinstance(names, list) and names == ["a", "b", "c"]
+    assert repr(names) == str(names) == "LinkedList(['a', 'b', 'c'])"
+    names[0] = "z"
+    names[1:] = ["y", "x"]
+    assert td["tags"] == ["z", "y", "x"] and names == ["z", "y", "x"]
+    assert td.get("tags").tolist() == ["z", "y", "x"]
+    assert type(names.tolist()) is list
+    names.append("w")  # a new length: the list only, no longer linked
+    names[0] = "q"
+    assert td["tags"] == ["z", "y", "x"] and names == ["q", "y", "x", "w"]
+
+
+def test_item_writes_reach_nested_and_two_dim_entries(lib: ModuleType) -> None:
+    grid = lib.NonTensorStack(lib.NonTensorStack("a", "b"), lib.NonTensorStack("c", "d"))
+    td = lib.TensorDict(sub=lib.TensorDict(g=grid, batch_size=[2, 2]), batch_size=[2, 2])
+    cells = td["sub", "g"]
+    cells[0][1] = "z"
+    cells[1] = ["x", "y"]
+    assert td["sub", "g"] == [["a", "z"], ["x", "y"]]
+    assert td["sub", "g"].tolist() == [["a", "z"], ["x", "y"]]
+    assert type(td["sub", "g"].tolist()[0]) is list
+
+
+def test_a_copied_linked_list_is_a_plain_copy(lib: ModuleType) -> None:
+    import copy
+    import pickle
+
+    td = _names(lib)
+    for other in (copy.copy(td["tags"]), pickle.loads(pickle.dumps(td["tags"]))):
+        other[0] = "z"
+        assert other == ["z", "b", "c"] and td["tags"] == ["a", "b", "c"]
+
+
+def test_linked_list_writes_commit_to_a_loaded_tree(tmp_path: Path) -> None:
+    from tensorbox import NonTensorStack, TensorDict
+
+    TensorDict(tags=NonTensorStack("a", "b"), batch_size=[2]).memmap(tmp_path / "t")
+    back = TensorDict.load_memmap(tmp_path / "t")
+    names = back["tags"]
+    names[1] = "z"
+    assert TensorDict.load_memmap(tmp_path / "t")["tags"] == ["a", "z"]
+    with pytest.raises(ValueError, match="changes the length"):
+        names[:] = ["only one"]
+    assert names == ["a", "z"] and back["tags"] == ["a", "z"]  # refused: both unchanged
+    other = TensorDict(copied=names, batch_size=[2])  # set elsewhere: a plain list value
+    assert type(other["copied"]) is list and other["copied"] == ["a", "z"]

@@ -310,10 +310,12 @@ class TensorCollection(
                 v = self._tensordict[index]
             except KeyError:
                 raise missing_key_error(self, (index,), 0) from None
-            return _read(v, self._batch_size) if type(v) is _NTD else v
+            return _read(v, self._batch_size, self, index) if type(v) is _NTD else v
         if type(index) is tuple and index and type(index[0]) is str:
             v = self._get_path(index)
-            return v.value if type(v) is _NTD else v
+            if type(v) is _NTD:  # a value per row: linked to this container's rows
+                return _read(v, self._batch_size, self, index) if v.stacked else v.data
+            return v
         return _index.getitem(self, index)
 
     def __setitem__(self, index: Any, value: Any) -> None:

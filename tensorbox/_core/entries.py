@@ -27,6 +27,7 @@ from tensorbox._core import jagged as _jagged
 from tensorbox._core import liststack as _liststack
 from tensorbox._core import ports as _ports
 from tensorbox._core.keys import check_str_key, format_key
+from tensorbox._core.linkedlist import LinkedList
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.shape import check_leaf_shape, leads_with
 from tensorbox._core.tree import is_coll, new_plain
@@ -134,6 +135,8 @@ def prepare_entry(td: TensorCollection, key: str, value: Any, path: tuple[str, .
         return value
     if isinstance(value, np.ndarray) and value.dtype != object:
         return prepare_entry(td, key, torch.from_numpy(value), path)
+    if type(value) is LinkedList:  # read from another entry: a plain list, linked to nothing
+        value = value.tolist()
     number = _as_number_tensor(value)
     if number is not None:  # as tensordict: Python numbers become tensors on set
         if not leads_with(number.shape, bs):

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tensorbox._core.linkedlist import linked
 from tensorbox._core.modeswitch import ModeSwitch, env_flag
 from tensorbox._core.unbatched import UnbatchedTensor
 from tensorbox.errors import BatchDimError, BatchSizeError
@@ -67,7 +68,7 @@ class set_capture_non_tensor_stack(ModeSwitch):
     >>> from tensorbox import TensorDict, set_capture_non_tensor_stack
     >>> rows = [TensorDict(tag="x"), TensorDict(tag="x")]
     >>> torch.stack(rows)["tag"]
-    ['x', 'x']
+    LinkedList(['x', 'x'])
     >>> with set_capture_non_tensor_stack(True):
     ...     torch.stack(rows)["tag"]
     'x'
@@ -488,7 +489,7 @@ class MetaData(metaclass=_MetaType):
     >>> td = TensorDict(m=MetaData("run-1"), s=NonTensorData("x"))
     >>> wide = td.expand(2)
     >>> wide["m"], wide["s"], isinstance(wide.get("m"), MetaData)
-    ('run-1', ['x', 'x'], True)
+    ('run-1', LinkedList(['x', 'x']), True)
     >>> torch.stack([td, td])["m"]
     'run-1'
     >>> MetaData[int]("a")
@@ -593,13 +594,18 @@ def wrap(v: NonTensorData, batch_size: torch.Size) -> Any:
 _NEW = object.__new__
 
 
-def read(v: NonTensorData, batch_size: torch.Size) -> Any:
-    """What reading entry ``v`` of a container of ``batch_size`` gives: the value, or an
-    UnbatchedTensor that reports that batch size."""
+def read(v: NonTensorData, batch_size: torch.Size, owner: Any = None, key: Any = ()) -> Any:
+    """What reading entry ``v`` (at ``key`` of ``owner``) of a container of ``batch_size``
+    gives: the value, an UnbatchedTensor that reports that batch size, or for a value per
+    row a ``LinkedList`` whose item writes reach ``owner`` (as tensordict's)."""
     data = v.data
+    if v.stacked:
+        if owner is None or not data.ndim:
+            return data.tolist()
+        return linked(data, owner, key if type(key) is tuple else (key,), NonTensorData)
     if type(data) is UnbatchedTensor:
         return data.in_batch(batch_size)
-    return v.value
+    return data
 
 
 def _one_unbatched(items: Sequence[NonTensorData], what: str) -> NonTensorData:

@@ -23,7 +23,7 @@ when another save has replaced the tree since raises instead of dropping that sa
 ...     td["y"] = torch.ones(2)                          # a new key: committed
 >>> back = TensorDict.load_memmap(path)
 >>> back["name"], sorted(back.keys())
-(['a', 'b'], ['name', 'x', 'y'])
+(LinkedList(['a', 'b']), ['name', 'x', 'y'])
 
 The registry is keyed by ``id`` with a weak reference to each node (containers are
 unhashable: ``==`` is elementwise) and lives in :mod:`tensorbox._core.backing`, so

@@ -134,7 +134,7 @@ def _make_property(cls_name: str, name: str, wrapped: bool = False) -> property:
         # A field without an entry (set to None, or dropped by select/exclude) reads None,
         # as in tensordict, where None fields are not entries either.
         v = self._tensordict.get(name)
-        return read(v, self._batch_size) if type(v) is ntd else v
+        return read(v, self._batch_size, self, name) if type(v) is ntd else v
 
     if wrapped:  # a tensor_only field annotated NonTensorData reads as the wrapper
 
