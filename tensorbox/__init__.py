@@ -35,9 +35,9 @@ _PORTS = {
     # format name -> the module of its ``from_<name>``/``to_<name>``
     "format.arrow": "tensorbox.interop.arrow",
     "format.pandas": "tensorbox.interop.arrow",
-    "format.parquet": "tensorbox.interop.files",
-    "format.csv": "tensorbox.interop.files",
-    "format.json": "tensorbox.interop.files",
+    "format.parquet": "tensorbox.interop.tabular",
+    "format.csv": "tensorbox.interop.tabular",
+    "format.json": "tensorbox.interop.tabular",
     "format.h5": "tensorbox.interop.persistent",
     "format.zarr": "tensorbox.interop.persistent",
     "format.safetensors": "tensorbox.interop.safetensors",
@@ -67,15 +67,15 @@ if TYPE_CHECKING:
     from tensorbox._core.getdefault import get_defaults_to_none as get_defaults_to_none
     from tensorbox._core.getdefault import set_get_defaults_to_none as set_get_defaults_to_none
     from tensorbox._core.jagged_pad import to_padded_tensor as to_padded_tensor
-    from tensorbox._core.keys import NestedKey as NestedKey
-    from tensorbox._core.keys import unravel_key as unravel_key
+    from tensorbox._core.lazy_legacy import lazy_legacy as lazy_legacy
+    from tensorbox._core.lazy_legacy import set_lazy_legacy as set_lazy_legacy
     from tensorbox._core.lazystack import LazyStackedTensorDict as LazyStackedTensorDict
     from tensorbox._core.lazystack import lazy_stack as lazy_stack
-    from tensorbox._core.legacy import lazy_legacy as lazy_legacy
-    from tensorbox._core.legacy import set_lazy_legacy as set_lazy_legacy
     from tensorbox._core.liststack import list_to_stack as list_to_stack
     from tensorbox._core.liststack import set_list_to_stack as set_list_to_stack
     from tensorbox._core.merge import merge_tensordicts as merge_tensordicts
+    from tensorbox._core.nestedkey import NestedKey as NestedKey
+    from tensorbox._core.nestedkey import unravel_key as unravel_key
     from tensorbox._core.nontensor import MetaData as MetaData
     from tensorbox._core.nontensor import NonTensorData as NonTensorData
     from tensorbox._core.nontensor import NonTensorStack as NonTensorStack

@@ -15,7 +15,7 @@ The layers, lowest first (a module may import its own layer and those below):
 3. ``tensorbox._storage``, ``tensorbox.interop``, ``tensorbox.distributed``,
    ``tensorbox.weights``
 4. ``tensorbox.checkpoint``, ``tensorbox.data``, ``tensorbox.buffer``, the CLI
-   (``tensorbox._storage.cli``, ``tensorbox.__main__``) and the package face
+   (``tensorbox.cli``, ``tensorbox.__main__``) and the package face
    ``tensorbox`` (``__init__.py``)
 
 One written-down door lets a lower layer reach a higher one: the package face, the
@@ -57,7 +57,7 @@ LAYERS: dict[str, int] = {
     "tensorbox.checkpoint": 4,
     "tensorbox.data": 4,
     "tensorbox.buffer": 4,
-    "tensorbox._storage.cli": 4,
+    "tensorbox.cli": 4,
     "tensorbox.__main__": 4,
     "tensorbox": 4,
 }
@@ -74,7 +74,7 @@ OP_MODULES = (
     "tensorbox._core.jagged_gather",
     "tensorbox._core.jagged_pad",
     "tensorbox._core.keyops",
-    "tensorbox._core.keys",
+    "tensorbox._core.nestedkey",
     "tensorbox._core.nontensor",
     "tensorbox._core.pickling",
     "tensorbox._core.repr",

@@ -69,12 +69,12 @@ from tensorbox import _face
 
 # The public names, each listed once (``tensorbox/_face.py``).
 if TYPE_CHECKING:
-    from tensorbox.buffer._core import AugmentBuffer as AugmentBuffer
+    from tensorbox.buffer._buffer import AugmentBuffer as AugmentBuffer
     from tensorbox.buffer._plan import KeyTransforms as KeyTransforms
     from tensorbox.buffer._plan import batch_seed as batch_seed
     from tensorbox.buffer._plan import sample_seed as sample_seed
-    from tensorbox.buffer._redis import RedisAugmentBuffer as RedisAugmentBuffer
-    from tensorbox.buffer._redis import run_producer as run_producer
+    from tensorbox.buffer._redis_buffer import RedisAugmentBuffer as RedisAugmentBuffer
+    from tensorbox.buffer._redis_buffer import run_producer as run_producer
     from tensorbox.buffer._runtime import ProducerError as ProducerError
     from tensorbox.buffer._stats import BufferStats as BufferStats
 
