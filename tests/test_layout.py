@@ -57,8 +57,6 @@ LAYERS: dict[str, int] = {
     "tensorbox.checkpoint": 4,
     "tensorbox.data": 4,
     "tensorbox.buffer": 4,
-    "tensorbox.cli": 4,
-    "tensorbox.__main__": 4,
     "tensorbox": 4,
 }
 FACE = "tensorbox"
