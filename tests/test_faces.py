@@ -21,7 +21,13 @@ import pytest
 from tensorbox import _face
 
 PKG = Path(__file__).resolve().parents[1] / "tensorbox"
-FACES = ("tensorbox", "tensorbox.interop", "tensorbox.data", "tensorbox.buffer")
+FACES = (
+    "tensorbox",
+    "tensorbox.interop",
+    "tensorbox.data",
+    "tensorbox.buffer",
+    "tensorbox._redis",
+)
 
 #: The shims: old import paths kept, each forwarding to where its names live now
 #: (tensordict's module names, and the former names of renamed modules).
