@@ -1,7 +1,7 @@
 """The package's faces and shims: each public name listed once, old import paths kept.
 
 A *face* is a package's ``__init__.py`` that gathers names from its modules
-(``tensorbox``, ``interop``, ``data``, ``buffer``, ``_redis``). It lists
+(``tensorbox``, ``interop``, ``data``, ``buffer``, ``distributed``, ``_redis``). It lists
 each public name once, as an import under ``if TYPE_CHECKING:`` written
 ``from module import name as name`` (the ``as`` form is how a typed package says
 "re-exported" to mypy and pyright). Type checkers read those lines; at runtime

@@ -27,6 +27,7 @@ FACES = (
     "tensorbox.data",
     "tensorbox.buffer",
     "tensorbox._redis",
+    "tensorbox.distributed",
 )
 
 #: The shims: old import paths kept, each forwarding to where its names live now
@@ -53,17 +54,16 @@ def _source(module: str) -> str:
 
 
 def unlisted(face: types.ModuleType) -> list[str]:
-    """Public names a face holds at runtime besides its list (submodules aside)."""
-    own = {"TYPE_CHECKING", "annotations"}
+    """Public names a face holds at runtime besides its list (modules and typing aside)."""
+    own = {"TYPE_CHECKING", "annotations", *getattr(face, "_KNOBS", ())}  # settable sizes
     return sorted(
         name
         for name, value in vars(face).items()
         if not name.startswith("_")
         and name not in own
         and name not in face.__all__
-        and not (
-            isinstance(value, types.ModuleType) and value.__name__.startswith(face.__name__ + ".")
-        )
+        and not isinstance(value, types.ModuleType)  # its submodules, or ``sys``
+        and getattr(value, "__module__", None) != "typing"  # ``Any`` for its annotations
     )
 
 
