@@ -26,7 +26,6 @@ import contextlib
 import errno
 import os
 import stat
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -34,7 +33,7 @@ import torch
 
 from tensorbox._storage import checksum as _checksum
 from tensorbox._storage import commit as _commit
-from tensorbox._storage.filewrite import write_file
+from tensorbox._storage.filewrite import save_threads, write_all, write_file
 from tensorbox._storage.format.metafile import fsync_dir, read_meta_bytes, write_new_meta
 from tensorbox._storage.format.names import is_plain_name
 from tensorbox._storage.format.parse import LeafSpec, is_legacy
@@ -226,31 +225,41 @@ class FolderWriter(Writer):
 
     def commit(self, num_threads: int = 0) -> None:
         root, fsync, sparse, staged = self.root, self.fsync, self.sparse, self._staged
+        files = self.files
+        sizes = [t.numel() * t.element_size() for _, t, _, _ in files]
 
         def write(job: tuple[str, torch.Tensor, bool, str]) -> tuple[int, int]:
             rel, t, reserve, key = job
             nbytes = t.numel() * t.element_size()
             if reserve:
                 return _reserve(staged(rel), nbytes, sparse, fsync, key, f"{root}{os.sep}{rel}")
-            return write_file(staged(rel), t, nbytes, fsync=fsync, sync_dir=False)
+            try:
+                return write_file(staged(rel), t, nbytes, fsync=fsync, sync_dir=False)
+            except OSError as err:  # a full disk, a file size limit: name what was written
+                if err.filename is not None:
+                    raise
+                raise OSError(
+                    err.errno, f"{err.strerror}: writing key {key!r} to {root}{os.sep}{rel}"
+                ) from err
 
         def meta(m: tuple[str, dict[str, Any], bool]) -> None:
             write_new_meta(staged(m[0]), m[1], fsync=fsync, std_json=m[2])
 
+        def done(i: int) -> None:  # in this thread: the bar's (tensorbox.progress)
+            advance(sizes[i])
+
         try:
-            threads = ThreadPoolExecutor(num_threads) if num_threads > 0 else None
-            with threads or contextlib.nullcontext():
-                run = threads.map if threads is not None else map
-                self.idents = []
-                for (_, t, _, _), ident in zip(self.files, run(write, self.files), strict=True):
-                    self.idents.append(ident)
-                    advance(t.numel() * t.element_size())  # in this thread: the bar's
-                # The root's meta.json last: a reader of the stage (none should) or a
-                # tensordict reader never meets a top that lists a missing child.
-                list(run(meta, [m for m in self.metas if m[0]]))
-                list(run(meta, [m for m in self.metas if not m[0]]))
-                if fsync:  # the files' directory entries, once per directory
-                    list(run(fsync_dir, [staged(d) for d in self.dirs]))
+            # num_threads=0: threads for a large save only (filewrite.save_threads);
+            # the caller writes too, so a busy machine loses nothing to them
+            threads = save_threads(num_threads, sizes)
+            self.idents = write_all(write, files, threads, done)
+            # The root's meta.json last: a reader of the stage (none should) or a
+            # tensordict reader never meets a top that lists a missing child.
+            metas = [m for m in self.metas if m[0]]
+            write_all(meta, metas, threads if fsync else 1)  # fsync: each waits on the disk
+            write_all(meta, [m for m in self.metas if not m[0]], 1)
+            if fsync:  # the files' directory entries, once per directory
+                write_all(fsync_dir, [staged(d) for d in self.dirs], threads)
             old = _commit.commit(self.stage, root, lambda: old_node_dirs(root))
         except BaseException:
             self.abort()
