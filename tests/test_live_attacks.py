@@ -50,3 +50,24 @@ def test_a_full_disk_during_extend_gives_the_blocks_back(small_tmpfs: Path) -> N
     assert TensorDict.load_memmap(small_tmpfs / "t")["a"].tolist() == list(range(10))
     _grow(td, 10.0)  # the disk has room again
     assert TensorDict.load_memmap(small_tmpfs / "t")["a"].tolist() == list(range(11))
+
+
+@pytest.mark.parametrize("index", [1, slice(0, 2), torch.tensor([2, 0])])
+def test_a_row_write_whose_commit_fails_leaves_no_half_row(tmp_path: Path, index: object) -> None:
+    # The row's tensors go through the mapping, then its text is committed; another
+    # process saved the tree since (keeping the same leaf files), so the commit raises.
+    path = tmp_path / "t"
+    td = TensorDict({"x": torch.zeros(3), "name": "a", "n": {"z": torch.zeros(3, 2)}}, [3])
+    mine = td.memmap(path)
+    other = TensorDict.load_memmap(path)
+    with other.unlock_():
+        other["y"] = torch.ones(3)  # a new generation; x and n/z linked, the same files
+    row = TensorDict({"x": torch.tensor(5.0), "name": "b", "n": {"z": torch.ones(2)}}, [])
+    with pytest.raises(RuntimeError, match=r"tree at .*t' was saved again since this container"):
+        mine[index] = row
+    for back in (TensorDict.load_memmap(path), mine):  # neither half of the row: disk, memory
+        assert back["x"].tolist() == [0.0, 0.0, 0.0]
+        assert back["n", "z"].sum() == 0 and back["name"] == "a"
+    again = TensorDict.load_memmap(path)
+    again[index] = row  # what the message advises
+    assert TensorDict.load_memmap(path)["x"].sum() > 0
