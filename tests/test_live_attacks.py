@@ -71,3 +71,12 @@ def test_a_row_write_whose_commit_fails_leaves_no_half_row(tmp_path: Path, index
     again = TensorDict.load_memmap(path)
     again[index] = row  # what the message advises
     assert TensorDict.load_memmap(path)["x"].sum() > 0
+
+
+def test_a_nul_in_a_key_is_named_as_such_in_tensordict_layout(tmp_path: Path) -> None:
+    td = TensorDict({"x\0y": torch.ones(2)}, [2])
+    with pytest.raises(ValueError, match=r"key 'x\\x00y' holds a NUL character; tensordict's"):
+        td.memmap(tmp_path / "t", format="tensordict")
+    assert not os.listdir(tmp_path)  # refused before anything is written
+    td.memmap(tmp_path / "t")  # tensorbox's own format takes it
+    assert TensorDict.load_memmap(tmp_path / "t")["x\0y"].tolist() == [1.0, 1.0]
