@@ -127,17 +127,26 @@ def _append_dense(
         st = os.fstat(fd)
         if (st.st_dev, st.st_ino) != e.ident:  # read under the writer lock: cannot happen
             raise RuntimeError(f"{e.path} was replaced while {where} was being extended")
-        size = st.st_size
-        if size < end:
-            size = grow_capacity(size, end)
-            os.ftruncate(fd, size)
-        offset = start
-        for chunk in byte_chunks(rows.detach().cpu() if rows.numel() else rows):
-            while chunk:
-                n = os.pwrite(fd, chunk, offset)
-                chunk, offset = chunk[n:], offset + n
-        if fsync:
-            os.fsync(fd)
+        size = had = st.st_size
+        try:
+            if size < end:
+                size = grow_capacity(size, end)
+                os.ftruncate(fd, size)
+            offset = start
+            for chunk in byte_chunks(rows.detach().cpu() if rows.numel() else rows):
+                while chunk:
+                    n = os.pwrite(fd, chunk, offset)
+                    chunk, offset = chunk[n:], offset + n
+            if fsync:
+                os.fsync(fd)
+        except OSError as err:
+            # Nothing committed: the file goes back to its length, so that a full disk
+            # gets back the blocks these rows took, then the error names the leaf.
+            if size != had:
+                os.ftruncate(fd, had)
+            raise OSError(
+                err.errno, f"extend_: cannot write the rows of {where} ({err.strerror})", e.path
+            ) from err
     finally:
         os.close(fd)
     storage = _reusable(current, e, end)
@@ -476,10 +485,29 @@ def _check_files(disk: Spec) -> None:
                         "would overwrite the other's. Save the tree again (td.memmap(path)) to "
                         "give each leaf a file of its own, then extend_"
                     )
+                _check_one_name(f, where)
             if type(e) is JaggedEntry:
                 o = e.offsets
                 offsets = map_file(o.path, o.dtype, o.shape, "r", o.nbytes, o.ident)
                 check_offsets(offsets, e.values.shape[0], o.path)
+
+
+def _check_one_name(f: TensorEntry, where: str) -> None:
+    """A leaf file with a second name (a hard link: ``cp -al``, a snapshot tool) is
+    refused: rows appended after this tree's committed end would overwrite the rows that
+    the other name's tree committed there (its own appends)."""
+    try:
+        links = os.stat(f.path).st_nlink
+    except OSError:
+        return  # gone: the append's own open says so
+    if links > 1:
+        raise RuntimeError(
+            f"extend_: the file of key {where}, {f.path}, has {links} names (a hard link, from "
+            "cp -al or a snapshot tool?); rows appended here would overwrite the rows another "
+            "tree sharing it appended. Save the tree again from a copy "
+            "(TensorDict.load_memmap(path).clone().memmap(path)) to give it files of its "
+            "own, then extend_"
+        )
 
 
 def _check_same_tree(td: Any, disk: Spec, root: str, path: tuple[str, ...] = ()) -> None:

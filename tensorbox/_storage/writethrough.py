@@ -122,22 +122,52 @@ def write_rows(td: Any, index: Any, value: Any) -> None:
     from tensorbox._core.index import setitem_batch
     from tensorbox._storage.reserve import reserve_rows
 
-    if is_coll(value) or isinstance(value, Mapping):
-        _check_values(td, value, ())
+    texts = (is_coll(value) or isinstance(value, Mapping)) and _check_values(td, value, ())
     reserve_rows(td, index)  # sparse files: a full disk is an OSError here, not a SIGBUS
-    through(td, setitem_batch, td, index, value)
+    if not texts:
+        through(td, setitem_batch, td, index, value)  # tensors only: nothing to commit
+        return
+    # The rows' tensors go through the mapping before the commit of the text, which can
+    # still fail (another save since, a full disk): then they are written back as they
+    # were, so that the write that raised leaves neither half of the row.
+    old = td[index].clone()
+    try:
+        through(td, setitem_batch, td, index, value)
+    except BaseException:
+        _put_back(td, index, old)
+        raise
 
 
-def _check_values(td: Any, value: Any, path: tuple[str, ...]) -> None:
+def _put_back(td: Any, index: Any, old: Any) -> None:
+    """Write the rows ``old`` back at ``index``, committing nothing (memory as it was)."""
+    from tensorbox._core.index import setitem_batch
+
+    found = tree_of(td)
+    if found is None:
+        return
+    _active.ids.add(id(found[0]))  # joins no commit: the text entries are put back below
+    before = _snapshot(found[0])
+    try:
+        setitem_batch(td, index, old)
+    finally:
+        _restore(before)
+        _active.ids.discard(id(found[0]))
+
+
+def _check_values(td: Any, value: Any, path: tuple[str, ...]) -> bool:
+    """Check every non-tensor value bound for a non-tensor entry; True if there is one."""
     store = value._tensordict if is_coll(value) else value if isinstance(value, Mapping) else {}
+    texts = False
     for k, v in store.items():
         cur = td._tensordict.get(k)
         if type(cur) is NonTensorData:
             data = v if type(v) is not NonTensorData else v.data
             data = data.tolist() if hasattr(data, "tolist") else data
             check_json_value(data, f"key {format_key((*path, k))}")
+            texts = True
         elif is_coll(cur):
-            _check_values(cur, v, (*path, k))
+            texts |= _check_values(cur, v, (*path, k))
+    return texts
 
 
 def _relock(node: Any, locks: dict[int, bool], inherited: bool) -> None:
