@@ -46,7 +46,7 @@ from torch import Tensor
 
 from tensorbox._core import jagged as _jagged
 from tensorbox._core.backing import TREES
-from tensorbox._core.keys import format_key
+from tensorbox._core.nestedkey import format_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.schema import check_json_value
 from tensorbox._core.tree import is_coll, type_name

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.chunks import as_bytes, byte_chunks
-from tensorbox._storage.format.metafile import fsync_dir, temp_name
+from tensorbox._storage.atomic import fsync_dir, replacing
 from tensorbox._storage.memmap_args import (
     MemmapFileExistsError,
 )
@@ -37,23 +37,21 @@ _MAX_WRITE = 1 << 30
 _O_BINARY = getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
-def _open_new(path: str, existsok: bool) -> tuple[int, str | None]:
-    """A new file at ``path``, or at a temporary name when ``path`` exists (see module doc)."""
-    try:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o666), None
-    except FileExistsError:
-        if os.path.islink(path):  # replacing it would cut the link, not write its target
-            raise MemmapFileExistsError(
-                f"{path} is a symlink: a memory-mapped tensor is never written through "
-                "symlink; pass the path of the file it points to, or remove the link"
-            ) from None
-        if not existsok:
-            raise MemmapFileExistsError(
-                f"{path} already exists; pass existsok=True to replace it (it is replaced by a new "
-                "file, so tensors already mapped from it keep the old data)"
-            ) from None
-    tmp = temp_name(os.path.dirname(path))
-    return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o666), tmp
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY
+
+
+def _refuse_replacing(path: str, existsok: bool) -> None:
+    """``path`` exists: refuse a symlink, and any file unless ``existsok``."""
+    if os.path.islink(path):  # replacing it would cut the link, not write its target
+        raise MemmapFileExistsError(
+            f"{path} is a symlink: a memory-mapped tensor is never written through "
+            "symlink; pass the path of the file it points to, or remove the link"
+        )
+    if not existsok:
+        raise MemmapFileExistsError(
+            f"{path} already exists; pass existsok=True to replace it (it is replaced by a new "
+            "file, so tensors already mapped from it keep the old data)"
+        )
 
 
 def write_file(
@@ -69,9 +67,26 @@ def write_file(
 
     ``fsync`` makes the bytes durable, and the directory entry too unless ``sync_dir``
     is False (a caller writing many files syncs their directory once). Returns the
-    file's identity (device, inode), which :func:`map_file` records.
+    file's identity (device, inode), which :func:`map_file` records. An existing file
+    is replaced (:func:`~tensorbox._storage.atomic.replacing`), never written into.
     """
-    fd, tmp = _open_new(path, existsok)
+    try:
+        fd: int | None = os.open(path, _NEW, 0o666)
+    except FileExistsError:
+        fd = None
+    if fd is not None:
+        ident = _fill(fd, path, tensor, nbytes, fsync)
+    else:
+        _refuse_replacing(path, existsok)
+        with replacing(path) as tmp:
+            ident = _fill(os.open(tmp, _NEW, 0o666), tmp, tensor, nbytes, fsync)
+    if fsync and sync_dir:
+        fsync_dir(os.path.dirname(path))
+    return ident
+
+
+def _fill(fd: int, path: str, tensor: Tensor | None, nbytes: int, fsync: bool) -> tuple[int, int]:
+    """Write the new file ``fd`` at ``path`` and close it (deleted when a write fails)."""
     try:
         if tensor is None:
             if nbytes:
@@ -94,11 +109,7 @@ def write_file(
         st = os.fstat(fd)
     except BaseException:
         os.close(fd)
-        os.unlink(tmp or path)
+        os.unlink(path)
         raise
     os.close(fd)
-    if tmp is not None:
-        os.replace(tmp, path)
-    if fsync and sync_dir:
-        fsync_dir(os.path.dirname(path))
     return (st.st_dev, st.st_ino)

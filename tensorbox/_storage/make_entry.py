@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.backing import TREES
-from tensorbox._core.keys import format_key, unravel_key
+from tensorbox._core.nestedkey import format_key, unravel_key
 from tensorbox._storage.format.names import encode_key
 from tensorbox._storage.format.spec import SUFFIX
 from tensorbox._storage.memmap_args import shape_from

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.jagged import NJT, from_parts, parts
-from tensorbox._core.keys import format_key
+from tensorbox._core.nestedkey import format_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.schema import DTYPES, check_json_value, dtype_name
 from tensorbox._core.tree import is_coll, type_name

@@ -150,8 +150,7 @@ def local_archive(
     for damaged in (key, by_tree):  # damaged (or a directory): fetched again
         with contextlib.suppress(OSError):
             os.unlink(cache.path_for(damaged))
-    tmp = cache.new_tmp()
-    try:
+    with cache.writing(key) as tmp:
         try:
             with open(tmp, "wb") as f:
                 starts = list(range(0, size, _CHUNK))
@@ -167,11 +166,7 @@ def local_archive(
             raise cache.failure(err, url, tmp) from err
         if _local_tree_id(tmp) != store.tree or (_versioned(ident) and src.identity() != ident):
             raise OSError(f"{url!r}: the object was replaced while it was being read; read again")
-        return cache.put_file(key, tmp), False
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    return cache.path_for(key), False
 
 
 def refuse(what: str, url: str, advice: str) -> None:
