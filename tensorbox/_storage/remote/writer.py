@@ -45,7 +45,8 @@ class UploadStore(ArchiveStore):
     ) -> None:
         from tensorbox._storage import remote as _remote
 
-        super().__init__(_remote.save_target(url, sub))
+        # absolute: the writer lock and the staging file sit beside it
+        super().__init__(os.path.realpath(_remote.save_target(url, sub)))
         self.name, self.url, self.options = url, url, storage_options
 
     def writer(self, **options: Any) -> UploadWriter:
