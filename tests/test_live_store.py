@@ -22,6 +22,8 @@ from typing import Any, ClassVar
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tensorbox import TensorDict
 from tensorbox._core.backing import TREES
@@ -72,8 +74,10 @@ class LiveMemoryStore(MemoryStore):
 
     def holds(self, e: TensorEntry, t: torch.Tensor) -> bool | None:
         buf = self.files.get(e.ident)
-        if not buf:
+        if buf is None:
             return None
+        if not e.nbytes:  # an empty leaf: nothing to hold
+            return t.numel() == 0
         ptr = t.untyped_storage().data_ptr()
         if ptr == torch.frombuffer(buf, dtype=torch.uint8).data_ptr():
             return True
@@ -162,6 +166,51 @@ def test_memmap_like_and_memmap_in_place_on_a_new_transactional_store(live: None
     assert td.memmap_("live://inplace") is td
     td["a"][1] = 9
     assert _reload("live://inplace")["a"].tolist() == [0, 9]
+
+
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("extend"), st.integers(0, 3)),
+        st.tuples(st.just("row"), st.integers(0, 50)),
+        st.tuples(st.just("key"), st.sampled_from(["p", "q"])),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@given(n=st.integers(0, 3), ops=_OPS)
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_a_live_memory_tree_follows_the_in_memory_oracle(
+    live: None, n: int, ops: list[tuple[str, Any]]
+) -> None:
+    """Random write-through, row writes, new keys and extend_ on the one-class backend:
+    what it commits is what the same operations give in memory."""
+    url = f"live://oracle-{len(LiveMemoryStore.TREES)}"
+    want = TensorDict({"x": torch.arange(n * 2).view(n, 2), "n": {"y": torch.zeros(n)}}, [n])
+    td = want.memmap(url)
+    for step, (op, arg) in enumerate(ops):
+        if op == "extend":
+            rows = TensorDict(batch_size=[arg])
+            for k, v in want.items(True, True):
+                rows[k] = torch.full((arg, *v.shape[1:]), step, dtype=v.dtype)
+            want = torch.cat([want, rows], 0)  # type: ignore[list-item,assignment]  # routed
+            td.extend_(rows)
+        elif op == "row" and len(want):
+            i = arg % len(want)
+            want["x"][i] = step
+            td["x"][i] = step  # in place: reaches the store through the shared leaf
+        elif op == "key" and arg not in want.keys():  # noqa: SIM118 - a container's keys
+            want.set(arg, torch.full((len(want),), float(step)))
+            with td.unlock_():
+                td[arg] = torch.full((len(want),), float(step))  # committed at once
+        back = _reload(url)
+        assert back.batch_size == want.batch_size, (step, op)
+        assert set(back.keys(True, True)) == set(want.keys(True, True))
+        for k in want.keys(True, True):
+            assert torch.equal(back.get(k), want.get(k)), (step, op, k)
 
 
 def test_the_new_backend_is_one_class_and_one_line() -> None:
