@@ -307,6 +307,11 @@ class Store(abc.ABC):
         """A staged writer of a new tree that replaces this one at :meth:`Writer.commit`."""
         raise ValueError(f"{self.name} is read-only: save to a folder or an archive instead")
 
+    def linkable(self, rel: str, t: torch.Tensor) -> bool:
+        """Whether a save may keep the file the mapped leaf ``t`` already is, as ``rel`` of
+        the new tree (:meth:`Writer.link`; a folder hard-links it); False: written."""
+        return False
+
     def writing(self) -> AbstractContextManager[Any]:
         """The writer lock a save here holds, so that writers of one tree take turns (a
         folder's and an archive's: :func:`tensorbox._storage.commit.writing`); a store
