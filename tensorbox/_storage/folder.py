@@ -26,6 +26,7 @@ import contextlib
 import errno
 import os
 import stat
+import zlib
 from typing import Any
 
 import orjson
@@ -33,6 +34,7 @@ import torch
 
 from tensorbox._storage import checksum as _checksum
 from tensorbox._storage import commit as _commit
+from tensorbox._storage.fileappend import append_file, maps_file
 from tensorbox._storage.filewrite import save_threads, write_all, write_file
 from tensorbox._storage.format.metafile import fsync_dir, read_meta_bytes, write_new_meta
 from tensorbox._storage.format.names import is_plain_name
@@ -43,7 +45,14 @@ from tensorbox._storage.store import NodeFiles, Store, TensorEntry, Writer
 from tensorbox.errors import FormatError
 from tensorbox.progress import advance
 
-__all__ = ["FolderStore", "FolderWriter", "linkable", "old_node_dirs"]
+__all__ = [
+    "FolderStore",
+    "FolderWriter",
+    "generation",
+    "linkable",
+    "old_node_dirs",
+    "tree_layout",
+]
 
 _S_IFMT = 0o170000
 _S_IFREG = stat.S_IFREG
@@ -87,9 +96,37 @@ class FolderStore(Store):
     def writer(self, **options: Any) -> FolderWriter:
         return FolderWriter(self.root, **options)
 
+    def writing(self) -> contextlib.AbstractContextManager[None]:
+        return _commit.writing(self.root)
+
     def linkable(self, rel: str, t: torch.Tensor) -> bool:
         """Whether an in-place save may keep the file ``t`` maps as ``rel`` (:func:`linkable`)."""
         return linkable(self.root, rel, t)
+
+    # A live tree (Store.in_place): changes commit as whole new trees staged beside this
+    # one and swapped in (FolderWriter), unchanged files hard-linked; rows grow a leaf
+    # file after its committed bytes (tensorbox._storage.fileappend).
+    in_place = True
+
+    def generation(self) -> tuple[int, int] | None:
+        return generation(self.root)
+
+    def layout(self) -> str:
+        return tree_layout(self.root)
+
+    def holds(self, e: TensorEntry, t: torch.Tensor) -> bool | None:
+        return maps_file(e, t)
+
+    def append(
+        self, e: TensorEntry, rows: torch.Tensor, fsync: bool, where: str, current: Any
+    ) -> torch.Tensor:
+        return append_file(e, rows, fsync, where, current)
+
+    def subtree(self, rel: str) -> FolderStore:
+        return FolderStore(self.where(rel))
+
+    def entry_file(self, rel: str) -> str:
+        return self.where(rel)
 
 
 class _Files(NodeFiles):
@@ -365,6 +402,17 @@ def old_node_dirs(root: str) -> list[str]:
                 dirs.append(p)
                 todo.append(p)
     return dirs
+
+
+def generation(root: str) -> tuple[int, int] | None:
+    """What identifies the tree now at ``root``: its root ``meta.json``'s size and CRC-32.
+    That file holds the random ids of the tree's files, so two saves differ there (None:
+    no tree). A checksum, not a file identity: inode numbers are reused."""
+    try:
+        data = read_meta_bytes(root, os.path.join(root, META))
+    except (OSError, ValueError):
+        return None
+    return len(data), zlib.crc32(data)
 
 
 def tree_layout(root: str) -> str:
