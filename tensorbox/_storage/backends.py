@@ -346,7 +346,7 @@ class StoreBackend(Backend):
     def _store(self, what: str) -> Store:
         if self.where.path is None:
             self._refuse(what, "no path or URL given")
-        make: Callable[[str], Store] = self.store_class  # type: ignore[assignment]
+        make: Callable[[str], Store] = self.store_class
         return make(self.where.path)
 
     def exists(self, storage_options: dict[str, Any] | None = None) -> bool:

@@ -143,7 +143,7 @@ def _entry_file(node: Any, path: tuple[str, ...]) -> str:
     parts = [encode_key(k, node=True) for k in path[:-1]]
     parts.append(encode_key(path[-1]) + SUFFIX)
     rel = "/".join([rec.rel, *parts] if rec.rel else parts)
-    file = rec.store.entry_file(rel)
+    file: str | None = rec.store.entry_file(rel)
     if file is None:
         raise RuntimeError(
             f"make_memmap_from_storage({format_key(path)}): the tree at {rec.store.name!r} "
