@@ -350,3 +350,14 @@ def test_linked_list_writes_commit_to_a_loaded_tree(tmp_path: Path) -> None:
     assert names == ["a", "z"] and back["tags"] == ["a", "z"]  # refused: both unchanged
     other = TensorDict(copied=names, batch_size=[2])  # set elsewhere: a plain list value
     assert type(other["copied"]) is list and other["copied"] == ["a", "z"]
+
+
+def test_kept_saved_metadata_loads_as_a_plain_value(lib: ModuleType, tmp_path: Path) -> None:
+    """tensordict reloads a saved ``MetaData`` as one; tensorbox's format has no mark for
+    it yet, so it loads as a ``NonTensorData`` (the value is the same)."""
+    lib.TensorDict(m=lib.MetaData("cfg"), batch_size=[]).memmap(tmp_path / "t")
+    back = lib.TensorDict.load_memmap(tmp_path / "t")
+    assert back["m"] == "cfg"
+    assert isinstance(back.get("m"), lib.MetaData) == (lib.__name__ == "tensordict")
+    back["m"] = lib.MetaData(back["m"])  # the line that works in both
+    assert isinstance(back.get("m"), lib.MetaData) and back.expand(2)["m"] == "cfg"

@@ -97,3 +97,20 @@ def test_capture_non_tensor_stack_keeps_one_equal_value_as_tensordict(capture: b
         warnings.simplefilter("ignore", DeprecationWarning)
         want = run(td)
     assert (want[0] if capture else list(want[0])) == got[0] and list(want[1]) == got[1]
+
+
+def test_metadata_survives_pickling_and_torch_save() -> None:
+    import io
+    import pickle
+
+    td = TensorDict(m=MetaData("cfg"), s=NonTensorData("x"), batch_size=[])
+    buf = io.BytesIO()
+    torch.save(td, buf)
+    buf.seek(0)
+    for back in (pickle.loads(pickle.dumps(td)), torch.load(buf, weights_only=True)):
+        assert isinstance(back.get("m"), MetaData) and not isinstance(back.get("s"), MetaData)
+        assert back.expand(2)["m"] == "cfg" and back.expand(2)["s"] == ["x", "x"]
+    # a value pickled before the flag existed (no "meta" in its state) is not metadata
+    old = NonTensorData.__new__(NonTensorData)
+    old.__setstate__((None, {"data": 1, "stacked": False, "device": None, "_batch_size": None}))
+    assert old.data == 1 and not old.meta and not isinstance(old, MetaData)
