@@ -15,6 +15,7 @@ from tensorbox.buffer._plan import (
     GlobalRNG,
     KeyTransforms,
     Plan,
+    Position,
     Producer,
     as_layout,
     sample_nbytes,
@@ -90,7 +91,7 @@ class _Resources:
         self.folder = None
 
 
-class AugmentBuffer:
+class AugmentBuffer(Position):
     """Producer processes write augmented batches into shared-memory slots ahead of the
     training loop; iterating yields them in a fixed order. See :mod:`tensorbox.buffer`.
 
@@ -255,25 +256,6 @@ class AugmentBuffer:
         return layout[0] if batched else layout
 
     # ------------------------------------------------------------------ properties
-
-    def __len__(self) -> int:
-        """Batches per epoch."""
-        return self._plan.batches_per_epoch
-
-    @property
-    def epoch(self) -> int:
-        """The epoch of the next batch."""
-        return self._plan.locate(self._g)[0]
-
-    @property
-    def batch(self) -> int:
-        """The index, within its epoch, of the next batch."""
-        return self._plan.locate(self._g)[1]
-
-    @property
-    def capacity(self) -> int:
-        """Number of slots (batches)."""
-        return self._capacity
 
     @property
     def batch_size(self) -> int:
