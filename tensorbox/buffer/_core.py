@@ -349,15 +349,12 @@ class AugmentBuffer(Position):
     def __iter__(self) -> Iterator[Any]:
         """The remaining batches of the current epoch, in order (see the module doc)."""
         self._check_open()
-        bpe = self._plan.batches_per_epoch
-        end = (self._g // bpe + 1) * bpe
-        if self._end >= 0:
-            end = min(end, self._end)
+        end = self._epoch_end()
         bar = None
         if self._progress and self._g < end:
             bar = Progress(
                 f"epoch {self.epoch}",
-                bpe,
+                len(self),
                 unit="batch",
                 progress=True,
                 initial=self.batch,

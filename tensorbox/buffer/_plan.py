@@ -94,6 +94,13 @@ class Position:
     _plan: Plan
     _g: int
     _capacity: int
+    _end: int  # the last batch of the run (``num_epochs``), or -1: none
+
+    def _epoch_end(self) -> int:
+        """Where iterating stops: the end of the current epoch, or of the run before it."""
+        bpe = self._plan.batches_per_epoch
+        end = (self._g // bpe + 1) * bpe
+        return min(end, self._end) if self._end >= 0 else end
 
     def __len__(self) -> int:
         """Batches per epoch."""

@@ -179,10 +179,7 @@ class RedisAugmentBuffer(Position):
     def __iter__(self) -> Iterator[Any]:
         """The remaining batches of the current epoch, in order."""
         self._check_open()
-        bpe = self._plan.batches_per_epoch
-        end = (self._g // bpe + 1) * bpe
-        if self._end >= 0:
-            end = min(end, self._end)
+        end = self._epoch_end()
         while self._g < end:
             yield self._next()
 
