@@ -53,6 +53,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from tensorbox import TensorDict, stack
+from tensorbox.errors import FormatError
 
 __all__ = [
     "LAYOUT_KEY",
@@ -129,7 +130,9 @@ def state_to_tree(state: Mapping[str, Any]) -> TensorDict:
 
 def _decode(node: Any, path: tuple[str, ...], tree: Any) -> Any:
     if "tensor" in node:
-        t = tree.get(path if len(path) > 1 else path[0])
+        t = tree.get(path if len(path) > 1 else path[0], None) if path else None
+        if not isinstance(t, Tensor):
+            raise ValueError(f"it names a tensor at {'/'.join(path)!r}, where the tree has none")
         out = torch.empty(t.shape, dtype=t.dtype, device=t.device)
         return out.copy_(t)  # a plain tensor of its own: never a view of the files
     if "dict" in node:
@@ -156,13 +159,26 @@ def state_from_tree(tree: Any) -> dict[str, Any]:
             f"the tree has no {LAYOUT_KEY!r} string: it was not written by state_to_tree "
             f"(keys: {sorted(tree.keys())!r})"
         )
-    layout = json.loads(raw)
-    if layout.get("version") != _VERSION:
-        raise ValueError(
-            f"state tree layout version {layout.get('version')!r} is not {_VERSION}: "
+    try:
+        layout = json.loads(raw)
+        version = layout.get("version") if isinstance(layout, dict) else None
+    except (ValueError, RecursionError) as err:
+        raise FormatError(f"the tree's {LAYOUT_KEY!r} is not JSON ({err})") from None
+    if version != _VERSION:
+        raise FormatError(
+            f"state tree layout version {version!r} is not {_VERSION}: "
             "written by another tensorbox version"
         )
-    out: dict[str, Any] = _decode(layout["root"], (), tree)
+    try:
+        out = _decode(layout["root"], (), tree)
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError) as err:
+        # A damaged or edited layout: a clear refusal rather than the decoder's own error.
+        raise FormatError(
+            f"the tree's {LAYOUT_KEY!r} does not describe a state written by state_to_tree "
+            f"({type(err).__name__}: {err})"
+        ) from None
+    if not isinstance(out, dict):
+        raise FormatError(f"the tree's {LAYOUT_KEY!r} describes a {type(out).__name__}, not a dict")
     return out
 
 
@@ -290,7 +306,7 @@ def load_checkpoint(
                 raise KeyError(
                     f"checkpoint {os.fspath(path)!r} has no {key!r} (keys: {sorted(keys)!r})"
                 )
-            obj.load_state_dict(state_from_tree(tree[key]))
+            obj.load_state_dict(_state_at(tree, path, key))
     if rng:
         rank, world = _group()
         saved = int(tree["rng"].batch_size[0])
@@ -301,4 +317,12 @@ def load_checkpoint(
                 "streams (the batches stay those of the loader's state)"
             )
         set_rng_state(tree["rng"][rank])
-    return state_from_tree(tree["extra"]) if "extra" in keys else {}
+    return _state_at(tree, path, "extra") if "extra" in keys else {}
+
+
+def _state_at(tree: Any, path: str | os.PathLike[str], key: str) -> dict[str, Any]:
+    """The state dict under ``key``; a damaged one is a FormatError naming the checkpoint."""
+    try:
+        return state_from_tree(tree[key])
+    except FormatError as err:
+        raise FormatError(f"checkpoint {os.fspath(path)!r}, {key!r}: {err}") from None

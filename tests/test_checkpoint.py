@@ -225,3 +225,26 @@ def test_load_checkpoint_refusals(tmp_path):
             tmp_path / "two", optimizer=torch.optim.SGD([nn.Parameter(torch.ones(1))], 0.1)
         )
     assert load_checkpoint(tmp_path / "two", rng=False) == {}
+
+
+@pytest.mark.parametrize(
+    ("layout", "why"),
+    [
+        ("{{{", r"is not JSON"),
+        ("[]", r"layout version None is not 1"),
+        ('{"version": 1, "root": 5}', r"does not describe a state .*TypeError"),
+        ('{"version": 1, "root": {"dict": [["str", "a"]]}}', r"does not describe .*ValueError"),
+        ('{"version": 1, "root": {"dict": [["int", "zz", {"value": 1}]]}}', r"ValueError"),
+        ('{"version": 1, "root": {"dict": [["str", "no", {"tensor": 1}]]}}', r"at 'no', where"),
+        ('{"version": 1, "root": {"dict": [["str", "a", {"float": "abc"}]]}}', r"ValueError"),
+        ('{"version": 1, "root": {"dict": [["str", "a", {}]]}}', r"KeyError: 'value'"),
+        ('{"version": 1, "root": {"list": []}}', r"describes a list, not a dict"),
+    ],
+)
+def test_a_damaged_layout_is_refused_naming_the_checkpoint(tmp_path, layout, why):
+    save_checkpoint(tmp_path / "ck", extra={"step": 3, "w": torch.ones(2)}, fsync=False)
+    tree = TensorDict.load_memmap(tmp_path / "ck")
+    with tree["extra"].unlock_():
+        tree["extra"][LAYOUT_KEY] = layout  # an edited or damaged checkpoint, committed
+    with pytest.raises(ValueError, match=rf"checkpoint '.*ck', 'extra': .*{why}"):
+        load_checkpoint(tmp_path / "ck", rng=False)

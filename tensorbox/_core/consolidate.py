@@ -41,7 +41,7 @@ from torch import Tensor
 
 from tensorbox._core.future import run_in_thread
 from tensorbox._core.jagged import NJT, from_parts, parts
-from tensorbox._core.keys import format_key
+from tensorbox._core.nestedkey import format_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.schema import DTYPES
 from tensorbox._core.tree import is_coll, new_plain, set_locked

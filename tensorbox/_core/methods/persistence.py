@@ -22,8 +22,8 @@ from torch import Tensor
 from tensorbox._core import consolidate as _consolidate
 from tensorbox._core import ports as _ports
 from tensorbox._core.backing import TREES
-from tensorbox._core.keys import NestedKey, unravel_key
 from tensorbox._core.methods.base import MixinBase, is_container
+from tensorbox._core.nestedkey import NestedKey, unravel_key
 
 __all__ = ["PersistenceMethods"]
 

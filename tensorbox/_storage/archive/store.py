@@ -47,6 +47,7 @@ from typing import Any
 import torch
 
 from tensorbox._core.chunks import as_bytes, byte_chunks
+from tensorbox._storage import commit as _commit
 from tensorbox._storage.archive import zip as _zip
 from tensorbox._storage.atomic import replacing
 from tensorbox._storage.format.metafile import meta_bytes
@@ -254,6 +255,9 @@ class ArchiveStore(Store):
     def writer(self, **options: Any) -> ArchiveWriter:
         options.pop("sparse", None)
         return ArchiveWriter(self.root, **options)
+
+    def writing(self) -> contextlib.AbstractContextManager[None]:
+        return _commit.writing(self.root, file=True)  # a file at the path is replaced
 
 
 # ---------------------------------------------------------------- saving

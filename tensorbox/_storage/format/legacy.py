@@ -183,7 +183,9 @@ def check_legacy_key(key: str, suffix: str, names: set[str], where: str) -> str:
     problem = None
     if key in _LEGACY_FIELDS:
         problem = f"is the name of a field of tensordict's meta.json {sorted(_LEGACY_FIELDS)}"
-    elif len(name.encode("utf-8", "surrogatepass")) > 255 or "\0" in key:
+    elif "\0" in key:
+        problem = "holds a NUL character"
+    elif len(name.encode("utf-8", "surrogatepass")) > 255:
         problem = "gives a file name too long for the file system"
     elif name == META or name in names:
         problem = f"gives the file name {name!r}, which another entry of the node has"

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from tensorbox._storage.atomic import replacing
+from tensorbox.interop._columns import parse_meta, reading
 from tensorbox.interop._extras import require
-from tensorbox.interop._tabular import parse_meta, reading
 from tensorbox.interop.arrow import META_KEY, _pa, from_arrow, from_pandas, to_arrow, to_pandas
 
 __all__ = [
