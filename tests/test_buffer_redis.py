@@ -60,6 +60,7 @@ def test_batches_match_the_local_buffer(redis_server: RedisServer, procs: list) 
         data, augment, url=redis_server.url, name="same", capacity=3, timeout=60, **kw
     ) as buf:
         buf.load_state_dict({**state, "epoch": 1, "batch": 1})
+        assert (buf.epoch, buf.batch, buf.capacity) == (1, 1, 3)  # as AugmentBuffer's
         assert [(b == w).all() for b, w in zip(buf, want[4:], strict=True)] == [True, True]
         with pytest.raises(ValueError, match=r"other settings.*seed=4 vs 7"):
             buf.load_state_dict({**state, "seed": 4})

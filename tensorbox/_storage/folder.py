@@ -23,7 +23,6 @@ directories in one step (:mod:`tensorbox._storage.commit`).
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import stat
 import zlib
@@ -41,6 +40,7 @@ from tensorbox._storage.format.names import is_plain_name
 from tensorbox._storage.format.parse import LeafSpec, is_legacy
 from tensorbox._storage.format.spec import FORMAT, META
 from tensorbox._storage.memmap_tensor import map_file
+from tensorbox._storage.reserve import fallocate
 from tensorbox._storage.store import NodeFiles, Store, TensorEntry, Writer
 from tensorbox.errors import FormatError
 from tensorbox.progress import advance
@@ -362,18 +362,12 @@ def _reserve(
             if sparse or not hasattr(os, "posix_fallocate"):
                 os.ftruncate(fd, nbytes)
             else:
-                try:
-                    os.posix_fallocate(fd, 0, nbytes)
-                except OSError as err:
-                    if err.errno == errno.ENOSPC:
-                        raise OSError(
-                            errno.ENOSPC,
-                            f"no space left to reserve {nbytes} bytes for key {key!r} at "
-                            f"{shown}: free space, or pass sparse=True to create sparse files "
-                            "(then a full disk shows up later, as a crash when a row is written)",
-                        ) from None
-                    if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-                        raise
+                full = lambda: (  # noqa: E731 - the message is built only on error
+                    f"no space left to reserve {nbytes} bytes for key {key!r} at {shown}: free "
+                    "space, or pass sparse=True to create sparse files (then a full disk shows "
+                    "up later, as a crash when a row is written)"
+                )
+                if not fallocate(fd, 0, nbytes, full):
                     os.ftruncate(fd, nbytes)  # a file system that cannot reserve
         if fsync:
             os.fsync(fd)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -70,19 +71,33 @@ def _reserve(t: Tensor, index: Any, key: tuple[str, ...]) -> None:
         return
     fd = os.open(name, os.O_WRONLY | os.O_CLOEXEC)
     try:
+        fallocate(
+            fd,
+            start,
+            length,
+            lambda: (
+                f"no space left on the device to write rows {span[0]}..{span[1]} of key "
+                f"{format_key(key)} ({length} bytes of {name}); nothing was written: free "
+                "space and write the rows again"
+            ),
+        )
+    finally:
+        os.close(fd)
+
+
+def fallocate(fd: int, start: int, length: int, full: Callable[[], str]) -> bool:
+    """Reserve the blocks of ``length`` bytes from ``start`` (``posix_fallocate``):
+    True when done, False where the file system cannot (EOPNOTSUPP, EINVAL). A full
+    disk is an ENOSPC ``OSError`` with the message ``full()`` (built only then)."""
+    try:
         os.posix_fallocate(fd, start, length)
     except OSError as err:
         if err.errno == errno.ENOSPC:
-            raise OSError(
-                errno.ENOSPC,
-                f"no space left on the device to write rows {span[0]}..{span[1]} of key "
-                f"{format_key(key)} ({length} bytes of {name}); nothing was written: free "
-                "space and write the rows again",
-            ) from None
+            raise OSError(errno.ENOSPC, full()) from None
         if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
             raise
-    finally:
-        os.close(fd)
+        return False
+    return True
 
 
 def reserve_rows(td: Any, index: Any, path: tuple[str, ...] = ()) -> None:

@@ -15,6 +15,7 @@ from tensorbox.buffer._plan import (
     GlobalRNG,
     KeyTransforms,
     Plan,
+    Position,
     Producer,
     as_layout,
     sample_nbytes,
@@ -90,7 +91,7 @@ class _Resources:
         self.folder = None
 
 
-class AugmentBuffer:
+class AugmentBuffer(Position):
     """Producer processes write augmented batches into shared-memory slots ahead of the
     training loop; iterating yields them in a fixed order. See :mod:`tensorbox.buffer`.
 
@@ -256,25 +257,6 @@ class AugmentBuffer:
 
     # ------------------------------------------------------------------ properties
 
-    def __len__(self) -> int:
-        """Batches per epoch."""
-        return self._plan.batches_per_epoch
-
-    @property
-    def epoch(self) -> int:
-        """The epoch of the next batch."""
-        return self._plan.locate(self._g)[0]
-
-    @property
-    def batch(self) -> int:
-        """The index, within its epoch, of the next batch."""
-        return self._plan.locate(self._g)[1]
-
-    @property
-    def capacity(self) -> int:
-        """Number of slots (batches)."""
-        return self._capacity
-
     @property
     def batch_size(self) -> int:
         """Samples per batch (the ``batch_size`` given at construction)."""
@@ -367,15 +349,12 @@ class AugmentBuffer:
     def __iter__(self) -> Iterator[Any]:
         """The remaining batches of the current epoch, in order (see the module doc)."""
         self._check_open()
-        bpe = self._plan.batches_per_epoch
-        end = (self._g // bpe + 1) * bpe
-        if self._end >= 0:
-            end = min(end, self._end)
+        end = self._epoch_end()
         bar = None
         if self._progress and self._g < end:
             bar = Progress(
                 f"epoch {self.epoch}",
-                bpe,
+                len(self),
                 unit="batch",
                 progress=True,
                 initial=self.batch,

@@ -86,6 +86,42 @@ def batch_seed(seed: int, epoch: int, batch: int) -> int:
 STATE_VERSION = 1
 
 
+class Position:
+    """Where a buffer's consumer stands, for both buffers (``AugmentBuffer``,
+    ``RedisAugmentBuffer``): ``_g`` batches handed out so far, in the epochs ``_plan``
+    lays out, with ``_capacity`` slots."""
+
+    _plan: Plan
+    _g: int
+    _capacity: int
+    _end: int  # the last batch of the run (``num_epochs``), or -1: none
+
+    def _epoch_end(self) -> int:
+        """Where iterating stops: the end of the current epoch, or of the run before it."""
+        bpe = self._plan.batches_per_epoch
+        end = (self._g // bpe + 1) * bpe
+        return min(end, self._end) if self._end >= 0 else end
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        return self._plan.batches_per_epoch
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the next batch."""
+        return self._plan.locate(self._g)[0]
+
+    @property
+    def batch(self) -> int:
+        """The index, within its epoch, of the next batch."""
+        return self._plan.locate(self._g)[1]
+
+    @property
+    def capacity(self) -> int:
+        """Number of slots: batches made ahead at most."""
+        return self._capacity
+
+
 class Plan:
     """The deterministic schedule: sample order per epoch and batch boundaries."""
 

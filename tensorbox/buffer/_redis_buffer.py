@@ -42,7 +42,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from tensorbox.buffer._plan import GlobalRNG, Plan, Producer
+from tensorbox.buffer._plan import GlobalRNG, Plan, Position, Producer
 from tensorbox.buffer._runtime import ProducerError
 from tensorbox.buffer._slots import in_memory
 
@@ -72,7 +72,7 @@ def _store(url: str, name: str) -> Any:
     return TensorDictStore.from_store(url=url, prefix=_prefix(name), td_id="slots")
 
 
-class RedisAugmentBuffer:
+class RedisAugmentBuffer(Position):
     """The consumer side: batches made by :func:`run_producer` on other machines.
 
     ``dataset``, ``transform`` and ``batch_transform`` are the ones the producers run
@@ -176,27 +176,10 @@ class RedisAugmentBuffer:
 
     # ------------------------------------------------------------------ reading
 
-    def __len__(self) -> int:
-        """Batches per epoch."""
-        return self._plan.batches_per_epoch
-
-    @property
-    def capacity(self) -> int:
-        """Batches made ahead at most (slots in the server)."""
-        return self._capacity
-
-    @property
-    def epoch(self) -> int:
-        """The epoch of the next batch."""
-        return self._plan.locate(self._g)[0]
-
     def __iter__(self) -> Iterator[Any]:
         """The remaining batches of the current epoch, in order."""
         self._check_open()
-        bpe = self._plan.batches_per_epoch
-        end = (self._g // bpe + 1) * bpe
-        if self._end >= 0:
-            end = min(end, self._end)
+        end = self._epoch_end()
         while self._g < end:
             yield self._next()
 
