@@ -82,6 +82,6 @@ def test_the_save_text_quotes_the_results() -> None:
 
     r = json.loads((ROOT / "benchmarks" / "results" / "persist.json").read_text())
     page = figures.TABLE_PAGES["persist"].read_text(encoding="utf-8")
-    for label in ("tensorbox (num_threads=0)", "tensordict 0.15.3 memmap"):
+    for label in ("tensorbox (default)", "tensordict 0.15.3 memmap"):
         for col in (0, 2):
             assert f"{figures._ms(r['save_ms'][label][col])} ms" in page, (label, col)
