@@ -7,12 +7,14 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import warnings
+import zipfile
 from pathlib import Path
 
 import pytest
 import torch
 
-from tensorbox import TensorDict
+from tensorbox import FormatError, TensorDict, unpack
 
 
 def _grow(td: TensorDict, *values: float) -> TensorDict:
@@ -80,3 +82,28 @@ def test_a_nul_in_a_key_is_named_as_such_in_tensordict_layout(tmp_path: Path) ->
     assert not os.listdir(tmp_path)  # refused before anything is written
     td.memmap(tmp_path / "t")  # tensorbox's own format takes it
     assert TensorDict.load_memmap(tmp_path / "t")["x\0y"].tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("extra", "entry", "inner"),
+    [
+        ([("a.memmap/x", b"y")], "a.memmap", "a.memmap/x"),
+        ([("q/w", b"1"), ("q/w/e", b"2")], "q/w", "q/w/e"),
+    ],
+)
+def test_unpack_refuses_an_entry_that_is_a_file_and_a_folder(
+    tmp_path: Path, extra: list[tuple[str, bytes]], entry: str, inner: str
+) -> None:
+    TensorDict({"a": torch.arange(3.0)}, [3]).memmap(tmp_path / "src")
+    file = tmp_path / "odd.zip"  # written by another zip tool
+    with zipfile.ZipFile(file, "w") as z, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in sorted(os.listdir(tmp_path / "src")):
+            z.write(tmp_path / "src" / name, name)
+        for name, data in extra:
+            z.writestr(name, data)
+    with pytest.raises(
+        FormatError, match=rf"odd\.zip::{entry}: a file, but also a folder of the entry '{inner}'"
+    ):
+        unpack(str(file), str(tmp_path / "out"))
+    assert sorted(os.listdir(tmp_path)) == ["odd.zip", "src"]  # nothing written, nothing left

@@ -239,8 +239,16 @@ def _unpack(
     nodes = sum(1 for _ in iter_nodes(store, inner))  # the whole tree, checked
     pre = f"{inner}/" if inner else ""
     names = [n for n in ar.entries if n.startswith(pre)]
+    files = {name[len(pre) :] for name in names}
     for name in names:
         rel = name[len(pre) :]
+        parts = rel.split("/")
+        for i in range(1, len(parts)):
+            if "/".join(parts[:i]) in files:  # a file, and a folder on the way to another
+                raise FormatError(
+                    f"{ar.where(pre + '/'.join(parts[:i]))}: a file, but also a folder of the "
+                    f"entry {rel!r}; a folder cannot be both (no save writes such an archive)"
+                )
         if rel.count("/") >= MAX_NAME_PARTS or len(rel.encode("utf-8", "surrogatepass")) > (
             MAX_NAME_BYTES
         ):
