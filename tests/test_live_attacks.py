@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tensorbox import FormatError, TensorDict, unpack
+from tensorbox import FormatError, TensorDict, pack, unpack
 
 
 def _grow(td: TensorDict, *values: float) -> TensorDict:
@@ -107,3 +107,17 @@ def test_unpack_refuses_an_entry_that_is_a_file_and_a_folder(
     ):
         unpack(str(file), str(tmp_path / "out"))
     assert sorted(os.listdir(tmp_path)) == ["odd.zip", "src"]  # nothing written, nothing left
+
+
+def test_pack_replaces_an_archive_at_once(tmp_path: Path) -> None:
+    TensorDict({"a": torch.arange(3.0)}, [3]).memmap(tmp_path / "t.tbx", archive=True)
+    old = TensorDict.load_memmap(tmp_path / "t.tbx")  # a reader of the old archive
+    TensorDict({"a": torch.arange(5.0)}, [5]).memmap(tmp_path / "src")
+    assert pack(str(tmp_path / "src"), str(tmp_path / "t.tbx")) == (1, 1)
+    assert TensorDict.load_memmap(tmp_path / "t.tbx")["a"].tolist() == list(range(5))
+    assert old["a"].tolist() == [0.0, 1.0, 2.0]  # renamed in: the old mapping keeps its bytes
+    assert sorted(os.listdir(tmp_path)) == ["src", "t.tbx"]
+    (tmp_path / "mine").write_bytes(b"not a zip")
+    with pytest.raises(FileExistsError, match=r"mine' is a file that is not a zip archive"):
+        pack(str(tmp_path / "src"), str(tmp_path / "mine"))
+    assert (tmp_path / "mine").read_bytes() == b"not a zip"
