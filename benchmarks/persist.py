@@ -13,7 +13,9 @@ process memory), medians over ``--repeat`` runs (and the best save, since this V
 page-cache allocation speed swings by 2-4x). The floor is plain ``os.write``
 of each leaf's bytes to its own file. torch's intra-op threads are pinned with
 ``torch.set_num_threads`` (``--torch-threads``, default 1) and printed, since they
-change copy speeds and collapse when other processes compete.
+change copy speeds and collapse when other processes compete. tensorbox runs three
+ways: its default (``num_threads=0``: a save this large writes from up to four threads,
+the caller among them), ``num_threads=1`` (the calling thread only) and ``--threads``.
 """
 
 from __future__ import annotations
@@ -106,10 +108,11 @@ def cases(layout: dict[str, torch.Tensor], threads: int) -> list[Case]:
 
     td = TensorDict(_nested(layout))
     found = [Case("write() floor, one file per leaf", floor, None, None)]
-    for n in sorted({0, threads}):
+    # The default (num_threads=0: threads for a large save), one thread, and --threads
+    for n in dict.fromkeys((0, 1, threads)):
         found.append(
             Case(
-                f"tensorbox (num_threads={n})",
+                "tensorbox (default)" if n == 0 else f"tensorbox (num_threads={n})",
                 lambda out, n=n: td.memmap(out, num_threads=n),
                 TensorDict.load_memmap,
                 lambda out: _read_all(_leaves(TensorDict.load_memmap(out))),

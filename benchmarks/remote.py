@@ -11,6 +11,8 @@ TCP relay, and one set of synthetic images ``[N, 3, 64, 64]`` uint8 with int64 t
   same server, read by ``StreamingDataset`` + ``StreamingDataLoader`` (shuffled, 2
   workers), in LitData's own virtual environment (``--litdata-python``); *cold*: an
   empty cache folder; *warm*: the same cache folder, a new process;
+- **tensorbox, s3://, obstore**: the cold epoch again, through the obstore transport
+  (``storage_options={"transport": "obstore", ...}``), when obstore is installed;
 - **tensorbox, local**: the same archive read from a local file.
 
 Each epoch's "training step" is ``batch.float().mean()``. Reported per contender,
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -166,6 +169,14 @@ def _run(args: argparse.Namespace, work: Path, port: int) -> int:
         AWS_ALLOW_HTTP="true",  # LitData reads through obstore, which wants https unless told
     )
     opts = {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": endpoint}}
+    obstore_opts: dict[str, Any] | None = {
+        "transport": "obstore", "endpoint": endpoint, "region": "us-east-1",
+        "access_key_id": "testing", "secret_access_key": "testing",
+        "client_options": {"allow_http": True},
+    }  # fmt: skip
+    if importlib.util.find_spec("obstore") is None:
+        print("obstore is not installed: no obstore row")
+        obstore_opts = None
     import s3fs
 
     s3fs.S3FileSystem(**opts).mkdir("bench")
@@ -210,6 +221,11 @@ def _run(args: argparse.Namespace, work: Path, port: int) -> int:
         mark = relay.sent
         first, secs, seen = tensorbox_epoch(url, opts, r + 100)
         record("tensorbox s3 warm", first, secs, seen, relay.sent - mark)
+        if obstore_opts is not None:  # the same, cold, through the obstore transport
+            remote.cache._default = remote.RangeCache(str(work / f"cache-ob-{r}"), 20 << 30)
+            mark = relay.sent
+            first, secs, seen = tensorbox_epoch(url, obstore_opts, r)
+            record("tensorbox s3 cold, obstore", first, secs, seen, relay.sent - mark)
         # LitData from s3://, cold then warm
         if lit:
             cache = str(work / f"lit-cache-{r}")

@@ -10,7 +10,7 @@ behaves like one tensor; ``@tensorclass`` gives the same to your own typed class
 torch.Size([2, 8])
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 # ruff: noqa: E402  (the ports are bound first, before the imports below can run the core)
 # The composition root: every port of the core (``tensorbox/_core/ports.py``) bound to
@@ -35,9 +35,9 @@ _PORTS = {
     # format name -> the module of its ``from_<name>``/``to_<name>``
     "format.arrow": "tensorbox.interop.arrow",
     "format.pandas": "tensorbox.interop.arrow",
-    "format.parquet": "tensorbox.interop.files",
-    "format.csv": "tensorbox.interop.files",
-    "format.json": "tensorbox.interop.files",
+    "format.parquet": "tensorbox.interop.tabular",
+    "format.csv": "tensorbox.interop.tabular",
+    "format.json": "tensorbox.interop.tabular",
     "format.h5": "tensorbox.interop.persistent",
     "format.zarr": "tensorbox.interop.persistent",
     "format.safetensors": "tensorbox.interop.safetensors",
@@ -51,183 +51,97 @@ _PORTS = {
 }
 _ports.bind(_PORTS)
 
-# tensordict's submodule of the same name, loaded before the decorator is bound below so
-# that ``tensorbox.tensorclass`` stays the decorator (importing a submodule later would
-# rebind the package attribute to the module).
-from tensorbox import tensorclass as _tensorclass_module  # noqa: F401
+from tensorbox import _face
 from tensorbox._core import pytree as _pytree  # noqa: F401  (registers TensorDict with torch's pytree and collate)
-from tensorbox._core.functional import cat, stack
-from tensorbox._core.getdefault import get_defaults_to_none, set_get_defaults_to_none
-from tensorbox._core.jagged_pad import to_padded_tensor
-from tensorbox._core.keys import NestedKey, unravel_key
-from tensorbox._core.lazystack import LazyStackedTensorDict, lazy_stack
-from tensorbox._core.legacy import lazy_legacy, set_lazy_legacy
-from tensorbox._core.liststack import list_to_stack, set_list_to_stack
-from tensorbox._core.merge import merge_tensordicts
-from tensorbox._core.nontensor import (
-    MetaData,
-    NonTensorData,
-    NonTensorStack,
-    capture_non_tensor_stack,
-    set_capture_non_tensor_stack,
-)
-from tensorbox._core.padding import pad, pad_sequence
-from tensorbox._core.repr import get_printoptions, set_printoptions
-from tensorbox._core.tensordict import TensorDict, TensorDictBase, is_tensor_collection
-from tensorbox._core.unbatched import UnbatchedTensor
-from tensorbox._storage.memmap_tensor import MemoryMappedTensor
-from tensorbox._tensorclass import (
-    TensorClass,
-    field,
-    fields,
-    from_dataclass,
-    is_tensorclass,
-    tensorclass,
-)
-from tensorbox.errors import (
-    BatchSizeError,
-    FormatError,
-    IncompleteTreeError,
-    KeyCollisionError,
-    LockedError,
-    TensorboxError,
-    TensorDictKeyError,
-)
-from tensorbox.utils import convert_ellipsis_to_idx
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "BatchLoader",
-    "BatchSizeError",
-    "FormatError",
-    "ImageFolderData",
-    "IncompleteTreeError",
-    "KeyCollisionError",
-    "LazyStackedTensorDict",
-    "LazyStackedTensorDictStore",
-    "LockedError",
-    "MemoryMappedTensor",
-    "MetaData",
-    "NestedKey",
-    "NonTensorData",
-    "NonTensorStack",
-    "PersistentTensorDict",
-    "TensorClass",
-    "TensorDict",
-    "TensorDictBase",
-    "TensorDictFuture",
-    "TensorDictKeyError",
-    "TensorDictStore",
-    "TensorboxError",
-    "UnbatchedTensor",
-    "cat",
-    "convert_ellipsis_to_idx",
-    "field",
-    "fields",
-    "from_arrow",
-    "from_csv",
-    "from_dataclass",
-    "from_h5",
-    "from_json",
-    "from_pandas",
-    "from_parquet",
-    "from_safetensors",
-    "from_zarr",
-    "get_defaults_to_none",
-    "get_printoptions",
-    "is_memmap_archive",
-    "is_tensor_collection",
-    "is_tensorclass",
-    "lazy_legacy",
-    "lazy_stack",
-    "capture_non_tensor_stack",
-    "list_to_stack",
-    "merge_tensordicts",
-    "pack",
-    "pack_memmap",
-    "pad",
-    "pad_sequence",
-    "set_get_defaults_to_none",
-    "set_lazy_legacy",
-    "set_capture_non_tensor_stack",
-    "set_list_to_stack",
-    "set_printoptions",
-    "prefetch",
-    "stack",
-    "tensorclass",
-    "to_arrow",
-    "to_padded_tensor",
-    "to_safetensors",
-    "unpack",
-    "unpack_memmap",
-    "unravel_key",
-]
-
-# The data loaders and the augmentation buffer (and, through them, Pillow and tqdm) load
-# on first use: `import tensorbox` stays as light as the containers it offers.
+# The public names, each listed once: type checkers read these lines, and ``_face.attach``
+# reads them at runtime to build ``__all__`` and ``__getattr__`` (``tensorbox/_face.py``).
 if TYPE_CHECKING:
-    from tensorbox import buffer as buffer  # the modules too: `tensorbox.data.transforms`
+    from tensorbox import buffer as buffer
     from tensorbox import data as data
-    from tensorbox._core.future import TensorDictFuture
-    from tensorbox._redis import LazyStackedTensorDictStore, TensorDictStore
-    from tensorbox._storage.archive.convert import pack, unpack
-    from tensorbox._storage.archive.tdnames import is_memmap_archive, pack_memmap, unpack_memmap
-    from tensorbox._storage.remote_tree import prefetch
-    from tensorbox.data import BatchLoader, ImageFolderData
-    from tensorbox.interop import (
-        PersistentTensorDict,
-        from_arrow,
-        from_csv,
-        from_h5,
-        from_json,
-        from_pandas,
-        from_parquet,
-        from_safetensors,
-        from_zarr,
-        to_arrow,
-        to_safetensors,
+    from tensorbox._core.functional import cat as cat
+    from tensorbox._core.functional import stack as stack
+    from tensorbox._core.future import TensorDictFuture as TensorDictFuture
+    from tensorbox._core.getdefault import get_defaults_to_none as get_defaults_to_none
+    from tensorbox._core.getdefault import set_get_defaults_to_none as set_get_defaults_to_none
+    from tensorbox._core.jagged_pad import to_padded_tensor as to_padded_tensor
+    from tensorbox._core.lazy_legacy import lazy_legacy as lazy_legacy
+    from tensorbox._core.lazy_legacy import set_lazy_legacy as set_lazy_legacy
+    from tensorbox._core.lazystack import LazyStackedTensorDict as LazyStackedTensorDict
+    from tensorbox._core.lazystack import lazy_stack as lazy_stack
+    from tensorbox._core.liststack import list_to_stack as list_to_stack
+    from tensorbox._core.liststack import set_list_to_stack as set_list_to_stack
+    from tensorbox._core.merge import merge_tensordicts as merge_tensordicts
+    from tensorbox._core.nestedkey import NestedKey as NestedKey
+    from tensorbox._core.nestedkey import unravel_key as unravel_key
+    from tensorbox._core.nontensor import MetaData as MetaData
+    from tensorbox._core.nontensor import NonTensorData as NonTensorData
+    from tensorbox._core.nontensor import NonTensorStack as NonTensorStack
+    from tensorbox._core.nontensor import capture_non_tensor_stack as capture_non_tensor_stack
+    from tensorbox._core.nontensor import (
+        set_capture_non_tensor_stack as set_capture_non_tensor_stack,
     )
+    from tensorbox._core.padding import pad as pad
+    from tensorbox._core.padding import pad_sequence as pad_sequence
+    from tensorbox._core.repr import get_printoptions as get_printoptions
+    from tensorbox._core.repr import set_printoptions as set_printoptions
+    from tensorbox._core.tensordict import TensorDict as TensorDict
+    from tensorbox._core.tensordict import TensorDictBase as TensorDictBase
+    from tensorbox._core.tensordict import is_tensor_collection as is_tensor_collection
+    from tensorbox._core.unbatched import UnbatchedTensor as UnbatchedTensor
+    from tensorbox._redis import LazyStackedTensorDictStore as LazyStackedTensorDictStore
+    from tensorbox._redis import TensorDictStore as TensorDictStore
+    from tensorbox._storage.archive.convert import pack as pack
+    from tensorbox._storage.archive.convert import unpack as unpack
+    from tensorbox._storage.archive.tdnames import is_memmap_archive as is_memmap_archive
+    from tensorbox._storage.archive.tdnames import pack_memmap as pack_memmap
+    from tensorbox._storage.archive.tdnames import unpack_memmap as unpack_memmap
+    from tensorbox._storage.memmap_tensor import MemoryMappedTensor as MemoryMappedTensor
+    from tensorbox._storage.remote_tree import prefetch as prefetch
+    from tensorbox._tensorclass import TensorClass as TensorClass
+    from tensorbox._tensorclass import field as field
+    from tensorbox._tensorclass import fields as fields
+    from tensorbox._tensorclass import from_dataclass as from_dataclass
+    from tensorbox._tensorclass import is_tensorclass as is_tensorclass
+    from tensorbox._tensorclass import tensorclass as tensorclass
+    from tensorbox.data import BatchLoader as BatchLoader
+    from tensorbox.data import ImageFolderData as ImageFolderData
+    from tensorbox.errors import BatchSizeError as BatchSizeError
+    from tensorbox.errors import FormatError as FormatError
+    from tensorbox.errors import IncompleteTreeError as IncompleteTreeError
+    from tensorbox.errors import KeyCollisionError as KeyCollisionError
+    from tensorbox.errors import LockedError as LockedError
+    from tensorbox.errors import TensorboxError as TensorboxError
+    from tensorbox.errors import TensorDictKeyError as TensorDictKeyError
+    from tensorbox.interop import PersistentTensorDict as PersistentTensorDict
+    from tensorbox.interop import from_arrow as from_arrow
+    from tensorbox.interop import from_csv as from_csv
+    from tensorbox.interop import from_h5 as from_h5
+    from tensorbox.interop import from_json as from_json
+    from tensorbox.interop import from_pandas as from_pandas
+    from tensorbox.interop import from_parquet as from_parquet
+    from tensorbox.interop import from_safetensors as from_safetensors
+    from tensorbox.interop import from_zarr as from_zarr
+    from tensorbox.interop import to_arrow as to_arrow
+    from tensorbox.interop import to_safetensors as to_safetensors
+    from tensorbox.utils import convert_ellipsis_to_idx as convert_ellipsis_to_idx
 
-# ``pack``/``unpack`` (folder <-> one-file archive) load the zip code on first use too.
-_LAZY = {
-    "BatchLoader": "data",
-    "ImageFolderData": "data",
-    "pack": "_storage.archive.convert",
-    "unpack": "_storage.archive.convert",
-    "pack_memmap": "_storage.archive.tdnames",  # tensordict's names for the three
-    "unpack_memmap": "_storage.archive.tdnames",
-    "is_memmap_archive": "_storage.archive.tdnames",
-    "prefetch": "_storage.remote_tree",  # trees behind URLs: their rows fetched ahead
-    "TensorDictStore": "_redis",  # the redis client loads on first use only
-    "LazyStackedTensorDictStore": "_redis",
-    # the bridges to other formats (pyarrow, h5py, zarr, safetensors load on first call)
-    "PersistentTensorDict": "interop",
-    "from_arrow": "interop",
-    "from_csv": "interop",
-    "from_h5": "interop",
-    "from_json": "interop",
-    "from_pandas": "interop",
-    "from_parquet": "interop",
-    "from_safetensors": "interop",
-    "from_zarr": "interop",
-    "to_arrow": "interop",
-    "to_safetensors": "interop",
-    "TensorDictFuture": "_core.future",  # the return_early result: loaded when first used
-}
-_LAZY_MODULES = ("buffer", "data")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY_MODULES or name in _LAZY:
-        from importlib import import_module
-
-        module = import_module(f"{__name__}.{_LAZY.get(name, name)}")
-        value = module if name in _LAZY_MODULES else getattr(module, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY, *_LAZY_MODULES})
+# What loads on first use, by module: the data loaders and the augmentation buffer (and,
+# through them, Pillow and tqdm), the redis client, the bridges (pyarrow, h5py, zarr,
+# safetensors), the zip code of ``pack``/``unpack``, the remote trees and the
+# ``return_early`` future. ``import tensorbox`` stays as light as the containers it offers.
+__getattr__, __dir__, __all__ = _face.attach(
+    __name__,
+    __file__,
+    lazy=(
+        "tensorbox.data",
+        "tensorbox.buffer",
+        "tensorbox._redis",
+        "tensorbox.interop",
+        "tensorbox._storage.archive",
+        "tensorbox._storage.remote_tree",
+        "tensorbox._core.future",
+    ),
+)

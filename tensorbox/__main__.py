@@ -1,8 +1,8 @@
-"""``python -m tensorbox``: the command line (:mod:`tensorbox._storage.cli`)."""
+"""``python -m tensorbox``: the command line (:mod:`tensorbox.cli`)."""
 
 import sys
 
-from tensorbox._storage.cli import main
+from tensorbox.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

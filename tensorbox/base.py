@@ -1,4 +1,4 @@
-"""tensordict's ``tensordict.base`` module, under tensorbox: the same names.
+"""A shim: tensordict's ``tensordict.base`` import path, forwarding to ``tensorbox``.
 
 ``from tensordict.base import TensorDictBase`` becomes
 ``from tensorbox.base import TensorDictBase``. Any other public name of ``tensorbox``
@@ -12,16 +12,9 @@ resolves here too.
 
 from __future__ import annotations
 
-from typing import Any
-
 from tensorbox._core.tensordict import TensorDictBase, is_tensor_collection
+from tensorbox._face import forward
 
 __all__ = ["TensorDictBase", "is_tensor_collection"]
 
-
-def __getattr__(name: str) -> Any:
-    import tensorbox
-
-    if name.startswith("_"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(tensorbox, name)
+__getattr__, __dir__ = forward(__name__, "tensorbox")

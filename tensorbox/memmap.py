@@ -1,7 +1,8 @@
-"""tensordict's ``tensordict.memmap`` module, under tensorbox: the same names.
+"""A shim: tensordict's ``tensordict.memmap`` import path, forwarding to ``tensorbox``.
 
 ``from tensordict.memmap import MemoryMappedTensor`` becomes
 ``from tensorbox.memmap import MemoryMappedTensor``.
+Any other public name of ``tensorbox`` resolves here too.
 
 >>> import torch
 >>> from tensorbox.memmap import MemoryMappedTensor
@@ -11,16 +12,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from tensorbox._face import forward
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor
 
 __all__ = ["MemoryMappedTensor"]
 
-
-def __getattr__(name: str) -> Any:
-    import tensorbox
-
-    if name.startswith("_"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(tensorbox, name)
+__getattr__, __dir__ = forward(__name__, "tensorbox")

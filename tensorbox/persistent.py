@@ -1,8 +1,9 @@
-"""tensordict's ``tensordict.persistent`` module, under tensorbox: the same names.
+"""A shim: tensordict's ``tensordict.persistent`` import path, forwarding to ``tensorbox``.
 
 ``from tensordict.persistent import PersistentTensorDict`` becomes
 ``from tensorbox.persistent import PersistentTensorDict`` (h5py and zarr load when a
 file is opened, not on import).
+Any other public name of ``tensorbox`` resolves here too.
 
 >>> from tensorbox.persistent import PersistentTensorDict
 >>> PersistentTensorDict.__name__
@@ -11,16 +12,9 @@ file is opened, not on import).
 
 from __future__ import annotations
 
-from typing import Any
-
+from tensorbox._face import forward
 from tensorbox.interop.persistent import PersistentTensorDict
 
 __all__ = ["PersistentTensorDict"]
 
-
-def __getattr__(name: str) -> Any:
-    import tensorbox
-
-    if name.startswith("_"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(tensorbox, name)
+__getattr__, __dir__ = forward(__name__, "tensorbox")

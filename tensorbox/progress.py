@@ -47,6 +47,7 @@ import contextvars
 import logging
 import sys
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import IO, Any
 
@@ -59,6 +60,8 @@ logger.addHandler(logging.NullHandler())
 LARGE_BYTES = 256 << 20
 # A plain line (no tqdm) at most this often, in seconds.
 _PLAIN_EVERY = 5.0
+# The bar's status text at most this often (a refresh costs more than a small step).
+_STATUS_EVERY = 0.5
 
 _current: contextvars.ContextVar[Progress | None] = contextvars.ContextVar(
     "tensorbox_progress", default=None
@@ -102,8 +105,9 @@ class Progress:
     stderr is a terminal and ``total`` is at least ``large`` (256 MiB for bytes; any
     amount for counts). ``bar=False`` forces the plain-line form (no tqdm);
     ``log=False`` keeps the summary out of the log (a quick inner step); ``initial``
-    counts work done before (a resumed run; the rate leaves it out).
-    While open, :func:`advance` calls in this context update it.
+    counts work done before (a resumed run; the rate leaves it out); ``status``, a
+    function giving a short state (``"fill 3/8 wait 0.2s"``), shown beside the bar
+    and on each plain line. While open, :func:`advance` calls in this context update it.
 
     >>> import io
     >>> with Progress("decode", 10, unit="img", progress=True, file=io.StringIO(), bar=False) as p:
@@ -124,8 +128,9 @@ class Progress:
         bar: bool = True,
         log: bool = True,
         initial: int = 0,
+        status: Callable[[], str] | None = None,
     ) -> None:
-        self.desc, self.total, self.unit = desc, total, unit
+        self.desc, self.total, self.unit, self.status = desc, total, unit, status
         self.done, self.files, self.initial = initial, 0, initial
         self.file = file if file is not None else sys.stderr
         if progress is None:
@@ -136,7 +141,7 @@ class Progress:
         self._bar: Any = None
         if progress and bar:
             try:
-                from tqdm import tqdm
+                from tqdm.auto import tqdm  # a widget in a notebook
             except ImportError:  # the plain line below
                 pass
             else:
@@ -177,13 +182,19 @@ class Progress:
         self.files += files
         if self._bar is not None:
             self._bar.update(amount)
+            if self.status is not None:
+                now = time.perf_counter()
+                if now - self._last >= _STATUS_EVERY:
+                    self._last = now
+                    self._bar.set_postfix_str(self.status(), refresh=False)
         elif self.shown:
             now = time.perf_counter()
             if now - self._last >= _PLAIN_EVERY:
                 self._last = now
                 of = f" of {self._amount(self.total)}" if self.total else ""
                 pct = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
-                print(f"{self.desc}: {self._amount(self.done)}{of}{pct}", file=self.file)
+                status = f" | {self.status()}" if self.status is not None else ""
+                print(f"{self.desc}: {self._amount(self.done)}{of}{pct}{status}", file=self.file)
 
     def close(self, ok: bool = True) -> None:
         """End the bar and write the summary (once); a failure logs that it stopped."""

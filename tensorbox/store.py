@@ -1,8 +1,9 @@
-"""tensordict's ``tensordict.store`` module, under tensorbox: the same names.
+"""A shim: tensordict's ``tensordict.store`` import path, forwarding to ``tensorbox``.
 
 ``from tensordict.store import TensorDictStore`` becomes
 ``from tensorbox.store import TensorDictStore`` (the Redis client loads when a store
 connects, not on import).
+Any other public name of ``tensorbox`` resolves here too.
 
 >>> from tensorbox.store import LazyStackedTensorDictStore, TensorDictStore
 >>> TensorDictStore.__name__
@@ -11,16 +12,9 @@ connects, not on import).
 
 from __future__ import annotations
 
-from typing import Any
-
+from tensorbox._face import forward
 from tensorbox._redis import LazyStackedTensorDictStore, TensorDictStore
 
 __all__ = ["LazyStackedTensorDictStore", "TensorDictStore"]
 
-
-def __getattr__(name: str) -> Any:
-    import tensorbox
-
-    if name.startswith("_"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(tensorbox, name)
+__getattr__, __dir__ = forward(__name__, "tensorbox")

@@ -1,4 +1,4 @@
-"""tensordict's ``tensordict.tensordict`` module, under tensorbox: the same names.
+"""A shim: tensordict's ``tensordict.tensordict`` import path, forwarding to ``tensorbox``.
 
 Code that imports from tensordict's submodules switches by the package name only:
 ``from tensordict.tensordict import TensorDict`` becomes
@@ -12,17 +12,9 @@ True
 
 from __future__ import annotations
 
-from typing import Any
-
 from tensorbox._core.tensordict import TensorDict, TensorDictBase, is_tensor_collection
+from tensorbox._face import forward
 
 __all__ = ["TensorDict", "TensorDictBase", "is_tensor_collection"]
 
-
-def __getattr__(name: str) -> Any:
-    # the rest of the package's public names (LazyStackedTensorDict, stack...), on demand
-    import tensorbox
-
-    if name.startswith("_"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(tensorbox, name)
+__getattr__, __dir__ = forward(__name__, "tensorbox")

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.future import TensorDictFuture
-from tensorbox._core.keys import NestedKey, unravel_key
+from tensorbox._core.nestedkey import NestedKey, unravel_key
 from tensorbox._core.tensordict import is_tensor_collection
 from tensorbox._tensorclass import is_tensorclass
 

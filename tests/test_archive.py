@@ -20,8 +20,8 @@ from tensorbox import FormatError, IncompleteTreeError, TensorDict, tensorclass
 from tensorbox._storage.archive import crc32 as _crc32
 from tensorbox._storage.archive import store as _archive
 from tensorbox._storage.archive import zip as _zip
-from tensorbox._storage.cli import main
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor
+from tensorbox.cli import main
 
 DATA = Path(__file__).parent / "data" / "tensordict_0_15_archive"
 

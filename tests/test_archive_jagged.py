@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from tensorbox import TensorDict
 from tensorbox._storage.archive.convert import pack, unpack
-from tensorbox._storage.cli import main
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor
+from tensorbox.cli import main
 from tensorbox.errors import FormatError
 from tests.test_jagged import make_rows, njt, same_rows
 

@@ -16,7 +16,7 @@ import torch
 from tensorbox import FormatError, TensorDict
 from tensorbox._storage.archive import zip as _zip
 from tensorbox._storage.archive.convert import unpack
-from tensorbox._storage.cli import main
+from tensorbox.cli import main
 
 
 def _saved(tmp_path: Path, compression: str | None = None) -> tuple[Path, bytes]:

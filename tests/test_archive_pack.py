@@ -11,7 +11,7 @@ import torch
 
 from tensorbox import TensorDict
 from tensorbox._storage.archive.convert import pack
-from tensorbox._storage.cli import main
+from tensorbox.cli import main
 from tests.test_jagged import make_rows, njt, same_rows
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -491,6 +492,22 @@ def test_progress_bar(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
         assert len(list(buf)) == 6
     err = capsys.readouterr().err
     assert "epoch 0" in err and "6/6" in err
+    assert re.search(r"epoch 0: 6 batch, [0-9.]+ s, [0-9.]+ batch/s", err)  # the summary
+
+
+def test_progress_lines_without_tqdm_show_the_buffer_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tensorbox.progress
+
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # not installed: plain lines
+    monkeypatch.setattr(tensorbox.progress, "_PLAIN_EVERY", 0.0)
+    with AugmentBuffer(
+        make_data(), noisy, batch_size=4, num_workers=0, dir=tmp_path, progress=True
+    ) as buf:
+        assert len(list(buf)) == 6
+    err = capsys.readouterr().err
+    assert re.search(r"epoch 0: 3 batch of 6 batch \(50%\) \| fill 0/1 wait [0-9.]+s", err)
 
 
 def test_inline_mode_keeps_its_slot_in_process_memory(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tensorbox import TensorDict
-from tensorbox._storage.cli import main
+from tensorbox.cli import main
 
 DATA = Path(__file__).parent / "data"
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tensorbox import TensorDict
-from tensorbox._storage.cli import main
+from tensorbox.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_S3FS = "error: 's3://bucket/t': s3:// URLs need the 's3fs' package: pip install 'tensorbox[s3]'"

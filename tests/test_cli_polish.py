@@ -14,7 +14,7 @@ import torch
 
 import tensorbox
 from tensorbox import TensorDict
-from tensorbox._storage.cli import main
+from tensorbox.cli import main
 from tests.checkout import checkout_env
 
 

@@ -18,9 +18,9 @@ import torch
 from tensorbox import NonTensorData, TensorDict
 from tensorbox._storage import commit as _commit
 from tensorbox._storage import folder, persist
-from tensorbox._storage.cli import main
 from tensorbox._storage.fileref import FileRef, restore, shareable
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor
+from tensorbox.cli import main
 from tensorbox.errors import FormatError, IncompleteTreeError
 
 

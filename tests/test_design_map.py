@@ -5,7 +5,7 @@ Three tables: "Where each job lives" (paths under ``tensorbox/``), "The storage
 layer" (under ``tensorbox/_storage/``) and "The bridges" (under ``tensorbox/interop/``).
 In the first cell of a row, each backticked name is a module (``x.py``) or a package
 (``x/``, every module under it); a bare file name sits in the folder of the name before
-it in the same cell (``_core/shape.py``, ``keys.py``). The storage layer and the bridges
+it in the same cell (``_core/shape.py``, ``nestedkey.py``). The storage layer and the bridges
 have their own tables, so their package rows in the first table cover nothing.
 """
 
@@ -103,7 +103,7 @@ def test_every_module_has_a_row_and_every_row_names_real_modules() -> None:
 @pytest.mark.parametrize(
     "cell, names",
     [
-        ("`_core/shape.py`, `keys.py`", {"_core/shape.py", "_core/keys.py"}),
+        ("`_core/shape.py`, `nestedkey.py`", {"_core/shape.py", "_core/nestedkey.py"}),
         (
             "`archive/store.py`, `crc32.py`",
             {"_storage/archive/store.py", "_storage/archive/crc32.py"},

@@ -261,10 +261,34 @@ def test_kept_load_state_dict_of_a_container(lib: ModuleType) -> None:
             fresh.load_state_dict(weights.flatten_keys("."))
 
 
-def test_kept_stacked_metadata(lib: ModuleType) -> None:
-    """tensordict's MetaData stays one value through stack and expand; tensorbox's
-    MetaData is NonTensorData, which gives a value per row there."""
-    row = lib.TensorDict(m=lib.MetaData("x"), batch_size=[])
-    expect = "x" if lib.__name__ == "tensordict" else ["x", "x"]
-    assert torch.stack([row, row])["m"] == expect and row.expand(2)["m"] == expect
-    assert torch.stack([row, row])[0]["m"] == "x"  # the line that works in both
+def test_metadata_stays_one_value_through_stack_and_expand(lib: ModuleType) -> None:
+    """A ``MetaData`` is metadata of the whole batch: stack (of equal values), expand,
+    unsqueeze and indexing keep one value; text in a plain ``NonTensorData`` becomes a value
+    per row there."""
+    row = lib.TensorDict(m=lib.MetaData("x"), s=lib.NonTensorData("x"), batch_size=[])
+    for wide in (torch.stack([row, row]), row.expand(2), row.unsqueeze(0).expand(2, 1)):
+        assert wide["m"] == "x" and isinstance(wide.get("m"), lib.MetaData)
+        assert wide.get("m").batch_size == wide.batch_size
+        assert len(wide["s"]) == 2  # per row
+    assert torch.stack([row, row])[1:]["m"] == "x"
+    assert torch.cat([torch.stack([row, row])] * 2)["m"] == "x"
+    other = lib.TensorDict(m=lib.MetaData("y"), s=lib.NonTensorData("x"), batch_size=[])
+    mixed = torch.stack([row, other]).get("m")  # values that differ: one per row
+    assert isinstance(mixed, lib.NonTensorStack) and not isinstance(mixed, lib.MetaData)
+    assert mixed.tolist() == ["x", "y"]
+    one = lib.MetaData(0, batch_size=(1,)).expand((2, 3))
+    assert one.data == 0 and one.shape == (2, 3) and isinstance(one, lib.MetaData)
+    assert one.tolist() == [[0] * 3] * 2
+    assert isinstance(torch.stack([lib.MetaData(1), lib.MetaData(1)]), lib.MetaData)
+    assert torch.stack([lib.MetaData(1), lib.MetaData(2)]).tolist() == [1, 2]
+    assert not isinstance(lib.NonTensorData(1), lib.MetaData)
+    assert isinstance(row.clone().get("m"), lib.MetaData)
+
+
+def test_typed_metadata_checks_the_value(lib: ModuleType) -> None:
+    typed = lib.MetaData[int]
+    assert issubclass(typed, lib.MetaData) and lib.MetaData[int] is typed
+    assert isinstance(typed(0, batch_size=(3,)), lib.MetaData[int])
+    assert not isinstance(lib.MetaData("a"), lib.MetaData[int])
+    with pytest.raises(TypeError, match="Expected data of type int, got str"):
+        typed("a string")

@@ -395,7 +395,7 @@ def test_jagged_entry_needs_version_3(tmp_path: Path) -> None:
 
 
 def test_show_and_verify_list_jagged_leaves(tmp_path: Path) -> None:
-    from tensorbox._storage.cli import main
+    from tensorbox.cli import main
 
     t = _saved(tmp_path)
     out: list[str] = []

@@ -4,7 +4,8 @@ Every import statement is read on its own: ``from X import a, b`` imports ``X.a`
 that is a module of the package, else ``X`` (an edge per statement, never a set merged
 across statements), so the answer is the same under any ``PYTHONHASHSEED``
 (``test_the_graph_is_the_same_under_any_hash_seed`` checks it). Imports inside
-functions count ("lazy"); those under ``if TYPE_CHECKING:`` do not.
+functions count ("lazy"); those under ``if TYPE_CHECKING:`` do not, except in a face
+(``tensorbox/_face.py``), where they are the names ``_face.attach`` imports.
 
 The layers, lowest first (a module may import its own layer and those below):
 
@@ -14,13 +15,13 @@ The layers, lowest first (a module may import its own layer and those below):
 3. ``tensorbox._storage``, ``tensorbox.interop``, ``tensorbox.distributed``,
    ``tensorbox.weights``
 4. ``tensorbox.checkpoint``, ``tensorbox.data``, ``tensorbox.buffer``, the CLI
-   (``tensorbox._storage.cli``, ``tensorbox.__main__``) and the package face
+   (``tensorbox.cli``, ``tensorbox.__main__``) and the package face
    ``tensorbox`` (``__init__.py``)
 
 One written-down door lets a lower layer reach a higher one: the package face, the
-composition root, through its two tables of module paths (``_LAZY``, the public names
-its ``__getattr__`` loads on first use, and ``_PORTS``, what it binds to the core's
-ports, ``tensorbox/_core/ports.py``). The core imports nothing above it, lazily or not;
+composition root, through its two tables of module paths (its public names that load on
+first use, the ``if TYPE_CHECKING:`` imports that ``_face.attach`` reads, and
+``_PORTS``, what it binds to the core's ports, ``tensorbox/_core/ports.py``). The core imports nothing above it, lazily or not;
 no other import goes against the order, and once the face's tables are set aside no
 import cycle exists at all, lazy imports counted.
 """
@@ -42,6 +43,7 @@ PKG = Path(__file__).resolve().parents[1] / "tensorbox"
 #: Layer of each module, by the longest matching prefix.
 LAYERS: dict[str, int] = {
     "tensorbox.errors": 0,
+    "tensorbox._face": 0,  # how the faces list their names, and the shims' forwarder
     "tensorbox.progress": 0,  # the logger and progress reports: imports nothing of ours
     "tensorbox._core": 1,
     "tensorbox._tensorclass": 2,
@@ -55,8 +57,6 @@ LAYERS: dict[str, int] = {
     "tensorbox.checkpoint": 4,
     "tensorbox.data": 4,
     "tensorbox.buffer": 4,
-    "tensorbox._storage.cli": 4,
-    "tensorbox.__main__": 4,
     "tensorbox": 4,
 }
 FACE = "tensorbox"
@@ -72,7 +72,7 @@ OP_MODULES = (
     "tensorbox._core.jagged_gather",
     "tensorbox._core.jagged_pad",
     "tensorbox._core.keyops",
-    "tensorbox._core.keys",
+    "tensorbox._core.nestedkey",
     "tensorbox._core.nontensor",
     "tensorbox._core.pickling",
     "tensorbox._core.repr",
@@ -95,7 +95,7 @@ class Edge:
     target: str
     line: int
     lazy: bool  # inside a function
-    door: bool = False  # the face's ``__getattr__`` table
+    door: bool = False  # the package face's tables (its lazy names, its ports)
 
     def __str__(self) -> str:
         how = "lazily" if self.lazy else "at load time"
@@ -141,27 +141,48 @@ def _statements(path: Path, module: str) -> list[tuple[int, bool, ast.Import | a
     return out
 
 
-def _face_table(path: Path) -> list[tuple[int, str]]:
-    """The modules the package face imports by name: those its ``__getattr__`` loads
-    (``_LAZY`` values and ``_LAZY_MODULES``, relative to the package) and those it binds
-    to the core's ports (``_PORTS`` values, ``"tensorbox.module"`` or
-    ``"tensorbox.module:attribute"``, given here relative to the package), with their lines."""
-    out: list[tuple[int, str]] = []
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-            name = node.targets[0].id
-            if name == "_LAZY" and isinstance(node.value, ast.Dict):
-                out += [
-                    (v.lineno, v.value) for v in node.value.values if isinstance(v, ast.Constant)
-                ]
-            elif name == "_PORTS" and isinstance(node.value, ast.Dict):
-                out += [
-                    (v.lineno, v.value.split(":")[0].removeprefix(f"{path.parent.name}."))
-                    for v in node.value.values
-                    if isinstance(v, ast.Constant)
-                ]
-            elif name == "_LAZY_MODULES" and isinstance(node.value, ast.Tuple):
-                out += [(v.lineno, v.value) for v in node.value.elts if isinstance(v, ast.Constant)]
+def _attach_lazy(tree: ast.Module) -> tuple[str, ...] | None:
+    """The ``lazy=`` prefixes of the face's ``_face.attach(...)`` call; None: no call."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("attach"):
+            for kw in node.keywords:
+                if kw.arg == "lazy":
+                    return tuple(ast.literal_eval(kw.value))
+            return ()
+    return None
+
+
+def _face_table(path: Path, module: str) -> list[tuple[int, str, bool, bool]]:
+    """The modules a face (``tensorbox/_face.py``) imports by name, as
+    ``(line, module, lazy, door)``: those of its public names (the imports under
+    ``if TYPE_CHECKING:``, which ``_face.attach`` makes at runtime; lazy when under one of
+    its ``lazy=`` prefixes) and, for the package face, those it binds to the core's ports
+    (``_PORTS`` values, ``"tensorbox.module"`` or ``"tensorbox.module:attribute"``). The
+    package face's lazy names and ports are its door."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out: list[tuple[int, str, bool, bool]] = []
+    lazy_prefixes = _attach_lazy(tree)
+    for node in tree.body:
+        if lazy_prefixes is not None and isinstance(node, ast.If):
+            if ast.unparse(node.test) != "TYPE_CHECKING":
+                continue
+            for st in node.body:
+                assert isinstance(st, ast.ImportFrom) and st.module, ast.unparse(st)
+                for alias in st.names:
+                    target = f"{st.module}.{alias.name}" if st.module == module else st.module
+                    lazy = any(target == p or target.startswith(p + ".") for p in lazy_prefixes)
+                    out.append((st.lineno, target, lazy, lazy and module == FACE))
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id == "_PORTS"
+            and isinstance(node.value, ast.Dict)
+        ):
+            out += [
+                (v.lineno, v.value.split(":")[0], True, True)
+                for v in node.value.values
+                if isinstance(v, ast.Constant)
+            ]
     return out
 
 
@@ -184,11 +205,11 @@ def read_graph(root: Path = PKG) -> list[Edge]:
             for t in targets:
                 if t in modules and t != module:
                     edges.add(Edge(module, t, line, lazy))
-        if module == root.name:
-            for line, name in _face_table(path):
-                target = f"{module}.{name}"
-                if target in modules:
-                    edges.add(Edge(module, target, line, True, door=True))
+        if is_pkg:
+            for line, name, lazy, door in _face_table(path, module):
+                target = name.replace(FACE, root.name, 1)
+                if target in modules and target != module:
+                    edges.add(Edge(module, target, line, lazy, door=door))
     return sorted(edges)
 
 
@@ -381,6 +402,7 @@ def test_data_and_buffer_use_the_public_api() -> None:
         for e in GRAPH
         if e.source.startswith(users)
         and not e.target.startswith(users)
+        and e.target != "tensorbox._face"  # how a face lists its names: not an API in use
         and any(part.startswith("_") for part in e.target.split(".")[1:])
     ]
     assert private == []

@@ -1,4 +1,4 @@
-"""tensordict's lazy-legacy mode (tensorbox/_core/legacy.py, _core/lazyshape.py).
+"""tensordict's lazy-legacy mode (tensorbox/_core/lazy_legacy.py, _core/lazyshape.py).
 
 Under ``set_lazy_legacy(True)`` the shape ops of a TensorDict give views whose reads
 are torch's op on the source's leaves (checked against torch for random shapes and

@@ -103,7 +103,7 @@ def test_metadata_takes_a_type_parameter_as_in_tensordict() -> None:
         custom_data: MetaData[str]
 
     c = C(custom_data=MetaData[str]("abc"))
-    # tensordict keeps a stacked MetaData one value; here MetaData is NonTensorData, whose
-    # stack is a value per row (docs/migrating.md lists the difference)
-    assert c.custom_data == "abc" and torch.stack([c, c]).custom_data == ["abc", "abc"]
+    # a stacked MetaData stays one value, as tensordict's
+    assert c.custom_data == "abc" and torch.stack([c, c]).custom_data == "abc"
+    assert torch.stack([c, C(custom_data=MetaData("x"))]).custom_data == ["abc", "x"]
     assert isinstance(MetaData("x"), MetaData[str]) and MetaData[str]("y").data == "y"

@@ -48,8 +48,10 @@ def test_shape_ops_follow_torch(n: int, reps: int) -> None:
 
 
 def test_a_shared_value_keeps_its_shape() -> None:
-    d = MetaData(0, batch_size=[3])
-    assert MetaData is NonTensorData
+    d = NonTensorData(0, batch_size=[3])
+    assert type(MetaData(0)) is NonTensorData and MetaData(0).meta and not d.meta
+    m = MetaData(0, batch_size=[3]).expand(2, 3)  # metadata: one value, whatever the shape
+    assert m.shape == (2, 3) and not m.stacked and m.tolist() == [[0, 0, 0], [0, 0, 0]]
     assert d.expand(3).data == 0 and not d.expand(3).stacked  # no dim added: one value
     e = d.expand(2, 3)  # a dim added: a value per element, as tensordict's NonTensorStack
     assert e.shape == (2, 3) and e.stacked

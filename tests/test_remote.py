@@ -14,8 +14,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tensorbox import TensorDict
-from tensorbox._storage import cli, remote
+from tensorbox import TensorDict, cli
+from tensorbox._storage import remote
 from tests.servers import HTTPServer, S3Server
 
 pytest.importorskip("fsspec")

@@ -409,8 +409,11 @@ def test_an_s3_save_to_a_dead_endpoint_names_the_url(tmp_path: Path) -> None:
 
 
 def test_a_save_never_adopts_another_writers_upload(
-    s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache: remote.RangeCache
 ) -> None:
+    """fsspec's put returns nothing that ties the object to the saved bytes, and another
+    writer's upload can land right after it: the save keeps its copy under its tree id
+    alone, never under an identity read after the put (which would be the other's)."""
     import s3fs
 
     opts = s3_server.storage_options()
@@ -418,20 +421,35 @@ def test_a_save_never_adopts_another_writers_upload(
     fs.mkdir("tbx-race")
     ours, theirs = _td(1, 256), _td(2, 256)
     theirs.memmap(str(tmp_path / "theirs.tdz"), archive=True)
-    real = remote.FsspecTransport.identity
-    raced = []
+    real_put, real_identity = remote.FsspecTransport.put_file, remote.FsspecTransport.identity
+    raced, looked = [], []
 
-    def put_then_look(self: remote.FsspecTransport, rel: str = "") -> dict[str, object]:
-        if not raced:  # the other writer's put lands right after ours, before our HEAD
-            other = s3fs.S3FileSystem(skip_instance_cache=True, **opts)
-            other.put_file(str(tmp_path / "theirs.tdz"), "tbx-race/ds.tdz")
-            raced.append(True)
-        return real(self, rel)
+    def put_then_another(self: remote.FsspecTransport, local: str, rel: str = "") -> object:
+        reply = real_put(self, local, rel)  # the other writer's put lands right after ours
+        other = s3fs.S3FileSystem(skip_instance_cache=True, **opts)
+        other.put_file(str(tmp_path / "theirs.tdz"), "tbx-race/ds.tdz")
+        raced.append(True)
+        return reply
 
-    monkeypatch.setattr(remote.FsspecTransport, "identity", put_then_look)
+    def look(self: remote.FsspecTransport, rel: str = "") -> dict[str, object]:
+        looked.append(rel)  # an identity read after the put: the other writer's by now
+        return real_identity(self, rel)
+
+    monkeypatch.setattr(remote.FsspecTransport, "put_file", put_then_another)
+    monkeypatch.setattr(remote.FsspecTransport, "identity", look)
     saved = ours.memmap("s3://tbx-race/ds.tdz", archive=True, storage_options=opts)
-    monkeypatch.setattr(remote.FsspecTransport, "identity", real)
-    assert raced and torch.equal(saved["x"], ours["x"])  # the saver keeps its own bytes
+    monkeypatch.setattr(remote.FsspecTransport, "put_file", real_put)
+    monkeypatch.setattr(remote.FsspecTransport, "identity", real_identity)
+    assert raced and not looked  # the save asked the server nothing after its put
+    assert torch.equal(saved["x"], ours["x"])  # the saver keeps its own bytes
+    # No copy is kept under the other upload's identity, which a look after the put
+    # would have read (tied to the saved bytes by nothing):
+    theirs_id = real_identity(remote.FsspecTransport("s3://tbx-race/ds.tdz", opts))
+    ours_tree = remote._local_tree_id(saved["x"].filename)  # the saved copy's own index
+    adopted = {"object": theirs_id, "tree": ours_tree, "part": "whole"}
+    assert not os.path.exists(cache.path_for(adopted))
+    assert os.path.exists(cache.path_for({"url": "s3://tbx-race/ds.tdz", "tree": ours_tree,
+                                          "part": "whole"}))  # fmt: skip
     assert fs.size("tbx-race/ds.tdz") == (tmp_path / "theirs.tdz").stat().st_size
     unpack("s3://tbx-race/ds.tdz", str(tmp_path / "out"), storage_options=opts)
     assert torch.equal(TensorDict.load_memmap(str(tmp_path / "out"))["x"], theirs["x"])

@@ -16,10 +16,10 @@ import torch
 from tensorbox import TensorDict, unpack
 from tensorbox._storage import remote
 from tensorbox._storage.archive.store import write_file
-from tensorbox._storage.cli import main
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor
 from tensorbox._storage.remote import transport as remote_transport
 from tensorbox._storage.remote_tree import RemoteTensor
+from tensorbox.cli import main
 from tests.servers import HTTPServer, S3Server
 
 pytest.importorskip("fsspec")

@@ -13,7 +13,7 @@ import torch
 from tensorbox import FormatError, TensorDict
 from tensorbox._storage.archive import zip as _zip
 from tensorbox._storage.archive.convert import MAX_NAME_BYTES, MAX_NAME_PARTS, unpack
-from tensorbox._storage.cli import main
+from tensorbox.cli import main
 
 
 def _archive(tmp_path: Path, extra: list[tuple[str, bytes]]) -> Path:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from tensorbox._core.keys import format_key
+from tensorbox._core.nestedkey import format_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.shape import as_batch_size, check_leaf_shape, leads_with
 from tensorbox._core.tree import KEEP, as_device, store_of, tensor_leaves

@@ -41,7 +41,7 @@ from torch import Tensor
 
 from tensorbox._core.future import run_in_thread
 from tensorbox._core.jagged import NJT, from_parts, parts
-from tensorbox._core.keys import format_key
+from tensorbox._core.nestedkey import format_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.schema import DTYPES
 from tensorbox._core.tree import is_coll, new_plain, set_locked
@@ -205,7 +205,20 @@ def consolidate(
     pin_memory: bool = False,
     metadata: bool = False,
 ) -> Any:
-    """See ``TensorCollection.consolidate``."""
+    """Every tensor leaf copied into one contiguous storage (a file with ``filename``);
+    the result is locked and its leaves are views of that storage.
+
+    ``to(device)`` of the result moves the storage in one copy, and pickling it sends
+    one buffer. Unlocking ends the consolidation. ``return_early=True`` returns a
+    ``TensorDictFuture`` of the result; ``num_threads`` copies leaves in
+    parallel; ``device``, ``share_memory`` and ``pin_memory`` place the storage.
+
+    >>> import torch; from tensorbox import TensorDict
+    >>> td = TensorDict({"a": torch.zeros(4), "b": {"c": torch.ones(4, 2)}}, batch_size=[4])
+    >>> c = td.consolidate()
+    >>> c.is_consolidated(), (c == td).all()
+    (True, True)
+    """
     del metadata  # tensordict's switch for jagged metadata; the layout is always kept
     if return_early:
         if non_blocking:

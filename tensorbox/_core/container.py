@@ -55,7 +55,6 @@ from tensorbox._core.backing import UNLOCK as _UNLOCK
 from tensorbox._core.backing import sync_open
 from tensorbox._core.batchshape import BatchShaped
 from tensorbox._core.entries import prepare_entry
-from tensorbox._core.keys import format_key
 from tensorbox._core.methods.compat import CompatMethods
 from tensorbox._core.methods.convert import ConvertMethods
 from tensorbox._core.methods.entries import EntryMethods, is_key, put
@@ -66,6 +65,7 @@ from tensorbox._core.methods.shape import ShapeMethods
 from tensorbox._core.methods.structure import StructureMethods
 from tensorbox._core.methods.transport import TransportMethods
 from tensorbox._core.methods.weights import WeightsMethods
+from tensorbox._core.nestedkey import format_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.nontensor import read as _read
 from tensorbox._core.shape import as_batch_size, check_leaf_shape

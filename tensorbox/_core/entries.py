@@ -26,7 +26,7 @@ from tensorbox._core import chunks as _chunks
 from tensorbox._core import jagged as _jagged
 from tensorbox._core import liststack as _liststack
 from tensorbox._core import ports as _ports
-from tensorbox._core.keys import check_str_key, format_key
+from tensorbox._core.nestedkey import check_str_key, format_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.shape import check_leaf_shape, leads_with
 from tensorbox._core.tree import is_coll, new_plain

@@ -33,7 +33,7 @@ from torch.nested._internal import nested_tensor as _nt
 from torch.nested._internal.nested_tensor import NestedTensor
 
 from tensorbox._core import jagged_gather as _jg
-from tensorbox._core.keys import format_key
+from tensorbox._core.nestedkey import format_key
 from tensorbox.errors import BatchDimError, BatchSizeError
 
 

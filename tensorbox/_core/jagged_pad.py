@@ -20,7 +20,7 @@ from torch import Tensor
 
 from tensorbox._core.jagged import NJT, _row_index, parts
 from tensorbox._core.jagged_gather import gather_padded, pad_parts
-from tensorbox._core.keys import NestedKey, format_key, unravel_key
+from tensorbox._core.nestedkey import NestedKey, format_key, unravel_key
 
 if TYPE_CHECKING:
     from tensorbox._core.container import TensorCollection

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from tensorbox._core.apply import clone
 from tensorbox._core.entries import copy_leaf, prepare_entry
-from tensorbox._core.keys import NestedKey, unravel_key
+from tensorbox._core.nestedkey import NestedKey, unravel_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.tree import find_missing, is_coll, missing_key_error, new_plain, raw, store_of
 from tensorbox.errors import KeyCollisionError, LockedError

@@ -1,6 +1,6 @@
 """Lazy shape views of a ``TensorDict``, under tensordict's lazy-legacy mode.
 
-With ``set_lazy_legacy(True)`` (``_core/legacy.py``), ``td.permute(...)``,
+With ``set_lazy_legacy(True)`` (``_core/lazy_legacy.py``), ``td.permute(...)``,
 ``transpose``, ``unsqueeze``, ``squeeze`` and ``view`` of a ``TensorDict`` give a
 ``ShapeView``:
 
@@ -35,8 +35,8 @@ from torch import Tensor
 
 from tensorbox._core import shapeops as _shapeops
 from tensorbox._core.entries import prepare_entry
-from tensorbox._core.keys import format_key
-from tensorbox._core.legacy import suspended
+from tensorbox._core.lazy_legacy import suspended
+from tensorbox._core.nestedkey import format_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.shape import check_dim, shape_from_args
 from tensorbox._core.tensordict import TensorDict

@@ -41,8 +41,8 @@ from torch import Tensor
 
 from tensorbox._core.functional import stack as dense_stack
 from tensorbox._core.getdefault import UNSET, missing_default
-from tensorbox._core.keys import NestedKey, format_key, unravel_key
 from tensorbox._core.lazystack_pad import pad_in_place
+from tensorbox._core.nestedkey import NestedKey, format_key, unravel_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.nontensor import wrap as _wrap
 from tensorbox._core.tensordict import TensorDict

@@ -31,8 +31,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tensorbox._core.keys import format_key
 from tensorbox._core.modeswitch import ModeSwitch, env_flag
+from tensorbox._core.nestedkey import format_key
 from tensorbox._core.nontensor import NonTensorData, per_row
 from tensorbox.errors import BatchSizeError
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tensorbox._core.keys import NestedKey, unravel_key
+from tensorbox._core.nestedkey import NestedKey, unravel_key
 from tensorbox._core.tree import is_coll, keys_list, new_plain
 
 __all__ = ["merge_tensordicts"]

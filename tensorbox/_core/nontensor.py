@@ -88,12 +88,16 @@ class NonTensorData:
     A container holding the value uses its own batch size and device instead, as
     tensordict does; shape ops and indexing keep a shared value as it is.
 
+    ``meta=True`` (what :class:`MetaData` builds): the value is metadata of the whole
+    batch, as tensordict's ``MetaData``: ``expand``, ``unsqueeze`` and a stack of equal
+    values keep it one shared value instead of one value per element.
+
     >>> d = NonTensorData("a", batch_size=[2])
     >>> d.batch_size, d.tolist(), d.value
     (torch.Size([2]), ['a', 'a'], 'a')
     """
 
-    __slots__ = ("_batch_size", "data", "device", "stacked")
+    __slots__ = ("_batch_size", "data", "device", "meta", "stacked")
 
     def __init__(
         self,
@@ -102,9 +106,11 @@ class NonTensorData:
         batch_size: Sequence[int] | int | None = None,
         device: Any = None,
         stacked: bool = False,
+        meta: bool = False,
     ) -> None:
         self.data = data
         self.stacked = stacked
+        self.meta = meta and not stacked
         self.device = None if device is None else torch.device(device)
         self._batch_size = None if batch_size is None else _batch_arg(batch_size)
         if stacked and self._batch_size is not None and self._batch_size != data.shape:
@@ -171,6 +177,11 @@ class NonTensorData:
             items = list(args[0])
             dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
             if all(type(it) is NonTensorData for it in items):
+                if func is torch.stack and _all_meta(items) and _all_same(items):
+                    first = items[0]  # equal MetaData values stay one, with a new batch
+                    size = first.batch_size
+                    new = torch.stack([torch.empty(()).expand(size)] * len(items), dim).shape
+                    return NonTensorData(first.data, batch_size=new, device=first.device, meta=True)
                 if func is torch.stack:
                     return NonTensorStack(*items, stack_dim=dim)  # type: ignore[call-arg]  # the metaclass builds it
                 arrays = [it.full(it.batch_size) for it in items]
@@ -188,7 +199,7 @@ class NonTensorData:
         if self.stacked:
             return self.map_batch(fn)
         new = fn(torch.empty(()).expand(self.batch_size)).shape
-        return NonTensorData(self.data, batch_size=new, device=self.device)
+        return NonTensorData(self.data, batch_size=new, device=self.device, meta=self.meta)
 
     def view(self, *shape: Any) -> NonTensorData:
         """The values with batch shape ``shape`` (torch's ``view`` rules).
@@ -225,8 +236,9 @@ class NonTensorData:
 
     def _grown(self, out: NonTensorData) -> NonTensorData:
         """``out`` (this value after a shape op) as one value per element when the op
-        added batch dims to one shared value: tensordict's ``expand`` and ``unsqueeze``."""
-        if out.stacked or len(out.batch_size) <= len(self.batch_size):
+        added batch dims to one shared value: tensordict's ``expand`` and ``unsqueeze``
+        (a ``MetaData`` stays one value, as tensordict's)."""
+        if out.stacked or out.meta or len(out.batch_size) <= len(self.batch_size):
             return out
         return NonTensorData(out.full(out.batch_size), stacked=True, device=self.device)
 
@@ -261,7 +273,7 @@ class NonTensorData:
         data = copy.deepcopy(self.data) if recurse else self.data
         if self.stacked:
             return NonTensorData(data if recurse else data.copy(), stacked=True, device=self.device)
-        return NonTensorData(data, batch_size=self._batch_size, device=self.device)
+        return NonTensorData(data, batch_size=self._batch_size, device=self.device, meta=self.meta)
 
     def contiguous(self, *args: Any, **kwargs: Any) -> NonTensorData:
         """The values themselves (they are always held in one array)."""
@@ -320,8 +332,9 @@ class NonTensorData:
         """
         if type(items[0].data) is UnbatchedTensor:
             return _one_unbatched(items, "stack")
-        if (_CAPTURE[0] or torch.compiler.is_compiling()) and _all_same(items):
-            # captured (tensordict's switch), or compiled (no object arrays in a graph)
+        if (_CAPTURE[0] or torch.compiler.is_compiling() or _all_meta(items)) and _all_same(items):
+            # captured (tensordict's switch), compiled (no object arrays in a graph), or
+            # metadata (tensordict's ``MetaData`` stays one value when the rows agree)
             return items[0]
         return per_row(np.stack([it.full(batch_size) for it in items], axis=dim))
 
@@ -389,11 +402,11 @@ class NonTensorData:
     __hash__ = None  # type: ignore[assignment]
 
     def __class_getitem__(cls, item: Any) -> type[NonTensorData]:
-        """``MetaData[str]``: tensordict's generic spelling of the value's type, for
-        annotations (``custom_data: MetaData[str]``); the class itself, so ``isinstance``
-        and construction work with it.
+        """``NonTensorData[str]``: a generic spelling of the value's type, for annotations
+        (``custom_data: NonTensorData[str]``); the class itself, so ``isinstance`` and
+        construction work with it.
 
-        >>> MetaData[str]("abc").data, isinstance(MetaData("x"), MetaData[str])
+        >>> NonTensorData[str]("abc").data, isinstance(NonTensorData("x"), NonTensorData[str])
         ('abc', True)
         """
         return cls
@@ -407,9 +420,17 @@ class NonTensorData:
         """
         return self.data(*args, **kwargs)
 
+    def __setstate__(self, state: Any) -> None:
+        """Unpickle, values pickled before ``meta`` existed included (they are not metadata)."""
+        self.meta = False
+        slots = state[1] if isinstance(state, tuple) else state
+        for k, v in (slots or {}).items():
+            setattr(self, k, v)
+
     def __repr__(self) -> str:
         extra = "" if self._batch_size is None else f", batch_size={list(self._batch_size)}"
-        return f"NonTensorData({self.value!r}{extra})"
+        name = "MetaData" if self.meta else "NonTensorData"
+        return f"{name}({self.value!r}{extra})"
 
 
 def _to_shape(v: NonTensorData, shape: tuple[int, ...]) -> np.ndarray:
@@ -417,8 +438,64 @@ def _to_shape(v: NonTensorData, shape: tuple[int, ...]) -> np.ndarray:
     return np.broadcast_to(arr, shape)
 
 
-#: tensordict's name for a value shared by the whole batch: here the same class.
-MetaData = NonTensorData
+def _all_meta(items: Sequence[NonTensorData]) -> bool:
+    return all(it.meta for it in items)
+
+
+class _MetaType(type):
+    """``MetaData(value)`` builds a ``NonTensorData`` marked as metadata
+    (``meta=True``); ``isinstance(x, MetaData)`` is true for those. ``MetaData[T]`` is a
+    subclass whose values must be instances of ``T``."""
+
+    _type: type | None = None
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        if type(obj) is not NonTensorData or not obj.meta:
+            return False
+        return cls._type is None or isinstance(obj.data, cls._type)
+
+    def __call__(
+        cls, data: Any, *, batch_size: Sequence[int] | int | None = None, device: Any = None
+    ) -> NonTensorData:
+        if cls._type is not None and not isinstance(data, cls._type):
+            raise TypeError(
+                f"MetaData[{cls._type.__name__}]: Expected data of type "
+                f"{cls._type.__name__}, got {type(data).__name__} ({data!r})"
+            )
+        return NonTensorData(data, batch_size=batch_size, device=device, meta=True)
+
+    def __getitem__(cls, item: Any) -> _MetaType:
+        if not isinstance(item, type):  # ``MetaData[Any]``, ``MetaData["str"]``: unchecked
+            return cls
+        typed = _TYPED.get(item)
+        if typed is None:
+            typed = _TYPED[item] = _MetaType(f"MetaData[{item.__name__}]", (cls,), {})
+            typed._type = item
+        return typed
+
+
+_TYPED: dict[type, _MetaType] = {}
+
+
+class MetaData(metaclass=_MetaType):
+    """tensordict's metadata of a whole batch: a ``NonTensorData`` (``meta=True``)
+    whose one value stays shared through ``expand``, ``unsqueeze`` and a stack of
+    equal values (a plain ``NonTensorData`` becomes one value per element there).
+    ``MetaData[T]`` checks the value's type.
+
+    >>> import torch
+    >>> from tensorbox import TensorDict
+    >>> td = TensorDict(m=MetaData("run-1"), s=NonTensorData("x"))
+    >>> wide = td.expand(2)
+    >>> wide["m"], wide["s"], isinstance(wide.get("m"), MetaData)
+    ('run-1', ['x', 'x'], True)
+    >>> torch.stack([td, td])["m"]
+    'run-1'
+    >>> MetaData[int]("a")
+    Traceback (most recent call last):
+    ...
+    TypeError: MetaData[int]: Expected data of type int, got str ('a')
+    """
 
 
 class _StackType(type):
@@ -509,6 +586,7 @@ def wrap(v: NonTensorData, batch_size: torch.Size) -> Any:
     out.stacked = False
     out.device = v.device
     out._batch_size = batch_size
+    out.meta = v.meta
     return out
 
 

@@ -289,26 +289,22 @@ def _detailed_value(v: Any, indent: str, parent: Any) -> str:
     return _detailed(v, indent)
 
 
+#: The fields of a leaf in the detailed layout: (option that shows it, name, value).
+_TENSOR_FIELDS: tuple[tuple[str, str, Callable[[Tensor], Any]], ...] = (
+    ("show_shape", "shape", lambda t: t.shape),
+    ("show_field_device", "device", lambda t: t.device),
+    ("show_dtype", "dtype", lambda t: t.dtype),
+    ("show_field_is_shared", "is_shared", lambda t: _guard(t.is_shared)),
+    ("show_grad", "requires_grad", lambda t: t.requires_grad),
+    ("show_is_contiguous", "is_contiguous", lambda t: _guard(t.is_contiguous)),
+    ("show_is_view", "is_view", lambda t: t._base is not None),
+    ("show_storage_size", "storage_size", lambda t: _guard(lambda: t.untyped_storage().nbytes())),
+)
+
+
 def _detailed_tensor(t: Tensor) -> str:
-    o = _OPTIONS
-    parts = []
-    if o["show_shape"]:
-        parts.append(f"shape={t.shape}")
-    if o["show_field_device"]:
-        parts.append(f"device={t.device}")
-    if o["show_dtype"]:
-        parts.append(f"dtype={t.dtype}")
-    if o["show_field_is_shared"]:
-        parts.append(f"is_shared={_guard(t.is_shared)}")
-    if o["show_grad"]:
-        parts.append(f"requires_grad={t.requires_grad}")
-    if o["show_is_contiguous"]:
-        parts.append(f"is_contiguous={_guard(t.is_contiguous)}")
-    if o["show_is_view"]:
-        parts.append(f"is_view={t._base is not None}")
-    if o["show_storage_size"]:
-        parts.append(f"storage_size={_guard(lambda: t.untyped_storage().nbytes())}")
-    if o["plain"]:
+    parts = [f"{name}={value(t)}" for option, name, value in _TENSOR_FIELDS if _OPTIONS[option]]
+    if _OPTIONS["plain"]:
         parts.extend(_stats(t))
     name = "Tensor" if type(t) is Tensor else type(t).__name__
     return f"{name}({', '.join(parts)})"

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.jagged import NJT
-from tensorbox._core.keys import format_key
+from tensorbox._core.nestedkey import format_key
 from tensorbox._core.nontensor import cpu_index, per_row
 from tensorbox._core.tree import is_coll, new_plain
 from tensorbox.errors import TensorDictKeyError

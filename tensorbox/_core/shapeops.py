@@ -104,10 +104,11 @@ def unsqueeze(td: C, dim: int) -> C:
 
 def _per_element(td: C) -> C:
     """``td`` (new, from ``expand`` or ``unsqueeze`` adding batch dims) with each shared
-    non-tensor value held once per element, as tensordict's ``NonTensorStack``."""
+    non-tensor value held once per element, as tensordict's ``NonTensorStack`` (a
+    ``MetaData`` stays one value, as tensordict's)."""
     store = td._tensordict
     for k, v in store.items():
-        if type(v) is _NTD and not v.stacked and type(v.data) is not UnbatchedTensor:
+        if type(v) is _NTD and not (v.stacked or v.meta) and type(v.data) is not UnbatchedTensor:
             store[k] = _NTD(v.full(td._batch_size), stacked=True, device=v.device)
     return td
 

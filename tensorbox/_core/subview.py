@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from tensorbox._core import index as _index
-from tensorbox._core.keys import NestedKey, format_key, unravel_key
+from tensorbox._core.nestedkey import NestedKey, format_key, unravel_key
 from tensorbox._core.nontensor import NonTensorData, cpu_index
 from tensorbox._core.shape import normalize_index
 from tensorbox._core.tensordict import TensorDict

@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from tensorbox._core import ports as _ports
-from tensorbox._core.keys import NestedKey, format_key
+from tensorbox._core.nestedkey import NestedKey, format_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox.errors import BatchSizeError, TensorDictKeyError
 

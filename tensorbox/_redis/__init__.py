@@ -35,7 +35,13 @@ is not what the header promises.
 torch.Size([2, 84])
 """
 
-from tensorbox._redis.stack import LazyStackedTensorDictStore
-from tensorbox._redis.store import TensorDictStore
+from typing import TYPE_CHECKING
 
-__all__ = ["LazyStackedTensorDictStore", "TensorDictStore"]
+from tensorbox import _face
+
+# The public names, each listed once (``tensorbox/_face.py``).
+if TYPE_CHECKING:
+    from tensorbox._redis.stack import LazyStackedTensorDictStore as LazyStackedTensorDictStore
+    from tensorbox._redis.store import TensorDictStore as TensorDictStore
+
+__getattr__, __dir__, __all__ = _face.attach(__name__, __file__)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tensorbox._core.keys import format_key, unravel_key
+from tensorbox._core.nestedkey import format_key, unravel_key
 from tensorbox._core.nontensor import NonTensorData, per_row
 from tensorbox._core.tensordict import TensorDict
 from tensorbox._redis.wire import (

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from tensorbox._core.functional import stack
-from tensorbox._core.keys import NestedKey
+from tensorbox._core.nestedkey import NestedKey
 from tensorbox._core.tensordict import TensorDict, is_tensor_collection
 from tensorbox._redis.store import TensorDictStore
 from tensorbox._redis.wire import _Server

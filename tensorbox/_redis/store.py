@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from tensorbox._core.batchshape import BatchShaped
-from tensorbox._core.keys import NestedKey
+from tensorbox._core.nestedkey import NestedKey
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.shape import as_batch_size
 from tensorbox._core.tensordict import TensorDict, is_tensor_collection

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from tensorbox._core.keys import format_key
+from tensorbox._core.nestedkey import format_key
 from tensorbox._core.tensordict import is_tensor_collection
 from tensorbox.errors import BatchSizeError, FormatError, TensorDictKeyError
 

@@ -11,7 +11,7 @@ from typing import Any, Self
 import numpy as np
 import torch
 
-from tensorbox._core.keys import NestedKey, format_key
+from tensorbox._core.nestedkey import NestedKey, format_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.tensordict import TensorDict, is_tensor_collection
 from tensorbox._redis.reads import StoreReads

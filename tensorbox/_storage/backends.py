@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
 
 import torch
 
 from tensorbox._storage import backed as _backed
 from tensorbox._storage import commit as _commit
 from tensorbox._storage import remote as _remote
-from tensorbox._storage.api import load_from, load_memmap, memmap
+from tensorbox._storage.api import load_from
 from tensorbox._storage.archive import store as _archive
 from tensorbox._storage.backed import run
 from tensorbox._storage.folder import FolderStore
@@ -46,7 +46,9 @@ __all__ = [
     "H5Backend",
     "RemoteBackend",
     "SafetensorsBackend",
+    "StoreBackend",
     "ZarrBackend",
+    "store_backend",
 ]
 
 
@@ -100,6 +102,7 @@ class FolderBackend(Backend):
         _check_mode(mode)
         root = os.path.realpath(os.fspath(self.where.prefix))
         lock = _commit.read_lock(root)
+        store = FolderStore(root)
         try:
             copies: list[str] = []
             obj = load_from(
@@ -113,13 +116,13 @@ class FolderBackend(Backend):
                         "writes would not reach; open the tree with mode='r'"
                     )
                 mode = "r"  # all of it copy-on-write, so no write half-reaches the files
-                obj = load_from(FolderStore(root), "", cls, dev, nb, mode, False, fit, lock=False)
+                obj = load_from(store, "", cls, dev, nb, mode, False, fit, lock=False)
             backed = mode == "r+" and dev is None  # writes reach this tree: mode="r" is a copy
-            gen = _backed.generation(root) if backed else None  # this one, while locked
+            gen = store.generation() if backed else None  # this one, while locked
         finally:
             _commit.read_unlock(lock)
         if backed:
-            _backed.register(obj, root, gen)
+            _backed.register(obj, store, gen)
         return obj
 
     @contextlib.contextmanager
@@ -290,18 +293,14 @@ class RemoteBackend(Backend):
     def save(self, obj: Any, **options: Any) -> Any:
         if not options["archive"]:
             _remote.folder_refusal("memmap", self.where.prefix)
-        tmp = _remote.save_target(self.url, self.sub)
-        try:  # written locally, then put as one object
-            memmap(
-                obj, tmp, num_threads=options["num_threads"], checksum=options["checksum"],
-                progress=options["progress"], archive=True, compression=options["compression"],
-            )  # fmt: skip
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-        local = _remote.upload(tmp, self.url, options["storage_options"])
-        saved = load_memmap(type(obj), local).lock_()  # a save's result is locked
+        from tensorbox._storage.remote.writer import UploadStore
+
+        # The one saver; the store's writer commits by uploading one object.
+        store = UploadStore(self.url, self.sub, options["storage_options"])
+        saver = Saver(store, "copy", True, False, checksum=options["checksum"],
+                      compression=options["compression"])  # fmt: skip
+        saver.progress = options["progress"]
+        saved = run(saver, obj, options["num_threads"])
         _remote.default_cache().release()  # mapped: a copy past the bound goes now
         return saved
 
@@ -332,3 +331,69 @@ class RemoteBackend(Backend):
         from tensorbox._storage import remote_tree as _remote_tree
 
         yield _remote_tree.open_url(self.url), self.sub or ""
+
+
+class StoreBackend(Backend):
+    """The backend of a :class:`~tensorbox._storage.store.Store` class registered alone
+    (``register_backend("name", "module:StoreClass", schemes=...)``): the store is made
+    with the path or URL (``store_class(path)``), and every entry point goes through it.
+    Saves need its :meth:`~tensorbox._storage.store.Store.writer`; a store that commits in
+    place (``in_place``) keeps what it saves and loads (``mode="r+"``) live."""
+
+    #: The store class, made with the path or URL alone.
+    store_class: ClassVar[type[Store]]
+
+    def _store(self, what: str) -> Store:
+        if self.where.path is None:
+            self._refuse(what, "no path or URL given")
+        make: Callable[[str], Store] = self.store_class
+        return make(self.where.path)
+
+    def exists(self, storage_options: dict[str, Any] | None = None) -> bool:
+        try:
+            self._store("exists").read_meta("")
+        except FileNotFoundError:
+            return False
+        return True  # a tree there, whole or not: existsok=False refuses both
+
+    def save(self, obj: Any, **options: Any) -> Any:
+        if self.where.inner:
+            self._refuse("memmap", "a tree is saved whole: drop '::' and what follows")
+        saver = Saver(self._store("memmap"), "copy", True, options["fsync"],
+                      checksum=options["checksum"], layout=options["layout"])  # fmt: skip
+        saver.progress = options["progress"]
+        return run(saver, obj, options["num_threads"])
+
+    def save_in_place(self, what: str) -> Store:
+        if self.where.inner:
+            self._refuse(what, "a tree is saved whole: drop '::' and what follows")
+        return self._store(what).live(what)
+
+    def load(self, cls: type, **o: Any) -> Any:
+        store = self._store("load_memmap")
+        mode = o["mode"] or ("r+" if store.in_place else "r")
+        _check_mode(mode)
+        if mode == "r+":
+            store.live("load_memmap(mode='r+')")
+        dev = _mapped(o["device"])
+        inner = self.where.inner
+        obj = load_from(store, inner, cls, dev, o["non_blocking"], mode, o["verify"], o["fit"],
+                        lock=False)  # fmt: skip
+        if mode == "r+" and dev is None:  # writes reach this tree: it is live
+            tree = store.subtree(inner) if inner else store
+            _backed.register(obj, tree, tree.generation())
+        return obj
+
+    @contextlib.contextmanager
+    def opened(self) -> Iterator[tuple[Store, str]]:
+        yield self._store("open"), self.where.inner
+
+
+def store_backend(store_class: type[Store], name: str) -> type[StoreBackend]:
+    """The :class:`StoreBackend` of ``store_class`` (registered as ``name``)."""
+    return type(
+        f"{store_class.__name__}Backend",
+        (StoreBackend,),
+        {"store_class": store_class, "name": name, "writable": True,
+         "in_place": store_class.in_place, "__module__": __name__},
+    )  # fmt: skip

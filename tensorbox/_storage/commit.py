@@ -57,6 +57,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
+from tensorbox._storage.atomic import move_aside
 from tensorbox.errors import IncompleteTreeError
 
 __all__ = [
@@ -257,12 +258,7 @@ def commit(stage: str, root: str, node_dirs: Callable[[], list[str]]) -> str | N
                     raise
             parent, name = _names(root)
             old = os.path.join(parent, f".{name}.tbx-old-{os.urandom(8).hex()}")
-            os.rename(root, old)
-            try:
-                os.rename(stage, root)
-            except BaseException:
-                os.rename(old, root)
-                raise
+            move_aside(stage, root, old)
             return old
         finally:
             for fd in fds:
@@ -308,7 +304,7 @@ def dispose(old: str, root: str) -> None:
         os.rmdir(old)
 
 
-#: A temporary file tensorbox names (:func:`tensorbox._storage.format.write.temp_name`).
+#: A temporary file tensorbox names (:func:`tensorbox._storage.atomic.temp_name`).
 _TEMP = re.compile(r"\.tbx-[0-9]+-[0-9]+-[0-9]+\.tmp").fullmatch
 _LEGACY_NODE_TYPES = ("TensorDict", "NonTensorData", "NonTensorStack")
 

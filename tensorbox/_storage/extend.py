@@ -2,20 +2,23 @@
 
 In memory the result is ``torch.cat([td, rows], 0)``, moved into ``td`` (its nested
 nodes keep their identity). On a tree-backed container (saved with ``memmap``/
-``memmap_``, or opened with ``load_memmap(mode="r+")``), under the tree's writer lock:
+``memmap_``, or opened with ``load_memmap(mode="r+")``), under its store's writer lock,
+through the store's live-tree methods only (:class:`~tensorbox._storage.store.Store`,
+``in_place``; a store without them refuses, naming itself):
 
-1. the tree's committed state is read from disk (another process may have extended
-   it since this container was mapped: rows go after the size on disk), and every
-   leaf of ``rows`` is checked against it, before anything is written;
-2. each leaf's new rows are written with ``pwrite`` after its committed bytes, the
-   file grown first (``ftruncate``) by a factor, as a list's capacity grows, so one
-   row at a time is not quadratic. Committed bytes are never touched, and a full
-   disk is an ``OSError`` here (never a SIGBUS through a mapping);
-3. the new batch size is committed with the tree: a new ``meta.json`` per node
-   beside hard links of the same files (the in-place save of :mod:`tensorbox._storage.save`,
-   swapped in by :mod:`._commit`). A ``kill -9`` before the swap leaves the old
+1. the tree's committed state is read from the store (another process may have
+   extended it since this container was mapped: rows go after the stored size), and
+   every leaf of ``rows`` is checked against it, before anything is written;
+2. each leaf's new rows are written by the store after its committed bytes
+   (:meth:`~tensorbox._storage.store.Store.append`; a folder's: ``pwrite`` into a file
+   grown by a factor, :mod:`tensorbox._storage.fileappend`). Committed bytes are never
+   touched, and a full disk is an ``OSError`` there (never a SIGBUS through a mapping);
+3. the new batch size is committed with the tree: the in-place save of
+   :mod:`tensorbox._storage.save` through the store's writer (a folder's: a new
+   ``meta.json`` per node beside hard links of the same files, swapped in by
+   :mod:`tensorbox._storage.commit`). A ``kill -9`` before the swap leaves the old
    size (the files' tails are ignored, as the format allows); after it, the new one;
-4. the container is rebound to the new generation: its leaves map the longer files.
+4. the container is rebound to the new generation: its leaves hold the longer data.
    Views taken before, and readers that loaded before, keep the rows they had.
 
 Each leaf kind (dense, jagged) plugs in through two tables: :data:`LAYOUTS` gives an
@@ -34,7 +37,6 @@ maps its file(s), and its append step.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -44,30 +46,37 @@ from torch import Tensor
 
 from tensorbox._core import jagged as _jagged
 from tensorbox._core.backing import TREES
-from tensorbox._core.chunks import byte_chunks
-from tensorbox._core.keys import format_key
+from tensorbox._core.nestedkey import format_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.schema import check_json_value
 from tensorbox._core.tree import is_coll, type_name
 from tensorbox._storage import backed as _backed
-from tensorbox._storage import commit as _commit
-from tensorbox._storage.folder import FolderStore, tree_layout
+from tensorbox._storage.fileappend import GROW_FLOOR, grow_capacity
 from tensorbox._storage.format.spec import META, SUFFIX
 from tensorbox._storage.jagged_io import check_offsets
-from tensorbox._storage.memmap_tensor import MemoryMappedTensor, _blank, map_file
+from tensorbox._storage.memmap_tensor import MemoryMappedTensor
 from tensorbox._storage.save import Saver
 from tensorbox._storage.store import (
     JaggedEntry,
     JsonEntry,
     Node,
     NodeEntry,
+    Store,
     TensorEntry,
     read_child,
 )
 from tensorbox.errors import BatchSizeError, TensorDictKeyError
 from tensorbox.progress import advance
 
-__all__ = ["DISK_KINDS", "LAYOUTS", "DiskKind", "Sig", "extend_", "grow_capacity"]
+__all__ = [
+    "DISK_KINDS",
+    "GROW_FLOOR",
+    "LAYOUTS",
+    "DiskKind",
+    "Sig",
+    "extend_",
+    "grow_capacity",
+]
 
 
 # ---------------------------------------------------------------- leaf kinds
@@ -89,95 +98,32 @@ def _dense_entry_sig(e: TensorEntry) -> Sig:
     return Sig(torch.strided, e.dtype, tuple(e.shape[1:]))
 
 
-def _dense_maps(e: TensorEntry, t: Tensor) -> bool | None:
-    """Whether ``t`` maps ``e``'s file (None: ``t`` maps no file at all)."""
-    if type(t) is not MemoryMappedTensor:
-        return None
-    return bool(getattr(t.untyped_storage(), "_tbx_id", None) == e.ident)
+def _dense_maps(store: Store, e: TensorEntry, t: Tensor) -> bool | None:
+    """Whether ``t`` holds ``e``'s data in ``store`` (None: ``t`` is no leaf of it)."""
+    return store.holds(e, t)
+
+
+def _append_dense(
+    store: Store, e: TensorEntry, rows: Tensor, fsync: bool, where: str, current: Tensor | None
+) -> Tensor:
+    """``rows`` written after the committed rows of ``e`` by its store; the longer leaf."""
+    return store.append(e, rows, fsync, where, current)
 
 
 #: Per in-memory layout (``t.layout``): the leaf's signature.
 LAYOUTS: dict[Any, Callable[[Tensor], Sig]] = {torch.strided: _dense_sig}
-
-#: The smallest step a file grows by (sparse: it costs no disk until written).
-GROW_FLOOR = 1 << 12
-
-
-def grow_capacity(size: int, need: int) -> int:
-    """The new length of a file of ``size`` bytes that must hold ``need``: by half its
-    size at least (amortised, as a list's capacity), and by :data:`GROW_FLOOR`."""
-    return max(need, size + max(size // 2, GROW_FLOOR))
-
-
-def _append_dense(
-    e: TensorEntry, rows: Tensor, fsync: bool, where: str, current: Tensor | None
-) -> Tensor:
-    """Write ``rows`` after the committed rows of the leaf file ``e``; the longer tensor.
-
-    The tensor is a view of a mapping of the whole file, capacity included: the next
-    appends reuse that mapping (``current``, the leaf they replace) until the file
-    grows again, so most appends map and unmap nothing (both cost tens of
-    microseconds on a virtual machine, where unmapping interrupts every other CPU).
-    """
-    start = e.nbytes
-    new_shape = (e.shape[0] + rows.shape[0], *e.shape[1:])
-    end = math.prod(new_shape) * e.dtype.itemsize
-    fd = os.open(e.path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
-    try:
-        st = os.fstat(fd)
-        if (st.st_dev, st.st_ino) != e.ident:  # read under the writer lock: cannot happen
-            raise RuntimeError(f"{e.path} was replaced while {where} was being extended")
-        size = had = st.st_size
-        try:
-            if size < end:
-                size = grow_capacity(size, end)
-                os.ftruncate(fd, size)
-            offset = start
-            for chunk in byte_chunks(rows.detach().cpu() if rows.numel() else rows):
-                while chunk:
-                    n = os.pwrite(fd, chunk, offset)
-                    chunk, offset = chunk[n:], offset + n
-            if fsync:
-                os.fsync(fd)
-        except OSError as err:
-            # Nothing committed: the file goes back to its length, so that a full disk
-            # gets back the blocks these rows took, then the error names the leaf.
-            if size != had:
-                os.ftruncate(fd, had)
-            raise OSError(
-                err.errno, f"extend_: cannot write the rows of {where} ({err.strerror})", e.path
-            ) from err
-    finally:
-        os.close(fd)
-    storage = _reusable(current, e, end)
-    if storage is None:
-        return map_file(e.path, e.dtype, new_shape, "r+", size, e.ident, e.gen)
-    t: Tensor = _blank(e.dtype).new().set_(storage, 0, new_shape)  # type: ignore[call-overload]
-    t.__class__ = MemoryMappedTensor  # a fresh plain tensor: as map_file does
-    return t
-
-
-def _reusable(current: Tensor | None, e: TensorEntry, end: int) -> Any:
-    """The storage of ``current`` when it is a shared mapping of ``e``'s file from its
-    start, at least ``end`` bytes long (after a load it maps only the committed rows)."""
-    if type(current) is not MemoryMappedTensor or current.storage_offset():
-        return None
-    storage = current.untyped_storage()
-    if storage.filename is None or storage.nbytes() < end:
-        return None
-    if getattr(storage, "_tbx_id", None) != e.ident or getattr(storage, "_tbx_ro", None):
-        return None
-    return storage
 
 
 class DiskKind(NamedTuple):
     """How ``extend_`` handles one type of on-disk leaf entry."""
 
     sig: Callable[[Any], Sig]  # the entry's signature
-    maps: Callable[[Any, Tensor], bool | None]  # does a leaf map its file(s) (None: no file)
-    #: write the rows after the committed ones, return the longer leaf, mapped:
-    #: ``(entry, rows leaf, fsync, "key ...", the leaf it replaces)``
-    append: Callable[[Any, Tensor, bool, str, Tensor | None], Tensor]
+    #: does a leaf hold its entry's data in the store, ``(store, entry, leaf)`` (None: it
+    #: is no leaf of the store)
+    maps: Callable[[Store, Any, Tensor], bool | None]
+    #: write the rows after the committed ones, return the longer leaf, as loaded:
+    #: ``(store, entry, rows leaf, fsync, "key ...", the leaf it replaces)``
+    append: Callable[[Store, Any, Tensor, bool, str, Tensor | None], Tensor]
 
 
 # A jagged leaf is two dense files: values ``[length, *feature]`` and offsets
@@ -194,16 +140,16 @@ def _jagged_entry_sig(e: JaggedEntry) -> Sig:
     return Sig(torch.jagged, e.values.dtype, tuple(e.values.shape[1:]))
 
 
-def _jagged_maps(e: JaggedEntry, t: Tensor) -> bool | None:
+def _jagged_maps(store: Store, e: JaggedEntry, t: Tensor) -> bool | None:
     if not _jagged.is_jagged(t):
         return None
     values, offsets = _jagged.parts(t)
-    v, o = _dense_maps(e.values, values), _dense_maps(e.offsets, offsets)
+    v, o = store.holds(e.values, values), store.holds(e.offsets, offsets)
     return None if v is None or o is None else v and o
 
 
 def _append_jagged(
-    e: JaggedEntry, rows: Tensor, fsync: bool, where: str, current: Tensor | None
+    store: Store, e: JaggedEntry, rows: Tensor, fsync: bool, where: str, current: Tensor | None
 ) -> Tensor:
     like = torch.empty((0, *e.values.shape[1:]), dtype=e.values.dtype)
     add_values, add_offsets = _jagged._as_parts(rows, where, 1, like)  # checked: same sig
@@ -215,8 +161,8 @@ def _append_jagged(
         )
     tail = _jagged.shifted_offsets(add_offsets, base, odt)
     cur = _jagged.parts(current) if current is not None and _jagged.is_jagged(current) else None
-    values = _append_dense(e.values, add_values.contiguous(), fsync, where, cur and cur[0])
-    offsets = _append_dense(e.offsets, tail, fsync, where, cur and cur[1])
+    values = store.append(e.values, add_values.contiguous(), fsync, where, cur and cur[0])
+    offsets = store.append(e.offsets, tail, fsync, where, cur and cur[1])
     # The shortest and longest rows (to_padded_tensor pads to them): the new rows'
     # combined with what the current leaf knows, else read from the offsets once.
     seqlens = None
@@ -238,7 +184,6 @@ def _sha256s(e: Any) -> bool:
     )
 
 
-#: Per in-memory layout (``t.layout``): the leaf's signature.
 LAYOUTS[torch.jagged] = _jagged_sig
 
 DISK_KINDS: dict[type, DiskKind] = {
@@ -376,13 +321,13 @@ def extend_(td: Any, rows: Any, *, fsync: bool = False) -> Any:
         )
     rec = TREES.get(id(td)) if TREES else None
     if rec is not None and rec.node() is td:
-        if rec.dir != rec.root_path:
+        if rec.rel:
             raise ValueError(
                 f"extend_: this container is the node {rec.dir!r} of the tree at "
                 f"{rec.root_path!r}; rows are appended to a whole tree: call extend_ on its "
                 "root (TensorDict.load_memmap(root))"
             )
-        _extend_tree(td, rec.root_path, rows, fsync)
+        _extend_tree(td, rec.store.live("extend_"), rows, fsync)
     else:
         _refuse_read_only(td)
         check_rows(_spec_of(td), rows)
@@ -439,12 +384,12 @@ def _adopt(td: Any, new: Any) -> None:
 # ---------------------------------------------------------------- saved trees
 
 
-def _disk_spec(node: Node, root: str, path: tuple[str, ...] = ()) -> Spec:
+def _disk_spec(node: Node, store: Store, path: tuple[str, ...] = ()) -> Spec:
     entries: dict[str, Any] = {}
     for k, e in node.entries.items():
         if type(e) is NodeEntry:
-            child = read_child(FolderStore(root), node, e, len(path) + 1)
-            entries[k] = _disk_spec(child, root, (*path, k))
+            child = read_child(store, node, e, len(path) + 1)
+            entries[k] = _disk_spec(child, store, (*path, k))
         elif type(e) is JsonEntry:
             entries[k] = None
         else:
@@ -458,7 +403,7 @@ def _disk_spec(node: Node, root: str, path: tuple[str, ...] = ()) -> Spec:
     return Spec(None if node.legacy else node.type, node.batch_size, entries, node)
 
 
-def _check_files(disk: Spec) -> None:
+def _check_files(disk: Spec, store: Store) -> None:
     """Before anything is written: every leaf has a file of its own (a symlink inside the
     tree, or two entries naming one file, would have one leaf's rows overwrite the
     other's), and each jagged leaf's committed offsets are whole (FormatError naming the
@@ -485,32 +430,12 @@ def _check_files(disk: Spec) -> None:
                         "would overwrite the other's. Save the tree again (td.memmap(path)) to "
                         "give each leaf a file of its own, then extend_"
                     )
-                _check_one_name(f, where)
             if type(e) is JaggedEntry:
                 o = e.offsets
-                offsets = map_file(o.path, o.dtype, o.shape, "r", o.nbytes, o.ident)
-                check_offsets(offsets, e.values.shape[0], o.path)
+                check_offsets(store.tensor(o, "r"), e.values.shape[0], o.path)
 
 
-def _check_one_name(f: TensorEntry, where: str) -> None:
-    """A leaf file with a second name (a hard link: ``cp -al``, a snapshot tool) is
-    refused: rows appended after this tree's committed end would overwrite the rows that
-    the other name's tree committed there (its own appends)."""
-    try:
-        links = os.stat(f.path).st_nlink
-    except OSError:
-        return  # gone: the append's own open says so
-    if links > 1:
-        raise RuntimeError(
-            f"extend_: the file of key {where}, {f.path}, has {links} names (a hard link, from "
-            "cp -al or a snapshot tool?); rows appended here would overwrite the rows another "
-            "tree sharing it appended. Save the tree again from a copy "
-            "(TensorDict.load_memmap(path).clone().memmap(path)) to give it files of its "
-            "own, then extend_"
-        )
-
-
-def _check_same_tree(td: Any, disk: Spec, root: str, path: tuple[str, ...] = ()) -> None:
+def _check_same_tree(td: Any, disk: Spec, tree: Store, path: tuple[str, ...] = ()) -> None:
     """``td`` maps the tree on disk (the same keys, the same files): else the tree was
     saved again since ``td`` was loaded, and its rows would be lost."""
     store = td._tensordict
@@ -523,7 +448,7 @@ def _check_same_tree(td: Any, disk: Spec, root: str, path: tuple[str, ...] = ())
             problem = "the tree has a key the container has not"
         elif isinstance(have, Spec):
             if is_coll(v):
-                _check_same_tree(v, have, root, (*path, k))
+                _check_same_tree(v, have, tree, (*path, k))
                 continue
             problem = "it is a nested node in the tree"
         elif have is None:
@@ -532,17 +457,17 @@ def _check_same_tree(td: Any, disk: Spec, root: str, path: tuple[str, ...] = ())
         elif not isinstance(v, Tensor):
             problem = "it is a tensor in the tree"
         else:
-            maps = DISK_KINDS[type(have[1])].maps(have[1], v)
+            maps = DISK_KINDS[type(have[1])].maps(tree, have[1], v)
             if maps is None:
                 raise RuntimeError(
                     f"extend_: key {format_key((*path, k))} holds a tensor that is not saved "
-                    f"in the tree at {root!r} yet: call memmap_() to save it, then extend_"
+                    f"in the tree at {tree.name!r} yet: call memmap_() to save it, then extend_"
                 )
             if not maps:
                 problem = "the container does not map the tree's file"
         if problem is not None:
             raise RuntimeError(
-                f"extend_: the tree at {root!r} was saved again since this container was "
+                f"extend_: the tree at {tree.name!r} was saved again since this container was "
                 f"loaded or saved (key {format_key((*path, k))}: {problem}); load it again "
                 "(load_memmap) and extend that"
             )
@@ -588,34 +513,35 @@ class _Plan:
             self.types[id(out)] = disk.type  # a tree loaded without its class keeps its type
         return out
 
-    def write(self) -> None:
+    def write(self, tree: Store) -> None:
         for e, v, store, key, where, current in self.appends:
-            store[key] = DISK_KINDS[type(e)].append(e, v, self.fsync, where, current)
+            store[key] = DISK_KINDS[type(e)].append(tree, e, v, self.fsync, where, current)
 
 
-def _extend_tree(td: Any, root: str, rows: Any, fsync: bool) -> None:
-    with _commit.writing(root):
-        top = FolderStore(root).node()
-        disk = _disk_spec(top, root)
+def _extend_tree(td: Any, store: Store, rows: Any, fsync: bool) -> None:
+    """Append ``rows`` to the live tree in ``store`` that ``td`` is the root of."""
+    with store.writing():
+        top = store.node()
+        disk = _disk_spec(top, store)
         if not disk.batch:
             raise BatchSizeError(
-                f"extend_: the tree at {root!r} has batch_size () on disk: no batch dim 0"
+                f"extend_: the tree at {store.name!r} has batch_size () on disk: no batch dim 0"
             )
-        _check_same_tree(td, disk, root)
+        _check_same_tree(td, disk, store)
         check_rows(disk, rows)
-        _check_files(disk)
+        _check_files(disk, store)
         if not rows._batch_size[0]:
             return  # checked: nothing to write, nothing to commit
         plan = _Plan(fsync)
         grown = plan.node(td, disk, rows, ())  # every value checked: nothing written yet
-        plan.write()
+        plan.write(store)
         saver = Saver(
-            FolderStore(root), "inplace", False, fsync, checksum=plan.checksum,
-            layout=tree_layout(root),  # a tree in tensordict's layout stays in it
+            store, "inplace", False, fsync, checksum=plan.checksum,
+            layout=store.layout(),  # a tree in tensordict's layout stays in it
         )  # fmt: skip
         saver.types = plan.types
         _backed.run(saver, grown, 0, held=True)
         # Rebound under the lock: another thread's append to ``td`` waits for it.
         _backed.unregister(grown)
         _adopt(td, grown)
-        _backed.register(td, root, saver.gen)  # the new generation, locks kept
+        _backed.register(td, store, saver.gen)  # the new generation, locks kept

@@ -26,7 +26,7 @@ import contextlib
 import errno
 import os
 import stat
-from concurrent.futures import ThreadPoolExecutor
+import zlib
 from typing import Any
 
 import orjson
@@ -34,7 +34,8 @@ import torch
 
 from tensorbox._storage import checksum as _checksum
 from tensorbox._storage import commit as _commit
-from tensorbox._storage.filewrite import write_file
+from tensorbox._storage.fileappend import append_file, maps_file
+from tensorbox._storage.filewrite import save_threads, write_all, write_file
 from tensorbox._storage.format.metafile import fsync_dir, read_meta_bytes, write_new_meta
 from tensorbox._storage.format.names import is_plain_name
 from tensorbox._storage.format.parse import LeafSpec, is_legacy
@@ -44,7 +45,14 @@ from tensorbox._storage.store import NodeFiles, Store, TensorEntry, Writer
 from tensorbox.errors import FormatError
 from tensorbox.progress import advance
 
-__all__ = ["FolderStore", "FolderWriter", "linkable", "old_node_dirs"]
+__all__ = [
+    "FolderStore",
+    "FolderWriter",
+    "generation",
+    "linkable",
+    "old_node_dirs",
+    "tree_layout",
+]
 
 _S_IFMT = 0o170000
 _S_IFREG = stat.S_IFREG
@@ -88,9 +96,37 @@ class FolderStore(Store):
     def writer(self, **options: Any) -> FolderWriter:
         return FolderWriter(self.root, **options)
 
+    def writing(self) -> contextlib.AbstractContextManager[None]:
+        return _commit.writing(self.root)
+
     def linkable(self, rel: str, t: torch.Tensor) -> bool:
         """Whether an in-place save may keep the file ``t`` maps as ``rel`` (:func:`linkable`)."""
         return linkable(self.root, rel, t)
+
+    # A live tree (Store.in_place): changes commit as whole new trees staged beside this
+    # one and swapped in (FolderWriter), unchanged files hard-linked; rows grow a leaf
+    # file after its committed bytes (tensorbox._storage.fileappend).
+    in_place = True
+
+    def generation(self) -> tuple[int, int] | None:
+        return generation(self.root)
+
+    def layout(self) -> str:
+        return tree_layout(self.root)
+
+    def holds(self, e: TensorEntry, t: torch.Tensor) -> bool | None:
+        return maps_file(e, t)
+
+    def append(
+        self, e: TensorEntry, rows: torch.Tensor, fsync: bool, where: str, current: Any
+    ) -> torch.Tensor:
+        return append_file(e, rows, fsync, where, current)
+
+    def subtree(self, rel: str) -> FolderStore:
+        return FolderStore(self.where(rel))
+
+    def entry_file(self, rel: str) -> str:
+        return self.where(rel)
 
 
 class _Files(NodeFiles):
@@ -226,31 +262,41 @@ class FolderWriter(Writer):
 
     def commit(self, num_threads: int = 0) -> None:
         root, fsync, sparse, staged = self.root, self.fsync, self.sparse, self._staged
+        files = self.files
+        sizes = [t.numel() * t.element_size() for _, t, _, _ in files]
 
         def write(job: tuple[str, torch.Tensor, bool, str]) -> tuple[int, int]:
             rel, t, reserve, key = job
             nbytes = t.numel() * t.element_size()
             if reserve:
                 return _reserve(staged(rel), nbytes, sparse, fsync, key, f"{root}{os.sep}{rel}")
-            return write_file(staged(rel), t, nbytes, fsync=fsync, sync_dir=False)
+            try:
+                return write_file(staged(rel), t, nbytes, fsync=fsync, sync_dir=False)
+            except OSError as err:  # a full disk, a file size limit: name what was written
+                if err.filename is not None:
+                    raise
+                raise OSError(
+                    err.errno, f"{err.strerror}: writing key {key!r} to {root}{os.sep}{rel}"
+                ) from err
 
         def meta(m: tuple[str, dict[str, Any], bool]) -> None:
             write_new_meta(staged(m[0]), m[1], fsync=fsync, std_json=m[2])
 
+        def done(i: int) -> None:  # in this thread: the bar's (tensorbox.progress)
+            advance(sizes[i])
+
         try:
-            threads = ThreadPoolExecutor(num_threads) if num_threads > 0 else None
-            with threads or contextlib.nullcontext():
-                run = threads.map if threads is not None else map
-                self.idents = []
-                for (_, t, _, _), ident in zip(self.files, run(write, self.files), strict=True):
-                    self.idents.append(ident)
-                    advance(t.numel() * t.element_size())  # in this thread: the bar's
-                # The root's meta.json last: a reader of the stage (none should) or a
-                # tensordict reader never meets a top that lists a missing child.
-                list(run(meta, [m for m in self.metas if m[0]]))
-                list(run(meta, [m for m in self.metas if not m[0]]))
-                if fsync:  # the files' directory entries, once per directory
-                    list(run(fsync_dir, [staged(d) for d in self.dirs]))
+            # num_threads=0: threads for a large save only (filewrite.save_threads);
+            # the caller writes too, so a busy machine loses nothing to them
+            threads = save_threads(num_threads, sizes)
+            self.idents = write_all(write, files, threads, done)
+            # The root's meta.json last: a reader of the stage (none should) or a
+            # tensordict reader never meets a top that lists a missing child.
+            metas = [m for m in self.metas if m[0]]
+            write_all(meta, metas, threads if fsync else 1)  # fsync: each waits on the disk
+            write_all(meta, [m for m in self.metas if not m[0]], 1)
+            if fsync:  # the files' directory entries, once per directory
+                write_all(fsync_dir, [staged(d) for d in self.dirs], threads)
             old = _commit.commit(self.stage, root, lambda: old_node_dirs(root))
         except BaseException:
             self.abort()
@@ -356,6 +402,17 @@ def old_node_dirs(root: str) -> list[str]:
                 dirs.append(p)
                 todo.append(p)
     return dirs
+
+
+def generation(root: str) -> tuple[int, int] | None:
+    """What identifies the tree now at ``root``: its root ``meta.json``'s size and CRC-32.
+    That file holds the random ids of the tree's files, so two saves differ there (None:
+    no tree). A checksum, not a file identity: inode numbers are reused."""
+    try:
+        data = read_meta_bytes(root, os.path.join(root, META))
+    except (OSError, ValueError):
+        return None
+    return len(data), zlib.crc32(data)
 
 
 def tree_layout(root: str) -> str:

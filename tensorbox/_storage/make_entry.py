@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.backing import TREES
-from tensorbox._core.keys import format_key, unravel_key
+from tensorbox._core.nestedkey import format_key, unravel_key
 from tensorbox._storage.format.names import encode_key
 from tensorbox._storage.format.spec import SUFFIX
 from tensorbox._storage.memmap_args import shape_from
@@ -137,8 +137,17 @@ def make_from_storage(
 
 
 def _entry_file(node: Any, path: tuple[str, ...]) -> str:
-    """The file a new tensor entry at ``path`` of ``node`` gets in its tree."""
-    parts: list[str] = [str(TREES[id(node)].dir)]
-    parts += [encode_key(k, node=True) for k in path[:-1]]
+    """The local file a new tensor entry at ``path`` of ``node`` gets in its tree; a
+    store that keeps no files refuses (the storage could not become the entry)."""
+    rec = TREES[id(node)]
+    parts = [encode_key(k, node=True) for k in path[:-1]]
     parts.append(encode_key(path[-1]) + SUFFIX)
-    return os.path.join(*parts)
+    rel = "/".join([rec.rel, *parts] if rec.rel else parts)
+    file: str | None = rec.store.entry_file(rel)
+    if file is None:
+        raise RuntimeError(
+            f"make_memmap_from_storage({format_key(path)}): the tree at {rec.store.name!r} "
+            "keeps no files, so no storage can become its entry; use make_memmap_from_tensor "
+            "to copy its data into the tree"
+        )
+    return file

@@ -99,4 +99,5 @@ class _Writer(Writer):
     def opened(self, i: int, t: torch.Tensor) -> torch.Tensor:
         name = self.names[i]
         nbytes = t.numel() * t.element_size()
-        return self.store.tensor(TensorEntry(t.dtype, tuple(t.shape), name, nbytes, name), "r")
+        entry = TensorEntry(t.dtype, tuple(t.shape), name, nbytes, name)
+        return self.store.tensor(entry, "r+")  # shared where a subclass can share

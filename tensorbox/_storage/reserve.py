@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tensorbox._core.keys import format_key
+from tensorbox._core.nestedkey import format_key
 from tensorbox._core.tree import is_coll
 
 __all__ = ["reserve_all", "reserve_leaf", "reserve_rows"]

@@ -18,7 +18,11 @@
 Each backend is one class (:class:`Backend`), named in :data:`BACKENDS` by a lazy
 ``"module:Class"`` path and imported on first use, as fsspec's registry does
 (``fsspec.registry.known_implementations``). A new backend is one class and one
-:func:`register_backend` line:
+:func:`register_backend` line. The class may be a
+:class:`~tensorbox._storage.store.Store` alone, made with the path or URL (``cls(path)``):
+the generic backend over it (:func:`tensorbox._storage.backends.store_backend`) loads,
+saves and answers ``existsok`` through the store, and when the store commits in place
+(``Store.in_place``) its trees are live (write-through, ``extend_``, ``make_memmap``):
 
 >>> from tensorbox._storage.resolve import register_backend, resolve
 >>> type(resolve("/tmp/no/such/tree")).__name__
@@ -38,7 +42,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import import_module
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from tensorbox._storage.format.spec import META
 from tensorbox.errors import TreeExistsError
@@ -69,6 +73,8 @@ BACKENDS: dict[str, str] = {
     "zarr": "tensorbox._storage.backends:ZarrBackend",
     "remote": "tensorbox._storage.backends:RemoteBackend",
 }
+#: The generic backend over a ``Store`` class registered alone (a lazy path, as above).
+_STORE_BACKEND = "tensorbox._storage.backends:store_backend"
 #: URL scheme -> backend name; a scheme not listed goes to ``"remote"`` (fsspec).
 SCHEMES: dict[str, str] = {}
 #: suffix of an existing file -> backend name; any other file is an archive.
@@ -107,7 +113,7 @@ class Backend:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.where.prefix!r})"
 
-    def _refuse(self, what: str, why: str) -> None:
+    def _refuse(self, what: str, why: str) -> NoReturn:
         raise ValueError(f"{what}({str(self.where.prefix)!r}): {why}")
 
     def exists(self, storage_options: dict[str, Any] | None = None) -> bool:
@@ -185,10 +191,16 @@ def backend_class(name: str) -> type[Backend]:
             raise ImportError(f"{where}: cannot import {module!r} ({err})") from err
         except AttributeError:
             raise ImportError(f"{where}: module {module!r} has no {attr!r}") from None
+        if isinstance(found, type) and not issubclass(found, Backend):
+            from tensorbox._storage.store import Store
+
+            if issubclass(found, Store):  # a store alone: the generic backend over it
+                module, _, attr = _STORE_BACKEND.partition(":")
+                found = getattr(import_module(module), attr)(found, name)
         if not (isinstance(found, type) and issubclass(found, Backend)):
             raise TypeError(
                 f"{where}: {attr!r} is a {type(found).__name__}, not a subclass of "
-                "tensorbox._storage.resolve.Backend"
+                "tensorbox._storage.resolve.Backend or tensorbox._storage.store.Store"
             )
         _LOADED[name] = found
     return found

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.jagged import NJT, from_parts, parts
-from tensorbox._core.keys import format_key
+from tensorbox._core.nestedkey import format_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.schema import DTYPES, check_json_value, dtype_name
 from tensorbox._core.tree import is_coll, type_name
@@ -61,8 +61,8 @@ _Job = tuple[str, Tensor, dict[Any, Any], str, dict[Any, Any]]
 class Saver:
     """One save into ``store`` (None: anonymous shared memory).
 
-    ``linkable(rel, tensor)`` (the store's) tells whether a mapped leaf already is the
-    file at ``rel`` of the tree, which an in-place save then keeps.
+    :meth:`~tensorbox._storage.store.Store.linkable` tells whether a mapped leaf already
+    is the file at ``rel`` of the tree, which an in-place save then keeps.
     """
 
     def __init__(
@@ -77,7 +77,7 @@ class Saver:
         **options: Any,
     ) -> None:
         self.store = store
-        self.root: str | None = None if store is None else getattr(store, "root", store.name)
+        self.root: str | None = None if store is None else store.name
         self.mode = mode
         self.copy_existing = copy_existing
         self.fsync = fsync
@@ -239,8 +239,7 @@ class Saver:
         names.add(check_legacy_key(k, SUFFIX if isinstance(v, Tensor) else "", names, where))
 
     def _linkable(self, rel: str, t: Tensor) -> bool:
-        check = getattr(self.store, "linkable", None)
-        return check is not None and check(rel, t)
+        return self.store is not None and self.store.linkable(rel, t)
 
     def _leaf(
         self,

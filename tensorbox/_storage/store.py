@@ -39,7 +39,9 @@ does not hold saved trees and sits on the container's backing hook instead
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 import torch
@@ -304,6 +306,81 @@ class Store(abc.ABC):
     def writer(self, **options: Any) -> Writer:
         """A staged writer of a new tree that replaces this one at :meth:`Writer.commit`."""
         raise ValueError(f"{self.name} is read-only: save to a folder or an archive instead")
+
+    def linkable(self, rel: str, t: torch.Tensor) -> bool:
+        """Whether a save may keep the file the mapped leaf ``t`` already is, as ``rel`` of
+        the new tree (:meth:`Writer.link`; a folder hard-links it); False: written."""
+        return False
+
+    def writing(self) -> AbstractContextManager[Any]:
+        """The writer lock a save here holds, so that writers of one tree take turns (a
+        folder's and an archive's: :func:`tensorbox._storage.commit.writing`); a store
+        whose writer stages in memory needs none."""
+        return contextlib.nullcontext()
+
+    # ------------------------------------------------------------ live trees
+    #
+    # A store that commits in place (``in_place = True``) keeps a saved tree live: the
+    # container a save or a ``load_memmap(mode="r+")`` returns stays tied to it, and
+    # write-through, ``extend_`` and ``make_memmap`` change the tree where it is, each
+    # change committed whole by the store's writer (:meth:`writer` with the Saver's
+    # ``"inplace"`` mode) under :meth:`writing`. The engine (``backed``, ``writethrough``,
+    # ``extend``, ``make_entry``) speaks only to the methods below; a folder implements
+    # them with its staging directory and ``RENAME_EXCHANGE``, a transactional store
+    # (LMDB, a database) would with its transactions. Every other store refuses them,
+    # naming itself and what it lacks (:meth:`live`).
+
+    #: Whether a saved tree here takes changes in place (the methods below work).
+    in_place = False
+
+    def live(self, what: str) -> Store:
+        """This store, for the live-tree operation ``what``; ValueError naming the store
+        when it cannot change a saved tree in place."""
+        if not self.in_place:
+            raise self._not_live(what)
+        return self
+
+    def _not_live(self, what: str) -> ValueError:
+        return ValueError(
+            f"{what}: {self.name!r} ({type(self).__name__}) cannot change a saved tree in "
+            "place: it has no in-place commit (write-through, extend_ and make_memmap need "
+            "one, as a folder has). Save a changed copy instead (memmap), or work on a "
+            "folder tree"
+        )
+
+    def generation(self) -> Any:
+        """What identifies the tree here now (None: no tree): a write-through made on a
+        container that loaded another generation is refused, not lost."""
+        raise self._not_live("a live tree's generation")
+
+    def layout(self) -> str:
+        """The layout of the tree here (``"tensorbox"``, or ``"tensordict"``: tensordict's
+        own), which a commit of a live tree keeps."""
+        return "tensorbox"
+
+    def holds(self, e: TensorEntry, t: torch.Tensor) -> bool | None:
+        """Whether the leaf ``t`` holds the data of ``e`` here (writes to it reach ``e``);
+        None when ``t`` is no tensor of this store at all (not saved yet)."""
+        raise self._not_live("extend_")
+
+    def append(
+        self, e: TensorEntry, rows: torch.Tensor, fsync: bool, where: str, current: Any
+    ) -> torch.Tensor:
+        """Write ``rows`` after the committed rows of ``e`` (never touching those), and
+        return the longer leaf, as a load of the grown tree gives it (``current``: the
+        leaf it replaces, which the store may reuse; ``where`` names it in errors). The
+        new rows count once the caller commits the grown tree's ``meta.json``."""
+        raise self._not_live("extend_")
+
+    def subtree(self, rel: str) -> Store:
+        """Node ``rel`` as a tree of its own (a node whose root container is gone is
+        written as one)."""
+        raise self._not_live("a write to a node of a saved tree")
+
+    def entry_file(self, rel: str) -> str | None:
+        """The local file that holds (or will hold) the leaf ``rel``, for
+        ``make_memmap_from_storage``; None when the store keeps no files."""
+        return None
 
 
 class Writer(abc.ABC):

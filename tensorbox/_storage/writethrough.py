@@ -38,13 +38,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tensorbox._core.backing import sync_open
-from tensorbox._core.keys import format_key
+from tensorbox._core.nestedkey import format_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.schema import check_json_value
 from tensorbox._core.tree import is_coll
 from tensorbox._storage.backed import all_nodes, run, tree_of, unregister
-from tensorbox._storage.folder import FolderStore, tree_layout
 from tensorbox._storage.save import Saver
+from tensorbox._storage.store import Store
 
 #: One node of a saved tree before a write: node, its dict, a copy, batch size, device.
 _Snap = tuple[Any, dict[str, Any], dict[str, Any], Any, Any]
@@ -69,13 +69,13 @@ def through(node: Any, fn: Callable[..., Any], *args: Any) -> Any:
     found = tree_of(node)
     if found is None or id(found[0]) in _active.ids:
         return fn(*args)
-    root, path, gen = found
+    root, store, gen = found
     before = _snapshot(root)
     _active.ids.add(id(root))
     try:
         out = fn(*args)
         if _changed(before, root):
-            commit(root, path, gen, before)
+            commit(root, store, gen, before)
     except BaseException:
         _restore(before)
         raise
@@ -84,10 +84,9 @@ def through(node: Any, fn: Callable[..., Any], *args: Any) -> Any:
     return out
 
 
-def commit(
-    root: Any, path: str, gen: tuple[int, int] | None, before: list[_Snap] | None = None, **kw: Any
-) -> None:
-    """Save ``root`` into its own tree at ``path``, keeping each node's lock state.
+def commit(root: Any, store: Store, gen: Any, before: list[_Snap] | None = None, **kw: Any) -> None:
+    """Save ``root`` into its own tree in ``store`` (one that commits in place), keeping
+    each node's lock state.
 
     ``gen`` is the generation of the tree this container last loaded or saved: when
     another save has replaced the tree since, this one raises instead of dropping
@@ -97,13 +96,14 @@ def commit(
         before = _snapshot(root)
     locks = {id(node[0]): node[0]._locked for node in before}
     # An in-place save into its own tree; a leaf mapped elsewhere is copied into it.
+    store = store.live("a write to a saved tree")
     saver = Saver(
-        FolderStore(path),
+        store,
         "inplace",
         True,
         kw.get("fsync", False),
         checksum=kw.get("checksum", False),
-        layout=tree_layout(path),  # a tree in tensordict's layout stays in it
+        layout=store.layout(),  # a tree in tensordict's layout stays in it
     )
     saver.place = False  # clear_device_() on a saved tree stays cleared
     run(saver, root, kw.get("num_threads", 0), expect=gen)  # registers the tree again, locks it

@@ -34,8 +34,8 @@ from tensorbox._core.getdefault import UNSET
 from tensorbox._core.methods.structure import StructureMethods
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._tensorclass.build import build_class, check_casting, put, set_field
-from tensorbox._tensorclass.compat import from_tensordict_lenient
 from tensorbox._tensorclass.fields import Field, field
+from tensorbox._tensorclass.lenient import from_tensordict_lenient
 from tensorbox.errors import UnknownFieldError
 
 __all__ = ["TensorClass"]
@@ -233,7 +233,7 @@ class TensorClass(TensorCollection, metaclass=_Meta):
         cls, tensordict: Any, non_tensordict: Mapping[str, Any] | None = None, safe: bool = True
     ) -> Self:
         """tensordict's private builder that torchrl calls: ``from_tensordict`` where a
-        field the container lacks reads None (``tensorbox._tensorclass.compat``)."""
+        field the container lacks reads None (``tensorbox._tensorclass.lenient``)."""
         out: Self = from_tensordict_lenient(cls, tensordict, non_tensordict, safe)
         return out
 

@@ -63,19 +63,19 @@ memory-mapped TensorDict dataset is sent by file name, not by value.
 
 from __future__ import annotations
 
-from tensorbox.buffer._core import AugmentBuffer
-from tensorbox.buffer._plan import KeyTransforms, batch_seed, sample_seed
-from tensorbox.buffer._redis import RedisAugmentBuffer, run_producer
-from tensorbox.buffer._runtime import ProducerError
-from tensorbox.buffer._stats import BufferStats
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "AugmentBuffer",
-    "BufferStats",
-    "KeyTransforms",
-    "ProducerError",
-    "RedisAugmentBuffer",
-    "batch_seed",
-    "run_producer",
-    "sample_seed",
-]
+from tensorbox import _face
+
+# The public names, each listed once (``tensorbox/_face.py``).
+if TYPE_CHECKING:
+    from tensorbox.buffer._buffer import AugmentBuffer as AugmentBuffer
+    from tensorbox.buffer._plan import KeyTransforms as KeyTransforms
+    from tensorbox.buffer._plan import batch_seed as batch_seed
+    from tensorbox.buffer._plan import sample_seed as sample_seed
+    from tensorbox.buffer._redis_buffer import RedisAugmentBuffer as RedisAugmentBuffer
+    from tensorbox.buffer._redis_buffer import run_producer as run_producer
+    from tensorbox.buffer._runtime import ProducerError as ProducerError
+    from tensorbox.buffer._stats import BufferStats as BufferStats
+
+__getattr__, __dir__, __all__ = _face.attach(__name__, __file__)

@@ -40,7 +40,7 @@ __all__ = [
     "KeyTransforms",
     "Plan",
     "Producer",
-    "Writer",
+    "SlotWriter",
     "as_layout",
     "batch_seed",
     "sample_seed",
@@ -282,7 +282,7 @@ def as_layout(obj: Any, batched: bool) -> Any:
     return TensorDict(nested, batch_size=[n])
 
 
-class Writer:
+class SlotWriter:
     """Copies producer outputs into slot rows, checking them against the slot layout.
 
     The layout comes from the first sample, so a later sample with another key set, dtype
@@ -460,12 +460,12 @@ class Producer:
         self.out_t = transform is not None and accepts_out(transform)
         self.out_b = batch_transform is not None and accepts_out(batch_transform)
         self.slots: Any = None
-        self.writer: Writer | None = None
+        self.writer: SlotWriter | None = None
 
     def attach(self, slots: Any) -> None:
         """Write into ``slots`` (the slot tree) from now on."""
         self.slots = slots
-        self.writer = Writer(slots)
+        self.writer = SlotWriter(slots)
 
     def _seed(self, s: int) -> None:
         self.gen.manual_seed(s)

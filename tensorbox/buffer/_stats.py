@@ -1,15 +1,13 @@
-"""``BufferStats`` (a snapshot for ``AugmentBuffer.stats()``) and the progress display."""
+"""``BufferStats``: a snapshot for ``AugmentBuffer.stats()`` (its progress bar is
+:class:`tensorbox.progress.Progress`)."""
 
 from __future__ import annotations
 
-import sys
-import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-__all__ = ["BufferStats", "Progress", "rate"]
+__all__ = ["BufferStats", "rate"]
 
 
 def rate(times: Iterable[float]) -> float:
@@ -60,41 +58,6 @@ class BufferStats:
             f"{self.producer_rate:.1f}/s, consumed {self.consumed} at {self.consumer_rate:.1f}/s "
             f"| consumer waited {self.wait_s:.2f} s ({self.first_wait_s:.2f} s for the first)"
         )
-
-
-class Progress:
-    """A tqdm bar per epoch when tqdm is installed, else a line on stderr every 5 s."""
-
-    def __init__(self, epoch: int, total: int, initial: int, stats: Any) -> None:
-        self.stats = stats  # a callable returning BufferStats
-        self.last = 0.0
-        try:
-            from tqdm.auto import tqdm
-        except ImportError:
-            self.bar: Any = None
-            self.done, self.total, self.epoch = initial, total, epoch
-            return
-        self.bar = tqdm(total=total, initial=initial, desc=f"epoch {epoch}", unit="batch")
-
-    def update(self) -> None:
-        now = time.monotonic()
-        if self.bar is not None:
-            self.bar.update(1)
-            if now - self.last > 0.5:  # a postfix refresh costs more than a batch hand-off
-                s = self.stats()
-                self.bar.set_postfix_str(
-                    f"fill {s.filled}/{s.capacity} wait {s.wait_s:.1f}s", refresh=False
-                )
-                self.last = now
-            return
-        self.done += 1
-        if now - self.last > 5.0:
-            print(f"epoch {self.epoch}: {self.done}/{self.total} | {self.stats()}", file=sys.stderr)
-            self.last = now
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
 
 def window() -> deque[float]:

@@ -29,71 +29,39 @@ checkout) for the numbers.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from tensorbox.data import transforms
-from tensorbox.data._dataset import ImageFolderData
-from tensorbox.data._folder import FolderIndex, scan_image_folder
-from tensorbox.data._loader import BatchLoader
-from tensorbox.data.transforms import (
-    BatchTransform,
-    CenterCrop,
-    ColorJitter,
-    Compose,
-    Normalize,
-    RandomCrop,
-    RandomHorizontalFlip,
-    RandomResizedCrop,
-)
+from tensorbox import _face
 
+# The public names, each listed once (``tensorbox/_face.py``).
 if TYPE_CHECKING:
-    from tensorbox.data._ingest import ImageReadError, ingest_image_folder
-    from tensorbox.data._synth import make_image_folder
-
-__all__ = [
-    "BatchLoader",
-    "BatchTransform",
-    "CenterCrop",
-    "ColorJitter",
-    "Compose",
-    "FolderIndex",
-    "ImageFolderData",
-    "ImageReadError",
-    "Normalize",
-    "RandomCrop",
-    "RandomHorizontalFlip",
-    "RandomResizedCrop",
-    "ingest_image_folder",
-    "make_image_folder",
-    "scan_image_folder",
-    "transforms",
-]
-
-# These need Pillow, an optional dependency: imported on first use, so that the loader
-# and the transforms work without it.
-_NEED_PILLOW = {
-    "ImageReadError": "_ingest",
-    "ingest_image_folder": "_ingest",
-    "make_image_folder": "_synth",
-}
+    from tensorbox.data import transforms as transforms
+    from tensorbox.data._dataset import ImageFolderData as ImageFolderData
+    from tensorbox.data._folder import FolderIndex as FolderIndex
+    from tensorbox.data._folder import scan_image_folder as scan_image_folder
+    from tensorbox.data._ingest import ImageReadError as ImageReadError
+    from tensorbox.data._ingest import ingest_image_folder as ingest_image_folder
+    from tensorbox.data._loader import BatchLoader as BatchLoader
+    from tensorbox.data._synth import make_image_folder as make_image_folder
+    from tensorbox.data.transforms import BatchTransform as BatchTransform
+    from tensorbox.data.transforms import CenterCrop as CenterCrop
+    from tensorbox.data.transforms import ColorJitter as ColorJitter
+    from tensorbox.data.transforms import Compose as Compose
+    from tensorbox.data.transforms import Normalize as Normalize
+    from tensorbox.data.transforms import RandomCrop as RandomCrop
+    from tensorbox.data.transforms import RandomHorizontalFlip as RandomHorizontalFlip
+    from tensorbox.data.transforms import RandomResizedCrop as RandomResizedCrop
 
 
-def __getattr__(name: str) -> Any:
-    module = _NEED_PILLOW.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tensorbox.data' has no attribute {name!r}")
-    try:
-        from importlib import import_module
-
-        value = getattr(import_module(f"{__name__}.{module}"), name)
-    except ImportError as err:
-        raise ImportError(
-            f"tensorbox.data.{name} needs Pillow ({err}); install it with "
-            "`pip install tensorbox[images]` or `pip install pillow`"
-        ) from err
-    globals()[name] = value
-    return value
+def _need_pillow(name: str, err: ImportError) -> ImportError:
+    return ImportError(
+        f"tensorbox.data.{name} needs Pillow ({err}); install it with "
+        "`pip install tensorbox[images]` or `pip install pillow`"
+    )
 
 
-def __dir__() -> list[str]:
-    return sorted(__all__)
+# Ingestion and the synthetic folder need Pillow, an optional dependency: they load on
+# first use, so that the loader and the transforms work without it.
+__getattr__, __dir__, __all__ = _face.attach(
+    __name__, __file__, lazy=("tensorbox.data._ingest", "tensorbox.data._synth"), hint=_need_pillow
+)

@@ -34,126 +34,54 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tensorbox import _face
 from tensorbox.distributed import wire as _wire
-from tensorbox.distributed.channel import (
-    _Channel as _Channel,
-)
-from tensorbox.distributed.channel import (
-    _channel as _channel,
-)
-from tensorbox.distributed.channel import (
-    _receive as _receive,
-)
-from tensorbox.distributed.ops import (
-    Request as Request,
-)
-from tensorbox.distributed.ops import (
-    all_gather as all_gather,
-)
-from tensorbox.distributed.ops import (
-    all_reduce_ as all_reduce_,
-)
-from tensorbox.distributed.ops import (
-    broadcast as broadcast,
-)
-from tensorbox.distributed.ops import (
-    broadcast_ as broadcast_,
-)
-from tensorbox.distributed.ops import (
-    from_remote_init as from_remote_init,
-)
-from tensorbox.distributed.ops import (
-    init_remote as init_remote,
-)
-from tensorbox.distributed.ops import (
-    irecv as irecv,
-)
-from tensorbox.distributed.ops import (
-    isend as isend,
-)
-from tensorbox.distributed.ops import (
-    recv as recv,
-)
-from tensorbox.distributed.ops import (
-    recv_structure as recv_structure,
-)
-from tensorbox.distributed.ops import (
-    send as send,
-)
-from tensorbox.distributed.ops import (
-    send_structure as send_structure,
-)
-from tensorbox.distributed.sharding import shard_indices as shard_indices
-from tensorbox.distributed.wire import (
-    _HEADER as _HEADER,
-)
-from tensorbox.distributed.wire import (
-    _MAGIC as _MAGIC,
-)
-from tensorbox.distributed.wire import (
-    _PER_LEAF as _PER_LEAF,
-)
-from tensorbox.distributed.wire import (
-    _VERSION as _VERSION,
-)
-from tensorbox.distributed.wire import (
-    CACHE_SIZE as CACHE_SIZE,
-)
-from tensorbox.distributed.wire import (
-    COLLECTIVE_FRAME_BYTES as COLLECTIVE_FRAME_BYTES,
-)
-from tensorbox.distributed.wire import (
-    FRAME_BYTES as FRAME_BYTES,
-)
-from tensorbox.distributed.wire import (
-    MAX_JSON_BYTES as MAX_JSON_BYTES,
-)
-from tensorbox.distributed.wire import (
-    SEPARATE_BYTES as SEPARATE_BYTES,
-)
-from tensorbox.distributed.wire import (
-    DistributedError as DistributedError,
-)
-from tensorbox.distributed.wire import (
-    StructureMismatchError as StructureMismatchError,
-)
-from tensorbox.distributed.wire import (
-    _build as _build,
-)
-from tensorbox.distributed.wire import (
-    _bytes as _bytes,
-)
-from tensorbox.distributed.wire import (
-    _describe as _describe,
-)
-from tensorbox.distributed.wire import (
-    _empty as _empty,
-)
-from tensorbox.distributed.wire import (
-    _frame as _frame,
-)
-from tensorbox.distributed.wire import (
-    _header as _header,
-)
-from tensorbox.distributed.wire import (
-    _pack as _pack,
-)
-from tensorbox.distributed.wire import (
-    _parse as _parse,
-)
-from tensorbox.distributed.wire import (
-    _plan as _plan,
-)
 
-# fmt: off
-__all__ = [
-    "DistributedError", "Request", "StructureMismatchError", "all_gather", "all_reduce_",
-    "broadcast", "broadcast_", "from_remote_init", "init_remote", "irecv", "isend", "recv",
-    "recv_structure", "send", "send_structure", "shard_indices",
-]
-# fmt: on
+# The sizes a user may set (``_KNOBS``, below) and the private names the tests reach.
+from tensorbox.distributed.channel import _Channel as _Channel
+from tensorbox.distributed.channel import _channel as _channel
+from tensorbox.distributed.channel import _receive as _receive
+from tensorbox.distributed.wire import _HEADER as _HEADER
+from tensorbox.distributed.wire import _MAGIC as _MAGIC
+from tensorbox.distributed.wire import _PER_LEAF as _PER_LEAF
+from tensorbox.distributed.wire import _VERSION as _VERSION
+from tensorbox.distributed.wire import CACHE_SIZE as CACHE_SIZE
+from tensorbox.distributed.wire import COLLECTIVE_FRAME_BYTES as COLLECTIVE_FRAME_BYTES
+from tensorbox.distributed.wire import FRAME_BYTES as FRAME_BYTES
+from tensorbox.distributed.wire import MAX_JSON_BYTES as MAX_JSON_BYTES
+from tensorbox.distributed.wire import SEPARATE_BYTES as SEPARATE_BYTES
+from tensorbox.distributed.wire import _build as _build
+from tensorbox.distributed.wire import _bytes as _bytes
+from tensorbox.distributed.wire import _describe as _describe
+from tensorbox.distributed.wire import _empty as _empty
+from tensorbox.distributed.wire import _frame as _frame
+from tensorbox.distributed.wire import _header as _header
+from tensorbox.distributed.wire import _pack as _pack
+from tensorbox.distributed.wire import _parse as _parse
+from tensorbox.distributed.wire import _plan as _plan
+
+# The public names, each listed once (``tensorbox/_face.py``).
+if TYPE_CHECKING:
+    from tensorbox.distributed.ops import Request as Request
+    from tensorbox.distributed.ops import all_gather as all_gather
+    from tensorbox.distributed.ops import all_reduce_ as all_reduce_
+    from tensorbox.distributed.ops import broadcast as broadcast
+    from tensorbox.distributed.ops import broadcast_ as broadcast_
+    from tensorbox.distributed.ops import from_remote_init as from_remote_init
+    from tensorbox.distributed.ops import init_remote as init_remote
+    from tensorbox.distributed.ops import irecv as irecv
+    from tensorbox.distributed.ops import isend as isend
+    from tensorbox.distributed.ops import recv as recv
+    from tensorbox.distributed.ops import recv_structure as recv_structure
+    from tensorbox.distributed.ops import send as send
+    from tensorbox.distributed.ops import send_structure as send_structure
+    from tensorbox.distributed.sharding import shard_indices as shard_indices
+    from tensorbox.distributed.wire import DistributedError as DistributedError
+    from tensorbox.distributed.wire import StructureMismatchError as StructureMismatchError
+
+__getattr__, __dir__, __all__ = _face.attach(__name__, __file__)
 
 #: The sizes a user may set on this package; every transfer reads them from ``wire``.
 _KNOBS = frozenset(

@@ -5,7 +5,7 @@ JSON description when it fits, then the packed small leaves when they fit), then
 did not fit, in order, then each big leaf alone (``docs/distributed.md``, "Wire
 format"). This module describes a container (:func:`_describe`), parses a peer's
 description with every size checked before anything is allocated (:func:`_parse`,
-:func:`_header`), plans the packing (:class:`_Plan`), builds the frame
+:func:`_header`), plans the packing (:class:`_PackPlan`), builds the frame
 (:func:`_frame`) and a new container from a received one (:func:`_build`). It sends
 nothing: the sending is :mod:`~tensorbox.distributed.channel` and
 :mod:`~tensorbox.distributed.ops`.
@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from tensorbox._core.keys import format_key
+from tensorbox._core.nestedkey import format_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.schema import DTYPES, check_json_value, dtype_name, json_bytes, stacked_array
 from tensorbox._core.tensordict import is_tensor_collection
@@ -235,7 +235,7 @@ def _difference(theirs: _Structure, mine: _Structure, who: str) -> str:
     return "the leaves are in another order"
 
 
-class _Plan:
+class _PackPlan:
     """Where each leaf goes: a packed region per dtype, or a message of its own."""
 
     __slots__ = ("groups", "nbytes", "separate")
@@ -261,20 +261,20 @@ class _Plan:
         return [(buf[a:b].view(dt), idx, numels) for dt, a, b, idx, numels in self.groups]
 
 
-_plans: dict[tuple[int, int], _Plan] = {}
+_plans: dict[tuple[int, int], _PackPlan] = {}
 
 
-def _plan(s: _Structure, threshold: int) -> _Plan:
+def _plan(s: _Structure, threshold: int) -> _PackPlan:
     plan = _plans.get((s.digest, threshold))
     if plan is None:
         if len(_plans) > 1024:
             _plans.clear()
-        plan = _plans[s.digest, threshold] = _Plan(s.dtypes, s.shapes, threshold)
+        plan = _plans[s.digest, threshold] = _PackPlan(s.dtypes, s.shapes, threshold)
     return plan
 
 
 @torch.no_grad()
-def _pack(plan: _Plan, leaves: list[Tensor], buf: Tensor) -> None:
+def _pack(plan: _PackPlan, leaves: list[Tensor], buf: Tensor) -> None:
     # One C++ call per dtype: a Python loop over many small leaves costs more than the copy.
     for region, idx, _ in plan.regions(buf):
         parts = [leaves[i] for i in idx]
@@ -285,7 +285,7 @@ def _pack(plan: _Plan, leaves: list[Tensor], buf: Tensor) -> None:
 
 
 @torch.no_grad()
-def _unpack(plan: _Plan, buf: Tensor, dsts: list[Tensor]) -> None:
+def _unpack(plan: _PackPlan, buf: Tensor, dsts: list[Tensor]) -> None:
     for region, idx, _ in plan.regions(buf):
         views = _unflatten_dense_tensors(region, targets := [dsts[i] for i in idx])  # type: ignore[no-untyped-call]
         try:
@@ -307,7 +307,7 @@ def _direct(t: Tensor, device: torch.device) -> bool:
 
 
 def _frame(
-    s: _Structure, plan: _Plan, raw: bytes, cap: int, full: bool, threshold: int, dev: Any
+    s: _Structure, plan: _PackPlan, raw: bytes, cap: int, full: bool, threshold: int, dev: Any
 ) -> tuple[Tensor, list[Tensor]]:
     """The first message, and what must follow it in order (JSON, payload, big leaves)."""
     json_inline = _HEADER + len(raw) <= cap
@@ -350,7 +350,9 @@ def _header(frame: Tensor, who: str) -> list[int]:
     return h
 
 
-def _build(s: _Structure, plan: _Plan, payload: Tensor, rest: list[Any], cls: Any, dev: Any) -> Any:
+def _build(
+    s: _Structure, plan: _PackPlan, payload: Tensor, rest: list[Any], cls: Any, dev: Any
+) -> Any:
     """A new container from a description; leaves are views into ``payload``."""
     leaves = [_empty(sh, dt, dev, "a peer") for dt, sh in zip(s.dtypes, s.shapes)]
     for region, idx, numels in plan.regions(payload):

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +16,7 @@ from torch import Tensor
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.schema import stacked_array
 from tensorbox._core.tree import keys_list
+from tensorbox._storage.atomic import replace_folder, replacing
 from tensorbox.errors import TensorDictKeyError
 from tensorbox.interop._backends import BATCH_ATTR, Backend, encode_non_tensor
 
@@ -210,18 +209,6 @@ def read_non_tensor(backend: Backend, obj: Any, key: str, where: str, batch: Any
 def atomic_path(path: str) -> Iterator[str]:
     """A temporary name beside ``path``, renamed onto it once the write succeeded (a
     folder, as a zarr store is, replaces the old one only then)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=folder)
-    target = os.path.join(tmp, os.path.basename(path) or "store")
-    try:
-        yield target
-        if os.path.isdir(path) and not os.path.islink(path):
-            old = tempfile.mkdtemp(prefix=".old-", dir=folder)
-            os.rename(path, os.path.join(old, "x"))
-            os.rename(target, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(target, path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with replacing(path, rename=replace_folder) as tmp:
+        yield tmp

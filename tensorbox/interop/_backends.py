@@ -240,7 +240,7 @@ class Backend:
 
 
 #: The module of this package holding each backend (imported on first use).
-BACKENDS = {"h5": ("h5", "H5Backend"), "zarr": ("zarr", "ZarrBackend")}
+BACKENDS = {"h5": ("_h5", "H5Backend"), "zarr": ("_zarr", "ZarrBackend")}
 
 
 def backend_for(name: str, **options: Any) -> Backend:

@@ -1,7 +1,7 @@
 """pandas ``DataFrame`` to and from containers (re-exported by ``tensorbox.interop.arrow``).
 
 The columns whose tensor does not say everything (categoricals, datetimes, the index)
-travel with a column info (``tensorbox.interop._tabular``), as Arrow's do.
+travel with a column info (``tensorbox.interop._columns``), as Arrow's do.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from torch import Tensor
 
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox.errors import FormatError
-from tensorbox.interop._extras import require
-from tensorbox.interop._tabular import (
+from tensorbox.interop._columns import (
     COLUMNS_KEY,
     WHERE,
     check_codes,
@@ -28,6 +27,7 @@ from tensorbox.interop._tabular import (
     split,
     temporal,
 )
+from tensorbox.interop._extras import require
 
 __all__ = ["from_pandas", "to_pandas"]
 

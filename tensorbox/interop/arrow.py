@@ -45,9 +45,7 @@ from torch import Tensor
 
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox.errors import FormatError
-from tensorbox.interop._extras import require
-from tensorbox.interop._pandas import from_pandas, to_pandas  # defined there, exported here
-from tensorbox.interop._tabular import (
+from tensorbox.interop._columns import (
     CATEGORIES,
     COLUMNS_KEY,
     WHERE,
@@ -61,6 +59,8 @@ from tensorbox.interop._tabular import (
     split,
     temporal,
 )
+from tensorbox.interop._extras import require
+from tensorbox.interop._pandas import from_pandas, to_pandas  # defined there, exported here
 
 __all__ = ["from_arrow", "from_pandas", "to_arrow", "to_pandas"]
 

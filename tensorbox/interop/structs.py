@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.nontensor import NonTensorData, NonTensorStack
-from tensorbox.interop._tabular import container_of
+from tensorbox.interop._columns import container_of
 
 __all__ = [
     "from_any",

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
     import torch
 
-    from tensorbox._core.keys import NestedKey
+    from tensorbox._core.nestedkey import NestedKey
 
     class MixinBase:
         # the contract (see _tree)

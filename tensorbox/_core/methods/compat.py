@@ -35,8 +35,8 @@ from typing import Any, Self
 
 from tensorbox._core import apply as _apply
 from tensorbox._core import ports as _ports
-from tensorbox._core.keys import NestedKey, format_key, unravel_key
 from tensorbox._core.methods.base import MixinBase
+from tensorbox._core.nestedkey import NestedKey, format_key, unravel_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.tree import KEEP, iter_shaped, keys_list
 from tensorbox.errors import BatchSizeError, TensorDictKeyError

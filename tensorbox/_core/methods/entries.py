@@ -35,8 +35,8 @@ from tensorbox._core.backing import TREES as _TREES
 from tensorbox._core.backing import UNLOCK as _UNLOCK
 from tensorbox._core.entries import copy_leaf, prepare_entry
 from tensorbox._core.getdefault import UNSET, missing_default
-from tensorbox._core.keys import NestedKey, format_key, unravel_key
 from tensorbox._core.methods.base import MISSING, MixinBase, is_container
+from tensorbox._core.nestedkey import NestedKey, format_key, unravel_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.nontensor import wrap as _wrap
 from tensorbox._core.shape import normalize_index

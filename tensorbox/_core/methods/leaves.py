@@ -26,8 +26,8 @@ from torch import Tensor
 from tensorbox._core import apply as _apply
 from tensorbox._core import jagged_pad as _jagged_pad
 from tensorbox._core import tree as _tree
-from tensorbox._core.keys import NestedKey
 from tensorbox._core.methods.base import MixinBase, is_container
+from tensorbox._core.nestedkey import NestedKey
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.tree import KEEP
 

@@ -24,8 +24,8 @@ from torch import Tensor
 
 from tensorbox._core import elementwise as _elementwise
 from tensorbox._core import reduce as _red
-from tensorbox._core.keys import NestedKey, format_key
 from tensorbox._core.methods.base import C, MixinBase, is_container
+from tensorbox._core.nestedkey import NestedKey, format_key
 
 __all__ = ["MathMethods"]
 

@@ -19,10 +19,11 @@ from typing import Any, Self
 import torch
 from torch import Tensor
 
+from tensorbox._core import consolidate as _consolidate
 from tensorbox._core import ports as _ports
 from tensorbox._core.backing import TREES
-from tensorbox._core.keys import NestedKey, unravel_key
 from tensorbox._core.methods.base import MixinBase, is_container
+from tensorbox._core.nestedkey import NestedKey, unravel_key
 
 __all__ = ["PersistenceMethods"]
 
@@ -410,49 +411,8 @@ class PersistenceMethods(MixinBase):
         _check_robust_key("make_memmap_from_storage", robust_key)
         return _ports.persistence().make_from_storage(self, key, storage, shape, dtype)
 
-    def consolidate(
-        self,
-        filename: Any = None,
-        *,
-        num_threads: int = 0,
-        device: Any = None,
-        non_blocking: bool = False,
-        inplace: bool = False,
-        return_early: bool = False,
-        use_buffer: bool = False,
-        share_memory: bool = False,
-        pin_memory: bool = False,
-        metadata: bool = False,
-    ) -> Any:
-        """Every tensor leaf copied into one contiguous storage (a file with ``filename``);
-        the result is locked and its leaves are views of that storage.
-
-        ``to(device)`` of the result moves the storage in one copy, and pickling it sends
-        one buffer. Unlocking ends the consolidation. ``return_early=True`` returns a
-        ``TensorDictFuture`` of the result; ``num_threads`` copies leaves in
-        parallel; ``device``, ``share_memory`` and ``pin_memory`` place the storage.
-
-        >>> import torch; from tensorbox import TensorDict
-        >>> td = TensorDict({"a": torch.zeros(4), "b": {"c": torch.ones(4, 2)}}, batch_size=[4])
-        >>> c = td.consolidate()
-        >>> c.is_consolidated(), (c == td).all()
-        (True, True)
-        """
-        from tensorbox._core import consolidate as _consolidate
-
-        return _consolidate.consolidate(
-            self,
-            filename,
-            num_threads=num_threads,
-            device=device,
-            non_blocking=non_blocking,
-            inplace=inplace,
-            return_early=return_early,
-            use_buffer=use_buffer,
-            share_memory=share_memory,
-            pin_memory=pin_memory,
-            metadata=metadata,
-        )
+    # One signature: the method is the implementation (its docstring is the method's).
+    consolidate = _consolidate.consolidate
 
     def is_consolidated(self) -> bool:
         """True for the result of ``consolidate()`` (until it is unlocked).
@@ -461,8 +421,6 @@ class PersistenceMethods(MixinBase):
         >>> TensorDict(a=torch.zeros(2)).is_consolidated()
         False
         """
-        from tensorbox._core import consolidate as _consolidate
-
         return _consolidate.is_consolidated(self)
 
     @property

@@ -34,7 +34,7 @@ from tensorbox._core import padding as _padding
 from tensorbox._core import ports as _ports
 from tensorbox._core import shapeops as _shapeops
 from tensorbox._core import tree as _tree
-from tensorbox._core.legacy import STATE as _LEGACY
+from tensorbox._core.lazy_legacy import STATE as _LEGACY
 from tensorbox._core.methods.base import C, MixinBase, batch_dim, batch_dims, is_container
 from tensorbox._core.shape import shape_from_args
 from tensorbox._core.unbatched import UnbatchedTensor
@@ -126,7 +126,7 @@ class ShapeMethods(MixinBase):
             return viewed
         if batch_size is not None:
             shape = (batch_size,)
-        if _LEGACY[0]:  # tensordict's lazy-legacy mode (_core/legacy.py)
+        if _LEGACY[0]:  # tensordict's lazy-legacy mode (_core/lazy_legacy.py)
             lazy = _ports.legacy_view()(self, "view", shape)
             if lazy is not None:
                 return lazy  # type: ignore[no-any-return]
@@ -166,7 +166,7 @@ class ShapeMethods(MixinBase):
         >>> td.unsqueeze(-1)["x"].shape   # -1 counts batch dims, not the leaf's dims
         torch.Size([3, 1, 5])
         """
-        if _LEGACY[0]:  # tensordict's lazy-legacy mode (_core/legacy.py)
+        if _LEGACY[0]:  # tensordict's lazy-legacy mode (_core/lazy_legacy.py)
             lazy = _ports.legacy_view()(self, "unsqueeze", (dim,))
             if lazy is not None:
                 return lazy  # type: ignore[no-any-return]
@@ -182,7 +182,7 @@ class ShapeMethods(MixinBase):
         >>> td.squeeze().batch_size, td.squeeze(0).batch_size
         (torch.Size([3]), torch.Size([3, 1]))
         """
-        if _LEGACY[0]:  # tensordict's lazy-legacy mode (_core/legacy.py)
+        if _LEGACY[0]:  # tensordict's lazy-legacy mode (_core/lazy_legacy.py)
             lazy = _ports.legacy_view()(self, "squeeze", (dim,))
             if lazy is not None:
                 return lazy  # type: ignore[no-any-return]
@@ -265,7 +265,7 @@ class ShapeMethods(MixinBase):
         >>> td.permute(1, 0)["x"].shape   # feature dims stay last
         torch.Size([3, 2, 5])
         """
-        if _LEGACY[0]:  # tensordict's lazy-legacy mode (_core/legacy.py)
+        if _LEGACY[0]:  # tensordict's lazy-legacy mode (_core/lazy_legacy.py)
             lazy = _ports.legacy_view()(self, "permute", dims)
             if lazy is not None:
                 return lazy  # type: ignore[no-any-return]
@@ -284,7 +284,7 @@ class ShapeMethods(MixinBase):
         >>> td.transpose(0, 1).batch_size
         torch.Size([3, 2])
         """
-        if _LEGACY[0]:  # tensordict's lazy-legacy mode (_core/legacy.py)
+        if _LEGACY[0]:  # tensordict's lazy-legacy mode (_core/lazy_legacy.py)
             lazy = _ports.legacy_view()(self, "transpose", (dim0, dim1))
             if lazy is not None:
                 return lazy  # type: ignore[no-any-return]

@@ -27,9 +27,9 @@ from torch import Tensor
 from tensorbox._core import keyops as _keyops
 from tensorbox._core import tree as _tree
 from tensorbox._core.backing import UNLOCK as _UNLOCK
-from tensorbox._core.keys import NestedKey, format_key, unravel_key
 from tensorbox._core.methods.base import MISSING, MixinBase, is_container
 from tensorbox._core.methods.entries import entry_parent
+from tensorbox._core.nestedkey import NestedKey, format_key, unravel_key
 from tensorbox.errors import LockedError, TensorDictKeyError
 
 if TYPE_CHECKING:

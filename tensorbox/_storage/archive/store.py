@@ -47,8 +47,10 @@ from typing import Any
 import torch
 
 from tensorbox._core.chunks import as_bytes, byte_chunks
+from tensorbox._storage import commit as _commit
 from tensorbox._storage.archive import zip as _zip
-from tensorbox._storage.format.metafile import fsync_dir, meta_bytes
+from tensorbox._storage.atomic import replacing
+from tensorbox._storage.format.metafile import meta_bytes
 from tensorbox._storage.format.names import is_plain_name
 from tensorbox._storage.format.spec import MAX_META_BYTES, META
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor, _blank
@@ -254,6 +256,9 @@ class ArchiveStore(Store):
         options.pop("sparse", None)
         return ArchiveWriter(self.root, **options)
 
+    def writing(self) -> contextlib.AbstractContextManager[None]:
+        return _commit.writing(self.root, file=True)  # a file at the path is replaced
+
 
 # ---------------------------------------------------------------- saving
 
@@ -386,9 +391,8 @@ def write_file(
         for entry in it:  # leftovers of a killed save: writers of this path take turns
             if entry.name.startswith(stale) and entry.is_file(follow_symlinks=False):
                 os.unlink(entry.path)
-    tmp = os.path.join(parent, stale + os.urandom(8).hex())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
-    try:
+    with replacing(root, tmp=os.path.join(parent, stale + os.urandom(8).hex()), fsync=fsync) as tmp:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
         try:
             with contextlib.suppress(OSError):
                 os.fchmod(fd, stat.S_IMODE(os.stat(root).st_mode))
@@ -397,13 +401,6 @@ def write_file(
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, root)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if fsync:
-        fsync_dir(parent)
     return starts
 
 

@@ -14,16 +14,13 @@ line) by atomic replacement or inside a staged tree, and directory syncs.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import stat
-import sys
-import threading
-from itertools import count
 from typing import Any
 
 from tensorbox._core.schema import json_bytes
+from tensorbox._storage.atomic import fsync_dir, replacing, temp_name
 from tensorbox._storage.format.spec import MAX_META_BYTES, META
 from tensorbox.errors import FormatError, IncompleteTreeError
 
@@ -35,17 +32,6 @@ __all__ = [
     "write_meta",
     "write_new_meta",
 ]
-
-#: The name of a node's description file.
-
-_tmp_counter = count()
-
-
-def temp_name(directory: str) -> str:
-    """A fresh temporary path in ``directory``; no encoded name starts with '.'."""
-    return os.path.join(
-        directory, f".tbx-{os.getpid()}-{threading.get_ident()}-{next(_tmp_counter)}.tmp"
-    )
 
 
 def meta_bytes(meta: dict[Any, Any], std_json: bool = False) -> bytes:
@@ -67,22 +53,14 @@ def meta_bytes(meta: dict[Any, Any], std_json: bool = False) -> bytes:
 def write_meta(
     directory: str, meta: dict[Any, Any], *, fsync: bool = False, std_json: bool = False
 ) -> None:
-    """Write ``directory/meta.json`` atomically: a temporary file, then ``os.replace``."""
+    """Write ``directory/meta.json`` atomically (:func:`~tensorbox._storage.atomic.replacing`)."""
     data = meta_bytes(meta, std_json)
-    tmp = temp_name(directory)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
+    with replacing(os.path.join(directory, META), fsync=fsync) as tmp:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
             _write_all(fd, data, fsync)
         finally:
             os.close(fd)
-        os.replace(tmp, os.path.join(directory, META))
-    except BaseException:  # out of space, interrupted: leave no temporary file behind
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if fsync:
-        fsync_dir(directory)
 
 
 def write_new_meta(
@@ -108,17 +86,6 @@ def _write_all(fd: int, data: bytes, fsync: bool) -> None:
         view = view[os.write(fd, view) :]
     if fsync:
         os.fsync(fd)
-
-
-def fsync_dir(directory: str) -> None:
-    """Make a rename or a file creation in ``directory`` durable (POSIX)."""
-    if sys.platform == "win32":  # pragma: no cover - directories cannot be opened there
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 _READ_FLAGS = (

@@ -93,6 +93,12 @@ __all__ = [
 ]
 
 
+def _tree_key(url: str, tree: str) -> dict[str, Any]:
+    """The cache key of a whole archive known by its tree id alone (an upload whose
+    transport returned no identity): used only once an object's index has that id."""
+    return {"url": url, "tree": tree, "part": "whole"}
+
+
 def _local_tree_id(path: str) -> str:
     """:func:`~tensorbox._storage.remote_tree.tree_id` of the archive file at ``path``."""
     import mmap
@@ -134,14 +140,17 @@ def local_archive(
     src = store.src
     path, ident, size = src.path_of(""), store.ident, store.buf.size
     key = {"object": ident, "tree": store.tree, "part": "whole"}
-    hit = None if fresh else cache.get(key)
+    # The copy a save kept (by the upload's reply, else by its tree id alone: checked
+    # below against the tree id of the object's own index, read from the server now).
+    by_tree = _tree_key(src.url, store.tree)
+    hit = None if fresh else (cache.get(key) or cache.get(by_tree))
     with contextlib.suppress(OSError, ValueError):  # unreadable, not an archive: dropped
         if hit is not None and os.path.getsize(hit) == size and _local_tree_id(hit) == store.tree:
             return hit, True
-    with contextlib.suppress(OSError):  # damaged (or a directory): fetched again
-        os.unlink(cache.path_for(key))
-    tmp = cache.new_tmp()
-    try:
+    for damaged in (key, by_tree):  # damaged (or a directory): fetched again
+        with contextlib.suppress(OSError):
+            os.unlink(cache.path_for(damaged))
+    with cache.writing(key) as tmp:
         try:
             with open(tmp, "wb") as f:
                 starts = list(range(0, size, _CHUNK))
@@ -157,11 +166,7 @@ def local_archive(
             raise cache.failure(err, url, tmp) from err
         if _local_tree_id(tmp) != store.tree or (_versioned(ident) and src.identity() != ident):
             raise OSError(f"{url!r}: the object was replaced while it was being read; read again")
-        return cache.put_file(key, tmp), False
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    return cache.path_for(key), False
 
 
 def refuse(what: str, url: str, advice: str) -> None:
@@ -197,11 +202,13 @@ def upload(tmp: str, url: str, storage_options: dict[str, Any] | None = None) ->
     """Put the archive written at ``tmp`` to ``url`` as one object (one put: readers see
     the old object or the new one, whole); the local copy, kept in the cache.
 
-    The copy is kept under the identity the server reports after the put *and* the
-    archive's own tree id (:func:`~tensorbox._storage.remote_tree.tree_id`): should
-    another writer's upload land between this put and that look, its identity is never
-    tied to these bytes, since a later read compares the object's index with the
-    copy's."""
+    The copy is kept under an identity tied to these bytes: the upload's reply where the
+    transport returns one (obstore's ETag or version id), else only the archive's own
+    tree id (:func:`~tensorbox._storage.remote.stores.tree_id`), never an identity read
+    after the put (another writer's upload may have landed by then). The next open
+    uses a copy kept by tree id only when the object's own index has that tree id
+    (:func:`local_archive`). Saves reach this through
+    :class:`~tensorbox._storage.remote.writer.UploadWriter`."""
     cache = default_cache()
     try:
         from tensorbox._storage.remote.stores import open_transport
@@ -219,12 +226,12 @@ def upload(tmp: str, url: str, storage_options: dict[str, Any] | None = None) ->
                 f"{url!r}: the upload failed, nothing was written there "
                 f"({type(err).__name__}: {err})"
             ) from err
-        # The upload's reply ties the object to these bytes where the transport gives one;
-        # else the server's word now, which another upload may already have replaced.
-        ident = reply if reply is not None else t.identity()
-        if ident.get("size") != os.path.getsize(tmp):
-            return tmp  # not these bytes (another upload won): kept out of the cache
-        return cache.put_file({"object": ident, "tree": _local_tree_id(tmp), "part": "whole"}, tmp)
+        tree = _local_tree_id(tmp)
+        if reply is None:  # nothing ties the object to these bytes: the tree id alone
+            return cache.put_file(_tree_key(t.url, tree), tmp)
+        if reply.get("size") != os.path.getsize(tmp):
+            return tmp  # a reply about other bytes: kept out of the cache
+        return cache.put_file({"object": reply, "tree": tree, "part": "whole"}, tmp)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

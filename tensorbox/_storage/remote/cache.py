@@ -11,7 +11,10 @@ import os
 import socket
 import tempfile
 import threading
+from collections.abc import Iterator
 from typing import Any
+
+from tensorbox._storage.atomic import replacing
 
 __all__ = ["RangeCache", "default_cache", "env_number"]
 
@@ -66,14 +69,27 @@ class RangeCache:
     def put_file(self, key: dict[str, Any], tmp: str) -> str:
         """Move the finished file ``tmp`` (in this folder) into place under ``key``."""
         path = self.path_for(key)
+        self.move_in(tmp, path)
+        self.added(os.path.getsize(path), keep=path)
+        return path
+
+    @contextlib.contextmanager
+    def writing(self, key: dict[str, Any]) -> Iterator[str]:
+        """A new file of this folder for the block to write, put under ``key`` once the
+        block succeeds (:func:`~tensorbox._storage.atomic.replacing`), deleted if not."""
+        path = self.path_for(key)
+        with replacing(path, tmp=self.new_tmp(), rename=self.move_in) as tmp:
+            yield tmp
+        self.added(os.path.getsize(path), keep=path)
+
+    def move_in(self, tmp: str, path: str) -> None:
+        """``os.replace``, after clearing a link or an empty folder planted at ``path``."""
         try:
             os.replace(tmp, path)
         except (IsADirectoryError, FileExistsError, NotADirectoryError):
             if not self.clear(path):
                 raise
             os.replace(tmp, path)
-        self.added(os.path.getsize(path), keep=path)
-        return path
 
     def release(self) -> None:
         """A file put with :meth:`put_file` is open (mapped) now: apply the bound, which
@@ -101,16 +117,10 @@ class RangeCache:
 
     def put_bytes(self, key: dict[str, Any], data: bytes, url: str) -> None:
         """Keep ``data`` under ``key``, with its SHA-256 (see :meth:`get_bytes`)."""
-        tmp = None
         try:
-            tmp = self.new_tmp()
-            with open(tmp, "wb") as f:
+            with self.writing(key) as tmp, open(tmp, "wb") as f:
                 f.write(self._MAGIC + hashlib.sha256(data).digest() + data)
-            self.put_file(key, tmp)
         except OSError as err:
-            if tmp is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
             raise self.failure(err, url, self.path_for(key)) from err
 
     def get_bytes(self, key: dict[str, Any]) -> bytes | None:

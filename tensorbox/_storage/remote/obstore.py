@@ -17,15 +17,14 @@ import concurrent.futures
 import os
 import threading
 import urllib.parse
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tensorbox._storage.remote.transport import (
     _READ_ONLY,
     STREAM_CHUNK,
+    Reads,
     ReplyMismatch,
-    Sink,
     Transport,
     _Group,
     _SinkFailed,
@@ -141,16 +140,10 @@ class ObstoreTransport(Transport):
         size = os.path.getsize(local)
         return {"url": url, **_stamp(size, reply.get("e_tag"), reply.get("version"), None)}
 
-    def _read(
-        self,
-        ranges: Sequence[tuple[str, str, int, int]],
-        groups: list[_Group],
-        sink: Sink,
-        lanes: int,
-        etags: dict[str, str | None],
-        sizes: dict[str, int],
-    ) -> bool:
+    def _read(self, reads: Reads) -> bool:
         import obstore
+
+        ranges, groups, sink, lanes, etags, sizes = reads
 
         lock = threading.Lock()  # calls to sink never overlap
         vouched: list[bool] = []

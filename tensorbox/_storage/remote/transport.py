@@ -32,7 +32,7 @@ import importlib.util
 import os
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 _SEP = "::"  # URL::DIR names a sub-tree of an archive, as FILE::DIR does locally
@@ -376,19 +376,12 @@ def read_into(
     groups = _groups(ranges, gap, limit)
     if not groups:
         return True
-    return _read_groups(fs, ranges, groups, sink, lanes, etags or {}, sizes or {})
+    return _read_groups(fs, Reads(ranges, groups, sink, lanes, etags or {}, sizes or {}))
 
 
-def _read_groups(
-    fs: Any,
-    ranges: Sequence[tuple[str, str, int, int]],
-    groups: list[_Group],
-    sink: Sink,
-    lanes: int,
-    etags: dict[str, str | None],
-    sizes: dict[str, int],
-) -> bool:
+def _read_groups(fs: Any, reads: Reads) -> bool:
     """:func:`read_into` once its ranges are coalesced into ``groups``."""
+    ranges, groups, sink, lanes, etags, sizes = reads
     opener = _opener(fs)
     if opener is not None:
         vouched = _stream(fs, opener, ranges, groups, sink, lanes, etags, sizes)
@@ -418,6 +411,20 @@ def _read_groups(
 
 
 _Group = tuple[str, str, int, int, list[int]]
+
+
+class Reads(NamedTuple):
+    """One :func:`read_into` call once its ranges are coalesced into ``groups`` (the
+    requests): what every transport's reader takes."""
+
+    ranges: Sequence[tuple[str, str, int, int]]
+    groups: list[_Group]
+    sink: Sink
+    lanes: int
+    etags: dict[str, str | None]
+    sizes: dict[str, int]
+
+
 #: ``await read()`` gives the reply's next bytes (b"" at its end); ``close()`` drops it.
 #: The reply's ETag (None: it sent none) comes with them.
 _Body = tuple[Callable[[], Awaitable[bytes]], Callable[[], Any], str | None]
@@ -756,17 +763,9 @@ class Transport:
         groups = _groups(ranges, gap, limit)
         if not groups:
             return True
-        return self._read(ranges, groups, sink, lanes, etags or {}, sizes or {})
+        return self._read(Reads(ranges, groups, sink, lanes, etags or {}, sizes or {}))
 
-    def _read(
-        self,
-        ranges: Sequence[tuple[str, str, int, int]],
-        groups: list[_Group],
-        sink: Sink,
-        lanes: int,
-        etags: dict[str, str | None],
-        sizes: dict[str, int],
-    ) -> bool:
+    def _read(self, reads: Reads) -> bool:
         raise NotImplementedError
 
     def read_many(
@@ -829,16 +828,8 @@ class FsspecTransport(Transport):
     def describe(self, rel: str) -> dict[str, Any]:
         return describe(self.fs, self.path_of(rel), self.url_of(rel))
 
-    def _read(
-        self,
-        ranges: Sequence[tuple[str, str, int, int]],
-        groups: list[_Group],
-        sink: Sink,
-        lanes: int,
-        etags: dict[str, str | None],
-        sizes: dict[str, int],
-    ) -> bool:
-        return _read_groups(self.fs, ranges, groups, sink, lanes, etags, sizes)
+    def _read(self, reads: Reads) -> bool:
+        return _read_groups(self.fs, reads)
 
     def list(self, rel: str) -> list[dict[str, Any]] | None:
         try:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from collections.abc import Iterator
 from typing import Any
 
+from tensorbox._storage.atomic import replacing
+from tensorbox.interop._columns import parse_meta, reading
 from tensorbox.interop._extras import require
-from tensorbox.interop._tabular import parse_meta, reading
 from tensorbox.interop.arrow import META_KEY, _pa, from_arrow, from_pandas, to_arrow, to_pandas
 
 __all__ = [
@@ -35,17 +35,8 @@ def _atomic(path: Any, suffix: str) -> Iterator[Any]:
     if not isinstance(path, str | os.PathLike):
         yield path  # a file object or a filesystem-specific target: written directly
         return
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=folder)
-    os.close(fd)
-    try:
+    with replacing(os.fspath(path), suffix=suffix) as tmp:
         yield tmp
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def from_parquet(path: Any, *, columns: list[str] | None = None, **kwargs: Any) -> Any:

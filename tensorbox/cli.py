@@ -56,6 +56,7 @@ from tensorbox._storage import api as _persist
 from tensorbox._storage.archive import convert as _archive_convert
 from tensorbox._storage.archive import store as _archive
 from tensorbox._storage.archive import zip as _zip
+from tensorbox._storage.atomic import replacing
 from tensorbox._storage.store import (
     JaggedEntry,
     Node,
@@ -416,14 +417,8 @@ def _pack(
     it, so that a failed pack leaves the old file whole."""
     if not (force and os.path.isfile(file)):
         return _archive_convert.pack(directory, file, compression=compression, progress=progress)
-    stage = f"{file}.{os.getpid()}.partial"
-    try:
-        counts = _archive_convert.pack(directory, stage, compression=compression, progress=progress)
-        os.replace(stage, file)
-    finally:
-        if os.path.lexists(stage):
-            os.unlink(stage)
-    return counts
+    with replacing(file, tmp=f"{file}.{os.getpid()}.partial") as stage:
+        return _archive_convert.pack(directory, stage, compression=compression, progress=progress)
 
 
 def _run(args: argparse.Namespace, out: list[str]) -> int:

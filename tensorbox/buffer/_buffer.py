@@ -20,8 +20,9 @@ from tensorbox.buffer._plan import (
     sample_nbytes,
 )
 from tensorbox.buffer._runtime import ProducerError, Runtime
-from tensorbox.buffer._stats import BufferStats, Progress, rate, window
+from tensorbox.buffer._stats import BufferStats, rate, window
 from tensorbox.data.sharding import resolve_replicas
+from tensorbox.progress import Progress
 
 __all__ = ["AugmentBuffer"]
 
@@ -372,16 +373,23 @@ class AugmentBuffer:
             end = min(end, self._end)
         bar = None
         if self._progress and self._g < end:
-            bar = Progress(self.epoch, bpe, self.batch, self.stats)
+            bar = Progress(
+                f"epoch {self.epoch}",
+                bpe,
+                unit="batch",
+                progress=True,
+                initial=self.batch,
+                status=self._status,
+            )
         try:
             while self._g < end:
                 batch = self._next()
                 if bar is not None:
-                    bar.update()
+                    bar.update(1, files=0)
                 yield batch
         finally:
             if bar is not None:
-                bar.close()
+                bar.close(ok=self._g >= end)  # a break or an error: "stopped after"
 
     def _next(self) -> Any:
         self._check_open()
@@ -467,6 +475,11 @@ class AugmentBuffer:
         self.seek(int(state["epoch"]), int(state["batch"]))
 
     # ------------------------------------------------------------------ observing
+
+    def _status(self) -> str:
+        """The progress bar's state beside the count."""
+        s = self.stats()
+        return f"fill {s.filled}/{s.capacity} wait {s.wait_s:.1f}s"
 
     def stats(self) -> BufferStats:
         """A snapshot of fill, rates and waits (cheap: call it every step if you like)."""

@@ -2,7 +2,7 @@
 
 A key is a non-empty ``str``; a nested key is a tuple of them, ``("obs", "pixels")``.
 
->>> from tensorbox._core.keys import unravel_key
+>>> from tensorbox._core.nestedkey import unravel_key
 >>> unravel_key("a"), unravel_key(("a", ("b", "c")))
 (('a',), ('a', 'b', 'c'))
 """
