@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import warnings
 import zipfile
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 from tensorbox import FormatError, TensorDict, pack, unpack
+from tests.checkout import checkout_env
 
 
 def _grow(td: TensorDict, *values: float) -> TensorDict:
@@ -121,3 +123,35 @@ def test_pack_replaces_an_archive_at_once(tmp_path: Path) -> None:
     with pytest.raises(FileExistsError, match=r"mine' is a file that is not a zip archive"):
         pack(str(tmp_path / "src"), str(tmp_path / "mine"))
     assert (tmp_path / "mine").read_bytes() == b"not a zip"
+
+
+_WRITE_ALL = """
+import sys, torch
+from tensorbox import TensorDict
+td = TensorDict.load_memmap(sys.argv[1])
+try:
+    {op}
+except OSError as err:
+    print(err)
+"""
+
+
+@pytest.mark.parametrize(
+    "op", ["td.zero_()", "td.apply_(lambda x: x.fill_(1))", "td.fill_(('n', 'a'), 1.0)"]
+)
+def test_in_place_container_writes_on_a_full_disk_raise_not_sigbus(
+    small_tmpfs: Path, op: str
+) -> None:
+    # A sparse dataset (memmap_like) larger than the disk: writing every row through the
+    # mappings would kill the process with SIGBUS when the disk fills.
+    template = TensorDict({"n": {"a": torch.zeros(1)}}, [1]).expand(3 << 20)
+    template.memmap_like(small_tmpfs / "t")  # 12 MiB, sparse, on 8 MiB
+    proc = subprocess.run(
+        [sys.executable, "-c", _WRITE_ALL.format(op=op), str(small_tmpfs / "t")],
+        env=checkout_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])  # -7: SIGBUS
+    assert "no space left on the device to write rows 0..3145727 of key ('n', 'a')" in proc.stdout
