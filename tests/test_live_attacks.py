@@ -7,12 +7,16 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
+import warnings
+import zipfile
 from pathlib import Path
 
 import pytest
 import torch
 
-from tensorbox import TensorDict
+from tensorbox import FormatError, TensorDict, pack, unpack
+from tests.checkout import checkout_env
 
 
 def _grow(td: TensorDict, *values: float) -> TensorDict:
@@ -80,3 +84,74 @@ def test_a_nul_in_a_key_is_named_as_such_in_tensordict_layout(tmp_path: Path) ->
     assert not os.listdir(tmp_path)  # refused before anything is written
     td.memmap(tmp_path / "t")  # tensorbox's own format takes it
     assert TensorDict.load_memmap(tmp_path / "t")["x\0y"].tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("extra", "entry", "inner"),
+    [
+        ([("a.memmap/x", b"y")], "a.memmap", "a.memmap/x"),
+        ([("q/w", b"1"), ("q/w/e", b"2")], "q/w", "q/w/e"),
+    ],
+)
+def test_unpack_refuses_an_entry_that_is_a_file_and_a_folder(
+    tmp_path: Path, extra: list[tuple[str, bytes]], entry: str, inner: str
+) -> None:
+    TensorDict({"a": torch.arange(3.0)}, [3]).memmap(tmp_path / "src")
+    file = tmp_path / "odd.zip"  # written by another zip tool
+    with zipfile.ZipFile(file, "w") as z, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in sorted(os.listdir(tmp_path / "src")):
+            z.write(tmp_path / "src" / name, name)
+        for name, data in extra:
+            z.writestr(name, data)
+    with pytest.raises(
+        FormatError, match=rf"odd\.zip::{entry}: a file, but also a folder of the entry '{inner}'"
+    ):
+        unpack(str(file), str(tmp_path / "out"))
+    assert sorted(os.listdir(tmp_path)) == ["odd.zip", "src"]  # nothing written, nothing left
+
+
+def test_pack_replaces_an_archive_at_once(tmp_path: Path) -> None:
+    TensorDict({"a": torch.arange(3.0)}, [3]).memmap(tmp_path / "t.tbx", archive=True)
+    old = TensorDict.load_memmap(tmp_path / "t.tbx")  # a reader of the old archive
+    TensorDict({"a": torch.arange(5.0)}, [5]).memmap(tmp_path / "src")
+    assert pack(str(tmp_path / "src"), str(tmp_path / "t.tbx")) == (1, 1)
+    assert TensorDict.load_memmap(tmp_path / "t.tbx")["a"].tolist() == list(range(5))
+    assert old["a"].tolist() == [0.0, 1.0, 2.0]  # renamed in: the old mapping keeps its bytes
+    assert sorted(os.listdir(tmp_path)) == ["src", "t.tbx"]
+    (tmp_path / "mine").write_bytes(b"not a zip")
+    with pytest.raises(FileExistsError, match=r"mine' is a file that is not a zip archive"):
+        pack(str(tmp_path / "src"), str(tmp_path / "mine"))
+    assert (tmp_path / "mine").read_bytes() == b"not a zip"
+
+
+_WRITE_ALL = """
+import sys, torch
+from tensorbox import TensorDict
+td = TensorDict.load_memmap(sys.argv[1])
+try:
+    {op}
+except OSError as err:
+    print(err)
+"""
+
+
+@pytest.mark.parametrize(
+    "op", ["td.zero_()", "td.apply_(lambda x: x.fill_(1))", "td.fill_(('n', 'a'), 1.0)"]
+)
+def test_in_place_container_writes_on_a_full_disk_raise_not_sigbus(
+    small_tmpfs: Path, op: str
+) -> None:
+    # A sparse dataset (memmap_like) larger than the disk: writing every row through the
+    # mappings would kill the process with SIGBUS when the disk fills.
+    template = TensorDict({"n": {"a": torch.zeros(1)}}, [1]).expand(3 << 20)
+    template.memmap_like(small_tmpfs / "t")  # 12 MiB, sparse, on 8 MiB
+    proc = subprocess.run(
+        [sys.executable, "-c", _WRITE_ALL.format(op=op), str(small_tmpfs / "t")],
+        env=checkout_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])  # -7: SIGBUS
+    assert "no space left on the device to write rows 0..3145727 of key ('n', 'a')" in proc.stdout

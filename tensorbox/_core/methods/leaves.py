@@ -25,9 +25,10 @@ from torch import Tensor
 
 from tensorbox._core import apply as _apply
 from tensorbox._core import jagged_pad as _jagged_pad
+from tensorbox._core import ports as _ports
 from tensorbox._core import tree as _tree
 from tensorbox._core.methods.base import MixinBase, is_container
-from tensorbox._core.nestedkey import NestedKey
+from tensorbox._core.nestedkey import NestedKey, unravel_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.tree import KEEP
 
@@ -103,6 +104,8 @@ class LeafMethods(MixinBase):
         """
         _no_names(names)
         a = (fn, others, batch_size, device, inplace, False, False, (), default, filter_empty)
+        if inplace:  # fn may write into the mapped leaves themselves: their blocks first
+            _reserve_leaves(self)
         # in place on a saved tree: saved at once (a whole-tree commit, see _persist_writes)
         res: Self = self._write(_apply.apply, self, *a) if inplace else _apply.apply(self, *a)
         if out is not None:
@@ -410,7 +413,10 @@ class LeafMethods(MixinBase):
 
     def fill_(self, key: NestedKey, value: builtins.float | builtins.bool) -> Self:
         """Fill the leaf ``key`` with ``value`` in place."""
-        self.get(key, KEEP).fill_(value)
+        leaf = self.get(key, KEEP)
+        if isinstance(leaf, Tensor) and type(leaf) is not Tensor and not leaf.is_nested:
+            _ports.reserve(leaf, unravel_key(key))
+        leaf.fill_(value)
         return self
 
     # ---------------------------------------------------------- new containers
@@ -783,3 +789,15 @@ def _leaf_items(td: Any) -> list[tuple[tuple[str, ...], Tensor]]:
 
     walk(td, ())
     return out
+
+
+def _reserve_leaves(td: Any, prefix: tuple[str, ...] = ()) -> None:
+    """Reserve the file blocks of every memory-mapped leaf before an in-place write of
+    all of them (``apply_``, ``zero_``...): on a sparse file (``memmap_like``) and a full
+    disk, an ``OSError`` naming the key before anything is written, never a SIGBUS."""
+    for k, v in td._tensordict.items():
+        if isinstance(v, Tensor):
+            if type(v) is not Tensor and not v.is_nested:  # a plain tensor has no file
+                _ports.reserve(v, (*prefix, k))
+        elif is_container(v):
+            _reserve_leaves(v, (*prefix, k))

@@ -57,6 +57,8 @@ def pack(
     progress: bool | None = None,
 ) -> tuple[int, int]:
     """Write the tree saved at ``directory`` as the archive ``file``; (nodes, tensors).
+    An archive already at ``file`` is replaced in one rename (a failed or killed pack
+    leaves it whole); any other file there is refused.
 
     Each entry holds its file's committed bytes: the tensor's (``shape`` in
     ``meta.json``; a jagged leaf's ``length`` values and ``rows + 1`` offsets), not the
@@ -144,7 +146,8 @@ def pack(
         nodes = len(metas)
     finally:
         _commit.read_unlock(lock)
-    with _commit.writing(root), Progress("pack", total, progress=progress):
+    # An archive already at ``file`` is replaced at once, as an archive save replaces it.
+    with _commit.writing(root, file=True), Progress("pack", total, progress=progress):
         _archive._check_target(root)
         _archive.write_file(root, items, [None] * len(items), num_threads, fsync)
         advance(total, files=sum(align for *_, align in items))  # the leaves, written whole
@@ -239,8 +242,16 @@ def _unpack(
     nodes = sum(1 for _ in iter_nodes(store, inner))  # the whole tree, checked
     pre = f"{inner}/" if inner else ""
     names = [n for n in ar.entries if n.startswith(pre)]
+    files = {name[len(pre) :] for name in names}
     for name in names:
         rel = name[len(pre) :]
+        parts = rel.split("/")
+        for i in range(1, len(parts)):
+            if "/".join(parts[:i]) in files:  # a file, and a folder on the way to another
+                raise FormatError(
+                    f"{ar.where(pre + '/'.join(parts[:i]))}: a file, but also a folder of the "
+                    f"entry {rel!r}; a folder cannot be both (no save writes such an archive)"
+                )
         if rel.count("/") >= MAX_NAME_PARTS or len(rel.encode("utf-8", "surrogatepass")) > (
             MAX_NAME_BYTES
         ):
