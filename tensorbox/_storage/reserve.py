@@ -13,7 +13,8 @@ allocated cost nothing to reserve again.
 Every in-place write into a file-backed leaf reserves first: a row write
 (``td[rows] = ...``, :func:`reserve_rows`), ``set_``/``update_``/``set(inplace=True)``
 (the core's ``copy_leaf`` calls :func:`reserve_leaf` through its ``reserve`` port,
-which the package face binds here), ``load_state_dict`` and
+which the package face binds here), ``apply_``/``zero_``/``fill_`` (every mapped leaf,
+through the same port, before the function runs), ``load_state_dict`` and
 ``to_module(inplace=True)`` (every destination reserved before the first copy:
 :func:`reserve_all`). ``extend_`` writes with ``pwrite`` after growing the files,
 never through a mapping. A write through a raw mapped tensor (``td["k"][rows] = v``
