@@ -69,7 +69,8 @@ def small_tmpfs(tmp_path: Path):  # type: ignore[no-untyped-def]
     try:
         yield mnt
     finally:
-        subprocess.run(["umount", str(mnt)], check=True)
+        # Lazy: a child process still closing a file must not leave the mount behind.
+        subprocess.run(["umount", "--lazy", str(mnt)], check=True)
 
 
 # The quick loop (`make check`, `pytest --quick`) leaves out the tests marked `heavy`:
