@@ -13,7 +13,7 @@ Any other public name of ``tensorbox`` resolves here too.
 from __future__ import annotations
 
 from tensorbox._face import forward
-from tensorbox.interop.persistent import PersistentTensorDict
+from tensorbox.interop.hierarchical import PersistentTensorDict
 
 __all__ = ["PersistentTensorDict"]
 

@@ -42,6 +42,7 @@ SHIMS = {
     "tensorbox.interop.files": ("tensorbox.interop.tabular", "from_parquet"),
     "tensorbox.interop.h5": ("tensorbox.interop._h5", "H5Backend"),
     "tensorbox.interop.zarr": ("tensorbox.interop._zarr", "ZarrBackend"),
+    "tensorbox.interop.persistent": ("tensorbox.interop.hierarchical", "PersistentTensorDict"),
 }
 #: A module-level ``__getattr__`` not built by ``_face``, with the work that replaces it.
 OWN_FORWARDER_PENDING = {

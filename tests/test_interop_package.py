@@ -23,7 +23,7 @@ _FRESH = textwrap.dedent(
     assert "tensorbox.interop.arrow" not in sys.modules
     # the names are on the package face, loaded on first use
     assert tensorbox.from_arrow.__module__ == "tensorbox.interop.arrow"
-    assert tensorbox.PersistentTensorDict.__module__ == "tensorbox.interop.persistent"
+    assert tensorbox.PersistentTensorDict.__module__ == "tensorbox.interop.hierarchical"
     assert "pyarrow" not in sys.modules  # defining the functions imports nothing either
     print("ok")
     """

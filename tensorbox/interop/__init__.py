@@ -9,7 +9,7 @@ missing one raises an ``ImportError`` naming the ``tensorbox[extra]`` to install
   :mod:`tensorbox.interop.tabular`: Parquet (whole, or row group by row group with
   ``ParquetRowGroups``), CSV and JSON files, through Arrow.
 - :mod:`tensorbox.interop.safetensors`: ``from_safetensors``/``to_safetensors``.
-- :mod:`tensorbox.interop.persistent`: ``PersistentTensorDict``, a lazy container whose
+- :mod:`tensorbox.interop.hierarchical`: ``PersistentTensorDict``, a lazy container whose
   leaves live in an HDF5 file or a zarr v3 store (through the private adapters
   ``_h5``/``_zarr``; ``tensorbox.interop.h5`` and ``.zarr`` are their former names).
 - :mod:`tensorbox.interop.mds`: ``to_mds`` for mosaicml-streaming.
@@ -32,9 +32,9 @@ if TYPE_CHECKING:
     from tensorbox.interop.arrow import from_arrow as from_arrow
     from tensorbox.interop.arrow import from_pandas as from_pandas
     from tensorbox.interop.arrow import to_arrow as to_arrow
-    from tensorbox.interop.persistent import PersistentTensorDict as PersistentTensorDict
-    from tensorbox.interop.persistent import from_h5 as from_h5
-    from tensorbox.interop.persistent import from_zarr as from_zarr
+    from tensorbox.interop.hierarchical import PersistentTensorDict as PersistentTensorDict
+    from tensorbox.interop.hierarchical import from_h5 as from_h5
+    from tensorbox.interop.hierarchical import from_zarr as from_zarr
     from tensorbox.interop.safetensors import from_safetensors as from_safetensors
     from tensorbox.interop.safetensors import to_safetensors as to_safetensors
     from tensorbox.interop.schema import from_schema as from_schema

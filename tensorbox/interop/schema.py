@@ -104,7 +104,7 @@ def from_schema(
         prefix = kwargs.pop("prefix", None)
         return lazy.memmap_like(prefix, **kwargs)
     if storage in ("h5", "zarr"):
-        from tensorbox.interop.persistent import PersistentTensorDict
+        from tensorbox.interop.hierarchical import PersistentTensorDict
 
         if "filename" not in kwargs:
             raise TypeError(f"from_schema(storage={storage!r}) needs filename=, the file to create")

@@ -192,7 +192,7 @@ def from_any(obj: Any, *, cls: Any = None, **kwargs: Any) -> Any:
 
         return from_arrow(obj, cls=cls, **kwargs)
     if module == "h5py":
-        from tensorbox.interop.persistent import PersistentTensorDict
+        from tensorbox.interop.hierarchical import PersistentTensorDict
 
         return PersistentTensorDict(group=obj, backend="h5", **kwargs).to_tensordict()
     if isinstance(obj, np.ndarray) and obj.dtype.names is not None:
