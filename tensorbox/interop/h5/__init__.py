@@ -1,15 +1,12 @@
 """A shim: ``tensorbox.interop.h5``, the former name of :mod:`tensorbox.interop._h5`.
 
 The HDF5 adapter of ``PersistentTensorDict`` is private, and its module now says so;
-imports of the old name keep working and forward every public name there. Code reaches
-the adapter through ``PersistentTensorDict`` and ``from_h5``. The shim is a package of
-one file rather than ``h5.py`` so that version control carries edits made to the old
-module under its old name to the renamed one.
+code reaches it through ``PersistentTensorDict`` and ``from_h5``. Old imports
+keep working: every public name is forwarded (:func:`tensorbox._face.forward`).
 
->>> import tensorbox.interop._h5 as new
->>> from tensorbox.interop.h5 import H5Backend as old
->>> old is new.H5Backend
-True
+>>> from tensorbox.interop.h5 import H5Backend
+>>> H5Backend.__module__
+'tensorbox.interop._h5'
 """
 
 from tensorbox._face import forward
