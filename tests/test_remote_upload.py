@@ -162,3 +162,35 @@ def test_an_s3_save_through_fsspec_and_through_obstore(
     assert not os.path.exists(by_tree)  # the reply tied it: kept under the reply
     back = TensorDict.load_memmap(f"s3://{bucket}/b.tdz", storage_options=ob)
     assert (back == td).all()
+
+
+def test_a_password_in_a_url_is_never_in_an_error_message(s3_server: S3Server) -> None:
+    """``scheme://user:password@host/...``: every refusal and failure names the URL with
+    its user information masked, never the password."""
+    pytest.importorskip("aiohttp")
+    td = _td(7, 4)
+    secret = "hunter2pw"
+    cases: list[tuple[Any, str]] = [
+        (lambda: TensorDict.load_memmap(f"http://me:{secret}@127.0.0.1:9/x.tdz"), "cannot reach"),
+        (lambda: td.memmap(f"http://me:{secret}@h/x.tdz", archive=True), "read-only"),
+        (lambda: td.memmap(f"memory://me:{secret}@b/x"), "a folder tree cannot"),
+        (lambda: td.memmap_like(f"memory://me:{secret}@b/x"), "memmap_like allocates"),
+        (lambda: TensorDict.load_memmap(f"memory://me:{secret}@b/x", mode="r+"), "read-only"),
+        (lambda: td.memmap(f"memory://me:{secret}@b/x.tdz::in", archive=True), "saved whole"),
+    ]
+    pytest.importorskip("s3fs")
+    opts = dict(s3_server.storage_options())
+    cases.append(
+        (
+            lambda: td.memmap(
+                f"s3://AK:{secret}@no-bucket/x.tdz", archive=True, storage_options=opts
+            ),
+            "the upload failed",
+        )
+    )
+    for call, what in cases:
+        with pytest.raises((OSError, ValueError)) as info:
+            call()
+        text = str(info.value)
+        assert what in text and "***@" in text, text
+        assert secret not in text, text

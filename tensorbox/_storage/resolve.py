@@ -114,7 +114,7 @@ class Backend:
         return f"{type(self).__name__}({self.where.prefix!r})"
 
     def _refuse(self, what: str, why: str) -> NoReturn:
-        raise ValueError(f"{what}({str(self.where.prefix)!r}): {why}")
+        raise ValueError(f"{what}({_shown(str(self.where.prefix))!r}): {why}")
 
     def exists(self, storage_options: dict[str, Any] | None = None) -> bool:
         """Whether a tree (or an object) is there already (``existsok=False`` refuses)."""
@@ -247,6 +247,15 @@ def resolve(prefix: Any, *, archive: bool | None = None, save: bool = False) -> 
     return backend_class("folder")(Where(prefix, p))
 
 
+def _shown(text: str) -> str:
+    """``text`` with a URL's password masked (imported late: the remote package is heavy)."""
+    if "@" not in text:
+        return text
+    from tensorbox._storage.remote.transport import shown
+
+    return shown(text)
+
+
 def _by_suffix(file: str) -> str:
     """The backend of an existing file: by its suffix (:data:`SUFFIXES`), else an archive."""
     return next((v for k, v in SUFFIXES.items() if file.endswith(k)), "archive")
@@ -270,6 +279,6 @@ def refuse_existing(
         return
     if resolve(prefix, archive=archive, save=True).exists(storage_options):
         raise TreeExistsError(
-            f"{str(prefix)!r} already holds a saved tree (existsok=False); pass existsok=True "
+            f"{_shown(str(prefix))!r} already holds a saved tree (existsok=False); pass existsok=True "
             "to replace it"
         )
