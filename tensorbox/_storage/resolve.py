@@ -242,7 +242,7 @@ def resolve(prefix: Any, *, archive: bool | None = None, save: bool = False) -> 
         return backend_class("folder")(Where(prefix, p))
     if _is_file(p):
         return backend_class(_by_suffix(p))(Where(prefix, p))
-    if os.path.isfile(os.path.join(p, "zarr.json")) and not os.path.exists(os.path.join(p, META)):
+    if is_zarr_store(p):
         return backend_class("zarr")(Where(prefix, p))  # to_zarr's folder, or another tool's
     return backend_class("folder")(Where(prefix, p))
 
@@ -254,6 +254,13 @@ def _shown(text: str) -> str:
     from tensorbox._storage.remote.transport import shown
 
     return shown(text)
+
+
+def is_zarr_store(path: str) -> bool:
+    """A folder holding ``zarr.json`` and no ``meta.json``: a zarr store (read-only)."""
+    return os.path.isfile(os.path.join(path, "zarr.json")) and not os.path.exists(
+        os.path.join(path, META)
+    )
 
 
 def _by_suffix(file: str) -> str:
