@@ -194,3 +194,33 @@ def test_a_password_in_a_url_is_never_in_an_error_message(s3_server: S3Server) -
         text = str(info.value)
         assert what in text and "***@" in text, text
         assert secret not in text, text
+
+
+def test_growing_a_tree_opened_read_only_refuses_naming_it(
+    cache: remote.RangeCache, tmp_path: Path
+) -> None:
+    """extend_ and make_memmap on a tree behind a URL (lazy or fetched) or a local archive
+    refuse, naming the URL or the archive; they never grow a copy that reaches nowhere."""
+    url, td = _url(), _td(8, 4)
+    td.memmap(url, archive=True)
+    lazy = TensorDict.load_memmap(url)
+    with pytest.raises(RuntimeError, match=rf"^extend_: .*'{url}', which is read-only"):
+        lazy.extend_(td[:1])
+    with pytest.raises(RuntimeError, match=rf"^make_memmap: .*'{url}', which is read-only"):
+        lazy.make_memmap("new", (4,))
+    fetched = TensorDict.load_memmap(url)
+    fetched["x"].sum()  # whole: a mapping of the cache now
+    with pytest.raises(RuntimeError, match=rf"^extend_: .*'{url}', which is read-only"):
+        fetched.extend_(td[:1])
+    assert lazy.batch_size == fetched.batch_size == td.batch_size
+    arch = str(tmp_path / "t.tdz")
+    td.memmap(arch)
+    local = TensorDict.load_memmap(arch)
+    with pytest.raises(RuntimeError, match=r"^make_memmap: .*t\.tdz', which is read-only"):
+        local.make_memmap("new", (4,))
+    with pytest.raises(RuntimeError, match=r"^make_memmap_from_tensor: .*t\.tdz', which is read"):
+        local.make_memmap_from_tensor("new", torch.ones(4))
+    assert "new" not in local.keys() and "new" not in lazy.keys()  # noqa: SIM118
+    again = TensorDict.load_memmap(url)  # the same leaves, whole: plain mappings of the cache
+    with pytest.raises(RuntimeError, match=r"^make_memmap: .*(behind a URL|read-only)"):
+        again.make_memmap("new", (4,))
