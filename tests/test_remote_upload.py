@@ -224,3 +224,18 @@ def test_growing_a_tree_opened_read_only_refuses_naming_it(
     again = TensorDict.load_memmap(url)  # the same leaves, whole: plain mappings of the cache
     with pytest.raises(RuntimeError, match=r"^make_memmap: .*(behind a URL|read-only)"):
         again.make_memmap("new", (4,))
+
+
+def test_an_upload_to_a_server_that_never_answers_ends_naming_the_url(
+    silent_server: str, cache: remote.RangeCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """s3fs's put waits for the server's "100 Continue" with no timeout of its own: the
+    upload has a deadline ($TENSORBOX_REMOTE_TIMEOUT per started 8 MiB), then an error
+    naming the URL, never a hang; nothing is kept in the cache."""
+    pytest.importorskip("s3fs")
+    monkeypatch.setenv("TENSORBOX_REMOTE_TIMEOUT", "2")
+    endpoint = silent_server.rpartition("/")[0]
+    opts = {"key": "a", "secret": "b", "client_kwargs": {"endpoint_url": endpoint}}
+    with pytest.raises(TimeoutError, match=r"'s3://bkt/x\.tdz': the upload did not finish"):
+        _td(9, 4).memmap("s3://bkt/x.tdz", archive=True, storage_options=opts)
+    assert not _parts(cache) and not [n for n in os.listdir(cache.directory) if n.endswith(".bin")]

@@ -228,6 +228,12 @@ def upload(tmp: str, url: str, storage_options: dict[str, Any] | None = None) ->
                     url,
                 )
             ) from err
+        except TimeoutError as err:  # the deadline passed: the put may still land
+            raise TimeoutError(
+                f"{shown(url)!r}: the upload did not finish in time "
+                f"($TENSORBOX_REMOTE_TIMEOUT, {timeout():g} s per 8 MiB): the object there is "
+                "the old one, or this save's, whole; save again"
+            ) from err
         except Exception as err:  # botocore, aiohttp...: their own types (a dead endpoint)
             raise OSError(
                 shown(

@@ -862,5 +862,11 @@ class FsspecTransport(Transport):
         return [{**r, "name": str(r["name"]).rstrip("/").rpartition("/")[2]} for r in rows]
 
     def put_file(self, local: str, rel: str = "") -> dict[str, Any] | None:
-        self.fs.put_file(local, self.path_of(rel))
+        fs, kwargs = self.fs, {}
+        if getattr(fs, "async_impl", False):
+            # A deadline: s3fs's put waits for the server's "100 Continue" with none of
+            # its own (a server that accepts and never answers hangs it forever). One
+            # read timeout per started 8 MiB (a slower link: raise the timeout).
+            kwargs["timeout"] = timeout() * (1 + os.path.getsize(local) // (8 << 20))
+        fs.put_file(local, self.path_of(rel), **kwargs)
         return None  # fsspec's put returns nothing to tie the object to these bytes
