@@ -239,3 +239,18 @@ def test_an_upload_to_a_server_that_never_answers_ends_naming_the_url(
     with pytest.raises(TimeoutError, match=r"'s3://bkt/x\.tdz': the upload did not finish"):
         _td(9, 4).memmap("s3://bkt/x.tdz", archive=True, storage_options=opts)
     assert not _parts(cache) and not [n for n in os.listdir(cache.directory) if n.endswith(".bin")]
+
+
+def test_a_save_whose_cache_cannot_be_written_names_the_cache_and_the_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$TENSORBOX_CACHE naming a file (or a folder that cannot be made): the error says it
+    is the local cache of that URL, and how to move it; nothing is uploaded."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_bytes(b"")
+    monkeypatch.setattr(remote.cache, "_default", remote.RangeCache(str(blocker)))
+    url = _url()
+    with pytest.raises(OSError, match=rf"not-a-folder: cannot write the local cache of '{url}'"):
+        _td(10, 4).memmap(url, archive=True)
+    monkeypatch.undo()
+    assert not resolve(url).exists()

@@ -197,7 +197,11 @@ def save_target(url: str, sub: str | None) -> str:
         refuse(
             "memmap", url, "http(s) URLs are read-only; save to object storage (s3://, gs://...)"
         )
-    tmp = default_cache().new_tmp()
+    cache = default_cache()
+    try:
+        tmp = cache.new_tmp()
+    except OSError as err:  # $TENSORBOX_CACHE a file, or a folder that cannot be made
+        raise cache.failure(err, shown(url)) from err
     os.unlink(tmp)
     return tmp
 
