@@ -15,6 +15,7 @@ memory store) refuse each live operation with an error naming the tree.
 from __future__ import annotations
 
 import ast
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +33,9 @@ from tensorbox._storage import resolve as _resolve
 from tensorbox._storage import writethrough as _writethrough
 from tensorbox._storage.api import opened
 from tensorbox._storage.memory import MemoryStore
+from tensorbox._storage.resolve import resolve
 from tensorbox._storage.store import TensorEntry
+from tensorbox.errors import TreeExistsError
 
 # ------------------------------------- a transactional backend: one class, one line
 
@@ -375,3 +378,24 @@ def test_a_registered_store_without_the_capability_refuses_live_entry_points(
     with pytest.raises(ValueError, match=r"^load_memmap\(mode='r\+'\): 'plainmem://x'"):
         TensorDict.load_memmap("plainmem://x", mode="r+")
     assert not TREES or all(r.store.name != "plainmem://x" for r in TREES.values())
+
+
+def test_a_save_over_a_zarr_store_refuses_before_writing(tmp_path: Path) -> None:
+    """A zarr store folder is read-only: memmap, memmap_ and memmap_like to it refuse,
+    naming it, and write nothing into it (a meta.json there would hide the store)."""
+    pytest.importorskip("zarr")
+    td = TensorDict(a=torch.arange(3), batch_size=[3])
+    zpath = str(tmp_path / "z")
+    td.to_zarr(zpath)
+    before = sorted(os.listdir(zpath))
+    for call in (
+        lambda: td.clone().memmap(zpath),
+        lambda: td.clone().memmap_(zpath),
+        lambda: td.memmap_like(zpath),
+        lambda: td.memmap(zpath, existsok=False),
+    ):
+        with pytest.raises((FileExistsError, TreeExistsError), match=r"z'.*(zarr store|already)"):
+            call()
+        assert sorted(os.listdir(zpath)) == before
+    assert type(resolve(zpath)).__name__ == "ZarrBackend"
+    assert torch.equal(TensorDict.load_memmap(zpath)["a"], td["a"])

@@ -162,3 +162,95 @@ def test_an_s3_save_through_fsspec_and_through_obstore(
     assert not os.path.exists(by_tree)  # the reply tied it: kept under the reply
     back = TensorDict.load_memmap(f"s3://{bucket}/b.tdz", storage_options=ob)
     assert (back == td).all()
+
+
+def test_a_password_in_a_url_is_never_in_an_error_message(s3_server: S3Server) -> None:
+    """``scheme://user:password@host/...``: every refusal and failure names the URL with
+    its user information masked, never the password."""
+    pytest.importorskip("aiohttp")
+    td = _td(7, 4)
+    secret = "hunter2pw"
+    cases: list[tuple[Any, str]] = [
+        (lambda: TensorDict.load_memmap(f"http://me:{secret}@127.0.0.1:9/x.tdz"), "cannot reach"),
+        (lambda: td.memmap(f"http://me:{secret}@h/x.tdz", archive=True), "read-only"),
+        (lambda: td.memmap(f"memory://me:{secret}@b/x"), "a folder tree cannot"),
+        (lambda: td.memmap_like(f"memory://me:{secret}@b/x"), "memmap_like allocates"),
+        (lambda: TensorDict.load_memmap(f"memory://me:{secret}@b/x", mode="r+"), "read-only"),
+        (lambda: td.memmap(f"memory://me:{secret}@b/x.tdz::in", archive=True), "saved whole"),
+    ]
+    pytest.importorskip("s3fs")
+    opts = dict(s3_server.storage_options())
+    cases.append(
+        (
+            lambda: td.memmap(
+                f"s3://AK:{secret}@no-bucket/x.tdz", archive=True, storage_options=opts
+            ),
+            "the upload failed",
+        )
+    )
+    for call, what in cases:
+        with pytest.raises((OSError, ValueError)) as info:
+            call()
+        text = str(info.value)
+        assert what in text and "***@" in text, text
+        assert secret not in text, text
+
+
+def test_growing_a_tree_opened_read_only_refuses_naming_it(
+    cache: remote.RangeCache, tmp_path: Path
+) -> None:
+    """extend_ and make_memmap on a tree behind a URL (lazy or fetched) or a local archive
+    refuse, naming the URL or the archive; they never grow a copy that reaches nowhere."""
+    url, td = _url(), _td(8, 4)
+    td.memmap(url, archive=True)
+    lazy = TensorDict.load_memmap(url)
+    with pytest.raises(RuntimeError, match=rf"^extend_: .*'{url}', which is read-only"):
+        lazy.extend_(td[:1])
+    with pytest.raises(RuntimeError, match=rf"^make_memmap: .*'{url}', which is read-only"):
+        lazy.make_memmap("new", (4,))
+    fetched = TensorDict.load_memmap(url)
+    fetched["x"].sum()  # whole: a mapping of the cache now
+    with pytest.raises(RuntimeError, match=rf"^extend_: .*'{url}', which is read-only"):
+        fetched.extend_(td[:1])
+    assert lazy.batch_size == fetched.batch_size == td.batch_size
+    arch = str(tmp_path / "t.tdz")
+    td.memmap(arch)
+    local = TensorDict.load_memmap(arch)
+    with pytest.raises(RuntimeError, match=r"^make_memmap: .*t\.tdz', which is read-only"):
+        local.make_memmap("new", (4,))
+    with pytest.raises(RuntimeError, match=r"^make_memmap_from_tensor: .*t\.tdz', which is read"):
+        local.make_memmap_from_tensor("new", torch.ones(4))
+    assert "new" not in local.keys() and "new" not in lazy.keys()  # noqa: SIM118
+    again = TensorDict.load_memmap(url)  # the same leaves, whole: plain mappings of the cache
+    with pytest.raises(RuntimeError, match=r"^make_memmap: .*(behind a URL|read-only)"):
+        again.make_memmap("new", (4,))
+
+
+def test_an_upload_to_a_server_that_never_answers_ends_naming_the_url(
+    silent_server: str, cache: remote.RangeCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """s3fs's put waits for the server's "100 Continue" with no timeout of its own: the
+    upload has a deadline ($TENSORBOX_REMOTE_TIMEOUT per started 8 MiB), then an error
+    naming the URL, never a hang; nothing is kept in the cache."""
+    pytest.importorskip("s3fs")
+    monkeypatch.setenv("TENSORBOX_REMOTE_TIMEOUT", "2")
+    endpoint = silent_server.rpartition("/")[0]
+    opts = {"key": "a", "secret": "b", "client_kwargs": {"endpoint_url": endpoint}}
+    with pytest.raises(TimeoutError, match=r"'s3://bkt/x\.tdz': the upload did not finish"):
+        _td(9, 4).memmap("s3://bkt/x.tdz", archive=True, storage_options=opts)
+    assert not _parts(cache) and not [n for n in os.listdir(cache.directory) if n.endswith(".bin")]
+
+
+def test_a_save_whose_cache_cannot_be_written_names_the_cache_and_the_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$TENSORBOX_CACHE naming a file (or a folder that cannot be made): the error says it
+    is the local cache of that URL, and how to move it; nothing is uploaded."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_bytes(b"")
+    monkeypatch.setattr(remote.cache, "_default", remote.RangeCache(str(blocker)))
+    url = _url()
+    with pytest.raises(OSError, match=rf"not-a-folder: cannot write the local cache of '{url}'"):
+        _td(10, 4).memmap(url, archive=True)
+    monkeypatch.undo()
+    assert not resolve(url).exists()

@@ -35,7 +35,7 @@ from tensorbox._storage.backed import run
 from tensorbox._storage.folder import FolderStore
 from tensorbox._storage.format.spec import META
 from tensorbox._storage.memmap_tensor import _check_mode
-from tensorbox._storage.resolve import Backend, Where
+from tensorbox._storage.resolve import Backend, Where, is_zarr_store
 from tensorbox._storage.save import Saver
 from tensorbox._storage.store import Store
 from tensorbox.errors import FormatError
@@ -77,6 +77,11 @@ class FolderBackend(Backend):
             return None
         if os.path.isfile(p):
             _archive.refuse_folder_over(p)
+        elif is_zarr_store(p):  # its files and a tree's would mix, and meta.json hide it
+            raise FileExistsError(
+                f"{p!r} is a zarr store, which is read-only: a tree cannot be saved into it. "
+                "Save to another path, or remove the store first"
+            )
         return FolderStore(os.path.realpath(p))
 
     def save(self, obj: Any, **options: Any) -> Any:

@@ -337,9 +337,16 @@ def extend_(td: Any, rows: Any, *, fsync: bool = False) -> Any:
     return td
 
 
-def _refuse_read_only(td: Any) -> None:
-    """A container mapping a tree read-only (``mode="r"``, archives) cannot grow it."""
+def _refuse_read_only(td: Any, what: str = "extend_", doing: str = "append rows") -> None:
+    """A container mapping a tree read-only (``mode="r"``, archives, a URL) cannot grow
+    it: ``what`` (``extend_``, ``make_memmap``...) refuses, naming the tree."""
     for t in _leaves(td):
+        leaf = getattr(t, "_tbx_leaf", None)  # a leaf behind a URL (lazy or fetched)
+        if leaf is not None:
+            raise RuntimeError(
+                f"{what}: this container was opened from {leaf.store.src.url!r}, which is "
+                f"read-only; save a changed copy with memmap(url, archive=True) to {doing}"
+            )
         ro = (
             getattr(t.untyped_storage(), "_tbx_ro", None) if type(t) is MemoryMappedTensor else None
         )
@@ -347,13 +354,21 @@ def _refuse_read_only(td: Any) -> None:
             continue
         if ro.endswith(SUFFIX) and os.path.isfile(os.path.join(os.path.dirname(ro), META)):
             raise RuntimeError(
-                f"extend_: this container maps its tree read-only (load_memmap(..., mode='r'): "
-                f"{ro!r} never changes); open the tree with mode='r+' to append rows"
+                f"{what}: this container maps its tree read-only (load_memmap(..., mode='r'): "
+                f"{ro!r} never changes); open the tree with mode='r+' to {doing}"
+            )
+        from tensorbox._storage.remote.cache import default_cache
+
+        if os.path.dirname(ro) == os.path.abspath(default_cache().directory):
+            raise RuntimeError(
+                f"{what}: this container maps a tree behind a URL (its copy in the local "
+                f"cache, {ro!r}), which is read-only; save a changed copy with "
+                f"memmap(url, archive=True) to {doing}"
             )
         raise RuntimeError(
-            f"extend_: this container was opened from the archive {ro!r}, which is "
-            "read-only; unpack it (python -m tensorbox unpack FILE DIR) and open the folder "
-            "to append rows"
+            f"{what}: this container was opened from the archive {ro!r}, which is "
+            f"read-only; unpack it (python -m tensorbox unpack FILE DIR) and open the folder "
+            f"to {doing}"
         )
 
 

@@ -48,6 +48,10 @@ def _check(node: Any, method: str, key: Any) -> tuple[str, ...]:
             "call memmap_(path) (or load_memmap(path)) first, the new entry is made in that "
             "tree"
         )
+    if not _backed(node):  # mapping a read-only tree (an archive, a URL, mode="r")
+        from tensorbox._storage.extend import _refuse_read_only
+
+        _refuse_read_only(node, method, "add entries")
     if node.get(path, None) is not None:
         raise RuntimeError(
             f"{method}: key {format_key(path)} already exists within the target tensordict; "

@@ -114,7 +114,7 @@ class Backend:
         return f"{type(self).__name__}({self.where.prefix!r})"
 
     def _refuse(self, what: str, why: str) -> NoReturn:
-        raise ValueError(f"{what}({str(self.where.prefix)!r}): {why}")
+        raise ValueError(f"{what}({_shown(str(self.where.prefix))!r}): {why}")
 
     def exists(self, storage_options: dict[str, Any] | None = None) -> bool:
         """Whether a tree (or an object) is there already (``existsok=False`` refuses)."""
@@ -242,9 +242,25 @@ def resolve(prefix: Any, *, archive: bool | None = None, save: bool = False) -> 
         return backend_class("folder")(Where(prefix, p))
     if _is_file(p):
         return backend_class(_by_suffix(p))(Where(prefix, p))
-    if os.path.isfile(os.path.join(p, "zarr.json")) and not os.path.exists(os.path.join(p, META)):
+    if is_zarr_store(p):
         return backend_class("zarr")(Where(prefix, p))  # to_zarr's folder, or another tool's
     return backend_class("folder")(Where(prefix, p))
+
+
+def _shown(text: str) -> str:
+    """``text`` with a URL's password masked (imported late: the remote package is heavy)."""
+    if "@" not in text:
+        return text
+    from tensorbox._storage.remote.transport import shown
+
+    return shown(text)
+
+
+def is_zarr_store(path: str) -> bool:
+    """A folder holding ``zarr.json`` and no ``meta.json``: a zarr store (read-only)."""
+    return os.path.isfile(os.path.join(path, "zarr.json")) and not os.path.exists(
+        os.path.join(path, META)
+    )
 
 
 def _by_suffix(file: str) -> str:
@@ -270,6 +286,6 @@ def refuse_existing(
         return
     if resolve(prefix, archive=archive, save=True).exists(storage_options):
         raise TreeExistsError(
-            f"{str(prefix)!r} already holds a saved tree (existsok=False); pass existsok=True "
+            f"{_shown(str(prefix))!r} already holds a saved tree (existsok=False); pass existsok=True "
             "to replace it"
         )

@@ -49,6 +49,7 @@ from tensorbox._storage.remote.transport import (
     read_many,
     read_ranges,
     read_whole,
+    shown,
     split_url,
     stamp,
     strong_etag,
@@ -84,6 +85,7 @@ __all__ = [
     "read_whole",
     "refuse",
     "save_target",
+    "shown",
     "split_url",
     "stamp",
     "strong_etag",
@@ -165,12 +167,14 @@ def local_archive(
                 raise
             raise cache.failure(err, url, tmp) from err
         if _local_tree_id(tmp) != store.tree or (_versioned(ident) and src.identity() != ident):
-            raise OSError(f"{url!r}: the object was replaced while it was being read; read again")
+            raise OSError(
+                f"{shown(url)!r}: the object was replaced while it was being read; read again"
+            )
     return cache.path_for(key), False
 
 
 def refuse(what: str, url: str, advice: str) -> None:
-    raise ValueError(f"{what}({url!r}): {advice}")
+    raise ValueError(f"{what}({shown(str(url))!r}): {advice}")
 
 
 _FOLDER_ADVICE = (
@@ -193,7 +197,11 @@ def save_target(url: str, sub: str | None) -> str:
         refuse(
             "memmap", url, "http(s) URLs are read-only; save to object storage (s3://, gs://...)"
         )
-    tmp = default_cache().new_tmp()
+    cache = default_cache()
+    try:
+        tmp = cache.new_tmp()
+    except OSError as err:  # $TENSORBOX_CACHE a file, or a folder that cannot be made
+        raise cache.failure(err, shown(url)) from err
     os.unlink(tmp)
     return tmp
 
@@ -218,13 +226,25 @@ def upload(tmp: str, url: str, storage_options: dict[str, Any] | None = None) ->
             reply = t.put_file(tmp)
         except PermissionError as err:
             raise PermissionError(
-                f"{url!r}: the upload was refused, nothing was written there: check the "
-                f"credentials ({err})"
+                shown(
+                    f"{url!r}: the upload was refused, nothing was written there: check the "
+                    f"credentials ({err})",
+                    url,
+                )
+            ) from err
+        except TimeoutError as err:  # the deadline passed: the put may still land
+            raise TimeoutError(
+                f"{shown(url)!r}: the upload did not finish in time "
+                f"($TENSORBOX_REMOTE_TIMEOUT, {timeout():g} s per 8 MiB): the object there is "
+                "the old one, or this save's, whole; save again"
             ) from err
         except Exception as err:  # botocore, aiohttp...: their own types (a dead endpoint)
             raise OSError(
-                f"{url!r}: the upload failed, nothing was written there "
-                f"({type(err).__name__}: {err})"
+                shown(
+                    f"{url!r}: the upload failed, nothing was written there "
+                    f"({type(err).__name__}: {err})",
+                    url,
+                )
             ) from err
         tree = _local_tree_id(tmp)
         if reply is None:  # nothing ties the object to these bytes: the tree id alone

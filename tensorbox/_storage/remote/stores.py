@@ -782,7 +782,7 @@ def open_url(
 def _reference(leaf: _Leaf) -> RemoteRef:
     store = leaf.store
     return RemoteRef(
-        store.src.url, store.src.options, store.cache is not None, leaf.entry, store.version(leaf)
+        store.src.real, store.src.options, store.cache is not None, leaf.entry, store.version(leaf)
     )
 
 

@@ -84,6 +84,23 @@ def is_url(prefix: Any) -> bool:
     return split_url(prefix) is not None
 
 
+_USERINFO = re.compile(r"(?<=://)[^/@\s'\"]*@")
+
+
+def shown(text: str, url: str = "") -> str:
+    """``text`` (a URL, or a message holding URLs) with each URL's user information
+    (``user:password@``) masked: what error messages and cache keys carry. ``url``: its
+    user information is masked wherever it appears (a library's error quoting it bare).
+
+    >>> shown("s3://key:secret@bucket/x.tdz: the upload failed")
+    's3://***@bucket/x.tdz: the upload failed'
+    """
+    found = _USERINFO.search(url)
+    if found is not None and len(found.group()) > 1:
+        text = text.replace(found.group(), "***@")
+    return _USERINFO.sub("***@", text)
+
+
 def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
     """fsspec's filesystem for ``url`` and the path inside it, after checking that the
     packages it needs are installed (an ``ImportError`` names the extra)."""
@@ -95,7 +112,7 @@ def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple
     for needed in ("fsspec", package):
         if needed is not None and importlib.util.find_spec(needed) is None:
             raise ImportError(
-                f"{url!r}: {scheme}:// URLs need the {needed!r} package: "
+                f"{shown(url)!r}: {scheme}:// URLs need the {needed!r} package: "
                 f"pip install 'tensorbox[{extra}]'"
             )
     import fsspec.core
@@ -145,14 +162,18 @@ def describe(fs: Any, path: str, url: str) -> dict[str, Any]:
     except FileNotFoundError as err:
         raise _not_found(err, url) from err.__cause__
     except PermissionError as err:
-        raise PermissionError(f"{url!r}: access refused: check the credentials ({err})") from err
+        raise PermissionError(
+            shown(f"{url!r}: access refused: check the credentials ({err})", path)
+        ) from err
     except Exception as err:  # aiohttp, botocore...: their own types
         status = getattr(err, "status", None)
         if status in (401, 403):
             raise PermissionError(
                 f"{url!r}: access refused (HTTP {status}): check the credentials"
             ) from err
-        raise OSError(f"{url!r}: cannot read the object's description ({err})") from err
+        raise OSError(
+            shown(f"{url!r}: cannot read the object's description ({err})", path)
+        ) from err
     return info
 
 
@@ -724,7 +745,9 @@ class Transport:
     transactional = False
 
     def __init__(self, url: str, options: dict[str, Any] | None = None) -> None:
-        self.url, self.options = url, options
+        # ``url`` names the object in messages and cache keys, its password masked;
+        # ``real`` (with it) is what connects and what a pickled reference carries
+        self.url, self.real, self.options = shown(url), url, options
 
     def path_of(self, rel: str) -> str:
         """The transport's own name of ``rel`` (what :meth:`read_into` ranges hold)."""
@@ -817,7 +840,7 @@ class FsspecTransport(Transport):
     @property
     def fs(self) -> Any:
         if self._pid != os.getpid():
-            self._fs, self.path = filesystem(self.url, self.options)
+            self._fs, self.path = filesystem(self.real, self.options)
             self._pid = os.getpid()
         return self._fs
 
@@ -839,5 +862,11 @@ class FsspecTransport(Transport):
         return [{**r, "name": str(r["name"]).rstrip("/").rpartition("/")[2]} for r in rows]
 
     def put_file(self, local: str, rel: str = "") -> dict[str, Any] | None:
-        self.fs.put_file(local, self.path_of(rel))
+        fs, kwargs = self.fs, {}
+        if getattr(fs, "async_impl", False):
+            # A deadline: s3fs's put waits for the server's "100 Continue" with none of
+            # its own (a server that accepts and never answers hangs it forever). One
+            # read timeout per started 8 MiB (a slower link: raise the timeout).
+            kwargs["timeout"] = timeout() * (1 + os.path.getsize(local) // (8 << 20))
+        fs.put_file(local, self.path_of(rel), **kwargs)
         return None  # fsspec's put returns nothing to tie the object to these bytes
