@@ -361,3 +361,32 @@ def test_kept_saved_metadata_loads_as_a_plain_value(lib: ModuleType, tmp_path: P
     assert isinstance(back.get("m"), lib.MetaData) == (lib.__name__ == "tensordict")
     back["m"] = lib.MetaData(back["m"])  # the line that works in both
     assert isinstance(back.get("m"), lib.MetaData) and back.expand(2)["m"] == "cfg"
+
+
+# ---------------------------------------------------------------- to(dtype)
+
+
+def test_to_dtype_casts_every_leaf(lib: ModuleType) -> None:
+    td = lib.TensorDict(
+        {"x": torch.zeros(3), "label": torch.arange(3), "n": {"mask": torch.ones(3, dtype=bool)}},
+        batch_size=[3],
+    )
+    for out in (td.to(torch.float16), td.to("cpu", torch.float16), td.to(dtype=torch.float16)):
+        assert {k: v.dtype for k, v in out.items(True, True)} == dict.fromkeys(
+            ("x", "label", ("n", "mask")), torch.float16
+        )
+    assert td["label"].dtype == torch.int64  # the source is unchanged
+    assert td.to(torch.float64, inplace=True) is td and td.dtype == torch.float64
+    td.lock_()
+    with pytest.raises(RuntimeError, match="locked"):
+        td.to(torch.float32, inplace=True)
+    assert td.dtype == torch.float64  # refused: nothing changed
+
+
+def test_to_dtype_floating_only_keeps_labels() -> None:
+    """tensorbox's extra option: ``floating_only=True`` casts the floating-point leaves."""
+    from tensorbox import TensorDict
+
+    td = TensorDict(x=torch.zeros(2), label=torch.arange(2), batch_size=[2])
+    half = td.to(torch.float16, floating_only=True)
+    assert half["x"].dtype == torch.float16 and half["label"].dtype == torch.int64

@@ -94,11 +94,11 @@ def test_apply_inplace(td: TensorDict) -> None:
 # ----------------------------------------------------------------------- to
 
 
-def test_to_dtype_casts_floating_leaves_only(td: TensorDict) -> None:
-    out = td.to(torch.float16)
+def test_to_dtype_floating_only(td: TensorDict) -> None:
+    out = td.to(torch.float16, floating_only=True)
     assert out["x"].dtype == torch.float16 and out["n", "y"].dtype == torch.float16
     assert out["label"].dtype == torch.int64 and out["mask"].dtype == torch.bool
-    everything = td.to(torch.float16, floating_only=False)
+    everything = td.to(torch.float16)
     assert {t.dtype for t in everything.values(True, True) if isinstance(t, torch.Tensor)} == {
         torch.float16
     }
@@ -111,7 +111,7 @@ def test_to_device_and_other_forms(td: TensorDict) -> None:
     assert meta.device == torch.device("meta") and meta["n"].device == torch.device("meta")
     assert meta["x"].is_meta and meta["n", "y"].is_meta
     both = td.to("meta", torch.float16)
-    assert both["x"].dtype == torch.float16 and both["label"].dtype == torch.int64
+    assert both["x"].dtype == torch.float16 and both["label"].dtype == torch.float16
     assert td.to(torch.zeros(1, dtype=torch.float64))["x"].dtype == torch.float64
     assert td.cpu().device == torch.device("cpu")
     with pytest.raises(TypeError, match="memory_format"):

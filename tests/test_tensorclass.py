@@ -513,7 +513,7 @@ def test_apply_to_clone_and_shape_ops_return_the_class() -> None:
     assert type(s.apply(lambda t: t * 2)) is Step
     assert s.apply(lambda t: t * 2).obs.reward[1] == 2
     assert s.apply(lambda x, y: x + y, s).action[3] == 6
-    half = s.to(torch.float16)
+    half = s.to(torch.float16, floating_only=True)
     assert half.obs.pixels.dtype == torch.float16 and half.action.dtype == torch.int64
     on_cpu = s.to("cpu")
     assert on_cpu.device == torch.device("cpu") and on_cpu.to("cpu") is on_cpu

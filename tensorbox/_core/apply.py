@@ -172,7 +172,7 @@ def map_leaves(td: MixinBase, fn: Callable[[Tensor], Tensor], device: Any = KEEP
 
 
 def to(td: MixinBase, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    floating_only = kwargs.pop("floating_only", True)
+    floating_only = kwargs.pop("floating_only", False)
     if len(args) == 1 and not kwargs and type(args[0]) is torch.dtype:
         return _cast(td, args[0], floating_only)  # the common case, without parsing
     device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(*args, **kwargs)
@@ -205,7 +205,7 @@ def to(td: MixinBase, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 
 def _cast(td: MixinBase, dtype: torch.dtype, floating_only: bool) -> Any:
-    """``to(dtype)``: floating-point leaves only, unless ``floating_only`` is False."""
+    """``to(dtype)``: every leaf, as tensordict; floating-point leaves only if ``floating_only``."""
     out: dict[str, Any] = {}
     for k, v in td._tensordict.items():
         if isinstance(v, Tensor):

@@ -31,6 +31,7 @@ from tensorbox._core.methods.base import MixinBase, is_container
 from tensorbox._core.nestedkey import NestedKey, unravel_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.tree import KEEP
+from tensorbox.errors import LockedError
 
 if TYPE_CHECKING:
     from tensorbox._core.container import TensorCollection
@@ -145,14 +146,17 @@ class LeafMethods(MixinBase):
     # ----------------------------------------------------------- device, memory
 
     def to(self, *args: Any, **kwargs: Any) -> Self:
-        """Move to a device and/or cast. A dtype casts floating-point leaves only,
-        unless ``floating_only=False``. ``non_blocking`` is passed to each copy.
+        """Move to a device and/or cast. A dtype casts every leaf, as tensordict;
+        ``floating_only=True`` casts the floating-point leaves only (labels and masks keep
+        their dtype). ``non_blocking`` is passed to each copy.
 
         >>> import torch; from tensorbox import TensorDict
         >>> td = TensorDict(x=torch.zeros(2), y=torch.arange(2), batch_size=[2])
         >>> out = td.to(torch.float16)
         >>> out["x"].dtype, out["y"].dtype
-        (torch.float16, torch.int64)
+        (torch.float16, torch.float16)
+        >>> td.to(torch.float16, floating_only=True)["y"].dtype
+        torch.int64
         """
         inplace = kwargs.pop("inplace", False)
         if getattr(self, "_packed", None) is not None:  # consolidated: one copy of the storage
@@ -163,6 +167,11 @@ class LeafMethods(MixinBase):
                 return moved  # type: ignore[no-any-return]
         out: Self = _apply.to(self, args, kwargs)
         if inplace and out is not self:  # the leaves moved, this container kept
+            if self._locked:  # as tensordict: replacing leaves is a change
+                raise LockedError(
+                    f"to(..., inplace=True) would replace the leaves of a locked "
+                    f"{type(self).__name__}; unlock_() first, or drop inplace=True"
+                )
             self._tensordict, self._device = out._tensordict, out._device
             return self
         return out
