@@ -254,3 +254,17 @@ def test_a_save_whose_cache_cannot_be_written_names_the_cache_and_the_url(
         _td(10, 4).memmap(url, archive=True)
     monkeypatch.undo()
     assert not resolve(url).exists()
+
+
+def test_a_save_that_fills_the_cache_disk_names_the_cache_and_the_url(
+    small_tmpfs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The archive is staged in the cache before its upload: a full disk there is an
+    error naming the staging file and the URL, nothing is left or uploaded."""
+    c = remote.RangeCache(str(small_tmpfs / "cache"))
+    monkeypatch.setattr(remote.cache, "_default", c)
+    url = _url()
+    big = TensorDict(x=torch.randn(3 << 20), batch_size=[])  # 12 MiB, on 8 MiB
+    with pytest.raises(OSError, match=rf"cannot write the local cache of '{url}' \(No space"):
+        big.memmap(url, archive=True)
+    assert not os.listdir(c.directory) and not resolve(url).exists()

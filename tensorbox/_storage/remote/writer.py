@@ -71,6 +71,10 @@ class UploadWriter(ArchiveWriter):
 
         try:
             super().commit(num_threads)  # the whole archive, local, mapped
+        except OSError as err:  # the cache's disk (full: ENOSPC): named, with the URL
+            self.abort()
+            cache = _remote.default_cache()
+            raise cache.failure(err, _remote.shown(self.store.url), self.root) from err
         except BaseException:
             self.abort()
             raise
