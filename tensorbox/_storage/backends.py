@@ -203,7 +203,7 @@ class SafetensorsBackend(Backend):
         return self.where.path is not None and os.path.exists(self.where.path)
 
     def _store(self) -> Store:
-        from tensorbox.interop._safetensors_store import SafetensorsStore
+        from tensorbox.interop._safetensors_layout import SafetensorsStore
 
         return SafetensorsStore(self.where.path)  # FILE::DIR: the sub-tree DIR of FILE
 
@@ -250,7 +250,7 @@ class H5Backend(SafetensorsBackend):
     layout = "h5"
 
     def _store(self) -> Store:
-        from tensorbox.interop._group_store import GroupStore
+        from tensorbox.interop._group_layout import GroupStore
 
         return GroupStore(self.where.path, self.layout)  # FILE::DIR: DIR of FILE
 

@@ -308,10 +308,10 @@ class _Unit(NamedTuple):
     bufs: list[Any]  # in file order
     heads: list[tuple[int, bytearray]]  # (entry, its local header): CRC-32 filled in first
     stream: int  # an entry whose bytes come from a function (-1: none)
-    jobs: list[int]  # the pieces of large entries in it (indices into _Plan.jobs)
+    jobs: list[int]  # the pieces of large entries in it (indices into _UnitPlan.jobs)
 
 
-class _Plan(NamedTuple):
+class _UnitPlan(NamedTuple):
     units: list[_Unit]
     crcs: list[int]  # each entry's CRC-32, when known from the layout (small entries)
     jobs: list[Any]  # pieces of large entries, in file order, to checksum
@@ -321,11 +321,11 @@ class _Plan(NamedTuple):
 
 def _units(
     items: Sequence[tuple[str, Any, bool]], slots: list[_Slot], when: tuple[int, int]
-) -> _Plan:
+) -> _UnitPlan:
     """Cut the file into units, and large entries into pieces (a piece never spans two
     units), whose CRC-32s are computed apart and combined. Pieces end on multiples of
     _UNIT in the file, so most writes are of whole aligned blocks of the page cache."""
-    plan = _Plan([], [0] * len(items), [], [], [[] for _ in items])
+    plan = _UnitPlan([], [0] * len(items), [], [], [[] for _ in items])
     bufs: list[Any] = []
     heads: list[tuple[int, bytearray]] = []
     mine: list[int] = []
