@@ -329,21 +329,13 @@ STREAM_CHUNK = 1 << 20
 Sink = Callable[[int, int, list[memoryview]], None]
 
 
-def read_into(
-    fs: Any,
-    ranges: Sequence[tuple[str, str, int, int]],
-    sink: Sink,
-    gap: int = 0,
-    limit: int = 1 << 62,
-    lanes: int = 4,
-    etags: dict[str, str | None] | None = None,
-    sizes: dict[str, int] | None = None,
-) -> bool:
-    """Read each ``(path, url, start, end)`` range, handing its bytes on as they arrive:
-    ``sink(i, offset, buffers)`` for the bytes of range ``i`` from ``offset`` on, every
-    byte of every range once, in order within a range. Ranges of one object closer than
-    ``gap`` are one request (at most ``limit`` bytes unless one range alone is longer);
-    ``lanes`` requests are in flight together.
+def read_into(fs: Any, ranges: Sequence[tuple[str, str, int, int]], sink: Sink, **kw: Any) -> bool:
+    """Read each ``(path, url, start, end)`` range from the fsspec filesystem ``fs``,
+    handing its bytes on as they arrive: ``sink(i, offset, buffers)`` for the bytes of
+    range ``i`` from ``offset`` on, every byte of every range once, in order within a
+    range. The keywords are :meth:`Transport.read_into`'s: ranges of one object closer
+    than ``gap`` are one request (at most ``limit`` bytes unless one range alone is
+    longer); ``lanes`` requests are in flight together.
 
     From S3 (s3fs) and HTTP(S) servers the replies are **streamed**: a request's bytes
     are handed on about every :data:`STREAM_CHUNK` bytes as they come off the network,
@@ -373,10 +365,7 @@ def read_into(
     >>> got
     {0: [(0, b'ABC')], 1: [(0, b'Z[')]}
     """
-    groups = _groups(ranges, gap, limit)
-    if not groups:
-        return True
-    return _read_groups(fs, Reads(ranges, groups, sink, lanes, etags or {}, sizes or {}))
+    return _OnFilesystem(fs).read_into(ranges, sink, **kw)
 
 
 def _read_groups(fs: Any, reads: Reads) -> bool:
@@ -798,6 +787,17 @@ class Transport:
         """Upload the file ``local`` as one object; the identity the upload's reply gives
         (ties the object to these bytes), or None when the transport returns none."""
         raise NotImplementedError
+
+
+class _OnFilesystem(Transport):
+    """Reads from an fsspec filesystem already made (:func:`read_into`'s)."""
+
+    def __init__(self, fs: Any) -> None:
+        super().__init__("")
+        self.fs = fs
+
+    def _read(self, reads: Reads) -> bool:
+        return _read_groups(self.fs, reads)
 
 
 class FsspecTransport(Transport):
