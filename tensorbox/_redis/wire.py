@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from tensorbox._core.encoding import DTYPES
 from tensorbox._core.nestedkey import format_key
 from tensorbox._core.tensordict import is_tensor_collection
 from tensorbox.errors import BatchSizeError, FormatError, TensorDictKeyError
@@ -41,26 +42,12 @@ _GONE_WHY = (
     "clear_redis() or another client's DEL"
 )
 
-_DTYPES: dict[str, torch.dtype] = {
-    str(d).removeprefix("torch."): d
-    for d in (
-        torch.bool,
-        torch.uint8,
-        torch.int8,
-        torch.int16,
-        torch.int32,
-        torch.int64,
-        torch.uint16,
-        torch.uint32,
-        torch.uint64,
-        torch.float16,
-        torch.bfloat16,
-        torch.float32,
-        torch.float64,
-        torch.complex64,
-        torch.complex128,
-    )
-}
+#: The dtypes a store holds (by their names in :data:`~tensorbox._core.encoding.DTYPES`).
+_DTYPES_TEXT = (
+    "bool uint8 int8 int16 int32 int64 uint16 uint32 uint64 "
+    "float16 bfloat16 float32 float64 complex64 complex128"
+)
+_DTYPES: dict[str, torch.dtype] = {name: DTYPES[name] for name in _DTYPES_TEXT.split()}
 _SHAPE_OPS = (
     "view",
     "reshape",

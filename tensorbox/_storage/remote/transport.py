@@ -604,15 +604,8 @@ def _stream(
                 except _SinkFailed:
                     raise
                 except Exception as err:
-                    mapped = _refusal(err, url)
-                    if mapped is not None:
-                        raise mapped from err
-                    if attempt + 1 == ATTEMPTS:
-                        raise OSError(
-                            f"{url!r}: reading bytes {start}..{end} failed {ATTEMPTS} times "
-                            f"({type(err).__name__}: {err})"
-                        ) from err
-                    await asyncio.sleep(0.1 * 4**attempt)
+                    what = f"reading bytes {start}..{end}"
+                    await asyncio.sleep(_retry_after(err, url, attempt, what))
 
     async def every() -> None:
         lane = asyncio.Semaphore(max(1, lanes))
@@ -630,6 +623,21 @@ def _stream(
     except _SinkFailed as failed:
         raise failed.err from None
     return vouched - unvouched
+
+
+def _retry_after(err: Exception, where: str, attempt: int, what: str) -> float:
+    """The retry rule of a read that failed with ``err`` on try ``attempt`` (from 0): a
+    refusal (see :func:`_refusal`) is raised at once; the last of :data:`ATTEMPTS` tries
+    raises an OSError naming ``where`` and ``what`` was done; else the seconds to wait
+    before the next try (backing off)."""
+    mapped = _refusal(err, where)
+    if mapped is not None:
+        raise mapped from err
+    if attempt + 1 == ATTEMPTS:
+        raise OSError(
+            f"{where!r}: {what} failed {ATTEMPTS} times ({type(err).__name__}: {err})"
+        ) from err
+    return 0.1 * 4.0**attempt
 
 
 def _refusal(err: BaseException, where: str) -> BaseException | None:
@@ -672,15 +680,7 @@ def _cat_ranges(fs: Any, groups: list[tuple[str, str, int, int, list[int]]]) -> 
                     )
             return list(blobs)
         except Exception as err:  # each filesystem raises its own types (aiohttp, botocore...)
-            mapped = _refusal(err, where)
-            if mapped is not None:
-                raise mapped from err
-            if attempt + 1 == ATTEMPTS:
-                raise OSError(
-                    f"{where!r}: reading {len(groups)} range(s) failed {ATTEMPTS} times "
-                    f"({type(err).__name__}: {err})"
-                ) from err
-            time.sleep(0.1 * 4**attempt)
+            time.sleep(_retry_after(err, where, attempt, f"reading {len(groups)} range(s)"))
     raise AssertionError("unreachable")  # pragma: no cover
 
 
