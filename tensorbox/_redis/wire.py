@@ -14,6 +14,7 @@ import torch
 
 from tensorbox._core.encoding import DTYPES
 from tensorbox._core.nestedkey import format_key
+from tensorbox._core.shape import list_shape
 from tensorbox._core.tensordict import is_tensor_collection
 from tensorbox.errors import BatchSizeError, FormatError, TensorDictKeyError
 
@@ -578,14 +579,7 @@ def _object_array(value: Any) -> np.ndarray:
         arr = np.empty((), dtype=object)
         arr[()] = value
         return arr
-    depth, probe = 0, value
-    shape: list[int] = []
-    while isinstance(probe, list):
-        shape.append(len(probe))
-        depth += 1
-        if not probe:
-            break
-        probe = probe[0]
+    shape = list_shape(value)  # lists from JSON: plain lists
     # the batch depth is given by the writer's shape; lists of equal length below it
     # (a row that is itself a list) are cut back by building row by row
     arr = np.empty(tuple(shape), dtype=object)
