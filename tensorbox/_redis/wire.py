@@ -4,6 +4,7 @@ helpers that turn tensors and values into bytes and back (no pickles).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -310,26 +311,20 @@ def _cell_runs(
     return out
 
 
+@dataclasses.dataclass(eq=False)
 class _Server:
     """The connection one store and its nested views share, with the names of its keys."""
 
-    def __init__(
-        self,
-        client: redis.Redis,
-        url: str,
-        namespace: str,
-        td_id: str,
-        backend: str,
-        owns_client: bool,
-        connect: dict[str, Any],
-    ) -> None:
-        self.client = client
-        self.url = url
-        self.namespace = namespace
-        self.td_id = td_id
-        self.backend = backend
-        self.owns_client = owns_client
-        self.connect = connect
+    client: redis.Redis
+    url: str
+    namespace: str
+    td_id: str
+    backend: str
+    owns_client: bool
+    connect: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        namespace, td_id, url = self.namespace, self.td_id, self.url
         self.base = f"{namespace}:{{{td_id}}}:"
         self.meta_key = self.base + "meta"
         self.index_key = self.base + "index"
