@@ -43,11 +43,11 @@ from tensorbox.errors import FormatError
 __all__ = [
     "ArchiveBackend",
     "FolderBackend",
-    "H5Backend",
+    "H5FileBackend",
     "RemoteBackend",
     "SafetensorsBackend",
     "StoreBackend",
-    "ZarrBackend",
+    "ZarrFolderBackend",
     "store_backend",
 ]
 
@@ -241,7 +241,7 @@ class SafetensorsBackend(Backend):
                 close()
 
 
-class H5Backend(SafetensorsBackend):
+class H5FileBackend(SafetensorsBackend):
     """An HDF5 file (``.h5``/``.hdf5``): a read-only tree, a group a node and the group
     attribute ``tensorbox_batch_size`` its batch size (``tensorbox.interop``)."""
 
@@ -258,8 +258,8 @@ class H5Backend(SafetensorsBackend):
         return self.where.inner
 
 
-class ZarrBackend(H5Backend):
-    """A zarr v3 store folder (``zarr.json`` and no ``meta.json``), read as ``H5Backend``."""
+class ZarrFolderBackend(H5FileBackend):
+    """A zarr v3 store folder (``zarr.json`` and no ``meta.json``), read as ``H5FileBackend``."""
 
     name = "zarr store"
     label = "a zarr store"
