@@ -371,42 +371,31 @@ def _parser(json_errors: bool = False) -> argparse.ArgumentParser:
         "(default: when stderr is a terminal and the tree is large)",
     }
     as_json = {"action": "store_true", "help": "print one JSON document, errors included"}
-    p_show = sub.add_parser(
-        "show", json_errors=json_errors, help="print the tree: keys, classes, dtypes, shapes, sizes"
-    )
-    p_show.add_argument("path")
-    p_show.add_argument("--json", **as_json)  # type: ignore[arg-type]
-    p_verify = sub.add_parser(
-        "verify", json_errors=json_errors, help="check a tree; exit 1 with the reason if damaged"
-    )
-    p_verify.add_argument("path")
-    p_verify.add_argument("--read", action="store_true", help="also read every byte of data")
-    p_verify.add_argument("--json", **as_json)  # type: ignore[arg-type]
-    p_verify.add_argument("--progress", **progress)  # type: ignore[arg-type]
-    p_pack = sub.add_parser(
-        "pack", json_errors=json_errors, help="write the tree at DIR as the one-file archive FILE"
-    )
-    p_pack.add_argument("dir")
-    p_pack.add_argument("file")
-    p_pack.add_argument(
-        "--compression",
-        type=_compression,
-        metavar="NAME",
-        help="compress the leaf entries: deflate, bzip2 or lzma (default: stored, mappable)",
-    )
-    p_pack.add_argument("--force", action="store_true", help="replace FILE if it exists")
-    p_pack.add_argument("--progress", **progress)  # type: ignore[arg-type]
-    p_pack.add_argument("--json", **as_json)  # type: ignore[arg-type]
-    p_unpack = sub.add_parser(
-        "unpack", json_errors=json_errors, help="extract the archive FILE into the folder DIR"
-    )
-    p_unpack.add_argument("file")
-    p_unpack.add_argument("dir")
-    p_unpack.add_argument(
-        "--force", action="store_true", help="replace the saved tree in DIR if DIR is not empty"
-    )
-    p_unpack.add_argument("--progress", **progress)  # type: ignore[arg-type]
-    p_unpack.add_argument("--json", **as_json)  # type: ignore[arg-type]
+    flag = "store_true"
+
+    def command(name: str, help: str, args: str, bar: bool = True, **options: Any) -> None:
+        """One subcommand: its positional ``args``, its own ``--options``, then ``--progress``
+        (where ``bar``) and ``--json``, which every command takes."""
+        p = sub.add_parser(name, json_errors=json_errors, help=help)
+        for a in args.split():
+            p.add_argument(a)
+        for option, kwargs in {**options, **({"progress": progress} if bar else {})}.items():
+            p.add_argument(f"--{option}", **kwargs)
+        p.add_argument("--json", **as_json)  # type: ignore[arg-type]
+
+    command("show", "print the tree: keys, classes, dtypes, shapes, sizes", "path", bar=False)
+    read = {"action": flag, "help": "also read every byte of data"}
+    command("verify", "check a tree; exit 1 with the reason if damaged", "path", read=read)
+    compression = {
+        "type": _compression,
+        "metavar": "NAME",
+        "help": "compress the leaf entries: deflate, bzip2 or lzma (default: stored, mappable)",
+    }
+    force = {"action": flag, "help": "replace FILE if it exists"}
+    pack = "write the tree at DIR as the one-file archive FILE"
+    command("pack", pack, "dir file", compression=compression, force=force)
+    force = {"action": flag, "help": "replace the saved tree in DIR if DIR is not empty"}
+    command("unpack", "extract the archive FILE into the folder DIR", "file dir", force=force)
     return parser
 
 

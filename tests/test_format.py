@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorbox import TensorDict
-from tensorbox._core.schema import DTYPES, check_json_value, dtype_name
+from tensorbox._core.encoding import DTYPES, check_json_value, dtype_name
 from tensorbox._storage.folder import FolderStore
 from tensorbox._storage.format import spec as fmt
 from tensorbox._storage.format.metafile import write_meta

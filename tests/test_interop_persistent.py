@@ -368,7 +368,7 @@ def test_the_handle_has_real_methods_and_no_forwarding(tmp_path):
 
 def _load(path, backend, **kw):
     from tensorbox._storage.persist import load_from
-    from tensorbox.interop._group_store import GroupStore
+    from tensorbox.interop._group_layout import GroupStore
 
     store = GroupStore(path, backend, **kw)
     return load_from(store), store
@@ -433,7 +433,7 @@ def test_writing_is_a_save_through_the_seam(tmp_path, backend):
     """to_h5/to_zarr run the one saver into the layout's Writer; save_to gives the saved
     copy read back from the new file (the library is the oracle)."""
     from tensorbox._storage.persist import save_to
-    from tensorbox.interop._group_store import GroupStore
+    from tensorbox.interop._group_layout import GroupStore
 
     td = _tree()
     path = tmp_path / f"w.{backend}"
@@ -453,7 +453,7 @@ def test_writing_is_a_save_through_the_seam(tmp_path, backend):
 def test_zarr_layout_reads_through_a_store_object(tmp_path):
     """zarr reads through any of its stores (here one in memory): the layout takes it."""
     from tensorbox._storage.persist import load_from
-    from tensorbox.interop._group_store import GroupStore
+    from tensorbox.interop._group_layout import GroupStore
 
     mem = zarr.storage.MemoryStore()
     td = _tree()

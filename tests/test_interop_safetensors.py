@@ -177,7 +177,7 @@ def test_a_checkpoint_is_a_store_on_the_seam(tmp_path):
     import sys
 
     from tensorbox._storage.store import iter_nodes, verify
-    from tensorbox.interop._safetensors_store import SafetensorsStore
+    from tensorbox.interop._safetensors_layout import SafetensorsStore
 
     path = tmp_path / "model.safetensors"
     sd = {"enc.0.weight": torch.randn(4, 3), "enc.0.bias": torch.randn(4), "head": torch.ones(2)}
@@ -290,7 +290,7 @@ def test_writing_is_a_save_through_the_seam(tmp_path):
     """One class both ways: the saver writes through the store's Writer, and the saved
     copy it returns is read back from the new file (safetensors is the oracle)."""
     from tensorbox._storage.persist import save_to
-    from tensorbox.interop._safetensors_store import SafetensorsStore
+    from tensorbox.interop._safetensors_layout import SafetensorsStore
 
     path = tmp_path / "m.safetensors"
     td = TensorDict(

@@ -941,3 +941,19 @@ def test_per_row_values_of_another_length_are_refused(
         with pytest.raises(FormatError, match=bad):
             store.to_local()
     raw.close()
+
+
+def test_batch_size_is_fixed_and_setting_it_says_what_to_do(store: TensorDictStore) -> None:
+    from tensorbox import LazyStackedTensorDict
+
+    assert store.batch_size == torch.Size([10]) == store.shape
+    with pytest.raises(
+        RuntimeError, match=r"127\.0\.0\.1.*batch size of a store is fixed; to_local"
+    ):
+        store.batch_size = [5]
+    assert store.batch_size == torch.Size([10])
+    lazy = LazyStackedTensorDict(TensorDict(a=torch.zeros(3)), TensorDict(a=torch.ones(3)))
+    assert lazy.batch_size == torch.Size([2])
+    with pytest.raises(RuntimeError, match=r"batch size of a lazy stack: densify it first"):
+        lazy.batch_size = [1, 2]
+    assert lazy.batch_size == torch.Size([2])

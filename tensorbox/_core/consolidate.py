@@ -39,11 +39,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from tensorbox._core.encoding import DTYPES
 from tensorbox._core.future import run_in_thread
 from tensorbox._core.jagged import NJT, from_parts, parts
 from tensorbox._core.nestedkey import format_key
 from tensorbox._core.nontensor import NonTensorData
-from tensorbox._core.schema import DTYPES
 from tensorbox._core.tree import is_coll, new_plain, set_locked
 
 __all__ = [

@@ -36,21 +36,8 @@ _long = torch.int64
 
 #: dtypes numpy holds as they are; any other (bfloat16, float8...) is gathered as the
 #: integer dtype of its width and viewed back.
-_NUMPY_OK = frozenset(
-    {
-        torch.bool,
-        torch.uint8,
-        torch.int8,
-        torch.int16,
-        torch.int32,
-        torch.int64,
-        torch.float16,
-        torch.float32,
-        torch.float64,
-        torch.complex64,
-        torch.complex128,
-    }
-)
+_NUMPY_OK_TEXT = "bool uint8 int8 int16 int32 int64 float16 float32 float64 complex64 complex128"
+_NUMPY_OK = frozenset(getattr(torch, name) for name in _NUMPY_OK_TEXT.split())
 _SAME_WIDTH = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _function_modes = torch._C._is_torch_function_mode_enabled

@@ -47,7 +47,7 @@ from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.nontensor import wrap as _wrap
 from tensorbox._core.tensordict import TensorDict
 from tensorbox._core.tree import KEEP, is_coll, keys_list
-from tensorbox._core.viewentries import DenseResults, ViewEntries
+from tensorbox._core.viewentries import DenseResults, FixedBatch, ViewEntries
 from tensorbox.errors import BatchSizeError, LockedError
 
 __all__ = ["LazyStackedTensorDict", "lazy_stack"]
@@ -63,7 +63,7 @@ _UPDATE_OPTIONS = (
 )
 
 
-class LazyStackedTensorDict(DenseResults, TensorDict):
+class LazyStackedTensorDict(FixedBatch, DenseResults, TensorDict):
     """Containers stacked along ``stack_dim`` without copying (see the module doc).
 
     >>> import torch
@@ -137,14 +137,9 @@ class LazyStackedTensorDict(DenseResults, TensorDict):
         """The batch dim along which the members are stacked."""
         return self._stack_dim
 
-    @property
-    def batch_size(self) -> torch.Size:
-        """The members' batch size with the stack dim inserted (read-only)."""
-        return self._batch_size
-
-    @batch_size.setter
-    def batch_size(self, value: Any) -> None:
-        raise RuntimeError(
+    def _fixed_batch_message(self) -> str:
+        # The batch size: the members' with the stack dim inserted.
+        return (
             "cannot set the batch size of a lazy stack: densify it first "
             "(td = td.to_tensordict()) and set the batch size of the copy"
         )

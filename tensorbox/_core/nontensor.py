@@ -18,7 +18,6 @@ element over the stacked dims, so indexing keeps working.
 from __future__ import annotations
 
 import copy
-import operator
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,6 +27,7 @@ import torch
 
 from tensorbox._core.linkedlist import linked
 from tensorbox._core.modeswitch import ModeSwitch, env_flag
+from tensorbox._core.shape import index_dims, list_shape
 from tensorbox._core.unbatched import UnbatchedTensor
 from tensorbox.errors import BatchDimError, BatchSizeError
 
@@ -548,13 +548,7 @@ class NonTensorStack(metaclass=_StackType):
     @staticmethod
     def from_list(values: list[Any]) -> NonTensorData:
         """A stack shaped like the nested lists ``values`` (NonTensorData items unwrapped)."""
-        shape: list[int] = []
-        level: Any = values
-        while type(level) is list:
-            shape.append(len(level))
-            if not level:
-                break
-            level = level[0]
+        shape = list_shape(values)
         arr = np.empty(tuple(shape), dtype=object)
         for pos in np.ndindex(*shape):
             item: Any = values
@@ -645,15 +639,9 @@ def cpu_index(index: Any) -> Any:
 
 def _batch_arg(batch_size: Sequence[int] | int) -> torch.Size:
     dims = (batch_size,) if isinstance(batch_size, int) else tuple(batch_size)
-    try:
-        out = torch.Size(operator.index(d) for d in dims)
-    except TypeError:
-        raise TypeError(
-            f"NonTensorData: batch_size {batch_size!r} is not a sequence of ints"
-        ) from None
-    if any(d < 0 for d in out):
-        raise ValueError(f"NonTensorData: batch_size {tuple(out)} has a negative dim")
-    return out
+    not_ints = "NonTensorData: batch_size {given!r} is not a sequence of ints"
+    negative = "NonTensorData: batch_size {dims} has a negative dim"
+    return torch.Size(index_dims(dims, not_ints, negative, batch_size))
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -14,6 +14,7 @@ dims only, so it never reaches a feature dim).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +23,15 @@ import torch
 
 from tensorbox.errors import BatchDimError, BatchSizeError
 
-__all__ = ["as_batch_size", "check_dim", "leads_with", "normalize_index", "shape_from_args"]
+__all__ = [
+    "as_batch_size",
+    "check_dim",
+    "index_dims",
+    "leads_with",
+    "list_shape",
+    "normalize_index",
+    "shape_from_args",
+]
 
 _Size = torch.Size
 
@@ -58,6 +67,42 @@ def as_batch_size(batch_size: Any) -> torch.Size:
         if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
             raise BatchSizeError(f"batch_size must hold non-negative ints, got {list(dims)!r}")
     return _Size([int(d) for d in dims])
+
+
+def index_dims(dims: Any, not_ints: str, negative: str, given: Any = None) -> tuple[int, ...]:
+    """``dims`` as ints (each taken through ``__index__``: no floats), or the caller's
+    error: a TypeError ``not_ints`` where one is no int, a ValueError ``negative`` where
+    one is below 0. The messages are ``str.format`` templates, filled only on error:
+    ``{given}`` is ``given`` (default: ``dims``), ``{dims}`` the ints.
+
+    >>> index_dims([2, 3], "{given!r}: not ints", "{dims}: negative")
+    (2, 3)
+    """
+    try:
+        out = tuple(operator.index(d) for d in dims)
+    except TypeError:
+        raise TypeError(not_ints.format(given=dims if given is None else given)) from None
+    if any(d < 0 for d in out):
+        raise ValueError(negative.format(dims=out))
+    return out
+
+
+def list_shape(values: list[Any]) -> list[int]:
+    """The shape of nested (plain) lists, read down the first item of each level and
+    stopping at an empty one: ``[[1, 2], [3, 4], [5, 6]]`` is ``[3, 2]``. Ragged lists
+    are for the caller to find as it fills an array of this shape.
+
+    >>> list_shape([[1, 2], [3, 4], [5, 6]]), list_shape([[], []]), list_shape([[[1]]])
+    ([3, 2], [2, 0], [1, 1, 1])
+    """
+    shape: list[int] = []
+    level: Any = values
+    while type(level) is list:
+        shape.append(len(level))
+        if not level:
+            break
+        level = level[0]
+    return shape
 
 
 def shape_from_args(args: tuple[Any, ...]) -> tuple[int, ...]:

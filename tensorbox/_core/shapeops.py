@@ -292,23 +292,39 @@ def _check_same_class(items: Sequence[Any], i: int, what: str) -> None:
         )
 
 
-def stack(items: Sequence[Any], dim: int = 0) -> Any:
+def _nonempty(items: Sequence[Any], what: str) -> list[Any]:
     items = list(items)
     if not items:
-        raise ValueError("stack expects a non-empty sequence of TensorDicts")
+        raise ValueError(f"{what} expects a non-empty sequence of TensorDicts")
+    return items
+
+
+def _check_joinable(
+    items: list[Any], what: str, fits: Callable[[Any], bool], expected: str
+) -> None:
+    """The items of a join (``stack``, ``cat``) are of the first one's class (see
+    :func:`_check_same_class`) and of batch sizes that ``fits`` accepts; else a
+    BatchSizeError naming the element and ``expected`` (formatted with the first's batch
+    size ``bs``, on error only)."""
+    ft = type(items[0])
+    bs = items[0]._batch_size
+    for i, it in enumerate(items):
+        if type(it) is not ft:
+            _check_same_class(items, i, what)
+        obs = it._batch_size
+        if obs is not bs and not fits(obs):
+            raise BatchSizeError(
+                f"{what}: element {i} has batch_size {tuple(obs)}, " + expected.format(bs=tuple(bs))
+            )
+
+
+def stack(items: Sequence[Any], dim: int = 0) -> Any:
+    items = _nonempty(items, "stack")
     first = items[0]
     bs = first._batch_size
     d = check_dim(dim, len(bs) + 1)
-    ft = type(first)
-    for i, it in enumerate(items):
-        if type(it) is not ft:
-            _check_same_class(items, i, "stack")
-        obs = it._batch_size
-        if obs is not bs and obs != bs:
-            raise BatchSizeError(
-                f"stack: element {i} has batch_size {tuple(obs)}, element 0 has "
-                f"{tuple(bs)}; stacked TensorDicts must share a batch size"
-            )
+    expected = "element 0 has {bs}; stacked TensorDicts must share a batch size"
+    _check_joinable(items, "stack", lambda obs: obs == bs, expected)
     out: dict[str, Any] = {}
     tstack = torch.stack
     for k, v, vals in _gather(items, "stack"):
@@ -341,22 +357,14 @@ def stack(items: Sequence[Any], dim: int = 0) -> Any:
 
 
 def cat(items: Sequence[Any], dim: int = 0) -> Any:
-    items = list(items)
-    if not items:
-        raise ValueError("cat expects a non-empty sequence of TensorDicts")
+    def fits(obs: Any) -> bool:
+        return len(obs) == len(bs) and obs[:d] == bs[:d] and obs[d + 1 :] == bs[d + 1 :]
+
+    items = _nonempty(items, "cat")
     first = items[0]
     bs = first._batch_size
     d = check_dim(dim, len(bs))
-    ft = type(first)
-    for i, it in enumerate(items[1:], 1):
-        if type(it) is not ft:
-            _check_same_class(items, i, "cat")
-        obs = it._batch_size
-        if len(obs) != len(bs) or obs[:d] != bs[:d] or obs[d + 1 :] != bs[d + 1 :]:
-            raise BatchSizeError(
-                f"cat: element {i} has batch_size {tuple(obs)}, incompatible with "
-                f"{tuple(bs)} along dim {d}"
-            )
+    _check_joinable(items, "cat", fits, f"incompatible with {{bs}} along dim {d}")
     out: dict[str, Any] = {}
     for k, v, vals in _gather(items, "cat"):
         if isinstance(v, Tensor):

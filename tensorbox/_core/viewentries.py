@@ -62,8 +62,10 @@ class DenseResults:
 
 
 class FixedBatch:
-    """Mixin of a view whose batch size follows from its source: it reads, and setting
-    it raises ``RuntimeError`` with the view's ``_fixed_batch_message()``."""
+    """Mixin of a container whose batch size is fixed when it is made (a view's follows
+    from its source; a lazy stack's from its members; a store's is the server's): it
+    reads, and setting it raises ``RuntimeError`` with the class's
+    ``_fixed_batch_message()``, which says what to do instead."""
 
     __slots__ = ()
     _batch_size: torch.Size
@@ -73,7 +75,7 @@ class FixedBatch:
 
     @property
     def batch_size(self) -> torch.Size:
-        """The batch size seen through the view (read-only)."""
+        """The batch size (read-only: fixed when this was made)."""
         return self._batch_size
 
     @batch_size.setter

@@ -16,6 +16,7 @@ from tensorbox._core.nestedkey import NestedKey
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.shape import as_batch_size
 from tensorbox._core.tensordict import TensorDict, is_tensor_collection
+from tensorbox._core.viewentries import FixedBatch
 from tensorbox._redis.creds import pickled_connection, worker_client
 from tensorbox._redis.scripts import new_meta, open_store, transaction
 from tensorbox._redis.wire import (
@@ -35,7 +36,7 @@ from tensorbox.errors import BatchSizeError, FormatError, TensorDictKeyError
 __all__ = ["TensorDictStore"]
 
 
-class TensorDictStore(BatchShaped, StoreWrites):
+class TensorDictStore(FixedBatch, BatchShaped, StoreWrites):
     """A container whose leaves live in a Redis (or Redis-protocol) server.
 
     Keyword Args:
@@ -153,16 +154,9 @@ class TensorDictStore(BatchShaped, StoreWrites):
     def _full_key_path(self, key: NestedKey) -> str:
         return _enc(self._keypath(key))
 
-    @property
-    def batch_size(self) -> torch.Size:
-        """The leading dims every leaf shares (fixed for a store)."""
-        return self._batch_size
-
-    @batch_size.setter
-    def batch_size(self, value: Any) -> None:
-        raise RuntimeError(
-            f"{self._server.where()}: the batch size of a store is fixed; to_local() first"
-        )
+    def _fixed_batch_message(self) -> str:
+        # The batch size: the leading dims every leaf shares.
+        return f"{self._server.where()}: the batch size of a store is fixed; to_local() first"
 
     def ndimension(self) -> int:
         """The number of batch dims."""

@@ -4,6 +4,7 @@ helpers that turn tensors and values into bytes and back (no pickles).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -12,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from tensorbox._core.encoding import DTYPES
 from tensorbox._core.nestedkey import format_key
+from tensorbox._core.shape import list_shape
 from tensorbox._core.tensordict import is_tensor_collection
 from tensorbox.errors import BatchSizeError, FormatError, TensorDictKeyError
 
@@ -41,26 +44,12 @@ _GONE_WHY = (
     "clear_redis() or another client's DEL"
 )
 
-_DTYPES: dict[str, torch.dtype] = {
-    str(d).removeprefix("torch."): d
-    for d in (
-        torch.bool,
-        torch.uint8,
-        torch.int8,
-        torch.int16,
-        torch.int32,
-        torch.int64,
-        torch.uint16,
-        torch.uint32,
-        torch.uint64,
-        torch.float16,
-        torch.bfloat16,
-        torch.float32,
-        torch.float64,
-        torch.complex64,
-        torch.complex128,
-    )
-}
+#: The dtypes a store holds (by their names in :data:`~tensorbox._core.encoding.DTYPES`).
+_DTYPES_TEXT = (
+    "bool uint8 int8 int16 int32 int64 uint16 uint32 uint64 "
+    "float16 bfloat16 float32 float64 complex64 complex128"
+)
+_DTYPES: dict[str, torch.dtype] = {name: DTYPES[name] for name in _DTYPES_TEXT.split()}
 _SHAPE_OPS = (
     "view",
     "reshape",
@@ -322,26 +311,20 @@ def _cell_runs(
     return out
 
 
+@dataclasses.dataclass(eq=False)
 class _Server:
     """The connection one store and its nested views share, with the names of its keys."""
 
-    def __init__(
-        self,
-        client: redis.Redis,
-        url: str,
-        namespace: str,
-        td_id: str,
-        backend: str,
-        owns_client: bool,
-        connect: dict[str, Any],
-    ) -> None:
-        self.client = client
-        self.url = url
-        self.namespace = namespace
-        self.td_id = td_id
-        self.backend = backend
-        self.owns_client = owns_client
-        self.connect = connect
+    client: redis.Redis
+    url: str
+    namespace: str
+    td_id: str
+    backend: str
+    owns_client: bool
+    connect: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        namespace, td_id, url = self.namespace, self.td_id, self.url
         self.base = f"{namespace}:{{{td_id}}}:"
         self.meta_key = self.base + "meta"
         self.index_key = self.base + "index"
@@ -591,14 +574,7 @@ def _object_array(value: Any) -> np.ndarray:
         arr = np.empty((), dtype=object)
         arr[()] = value
         return arr
-    depth, probe = 0, value
-    shape: list[int] = []
-    while isinstance(probe, list):
-        shape.append(len(probe))
-        depth += 1
-        if not probe:
-            break
-        probe = probe[0]
+    shape = list_shape(value)  # lists from JSON: plain lists
     # the batch depth is given by the writer's shape; lists of equal length below it
     # (a row that is itself a list) are cut back by building row by row
     arr = np.empty(tuple(shape), dtype=object)

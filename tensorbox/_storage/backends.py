@@ -43,11 +43,11 @@ from tensorbox.errors import FormatError
 __all__ = [
     "ArchiveBackend",
     "FolderBackend",
-    "H5Backend",
+    "H5FileBackend",
     "RemoteBackend",
     "SafetensorsBackend",
     "StoreBackend",
-    "ZarrBackend",
+    "ZarrFolderBackend",
     "store_backend",
 ]
 
@@ -208,7 +208,7 @@ class SafetensorsBackend(Backend):
         return self.where.path is not None and os.path.exists(self.where.path)
 
     def _store(self) -> Store:
-        from tensorbox.interop._safetensors_store import SafetensorsStore
+        from tensorbox.interop._safetensors_layout import SafetensorsStore
 
         return SafetensorsStore(self.where.path)  # FILE::DIR: the sub-tree DIR of FILE
 
@@ -246,7 +246,7 @@ class SafetensorsBackend(Backend):
                 close()
 
 
-class H5Backend(SafetensorsBackend):
+class H5FileBackend(SafetensorsBackend):
     """An HDF5 file (``.h5``/``.hdf5``): a read-only tree, a group a node and the group
     attribute ``tensorbox_batch_size`` its batch size (``tensorbox.interop``)."""
 
@@ -255,7 +255,7 @@ class H5Backend(SafetensorsBackend):
     layout = "h5"
 
     def _store(self) -> Store:
-        from tensorbox.interop._group_store import GroupStore
+        from tensorbox.interop._group_layout import GroupStore
 
         return GroupStore(self.where.path, self.layout)  # FILE::DIR: DIR of FILE
 
@@ -263,8 +263,8 @@ class H5Backend(SafetensorsBackend):
         return self.where.inner
 
 
-class ZarrBackend(H5Backend):
-    """A zarr v3 store folder (``zarr.json`` and no ``meta.json``), read as ``H5Backend``."""
+class ZarrFolderBackend(H5FileBackend):
+    """A zarr v3 store folder (``zarr.json`` and no ``meta.json``), read as ``H5FileBackend``."""
 
     name = "zarr store"
     label = "a zarr store"

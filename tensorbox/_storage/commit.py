@@ -435,15 +435,31 @@ def _check_dir(fd: int, names: Listed, old: str, new: str) -> None:
             continue
         # A node of the old tree, or a user's folder whose name the new tree uses as a
         # folder too: their entries are checked one by one (a user's: all kept).
-        try:
-            sub = os.open(name, _DIR | _NOFOLLOW, dir_fd=fd)
-        except OSError:
-            continue
-        try:
-            inner = (listed(sub) or _NONE) if kind == "node" else _NONE
-            _check_dir(sub, inner, os.path.join(old, name), target)
-        finally:
-            os.close(sub)
+        _in_subdir(fd, name, kind == "node", _check_dir, old, new)
+
+
+def _in_subdir(
+    fd: int,
+    name: str,
+    node: bool,
+    visit: Callable[[int, Listed, str, str], bool | None],
+    old: str = "",
+    new: str = "",
+) -> bool | None:
+    """``visit(sub, names, old/name, new/name)`` on the folder ``name`` in ``fd``, opened
+    without following a link and closed after; ``names``: what its ``meta.json`` lists
+    where it is a ``node`` of the old tree (else nothing: a user's folder). None, not
+    visited, when ``name`` cannot be opened as a folder (gone since it was listed, or a
+    link)."""
+    try:
+        sub = os.open(name, _DIR | _NOFOLLOW, dir_fd=fd)
+    except OSError:
+        return None
+    try:
+        names = (listed(sub) or _NONE) if node else _NONE
+        return visit(sub, names, os.path.join(old, name), os.path.join(new, name))
+    finally:
+        os.close(sub)
 
 
 def _dispose_dir(fd: int, names: Listed, old: str, new: str) -> bool:
@@ -464,16 +480,7 @@ def _dispose_dir(fd: int, names: Listed, old: str, new: str) -> bool:
             continue
         target = os.path.join(new, name)
         if kind == "node" or (is_dir and _is_real_dir(target)):
-            try:
-                sub = os.open(name, _DIR | _NOFOLLOW, dir_fd=fd)
-            except OSError:
-                kept = True
-                continue
-            try:
-                inner = (listed(sub) or _NONE) if kind == "node" else _NONE
-                emptied = _dispose_dir(sub, inner, os.path.join(old, name), target)
-            finally:
-                os.close(sub)
+            emptied = _in_subdir(fd, name, kind == "node", _dispose_dir, old, new)
             if emptied:
                 with contextlib.suppress(OSError):
                     os.rmdir(name, dir_fd=fd)
@@ -564,15 +571,8 @@ def _remove_all(fd: int, keep: str = "") -> None:
             with contextlib.suppress(OSError):
                 os.unlink(name, dir_fd=fd)
             continue
-        try:
-            sub = os.open(name, _DIR | _NOFOLLOW, dir_fd=fd)
-        except OSError:
-            continue
-        try:
-            _remove_all(sub)
-        finally:
-            os.close(sub)
-        with contextlib.suppress(OSError):
+        _in_subdir(fd, name, False, lambda sub, *_: _remove_all(sub))
+        with contextlib.suppress(OSError):  # fails where name is no emptied folder: kept
             os.rmdir(name, dir_fd=fd)
 
 

@@ -46,9 +46,9 @@ from torch import Tensor
 
 from tensorbox._core import jagged as _jagged
 from tensorbox._core.backing import TREES
+from tensorbox._core.encoding import check_json_value
 from tensorbox._core.nestedkey import format_key
 from tensorbox._core.nontensor import NonTensorData
-from tensorbox._core.schema import check_json_value
 from tensorbox._core.tree import is_coll, type_name
 from tensorbox._storage import backed as _backed
 from tensorbox._storage.fileappend import GROW_FLOOR, grow_capacity
@@ -488,7 +488,7 @@ def _check_same_tree(td: Any, disk: Spec, tree: Store, path: tuple[str, ...] = (
             )
 
 
-class _Plan:
+class _ExtendedTree:
     """The new tree: per node, its container type, new store, batch size, saved type."""
 
     def __init__(self, fsync: bool) -> None:
@@ -547,7 +547,7 @@ def _extend_tree(td: Any, store: Store, rows: Any, fsync: bool) -> None:
         _check_files(disk, store)
         if not rows._batch_size[0]:
             return  # checked: nothing to write, nothing to commit
-        plan = _Plan(fsync)
+        plan = _ExtendedTree(fsync)
         grown = plan.node(td, disk, rows, ())  # every value checked: nothing written yet
         plan.write(store)
         saver = Saver(

@@ -29,7 +29,7 @@ import orjson
 import torch
 from torch import Tensor
 
-from tensorbox._core.schema import DTYPES, dtype_name
+from tensorbox._core.encoding import DTYPES, dtype_name
 from tensorbox._storage.mapcache import mapped
 from tensorbox._storage.memmap_tensor import MemoryMappedTensor, _identity, _map_storage
 from tensorbox.errors import FormatError

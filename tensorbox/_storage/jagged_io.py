@@ -31,8 +31,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from tensorbox._core.encoding import dtype_name
 from tensorbox._core.jagged import from_parts, parts
-from tensorbox._core.schema import dtype_name
 from tensorbox._storage.format.names import encode_key
 from tensorbox._storage.format.spec import SUFFIX
 from tensorbox._storage.memmap_tensor import map_file

@@ -9,12 +9,12 @@ sequence, or as ``shape=``.
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from tensorbox._core.shape import index_dims
 from tensorbox.errors import TensorboxError
 
 __all__ = ["MemmapDeviceError", "MemmapFileExistsError", "check_device", "like_input", "shape_from"]
@@ -63,16 +63,10 @@ def shape_from(method: str, args: tuple[Any, ...], shape: Any = None) -> tuple[i
                 f"MemoryMappedTensor.{method}(): a {dims.dim()}-d tensor of shapes describes "
                 "a nested tensor, which memory-mapped tensors do not support; pass one shape"
             )
-    try:
-        out = tuple(operator.index(d) for d in dims)
-    except TypeError:
-        raise TypeError(
-            f"MemoryMappedTensor.{method}(): shape {dims!r} is not a sequence of ints; "
-            "pass it as 2, 3 or (2, 3)"
-        ) from None
-    if any(d < 0 for d in out):
-        raise ValueError(f"shape {out!r} has a negative dim")
-    return out
+    not_ints = f"MemoryMappedTensor.{method}(): shape {{given!r}} is not a sequence of ints; "
+    return index_dims(
+        dims, not_ints + "pass it as 2, 3 or (2, 3)", "shape {dims!r} has a negative dim"
+    )
 
 
 def check_device(method: str, device: Any) -> None:

@@ -63,10 +63,10 @@ class MemoryStore(Store):
             raise FormatError(f"{e.path}: the bytes do not match the recorded SHA-256")
 
     def writer(self, **options: Any) -> Writer:
-        return _Writer(self)
+        return _MemoryWriter(self)
 
 
-class _Writer(Writer):
+class _MemoryWriter(Writer):
     """Staged in a new dict; the commit replaces the store's files at once."""
 
     def __init__(self, store: MemoryStore) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tensorbox._core.schema import DTYPES, dtype_name
+from tensorbox._core.encoding import DTYPES, dtype_name
 from tensorbox._storage.fileref import _DTYPE_OK, FileRef, restore, shareable
 
 __all__ = ["install"]

@@ -69,8 +69,8 @@ BACKENDS: dict[str, str] = {
     "folder": "tensorbox._storage.backends:FolderBackend",
     "archive": "tensorbox._storage.backends:ArchiveBackend",
     "safetensors": "tensorbox._storage.backends:SafetensorsBackend",
-    "h5": "tensorbox._storage.backends:H5Backend",
-    "zarr": "tensorbox._storage.backends:ZarrBackend",
+    "h5": "tensorbox._storage.backends:H5FileBackend",
+    "zarr": "tensorbox._storage.backends:ZarrFolderBackend",
     "remote": "tensorbox._storage.backends:RemoteBackend",
 }
 #: The generic backend over a ``Store`` class registered alone (a lazy path, as above).

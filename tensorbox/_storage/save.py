@@ -30,10 +30,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from tensorbox._core.encoding import DTYPES, check_json_value, dtype_name
 from tensorbox._core.jagged import NJT, from_parts, parts
 from tensorbox._core.nestedkey import format_key
 from tensorbox._core.nontensor import NonTensorData
-from tensorbox._core.schema import DTYPES, check_json_value, dtype_name
 from tensorbox._core.tree import is_coll, type_name
 from tensorbox._storage import checksum as _checksum
 from tensorbox._storage import jagged_io as _jagged_io

@@ -46,7 +46,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from tensorbox._core.schema import stacked_array
+from tensorbox._core.encoding import stacked_array
 from tensorbox._storage.format.legacy import parse_legacy
 from tensorbox._storage.format.parse import (
     ChildSpec,

@@ -38,9 +38,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tensorbox._core.backing import sync_open
+from tensorbox._core.encoding import check_json_value
 from tensorbox._core.nestedkey import format_key
 from tensorbox._core.nontensor import NonTensorData
-from tensorbox._core.schema import check_json_value
 from tensorbox._core.tree import is_coll
 from tensorbox._storage.backed import all_nodes, run, tree_of, unregister
 from tensorbox._storage.save import Saver

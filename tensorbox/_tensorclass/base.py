@@ -33,7 +33,7 @@ from tensorbox._core.container import TensorCollection
 from tensorbox._core.getdefault import UNSET
 from tensorbox._core.methods.structure import StructureMethods
 from tensorbox._core.nontensor import NonTensorData
-from tensorbox._tensorclass.build import build_class, check_casting, put, set_field
+from tensorbox._tensorclass.build import build_class, check_casting, class_options, put, set_field
 from tensorbox._tensorclass.fields import Field, field
 from tensorbox._tensorclass.lenient import from_tensordict_lenient
 from tensorbox.errors import UnknownFieldError
@@ -146,16 +146,8 @@ class TensorClass(TensorCollection, metaclass=_Meta):
         **kwargs: Any,
     ) -> None:
         super().__init_subclass__(**kwargs)
-        check_casting(cls.__qualname__, tensor_only, autocast, nocast)
-        options = {
-            "frozen": frozen,
-            "kw_only": kw_only,
-            "shadow": shadow,
-            "tensor_only": tensor_only,
-            "autocast": autocast,
-            "nocast": nocast,
-        }
-        build_class(cls, TensorClass, options)
+        values = (frozen, kw_only, shadow, tensor_only, autocast, nocast)
+        build_class(cls, TensorClass, class_options(cls.__qualname__, *values))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("TensorClass is a base class: subclass it and annotate fields")

@@ -52,7 +52,7 @@ from tensorbox._tensorclass.simple import check_simple, simple_spec
 from tensorbox._tensorclass.tensor_only import as_tensor, tensor_fields, wrapper_fields
 from tensorbox.errors import BatchSizeError, LockedError
 
-__all__ = ["build_class", "check_casting", "register", "set_field"]
+__all__ = ["build_class", "check_casting", "class_options", "register", "set_field"]
 
 
 # ------------------------------------------------------------- values
@@ -341,6 +341,23 @@ def check_casting(name: str, tensor_only: Any, autocast: Any, nocast: Any) -> No
             f"{name}: tensor_only=True cannot be combined with {which}=True (a tensor_only "
             "class converts every value of a tensor field to a tensor)"
         )
+
+
+def class_options(
+    name: str,
+    frozen: Any,
+    kw_only: Any,
+    shadow: Any,
+    tensor_only: Any,
+    autocast: Any,
+    nocast: Any,
+) -> dict[str, Any]:
+    """A tensorclass's options as :func:`build_class` and ``__init_subclass__`` take them,
+    the same from ``@tensorclass(...)`` and ``class C(TensorClass, ...)``; checked first
+    (:func:`check_casting`, whose error names ``name``)."""
+    check_casting(name, tensor_only, autocast, nocast)
+    values = (frozen, kw_only, shadow, tensor_only, autocast, nocast)
+    return dict(zip(("frozen", "kw_only", "shadow", "tensor_only", "autocast", "nocast"), values))
 
 
 def _dataclass_fields(flds: tuple[Field[Any], ...]) -> dict[str, Field[Any]]:

@@ -46,7 +46,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, dataclass_transform, overload
 
 from tensorbox._tensorclass.base import TensorClass
-from tensorbox._tensorclass.build import build_class, check_casting, register
+from tensorbox._tensorclass.build import build_class, class_options, register
 from tensorbox._tensorclass.fields import Field, field
 
 __all__ = ["is_tensorclass", "tensorclass"]
@@ -123,40 +123,23 @@ def tensorclass(
     dataclasses.FrozenInstanceError: cannot assign to field 'xy' of frozen Point; use .replace(xy=...) for a changed copy
     """
 
-    check_casting("@tensorclass", tensor_only, autocast, nocast)
+    # False is "not given" here (None): a subclass keeps what its base class chose.
+    given = (tensor_only or None, autocast or None, nocast or None)
+    options = class_options("@tensorclass", frozen, kw_only, shadow, *given)
 
     def wrap(c: Any) -> Any:
-        casts = {"autocast": autocast or None, "nocast": nocast or None}
-        return _make(
-            c,
-            frozen=frozen,
-            kw_only=kw_only,
-            shadow=shadow,
-            tensor_only=tensor_only or None,
-            **casts,
-        )
+        return _make(c, options)
 
     return wrap if cls is None else wrap(cls)
 
 
-def _make(
-    cls: type,
-    *,
-    frozen: bool,
-    kw_only: bool,
-    shadow: bool,
-    tensor_only: bool | None,
-    autocast: bool | None = None,
-    nocast: bool | None = None,
-) -> type:
+def _make(cls: type, options: dict[str, Any]) -> type:
     if not isinstance(cls, type):
         raise TypeError(f"@tensorclass decorates a class, got {cls!r}")
     if issubclass(cls, TensorClass):
         # Already built by TensorClass.__init_subclass__ (it subclasses a tensorclass):
         # rebuild in place with these options.
-        options = {"frozen": frozen, "kw_only": kw_only, "shadow": shadow}
-        casts = {"autocast": autocast, "nocast": nocast}
-        build_class(cls, TensorClass, {**options, "tensor_only": tensor_only, **casts})
+        build_class(cls, TensorClass, options)
         return cls
     if "__dataclass_fields__" in cls.__dict__:
         raise TypeError(
@@ -171,14 +154,7 @@ def _make(
     new = types.new_class(
         cls.__name__,
         bases,
-        {
-            "frozen": frozen,
-            "kw_only": kw_only,
-            "shadow": shadow,
-            "tensor_only": tensor_only,
-            "autocast": autocast,
-            "nocast": nocast,
-        },
+        options,
         lambda body: body.update(ns),
     )
     _rebind_class_cells(new, cls)

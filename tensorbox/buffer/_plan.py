@@ -21,6 +21,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import math
@@ -122,29 +123,22 @@ class Position:
         return self._capacity
 
 
+@dataclasses.dataclass(eq=False)
 class Plan:
     """The deterministic schedule: sample order per epoch and batch boundaries."""
 
-    def __init__(
-        self,
-        num_samples: int,
-        batch_size: int,
-        drop_last: bool,
-        shuffle: bool,
-        seed: int,
-        num_replicas: int = 1,
-        rank: int = 0,
-    ) -> None:
-        self.num_samples = num_samples
-        self.batch_size = batch_size
-        self.drop_last = drop_last
-        self.shuffle = shuffle
-        self.seed = seed
-        self.num_replicas = num_replicas
-        self.rank = rank
-        self.share = share_length(num_samples, num_replicas, drop_last)  # rows of this rank
-        full, rest = divmod(self.share, batch_size)
-        self.batches_per_epoch = full if (drop_last or not rest) else full + 1
+    num_samples: int
+    batch_size: int
+    drop_last: bool
+    shuffle: bool
+    seed: int
+    num_replicas: int = 1
+    rank: int = 0
+
+    def __post_init__(self) -> None:
+        self.share = share_length(self.num_samples, self.num_replicas, self.drop_last)
+        full, rest = divmod(self.share, self.batch_size)  # rows of this rank, in batches
+        self.batches_per_epoch = full if (self.drop_last or not rest) else full + 1
         # One epoch cached: (epoch, this rank's rows, their seed keys).
         self._order: tuple[int, Tensor, Tensor] | None = None
 

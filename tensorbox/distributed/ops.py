@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from tensorbox._core.encoding import DTYPES
 from tensorbox._core.nestedkey import format_key
-from tensorbox._core.schema import DTYPES
 from tensorbox._core.tensordict import TensorDict
 from tensorbox.distributed import wire as _wire
 from tensorbox.distributed.channel import _channel, _device, _pg, _receive

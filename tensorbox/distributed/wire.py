@@ -30,9 +30,9 @@ import torch
 from torch import Tensor
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from tensorbox._core.encoding import DTYPES, check_json_value, dtype_name, json_bytes, stacked_array
 from tensorbox._core.nestedkey import format_key
 from tensorbox._core.nontensor import NonTensorData
-from tensorbox._core.schema import DTYPES, check_json_value, dtype_name, json_bytes, stacked_array
 from tensorbox._core.tensordict import is_tensor_collection
 from tensorbox._core.tree import CLASS_REGISTRY, rebuild, type_name
 from tensorbox.errors import TensorboxError

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from tensorbox._core.encoding import stacked_array
 from tensorbox._core.nontensor import NonTensorData
-from tensorbox._core.schema import stacked_array
 from tensorbox._core.tree import keys_list
 from tensorbox._storage.atomic import replace_folder, replacing
 from tensorbox.errors import TensorDictKeyError

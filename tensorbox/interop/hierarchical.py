@@ -61,7 +61,7 @@ from tensorbox.interop._backends import (
     recorded_batch,
     tensor_dtype,
 )
-from tensorbox.interop._group_store import GroupStore
+from tensorbox.interop._group_layout import GroupStore
 
 __all__ = ["PersistentTensorDict", "as_class", "from_h5", "from_zarr"]
 

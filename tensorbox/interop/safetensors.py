@@ -3,7 +3,7 @@ written by tensorbox itself (``safetensors`` is only the tests' oracle), both wa
 the storage seam.
 
 Reading goes through the storage seam: the file is a read-only store
-(:mod:`~tensorbox.interop._safetensors_store`) whose header, checked like ``meta.json``
+(:mod:`~tensorbox.interop._safetensors_layout`) whose header, checked like ``meta.json``
 (:mod:`~tensorbox.interop._safetensors_format`), describes the nodes; the loader that
 reads saved trees builds the container, so ``load_memmap``, ``show`` and ``verify`` take
 a ``.safetensors`` file too. Keys are split on ``.`` into nested keys, so a Hugging Face
@@ -59,7 +59,7 @@ def from_safetensors(
         cls: the container class (TensorDict or a tensorclass).
     """
     from tensorbox._storage.api import load_from
-    from tensorbox.interop._safetensors_store import SafetensorsStore
+    from tensorbox.interop._safetensors_layout import SafetensorsStore
 
     store = SafetensorsStore(path, keys=keys, prefix=prefix, nested=nested)
     dev = None if device is None else torch.device(device)
@@ -78,7 +78,7 @@ def to_safetensors(td: Any, path: Any, *, metadata: dict[str, str] | None = None
     ``metadata``: the header's ``__metadata__`` strings.
     """
     from tensorbox._storage.save import Saver
-    from tensorbox.interop._safetensors_store import SafetensorsStore
+    from tensorbox.interop._safetensors_layout import SafetensorsStore
 
     store = SafetensorsStore(path, mode="w")
     Saver(store, "copy", True, False, metadata=metadata).run(td, 0)

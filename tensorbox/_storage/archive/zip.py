@@ -93,7 +93,7 @@ _UNIT, _SMALL = 1 << 20, 1 << 16
 # ---------------------------------------------------------------- writing
 
 
-class _Slot(NamedTuple):
+class _ZipEntry(NamedTuple):
     name: bytes
     size: int  # bytes in the file (compressed size)
     header: int  # offset of the local header
@@ -176,7 +176,7 @@ def _dos_time() -> tuple[int, int]:
     )
 
 
-def _layout(items: Sequence[tuple[str, int, bool, int, int]]) -> tuple[list[_Slot], int]:
+def _layout(items: Sequence[tuple[str, int, bool, int, int]]) -> tuple[list[_ZipEntry], int]:
     """Slots of ``(name, size, align, method, usize)`` items, and where the data ends."""
     slots, off = [], 0
     for name, size, align, method, usize in items:
@@ -184,12 +184,12 @@ def _layout(items: Sequence[tuple[str, int, bool, int, int]]) -> tuple[list[_Slo
         big = max(size, usize) >= ZIP64_LIMIT
         base = off + _LOCAL.size + len(raw) + (20 if big else 0)
         pad = 4 + (-(base + 4)) % ALIGN if align and method == STORED else 0
-        slots.append(_Slot(raw, size, off, base + pad, pad, method, usize))
+        slots.append(_ZipEntry(raw, size, off, base + pad, pad, method, usize))
         off = base + pad + size
     return slots, off
 
 
-def _usize(s: _Slot) -> int:
+def _usize(s: _ZipEntry) -> int:
     return s.size if s.usize < 0 else s.usize
 
 
@@ -197,7 +197,7 @@ def _flags(name: bytes) -> int:
     return 0x800 if not name.isascii() else 0  # UTF-8 names
 
 
-def _local_header(s: _Slot, crc: int, when: tuple[int, int]) -> bytes:
+def _local_header(s: _ZipEntry, crc: int, when: tuple[int, int]) -> bytes:
     usize = _usize(s)
     big = max(s.size, usize) >= ZIP64_LIMIT
     extra = struct.pack("<HHQQ", 1, 16, usize, s.size) if big else b""
@@ -218,7 +218,7 @@ def _local_header(s: _Slot, crc: int, when: tuple[int, int]) -> bytes:
     return head + s.name + extra
 
 
-def _central(slots: list[_Slot], crcs: list[int], when: tuple[int, int], end: int) -> bytes:
+def _central(slots: list[_ZipEntry], crcs: list[int], when: tuple[int, int], end: int) -> bytes:
     parts = []
     for s, crc in zip(slots, crcs, strict=True):
         fields = []
@@ -308,10 +308,10 @@ class _Unit(NamedTuple):
     bufs: list[Any]  # in file order
     heads: list[tuple[int, bytearray]]  # (entry, its local header): CRC-32 filled in first
     stream: int  # an entry whose bytes come from a function (-1: none)
-    jobs: list[int]  # the pieces of large entries in it (indices into _Plan.jobs)
+    jobs: list[int]  # the pieces of large entries in it (indices into _UnitPlan.jobs)
 
 
-class _Plan(NamedTuple):
+class _UnitPlan(NamedTuple):
     units: list[_Unit]
     crcs: list[int]  # each entry's CRC-32, when known from the layout (small entries)
     jobs: list[Any]  # pieces of large entries, in file order, to checksum
@@ -320,12 +320,12 @@ class _Plan(NamedTuple):
 
 
 def _units(
-    items: Sequence[tuple[str, Any, bool]], slots: list[_Slot], when: tuple[int, int]
-) -> _Plan:
+    items: Sequence[tuple[str, Any, bool]], slots: list[_ZipEntry], when: tuple[int, int]
+) -> _UnitPlan:
     """Cut the file into units, and large entries into pieces (a piece never spans two
     units), whose CRC-32s are computed apart and combined. Pieces end on multiples of
     _UNIT in the file, so most writes are of whole aligned blocks of the page cache."""
-    plan = _Plan([], [0] * len(items), [], [], [[] for _ in items])
+    plan = _UnitPlan([], [0] * len(items), [], [], [[] for _ in items])
     bufs: list[Any] = []
     heads: list[tuple[int, bytearray]] = []
     mine: list[int] = []
@@ -377,7 +377,7 @@ def _units(
     return plan
 
 
-def _stream(fd: int, s: _Slot, item: tuple[str, Any, bool], when: tuple[int, int]) -> int:
+def _stream(fd: int, s: _ZipEntry, item: tuple[str, Any, bool], when: tuple[int, int]) -> int:
     """Write an entry whose bytes come from a function, as they come; its CRC-32."""
     _pwrite_all(fd, [_local_header(s, 0, when)], s.header)
     crc, at = 0, s.data

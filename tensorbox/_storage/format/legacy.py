@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tensorbox._core.schema import _short_repr
+from tensorbox._core.encoding import _short_repr
 from tensorbox._storage.format.names import is_plain_name, legacy_name
 from tensorbox._storage.format.parse import (
     ChildSpec,

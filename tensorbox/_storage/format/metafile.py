@@ -19,7 +19,7 @@ import os
 import stat
 from typing import Any
 
-from tensorbox._core.schema import json_bytes
+from tensorbox._core.encoding import json_bytes
 from tensorbox._storage.atomic import fsync_dir, replacing, temp_name
 from tensorbox._storage.format.spec import MAX_META_BYTES, META
 from tensorbox.errors import FormatError, IncompleteTreeError

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import orjson
 import torch
 
-from tensorbox._core.schema import _INT64_LIMIT, DTYPES, _short_repr, stacked_array
+from tensorbox._core.encoding import _INT64_LIMIT, DTYPES, _short_repr, stacked_array
 from tensorbox._storage.format.names import is_plain_name
 from tensorbox._storage.format.spec import FORMAT, MAX_DIMS, VERSION, VERSIONS
 from tensorbox.errors import FormatError

@@ -42,7 +42,7 @@ can collide with a field::
       }
     }
 
-- ``tensor``: ``dtype`` is one of :data:`tensorbox._core.schema.DTYPES` (torch names
+- ``tensor``: ``dtype`` is one of :data:`tensorbox._core.encoding.DTYPES` (torch names
   without ``torch.``);
   ``shape`` starts with the node's ``batch_size``; ``file`` is a file name in
   the node's directory. ``id`` (version 2) is the file's generation id: 32

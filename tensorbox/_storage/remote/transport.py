@@ -350,21 +350,13 @@ STREAM_CHUNK = 1 << 20
 Sink = Callable[[int, int, list[memoryview]], None]
 
 
-def read_into(
-    fs: Any,
-    ranges: Sequence[tuple[str, str, int, int]],
-    sink: Sink,
-    gap: int = 0,
-    limit: int = 1 << 62,
-    lanes: int = 4,
-    etags: dict[str, str | None] | None = None,
-    sizes: dict[str, int] | None = None,
-) -> bool:
-    """Read each ``(path, url, start, end)`` range, handing its bytes on as they arrive:
-    ``sink(i, offset, buffers)`` for the bytes of range ``i`` from ``offset`` on, every
-    byte of every range once, in order within a range. Ranges of one object closer than
-    ``gap`` are one request (at most ``limit`` bytes unless one range alone is longer);
-    ``lanes`` requests are in flight together.
+def read_into(fs: Any, ranges: Sequence[tuple[str, str, int, int]], sink: Sink, **kw: Any) -> bool:
+    """Read each ``(path, url, start, end)`` range from the fsspec filesystem ``fs``,
+    handing its bytes on as they arrive: ``sink(i, offset, buffers)`` for the bytes of
+    range ``i`` from ``offset`` on, every byte of every range once, in order within a
+    range. The keywords are :meth:`Transport.read_into`'s: ranges of one object closer
+    than ``gap`` are one request (at most ``limit`` bytes unless one range alone is
+    longer); ``lanes`` requests are in flight together.
 
     From S3 (s3fs) and HTTP(S) servers the replies are **streamed**: a request's bytes
     are handed on about every :data:`STREAM_CHUNK` bytes as they come off the network,
@@ -394,10 +386,7 @@ def read_into(
     >>> got
     {0: [(0, b'ABC')], 1: [(0, b'Z[')]}
     """
-    groups = _groups(ranges, gap, limit)
-    if not groups:
-        return True
-    return _read_groups(fs, Reads(ranges, groups, sink, lanes, etags or {}, sizes or {}))
+    return _OnFilesystem(fs).read_into(ranges, sink, **kw)
 
 
 def _read_groups(fs: Any, reads: Reads) -> bool:
@@ -636,15 +625,8 @@ def _stream(
                 except _SinkFailed:
                     raise
                 except Exception as err:
-                    mapped = _refusal(err, url)
-                    if mapped is not None:
-                        raise mapped from err
-                    if attempt + 1 == ATTEMPTS:
-                        raise OSError(
-                            f"{url!r}: reading bytes {start}..{end} failed {ATTEMPTS} times "
-                            f"({type(err).__name__}: {err})"
-                        ) from err
-                    await asyncio.sleep(0.1 * 4**attempt)
+                    what = f"reading bytes {start}..{end}"
+                    await asyncio.sleep(_retry_after(err, url, attempt, what))
 
     async def every() -> None:
         lane = asyncio.Semaphore(max(1, lanes))
@@ -662,6 +644,21 @@ def _stream(
     except _SinkFailed as failed:
         raise failed.err from None
     return vouched - unvouched
+
+
+def _retry_after(err: Exception, where: str, attempt: int, what: str) -> float:
+    """The retry rule of a read that failed with ``err`` on try ``attempt`` (from 0): a
+    refusal (see :func:`_refusal`) is raised at once; the last of :data:`ATTEMPTS` tries
+    raises an OSError naming ``where`` and ``what`` was done; else the seconds to wait
+    before the next try (backing off)."""
+    mapped = _refusal(err, where)
+    if mapped is not None:
+        raise mapped from err
+    if attempt + 1 == ATTEMPTS:
+        raise OSError(
+            f"{where!r}: {what} failed {ATTEMPTS} times ({type(err).__name__}: {err})"
+        ) from err
+    return 0.1 * 4.0**attempt
 
 
 def _refusal(err: BaseException, where: str) -> BaseException | None:
@@ -704,15 +701,7 @@ def _cat_ranges(fs: Any, groups: list[tuple[str, str, int, int, list[int]]]) -> 
                     )
             return list(blobs)
         except Exception as err:  # each filesystem raises its own types (aiohttp, botocore...)
-            mapped = _refusal(err, where)
-            if mapped is not None:
-                raise mapped from err
-            if attempt + 1 == ATTEMPTS:
-                raise OSError(
-                    f"{where!r}: reading {len(groups)} range(s) failed {ATTEMPTS} times "
-                    f"({type(err).__name__}: {err})"
-                ) from err
-            time.sleep(0.1 * 4**attempt)
+            time.sleep(_retry_after(err, where, attempt, f"reading {len(groups)} range(s)"))
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -821,6 +810,17 @@ class Transport:
         """Upload the file ``local`` as one object; the identity the upload's reply gives
         (ties the object to these bytes), or None when the transport returns none."""
         raise NotImplementedError
+
+
+class _OnFilesystem(Transport):
+    """Reads from an fsspec filesystem already made (:func:`read_into`'s)."""
+
+    def __init__(self, fs: Any) -> None:
+        super().__init__("")
+        self.fs = fs
+
+    def _read(self, reads: Reads) -> bool:
+        return _read_groups(self.fs, reads)
 
 
 class FsspecTransport(Transport):

@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from tensorbox._core.encoding import stacked_array
 from tensorbox._core.nontensor import NonTensorData
-from tensorbox._core.schema import stacked_array
 from tensorbox._storage.format.parse import JsonEntry
 from tensorbox._storage.store import Node, NodeEntry, NodeFiles, Store, TensorEntry, Writer
 from tensorbox.errors import FormatError

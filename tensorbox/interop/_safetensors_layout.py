@@ -145,10 +145,10 @@ class SafetensorsStore(Store):
     def writer(self, **options: Any) -> Writer:
         """A staged writer of a new file at this path (``metadata``: the header's
         ``__metadata__`` strings; ``fsync``: flush before the rename)."""
-        return _Writer(self.name, options.get("metadata"), bool(options.get("fsync")))
+        return _SafetensorsWriter(self.name, options.get("metadata"), bool(options.get("fsync")))
 
 
-class _Writer(Writer):
+class _SafetensorsWriter(Writer):
     """The saver's nodes and leaves as one ``.safetensors`` file (see the module doc)."""
 
     def __init__(self, name: str, metadata: dict[str, str] | None, fsync: bool) -> None:
