@@ -390,3 +390,27 @@ def test_to_dtype_floating_only_keeps_labels() -> None:
     td = TensorDict(x=torch.zeros(2), label=torch.arange(2), batch_size=[2])
     half = td.to(torch.float16, floating_only=True)
     assert half["x"].dtype == torch.float16 and half["label"].dtype == torch.int64
+
+
+# ---------------------------------------------------------------- update(keys_to_update=)
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_update_keys_copies_a_missing_level_whole(lib: ModuleType, inplace: bool) -> None:
+    """tensordict's rule: at the first level of a named key the destination lacks, the
+    source's whole sub-container is copied; below an existing level, only the key."""
+    t = lambda: torch.zeros(2)  # noqa: E731
+    src = lib.TensorDict({"My": {"father": {"was": t(), "a": t()}, "rel": t()}}, batch_size=[2])
+    dest = lib.TensorDict(b=t(), batch_size=[2])
+    dest.update(src, keys_to_update=[("My", "father", "was")], inplace=inplace)
+    assert set(dest.keys(True, True)) == {"b", ("My", "father", "was"), ("My", "father", "a")} | {
+        ("My", "rel")
+    }
+    dest = lib.TensorDict(b=t(), My={"q": t()}, batch_size=[2])
+    dest.update(src, keys_to_update=[("My", "father", "was")], inplace=inplace)
+    assert set(dest.keys(True, True)) == {"b", ("My", "q"), ("My", "father", "was")} | {
+        ("My", "father", "a")
+    }
+    dest = lib.TensorDict(b=t(), My={"q": t(), "father": {}}, batch_size=[2])
+    dest.update(src, keys_to_update=[("My", "father", "was")], inplace=inplace)
+    assert set(dest.keys(True, True)) == {"b", ("My", "q"), ("My", "father", "was")}

@@ -50,6 +50,8 @@ def update(
     if keys is not None:
         for key in keys:
             path = unravel_key(key)
+            if not strict:  # as tensordict: a level the destination lacks is copied whole
+                path = next((path[:i] for i in range(1, len(path)) if not _has(td, path[:i])), path)
             found, node, _ = _lookup_mapping(other, path)
             if found:  # as tensordict: keys_to_update filters, it does not require
                 _set_path(td, path, raw(node), inplace, strict)
@@ -88,6 +90,10 @@ def _set_path(td: Any, path: tuple[str, ...], value: Any, inplace: bool, strict:
         raise find_missing(td, path)
     else:
         td.set(path, value)
+
+
+def _has(td: Any, path: tuple[str, ...]) -> bool:
+    return _lookup(td, path)[0]
 
 
 def _lookup_mapping(obj: Any, path: tuple[str, ...]) -> tuple[bool, Any, None]:

@@ -477,8 +477,9 @@ class EntryMethods(MixinBase):
         """Merge ``other`` in, recursing into nested containers present on both sides.
 
         ``clone=True`` copies the incoming tensors; ``inplace=True`` writes into existing
-        tensors; ``keys_to_update`` limits the merge to those keys. Keyword arguments
-        are more entries (``td.update(b=x)``).
+        tensors; ``keys_to_update`` limits the merge to those keys (as tensordict, at the
+        first level of a key this container lacks, the source's whole sub-container is
+        copied). Keyword arguments are more entries (``td.update(b=x)``).
 
         A container ``other`` whose batch size contradicts this one's is refused
         (``BatchSizeError``), unless ``update_batch_size=True``: this container then
