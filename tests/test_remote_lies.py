@@ -424,8 +424,10 @@ def test_a_save_never_adopts_another_writers_upload(
     real_put, real_identity = remote.FsspecTransport.put_file, remote.FsspecTransport.identity
     raced, looked = [], []
 
-    def put_then_another(self: remote.FsspecTransport, local: str, rel: str = "") -> object:
-        reply = real_put(self, local, rel)  # the other writer's put lands right after ours
+    def put_then_another(
+        self: remote.FsspecTransport, local: str, rel: str = "", create: bool = False
+    ) -> object:
+        reply = real_put(self, local, rel, create)  # the other writer's put lands right after ours
         other = s3fs.S3FileSystem(skip_instance_cache=True, **opts)
         other.put_file(str(tmp_path / "theirs.tdz"), "tbx-race/ds.tdz")
         raced.append(True)

@@ -3,6 +3,7 @@ server on loopback: the same trees, promises and errors as through fsspec."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -115,8 +116,10 @@ def test_a_save_ties_the_upload_reply_to_its_bytes(
     theirs.memmap(str(tmp_path / "theirs.tdz"), archive=True)
     real = ObstoreTransport.put_file
 
-    def put_then_another(self: ObstoreTransport, local: str, rel: str = "") -> object:
-        reply = real(self, local, rel)  # the other writer's upload lands right after ours
+    def put_then_another(
+        self: ObstoreTransport, local: str, rel: str = "", create: bool = False
+    ) -> object:
+        reply = real(self, local, rel, create)  # the other writer's upload lands right after ours
         other = s3fs.S3FileSystem(skip_instance_cache=True, **s3_server.storage_options())
         other.put_file(str(tmp_path / "theirs.tdz"), f"{bucket}/race.tdz")
         return reply
@@ -126,6 +129,50 @@ def test_a_save_ties_the_upload_reply_to_its_bytes(
     monkeypatch.setattr(ObstoreTransport, "put_file", real)
     assert torch.equal(saved["x"], ours["x"])
     unpack(url, str(tmp_path / "out"), storage_options=opts)
+    assert torch.equal(TensorDict.load_memmap(str(tmp_path / "out"))["x"], theirs["x"])
+
+
+@pytest.mark.parametrize("transport", ["obstore", "fsspec"])
+def test_existsok_false_loses_a_race_to_an_object_put_after_its_look(
+    s3_server: S3Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cache: remote.RangeCache,
+    transport: str,
+) -> None:
+    """The look before the save finds nothing; another writer's object lands before the
+    upload: the conditional put (If-None-Match: *, which moto honours) refuses it."""
+    import s3fs
+
+    from tensorbox._storage.remote.transport import FsspecTransport
+    from tensorbox.errors import TreeExistsError
+
+    bucket = f"tbx-exclusive-{transport}"
+    s3fs.S3FileSystem(skip_instance_cache=True, **s3_server.storage_options()).mkdir(bucket)
+    if transport == "obstore":
+        opts, cls = _options(s3_server.endpoint_url), ObstoreTransport
+    else:
+        opts, cls = dict(s3_server.storage_options()), FsspecTransport
+    url = f"s3://{bucket}/taken.tdz"
+    theirs = _td(7, 64)
+    theirs.memmap(str(tmp_path / "theirs.tdz"), archive=True)
+    real = cls.put_file
+
+    def another_then_put(self: object, local: str, rel: str = "", create: bool = False) -> object:
+        other = s3fs.S3FileSystem(skip_instance_cache=True, **s3_server.storage_options())
+        other.put_file(str(tmp_path / "theirs.tdz"), f"{bucket}/taken.tdz")
+        return real(self, local, rel, create)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cls, "put_file", another_then_put)
+    with pytest.raises(
+        TreeExistsError,
+        match=rf"'s3://{bucket}/taken\.tdz' already holds an object \(existsok=False\): another "
+        "writer put it there during this save; nothing was written",
+    ):
+        _td(8, 64).memmap(url, archive=True, existsok=False, storage_options=opts)
+    monkeypatch.setattr(cls, "put_file", real)
+    assert [f for _, _, fs in os.walk(tmp_path / "cache") for f in fs] == []  # none kept
+    unpack(url, str(tmp_path / "out"), storage_options=opts)  # theirs, untouched
     assert torch.equal(TensorDict.load_memmap(str(tmp_path / "out"))["x"], theirs["x"])
 
 

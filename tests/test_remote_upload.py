@@ -54,9 +54,9 @@ def test_a_url_save_runs_the_one_saver_and_uploads_once(
     puts: list[str] = []
     real = remote.FsspecTransport.put_file
 
-    def put(self: remote.FsspecTransport, local: str, rel: str = "") -> Any:
+    def put(self: remote.FsspecTransport, local: str, rel: str = "", create: bool = False) -> Any:
         puts.append(self.url_of(rel))
-        return real(self, local, rel)
+        return real(self, local, rel, create)
 
     monkeypatch.setattr(remote.FsspecTransport, "put_file", put)
     backend = resolve(url, archive=True, save=True)
@@ -74,7 +74,9 @@ def test_a_failed_upload_leaves_nothing_and_names_the_url(
 ) -> None:
     url = _url()
 
-    def refuse(self: remote.FsspecTransport, local: str, rel: str = "") -> Any:
+    def refuse(
+        self: remote.FsspecTransport, local: str, rel: str = "", create: bool = False
+    ) -> Any:
         raise PermissionError("denied by the test server")
 
     monkeypatch.setattr(remote.FsspecTransport, "put_file", refuse)

@@ -121,6 +121,7 @@ def memmap(
     compression: Any = None,
     storage_options: dict[str, Any] | None = None,
     layout: str = "tensorbox",
+    existsok: bool = True,
 ) -> Any:
     """A memory-mapped copy of ``obj`` (locked); ``obj`` is unchanged.
 
@@ -130,7 +131,9 @@ def memmap(
     file instead of a folder (:mod:`tensorbox._storage.archive.store`), ``compression``
     compresses its leaves. A URL ``prefix`` takes archives only
     (:mod:`tensorbox._storage.remote`). ``layout="tensordict"`` writes tensordict's own
-    folder layout (:mod:`tensorbox._storage.format.legacy`).
+    folder layout (:mod:`tensorbox._storage.format.legacy`). ``existsok=False`` (looked
+    at first by :func:`refuse_existing`) makes a URL's upload conditional where the
+    transport can (:func:`tensorbox._storage.remote.upload`).
     """
     backend = resolve(prefix, archive=archive, save=True)
     if layout != "tensorbox" and (archive or backend.name != "folder"):
@@ -150,6 +153,7 @@ def memmap(
         compression=compression,
         storage_options=storage_options,
         layout=layout,
+        existsok=existsok,
     )
 
 

@@ -301,7 +301,8 @@ class RemoteBackend(Backend):
         from tensorbox._storage.remote.writer import UploadStore
 
         # The one saver; the store's writer commits by uploading one object.
-        store = UploadStore(self.url, self.sub, options["storage_options"])
+        store = UploadStore(self.url, self.sub, options["storage_options"],
+                            not options.get("existsok", True))  # fmt: skip
         saver = Saver(store, "copy", True, False, checksum=options["checksum"],
                       compression=options["compression"])  # fmt: skip
         saver.progress = options["progress"]

@@ -134,6 +134,7 @@ class PersistenceMethods(MixinBase):
             compression=compression,
             storage_options=storage_options,
             layout=format,
+            existsok=existsok,
         )
         if return_early:  # tensordict's future: here the save is done when this returns
             from tensorbox._core.future import done

@@ -206,7 +206,9 @@ def save_target(url: str, sub: str | None) -> str:
     return tmp
 
 
-def upload(tmp: str, url: str, storage_options: dict[str, Any] | None = None) -> str:
+def upload(
+    tmp: str, url: str, storage_options: dict[str, Any] | None = None, create: bool = False
+) -> str:
     """Put the archive written at ``tmp`` to ``url`` as one object (one put: readers see
     the old object or the new one, whole); the local copy, kept in the cache.
 
@@ -216,14 +218,26 @@ def upload(tmp: str, url: str, storage_options: dict[str, Any] | None = None) ->
     after the put (another writer's upload may have landed by then). The next open
     uses a copy kept by tree id only when the object's own index has that tree id
     (:func:`local_archive`). Saves reach this through
-    :class:`~tensorbox._storage.remote.writer.UploadWriter`."""
+    :class:`~tensorbox._storage.remote.writer.UploadWriter`.
+
+    ``create`` (``existsok=False``): the put is conditional where the transport has one
+    (obstore; s3fs), and an object put there by another writer since the save looked
+    raises ``TreeExistsError``, nothing written or cached."""
     cache = default_cache()
     try:
         from tensorbox._storage.remote.stores import open_transport
 
         t = open_transport(url, storage_options)
         try:
-            reply = t.put_file(tmp)
+            reply = t.put_file(tmp, create=create)
+        except FileExistsError as err:  # a racing writer's object landed since the look
+            from tensorbox.errors import TreeExistsError
+
+            raise TreeExistsError(
+                f"{shown(url)!r} already holds an object (existsok=False): another writer "
+                "put it there during this save; nothing was written. Pass existsok=True to "
+                "replace it"
+            ) from err
         except PermissionError as err:
             raise PermissionError(
                 shown(

@@ -18,7 +18,7 @@ import os
 import threading
 import urllib.parse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from tensorbox._storage.remote.transport import (
     _READ_ONLY,
@@ -36,6 +36,10 @@ if TYPE_CHECKING:
     from obstore import GetOptions
 
 __all__ = ["ObstoreTransport"]
+
+#: The largest archive an ``existsok=False`` save puts conditionally through obstore (the
+#: put is one request that holds the file in memory).
+_CREATE_MAX = 1 << 30
 
 
 def _error(err: BaseException, url: str) -> BaseException:
@@ -122,13 +126,26 @@ class ObstoreTransport(Transport):
             raise FileNotFoundError(f"{url!r}: no such object") from None
         return _info(meta)
 
-    def put_file(self, local: str, rel: str = "") -> dict[str, Any] | None:
+    def put_file(self, local: str, rel: str = "", create: bool = False) -> dict[str, Any] | None:
         import obstore
 
         url = self.url_of(rel)
+        # A conditional put (S3: If-None-Match: *, GCS: ifGenerationMatch=0) is one request
+        # holding the file in memory (object_store has no conditional multipart upload):
+        # up to _CREATE_MAX bytes; past it, the caller's look before the put alone.
+        mode: Literal["create"] | None = (
+            "create" if create and os.path.getsize(local) <= _CREATE_MAX else None
+        )
         try:
-            reply = obstore.put(self.store, self.path_of(rel), Path(local))
+            try:
+                reply = obstore.put(self.store, self.path_of(rel), Path(local), mode=mode)
+            except Exception as err:
+                if mode is None or type(err).__name__ != "NotSupportedError":
+                    raise
+                reply = obstore.put(self.store, self.path_of(rel), Path(local))  # no create
         except Exception as err:
+            if type(err).__name__ == "AlreadyExistsError":
+                raise FileExistsError(f"{url!r}: an object is there already") from err
             mapped = _error(err, url)
             if isinstance(mapped, PermissionError):
                 raise mapped from err

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import inspect
 import os
 import re
 from collections.abc import Awaitable, Callable, Sequence
@@ -806,9 +807,13 @@ class Transport:
         and validators), or None where the server cannot list."""
         raise NotImplementedError
 
-    def put_file(self, local: str, rel: str = "") -> dict[str, Any] | None:
+    def put_file(self, local: str, rel: str = "", create: bool = False) -> dict[str, Any] | None:
         """Upload the file ``local`` as one object; the identity the upload's reply gives
-        (ties the object to these bytes), or None when the transport returns none."""
+        (ties the object to these bytes), or None when the transport returns none.
+
+        ``create``: only where no object is there yet (``existsok=False``), a conditional
+        put where the transport has one (``FileExistsError`` when an object is there);
+        elsewhere the caller's look before the put is the only check."""
         raise NotImplementedError
 
 
@@ -861,8 +866,12 @@ class FsspecTransport(Transport):
             return None  # a server that does not list (plain HTTP)
         return [{**r, "name": str(r["name"]).rstrip("/").rpartition("/")[2]} for r in rows]
 
-    def put_file(self, local: str, rel: str = "") -> dict[str, Any] | None:
-        fs, kwargs = self.fs, {}
+    def put_file(self, local: str, rel: str = "", create: bool = False) -> dict[str, Any] | None:
+        fs, kwargs = self.fs, dict[str, Any]()
+        if create and "mode" in inspect.signature(fs.put_file).parameters:
+            # fsspec's mode="create" (FileExistsError when an object is there): s3fs sends
+            # If-None-Match: * (atomic); fsspec's default looks first (not atomic)
+            kwargs["mode"] = "create"
         if getattr(fs, "async_impl", False):
             # A deadline: s3fs's put waits for the server's "100 Continue" with none of
             # its own (a server that accepts and never answers hangs it forever). One

@@ -41,13 +41,18 @@ class UploadStore(ArchiveStore):
     cache (``URL::DIR`` and read-only schemes refused first, naming the URL)."""
 
     def __init__(
-        self, url: str, sub: str | None = None, storage_options: dict[str, Any] | None = None
+        self,
+        url: str,
+        sub: str | None = None,
+        storage_options: dict[str, Any] | None = None,
+        create: bool = False,
     ) -> None:
         from tensorbox._storage import remote as _remote
 
         # absolute: the writer lock and the staging file sit beside it
         super().__init__(os.path.realpath(_remote.save_target(url, sub)))
         self.name, self.url, self.options = url, url, storage_options
+        self.create = create  # existsok=False: the upload only where no object is
 
     def writer(self, **options: Any) -> UploadWriter:
         options.pop("sparse", None)
@@ -78,7 +83,7 @@ class UploadWriter(ArchiveWriter):
         except BaseException:
             self.abort()
             raise
-        local = _remote.upload(self.root, self.store.url, self.store.options)
+        local = _remote.upload(self.root, self.store.url, self.store.options, self.store.create)
         if local != self.root:  # moved into the cache: the saved leaves map it there
             self.root = local
             if self.ar is not None:
