@@ -79,8 +79,8 @@ test-mds: $(VENV_MDS)/.mds
 	TENSORBOX_REQUIRE_MDS=1 $(VENV_MDS)/bin/python -m pytest -m mds $(ARGS)
 
 # The edit-test loop: lint, then `pytest --quick` (tests/conftest.py): the tests that start
-# no interpreter, process pool or external tool (conftest.py marks those `heavy` and does
-# not even import the heavy modules), nor the `mds` ones, with 15 examples per property
+# no interpreter, process pool or external tool (marked `heavy` where they live; a module
+# marked as a whole is not even imported), nor the `mds` ones, with 15 examples per property
 # test instead of 40; about 50 s on 2 idle cores, 3 minutes with other work on them.
 check: $(VENV)/.core
 	$(BIN)/ruff check tensorbox tests benchmarks tutorials tools
@@ -98,7 +98,7 @@ lint: $(VENV)/.core
 	$(BIN)/ruff check tensorbox tests benchmarks tutorials tools
 	$(BIN)/ruff format --check tensorbox tests benchmarks tutorials tools
 
-# docs/api/, the API reference (a page per public area), regenerated from the code (tests/test_api_reference.py
+# docs/api/, the API reference (a page per public area), regenerated from the code (tests/meta/test_api_reference.py
 # fails until it is, whenever a public name, signature or docstring changes).
 apiref: $(VENV)/.core
 	$(BIN)/python -m tools.apiref

@@ -1,4 +1,4 @@
-"""One rank of the 2-process checks of ``tests/test_ddp.py`` (gloo on loopback).
+"""One rank of the 2-process checks of ``tests/distributed/test_ddp.py`` (gloo on loopback).
 
 Run as ``python tests/ddp_worker.py RANK WORLD_SIZE SHARED_DIR``: joins the process
 group through a file in ``SHARED_DIR``, records what its ``BatchLoader`` and

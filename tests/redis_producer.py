@@ -1,4 +1,4 @@
-"""A producer process for tests/test_buffer_redis.py: the dataset and transforms the
+"""A producer process for tests/buffer/test_buffer_redis.py: the dataset and transforms the
 tests' consumer uses, served into the queue named on the command line.
 
 ``python -m tests.redis_producer URL NAME MODE [MAX_IDLE]`` (MODE: ``ok``, ``fails``

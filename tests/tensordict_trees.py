@@ -2,7 +2,7 @@
 TensorDict, a recursive tensorclass, lazy stacks (dense-able, ragged, nested).
 
 ``python -m tests.tensordict_trees DIR`` (with tensordict installed) rewrites the
-checked-in copy ``tests/data/tensordict_nested_trees`` that the tests use when
+checked-in copy ``tests/fixtures/tensordict_nested_trees`` that the tests use when
 tensordict is not installed. The class names are unusual on purpose: the reader
 matches an unregistered tensordict class to the one class registered under its name.
 """

@@ -1,4 +1,4 @@
-"""What a type checker sees of tensorclasses: checked by mypy in tests/test_typing.py.
+"""What a type checker sees of tensorclasses: checked by mypy in tests/meta/test_typing.py.
 
 Every ``assert_type`` must hold statically (mypy) and the file also runs (at
 runtime ``assert_type`` returns its argument). Lines marked ``type: ignore[...]``

@@ -3,14 +3,14 @@
     python -m tools.apiref           # rewrite docs/api/*.md
     python -m tools.apiref --check   # exit 1 (and say so) when a page is stale
 
-What the reference holds, and what ``tests/test_api_reference.py`` keeps true:
+What the reference holds, and what ``tests/meta/test_api_reference.py`` keeps true:
 
 * one page per public area (``AREAS``: containers, tensorclass, persistence, ...) and an
   index; private modules are never named (their docstrings, where a public name's
   docstring points to them, are folded under that name);
 * docstrings rendered as what they are: reST code markup, Sphinx roles, ``text::``
   literal blocks, Google-style sections and lists become their Markdown, and ``<`` in
-  prose is escaped (``render_doc``; ``tests/test_site.py`` checks the built HTML);
+  prose is escaped (``render_doc``; ``tests/meta/test_site.py`` checks the built HTML);
 
 * every name in the ``__all__`` of the public modules (``MODULES``), documented once,
   in the module that defines it when that module is public, otherwise in the first
@@ -23,7 +23,7 @@ What the reference holds, and what ``tests/test_api_reference.py`` keeps true:
 * each with its ``inspect.signature`` (sentinel defaults shown by their name, so the
   page is the same on every run) and its docstring. Docstring examples (``>>>``)
   become ``pycon`` blocks: they already run as doctests of their module, and
-  ``tests/test_docs.py`` executes only ``python`` blocks.
+  ``tests/meta/test_docs.py`` executes only ``python`` blocks.
 
 Only the standard library is used: no documentation generator to install.
 """
@@ -772,7 +772,7 @@ def _index(documented: list[Entry], reexports: dict[str, list[tuple[str, str]]])
         "",
         "Every public name of tensorbox with its signature and its docstring, one page per",
         "area, generated from the code by `python -m tools.apiref`;",
-        "`tests/test_api_reference.py` fails when these pages and the code disagree.",
+        "`tests/meta/test_api_reference.py` fails when these pages and the code disagree.",
         "Examples (`>>>`) run as doctests of their module. Guides:",
         "[containers](../tensordict.md), [tensorclasses](../tensorclass.md),",
         "[saving and loading](../persistence.md); coming from tensordict:",

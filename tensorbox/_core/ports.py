@@ -1,7 +1,7 @@
 """What the core needs from the layers above it, and where each need is met.
 
 The core (``tensorbox/_core``) imports nothing above it, lazily or not
-(``tests/test_layout.py``). A container method whose job lives higher up (saving a
+(``tests/meta/test_layout.py``). A container method whose job lives higher up (saving a
 tree, copying weights into a module, sending over ``torch.distributed``, converting to
 Arrow) asks this module for a *port*: a named need with a typed protocol. The package
 face, ``tensorbox/__init__.py``, is the composition root: it binds every port to a

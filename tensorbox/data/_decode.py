@@ -13,7 +13,7 @@ torchvision does on a PIL image, so a PNG gives byte-identical rows. A JPEG much
 than its target is decoded at reduced scale (``Image.draft``: libjpeg scales the DCT by
 1/2, 1/4 or 1/8 while decoding, never below the target size), which skips most of the
 decoding work and changes pixels by about JPEG's own decoding tolerance (see
-``tests/test_data_ingest.py`` for the measured bound).
+``tests/data/test_data_ingest.py`` for the measured bound).
 
 >>> import tempfile, os
 >>> from PIL import Image
