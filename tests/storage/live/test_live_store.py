@@ -397,5 +397,5 @@ def test_a_save_over_a_zarr_store_refuses_before_writing(tmp_path: Path) -> None
         with pytest.raises((FileExistsError, TreeExistsError), match=r"z'.*(zarr store|already)"):
             call()
         assert sorted(os.listdir(zpath)) == before
-    assert type(resolve(zpath)).__name__ == "ZarrBackend"
+    assert type(resolve(zpath)).__name__ == "ZarrFolderBackend"
     assert torch.equal(TensorDict.load_memmap(zpath)["a"], td["a"])
