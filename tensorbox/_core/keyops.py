@@ -37,6 +37,12 @@ __all__ = ["exclude", "flatten_keys", "select", "unflatten_keys", "update"]
 
 _NTD = NonTensorData
 
+#: Entries that describe their node's other entries (the tabular bridges' column record,
+#: ``"__columns__"``, registered by ``tensorbox.interop``): ``update`` merges them with
+#: ``merge(old, new, keys the update set)`` (the raw values, ``None`` where absent; the
+#: result ``None`` deletes the entry) instead of replacing the old record with the new.
+MERGED_ENTRIES: dict[str, Any] = {}
+
 
 def update(
     td: TensorCollection,
@@ -57,7 +63,23 @@ def update(
                 _set_path(td, path, raw(node), inplace, strict)
         return
     store = td._tensordict
-    for k, v in (other if type(other) is dict else store_of(other)).items():
+    items = other if type(other) is dict else store_of(other)
+    records = {k: (store.get(k), items.get(k)) for k in MERGED_ENTRIES if k in store or k in items}
+    if records:  # the records are merged below, not set as entries
+        items = {k: v for k, v in items.items() if k not in records}
+    _update_entries(td, store, items, inplace, strict)
+    for k, (old, new) in records.items():  # one record of the columns of both sides
+        merged = MERGED_ENTRIES[k](old, new, set(items))
+        if merged is None:
+            store.pop(k, None)
+        else:
+            td._set_str(k, merged, (k,))
+
+
+def _update_entries(
+    td: Any, store: dict[str, Any], items: Any, inplace: bool, strict: bool
+) -> None:
+    for k, v in items.items():
         if type(k) is tuple:  # {("a", "b"): x}: a nested entry, as in tensordict
             path = unravel_key(k)
             if len(path) > 1:

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from tensorbox._core.keyops import MERGED_ENTRIES
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox.errors import FormatError, KeyCollisionError
 from tensorbox.interop._extras import require
@@ -399,7 +400,12 @@ def node_infos(td: Any, where: str) -> dict[str, dict[str, Any]]:
     if value is None:
         return {}
     data = value.data if isinstance(value, NonTensorData) and not value.stacked else None
-    if isinstance(value, NonTensorData) and value.stacked:
+    if isinstance(value, NonTensorData) and value.stacked and value.data.size:
+        # torch.stack/expand/unbind of one frame's container: every row holds one record
+        first = value.data.flat[0]
+        if all(v == first for v in value.data.flat):
+            data = first
+    if data is None and isinstance(value, NonTensorData) and value.stacked:
         # torch.cat/stack or a row write of containers from different frames: their rows
         # code categories (or datetimes) differently, and no one record fits them all
         raise FormatError(
@@ -477,3 +483,22 @@ def jsonable(value: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return True
+
+
+def _merge_records(old: Any, new: Any, keys: set[Any]) -> Any:
+    """``a.update(b)``'s column record: ``a``'s for the entries ``b`` left alone, ``b``'s
+    for those it set (an entry set without a record of its own loses ``a``'s, which
+    described the value it replaced); ``None`` when no column keeps one."""
+    plain = [
+        v.data if isinstance(v, NonTensorData) and not v.stacked and isinstance(v.data, dict)
+        else None
+        for v in (old, new)
+    ]  # fmt: skip
+    if (old is not None and plain[0] is None) or (new is not None and plain[1] is None):
+        return new if new is not None else old  # rows of different frames: node_infos refuses
+    merged = {k: v for k, v in (plain[0] or {}).items() if k not in keys}
+    merged.update(plain[1] or {})
+    return NonTensorData(merged) if merged else None
+
+
+MERGED_ENTRIES[COLUMNS_KEY] = _merge_records

@@ -256,10 +256,7 @@ def _node(
         arr = _one_chunk(col)
         t = arr.type
         recorded = meta.get("columns", {}).get(label)
-        if recorded is not None and recorded.get("kind") not in (
-            None,
-            "category" if pa.types.is_dictionary(t) else None,
-        ):
+        if recorded is not None and recorded.get("kind") not in _kinds_of(t):
             raise FormatError(
                 f"{where}: the schema metadata records column {label!r} as "
                 f"{recorded['kind']}, but its Arrow type is {t}"
@@ -276,13 +273,12 @@ def _node(
             out[name] = _node(children, key_path, meta, where, dtype, ragged, rows)
             continue
         if _is_object_type(t):
-            out[name] = _objects(arr, node_bs)
-            if recorded is not None and "pandas" in recorded:
-                infos[name] = {"pandas": recorded["pandas"]}
-            continue
-        if pa.types.is_temporal(t):
+            tensor = _objects(arr, node_bs)
+        elif pa.types.is_temporal(t):
             ns, infos[name] = temporal(arr, label, where)
             tensor = torch.from_numpy(ns)
+            if recorded is not None and "kind" in recorded:
+                infos[name] = _written_as(infos[name], recorded, label, where)
         elif pa.types.is_dictionary(t):
             tensor, infos[name] = _categorical(arr, label, recorded, where)
         else:
@@ -296,6 +292,36 @@ def _node(
     if infos:
         out[COLUMNS_KEY] = infos
     return _Nested(out, node_bs) if path else out
+
+
+def _kinds_of(t: Any) -> tuple[str | None, ...]:
+    """The recorded kinds a column of Arrow type ``t`` may carry: Parquet keeps a
+    dictionary of numbers as plain values (re-encoded by the reader), and stores
+    ``timestamp[s]`` as ``[ms]``, ``date64`` as ``date32``, ``time32[s]`` as ``[ms]``."""
+    pa = _pa()
+    if pa.types.is_dictionary(t):
+        return (None, "category")
+    if pa.types.is_timestamp(t) or pa.types.is_duration(t):
+        return (None, "timestamp" if pa.types.is_timestamp(t) else "duration")
+    if pa.types.is_date(t):
+        return (None, "date32", "date64")
+    if pa.types.is_time(t):
+        return (None, "time32", "time64")
+    return (None,)
+
+
+def _written_as(
+    info: dict[str, Any], recorded: dict[str, Any], label: str, where: str
+) -> dict[str, Any]:
+    """The info of a temporal column as ``to_arrow`` recorded it (its unit, which a
+    Parquet file may have widened), once the recorded zone is checked to be the column's;
+    ``to_arrow``/``to_pandas`` refuse values that are not whole units of it."""
+    if recorded.get("tz") != info.get("tz"):
+        raise FormatError(
+            f"{where}: the schema metadata records column {label!r} in time zone "
+            f"{recorded.get('tz')!r}, but its Arrow type has {info.get('tz')!r}"
+        )
+    return {k: v for k, v in recorded.items() if k not in ("index", "pandas")}
 
 
 def _rows_first(shape: list[int], rows: int) -> tuple[int, ...]:
@@ -528,8 +554,8 @@ def _recorded(info: dict[str, Any]) -> dict[str, Any]:
     rest): the index name, the pandas dtype, and a categorical's categories, as Parquet
     keeps only those a row group uses, in its own order."""
     out: dict[str, Any] = {k: info[k] for k in ("index", "pandas") if k in info}
-    if info.get("kind") == "category" and jsonable(info["categories"]):
-        out.update(info)
+    if info.get("kind") != "category" or jsonable(info["categories"]):
+        out.update(info)  # a unit Parquet widens (``s`` to ``ms``), categories, ordered
     return out
 
 

@@ -80,8 +80,11 @@ def _encoded(col: Any, label: str, recorded: dict[str, Any]) -> Any:
         ]  # fmt: skip
         arrays = [k.combine_chunks() for k in kids]
         return pa.chunked_array([pa.StructArray.from_arrays(arrays, names=names)])
-    if recorded.get(label, {}).get("kind") == "category" and not pa.types.is_dictionary(t):
-        return col.dictionary_encode()
+    info = recorded.get(label, {})
+    if info.get("kind") == "category" and not pa.types.is_dictionary(t):
+        encoded = col.dictionary_encode()  # unordered: the record says whether it was
+        ordered = pa.dictionary(encoded.type.index_type, t, ordered=info.get("ordered", False))
+        return pa.chunked_array([c.cast(ordered) for c in encoded.chunks], type=ordered)
     return col
 
 
