@@ -216,7 +216,7 @@ def restore_temporal(values: np.ndarray, info: dict[str, Any], key: str, where: 
 def check_codes(codes: np.ndarray, count: int, key: str, where: str) -> int:
     """The smallest code, once every code is checked to be -1 (missing) or one of the
     ``count`` categories (a ``ValueError`` naming the entry otherwise)."""
-    low, high = (int(codes.min()), int(codes.max())) if len(codes) else (0, 0)
+    low, high = (int(codes.min()), int(codes.max())) if len(codes) else (0, -1)
     if low < -1 or high >= count:
         raise ValueError(
             f"{where}: entry {key!r} holds codes outside -1..{count - 1}: it has {count} "
@@ -469,7 +469,7 @@ def parse_meta(raw: bytes | None, where: str) -> dict[str, Any]:
 
 def _shape(value: Any, what: str, where: str) -> None:
     if not isinstance(value, list) or not all(
-        type(n) is int and n >= 0
+        type(n) is int and 0 <= n < 2**63
         for n in value  # bool is no size
     ):
         raise FormatError(

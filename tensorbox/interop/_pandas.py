@@ -64,7 +64,7 @@ def _series_value(s: Any, name: str, where: str) -> tuple[Any, dict[str, Any] | 
         if dt.kind in "biufc":
             return torch.from_numpy(np.array(s.to_numpy(), copy=True)), None
         if dt.kind == "O":
-            return _objects(s, dt)
+            return _objects(s, dt, name, where)
         raise TypeError(
             f"{where}: column {name!r} has dtype {dt}, which has no tensor form; {_UNSUPPORTED}"
         )
@@ -75,24 +75,70 @@ def _series_value(s: Any, name: str, where: str) -> tuple[Any, dict[str, Any] | 
                 f"{where}: column {name!r} has {int(s.isna().sum())} missing value(s) and a "
                 "tensor has no null: fill them first (DataFrame.fillna) or drop those rows"
             )
-        info = {"pandas": str(dt)}  # to_pandas gives back the nullable dtype
+        info = {"pandas": _dtype_name(dt, name, where)}  # to_pandas restores the dtype
         return torch.from_numpy(s.to_numpy(dtype=numpy_dtype).copy()), info
-    if numpy_dtype is not None and numpy_dtype.kind in "mM":  # pyarrow-backed datetimes
+    arrow_type = getattr(dt, "pyarrow_dtype", None)
+    if arrow_type is not None and _pa().types.is_temporal(arrow_type):  # pyarrow-backed
         ns, info = temporal(_pa().array(s, from_pandas=True), name, where)
-        return torch.from_numpy(ns), info
+        return torch.from_numpy(ns), {**info, "pandas": _dtype_name(dt, name, where)}
     # string dtypes and other extension types: the Python values, one per row
-    return _objects(s, dt)
+    return _objects(s, dt, name, where)
 
 
-def _objects(s: Any, dt: Any) -> tuple[NonTensorData, dict[str, Any] | None]:
+def _objects(
+    s: Any, dt: Any, name: str = "", where: str = ""
+) -> tuple[NonTensorData, dict[str, Any] | None]:
     """A column of Python values, one per row; its dtype recorded when pandas would not
-    infer it again from those values (an object column of numbers, an empty one...)."""
+    infer it again from those values (an object column of numbers, an empty one...).
+    A missing value of a string column (``NA`` or ``NaN`` by its dtype) is ``None``,
+    the null of JSON and Arrow, so the column can be saved; its dtype makes it ``NA``
+    or ``NaN`` again."""
     pd = require("pandas", "arrow")
     values = s.to_numpy(dtype=object).copy()
+    if not (isinstance(dt, np.dtype) and dt.kind == "O"):  # an object column's NaN is a value
+        values[pd.isna(values)] = None
     inferred = pd.Series(list(values[:1000]) if len(values) else []).dtype
     # an empty column is recorded too: to_pandas of an empty list would give float64
-    info = None if inferred == dt and 0 < len(values) <= 1000 else {"pandas": str(dt)}
+    keep = inferred == dt and 0 < len(values) <= 1000
+    info = None if keep else {"pandas": _dtype_name(dt, name, where)}
     return NonTensorData(values, stacked=True), info
+
+
+def _dtype_name(dt: Any, label: str, where: str) -> str:
+    """The name that gives pandas dtype ``dt`` back (a ``StringDtype`` with its storage:
+    ``"string[python]"``); a ``TypeError`` naming the column for a dtype no name gives
+    back (pyarrow-backed dictionaries, structs, lists, decimals)."""
+    pd = require("pandas", "arrow")
+    name = str(dt)
+    if isinstance(dt, pd.StringDtype):
+        name = f"string[{dt.storage}]" if dt.na_value is pd.NA else f"str[{dt.storage}]"
+    if isinstance(dt, pd.ArrowDtype) and _dtype_of(name) != dt:  # "string[pyarrow]" is
+        name = (
+            f"arrow:{dt.pyarrow_dtype}"  # the StringDtype: ArrowDtype(pa.string()) by Arrow's name
+        )
+    if _dtype_of(name) != dt:
+        raise TypeError(
+            f"{where}: column {label!r} has pandas dtype {dt}, which tensorbox cannot "
+            "record to give back; convert it first (.astype(object), .astype('category'), "
+            "or a numpy dtype)"
+        )
+    return name
+
+
+def _dtype_of(name: str) -> Any:
+    """The pandas dtype a recorded name gives (``None`` for a name pandas does not know)."""
+    pd = require("pandas", "arrow")
+    if name in ("str[python]", "str[pyarrow]"):  # pandas spells these with no name
+        return pd.StringDtype(name[4:-1], na_value=np.nan)
+    if name.startswith("arrow:"):
+        try:
+            return pd.ArrowDtype(_pa().type_for_alias(name[6:]))
+        except (ValueError, KeyError):
+            return None
+    try:
+        return pd.api.types.pandas_dtype(name)
+    except (TypeError, ValueError, ImportError, NotImplementedError):
+        return None  # NotImplementedError: pandas' own for "decimal128(5, 2)[pyarrow]"
 
 
 def _frame_columns(dataframe: Any, index: bool) -> list[tuple[Any, str, Any, bool]]:
@@ -231,7 +277,8 @@ def _columns(
             except ValueError as err:  # categories pandas refuses (NaN among them...)
                 raise ValueError(f"{where}: entry {col!r}: {err}") from None
         elif "kind" in info:  # Arrow's cast checks the units and is the fastest here
-            out[col] = info_array(value, rows, col, info, where).to_pandas()
+            out[col] = _temporal_column(info_array(value, rows, col, info, where), info, col, where)
+            info = {k: v for k, v in info.items() if k != "pandas"}  # restored there
         else:
             value = value.detach().cpu()
             out[col] = (value.float() if value.dtype is torch.bfloat16 else value).numpy()
@@ -242,21 +289,59 @@ def _columns(
     return out
 
 
+def _temporal_column(arr: Any, info: dict[str, Any], col: str, where: str) -> Any:
+    """The pandas values of a temporal column: pyarrow-backed when its recorded pandas
+    dtype is (``timestamp[ms][pyarrow]``...), numpy's otherwise."""
+    pd = require("pandas", "arrow")
+    if "pandas" in info:
+        dtype = _dtype_of(info["pandas"])
+        if not isinstance(dtype, pd.ArrowDtype) or dtype.pyarrow_dtype != arr.type:
+            raise FormatError(
+                f"{where}: the recorded pandas dtype of column {col!r} is "
+                f"{info['pandas']!r}, which does not fit its {arr.type} values"
+            )
+        return pd.Series(pd.arrays.ArrowExtensionArray(arr), copy=False)
+    try:
+        return arr.to_pandas()
+    except _pa().ArrowInvalid as err:  # a time of day pandas' datetime.time cannot hold
+        raise ValueError(
+            f"{where}: entry {col!r} ({arr.type}) has no pandas form ({err}); round it to "
+            "microseconds first, or read it with to_arrow"
+        ) from None
+
+
 def _as_pandas_dtype(column: Any, value: Any, name: str, col: str, where: str) -> Any:
     """``column`` as the recorded pandas dtype ``name``, once checked to fit the entry: a
     tensor may only become the nullable dtype of its own kind (``Int64`` for integers...),
-    so a record from a hostile file cannot recast the values."""
+    Python values only a dtype that holds them as they are (object, strings), so a record
+    from a hostile file cannot recast the values."""
     pd = require("pandas", "arrow")
-    try:
-        dtype = pd.api.types.pandas_dtype(name)
-    except (TypeError, ValueError):
-        dtype = None
-    kind = getattr(getattr(dtype, "numpy_dtype", None), "kind", None)
-    if dtype is None or (isinstance(value, Tensor) and kind != np.asarray(column).dtype.kind):
+    dtype = _dtype_of(name)
+    if isinstance(value, Tensor):
+        kind = getattr(getattr(dtype, "numpy_dtype", None), "kind", None)
+        fits = kind is not None and kind == np.asarray(column).dtype.kind
+    else:
+        types = _pa().types
+        holds_values = (
+            types.is_string,
+            types.is_large_string,
+            types.is_binary,
+            types.is_large_binary,
+        )
+        fits = dtype is not None and (
+            dtype == np.dtype(object)
+            or isinstance(dtype, pd.StringDtype)
+            or (
+                isinstance(dtype, pd.ArrowDtype)
+                and any(check(dtype.pyarrow_dtype) for check in holds_values)
+            )
+        )
+    if not fits:
         raise FormatError(
             f"{where}: the recorded pandas dtype of column {col!r} is {name!r}, which does "
             f"not fit its values ({getattr(value, 'dtype', type(value).__name__)}); expected "
-            "the nullable dtype of the same kind (Int64, Float32, boolean...)"
+            "the nullable dtype of the same kind (Int64, Float32, boolean...), or for "
+            "Python values object or a string dtype"
         )
     return pd.Series(column, dtype=dtype, copy=False)
 
@@ -277,7 +362,10 @@ def to_pandas(td: Any, *, separator: str | None = None) -> Any:
     """
     pd = require("pandas", "arrow")
     index: list[tuple[str, Any]] = []
-    frame = pd.DataFrame(_columns(td, (), separator, "to_pandas", {}, index))
+    columns = _columns(td, (), separator, "to_pandas", {}, index)
+    # rows without columns (``pd.DataFrame(index=range(3))``) keep their count
+    rows = None if columns or not td.batch_dims else pd.RangeIndex(td.batch_size[0])
+    frame = pd.DataFrame(columns, index=rows)
     if index:
         frame = frame.set_index([col for col, _ in index])
         frame.index.names = [name for _, name in index]

@@ -366,6 +366,10 @@ def _categorical(
     target = (CATEGORIES.get() or {}).get(label)
     if target is None and recorded is not None:
         target = recorded.get("categories")
+    if target is None and (dictionary.null_count or len(dictionary.unique()) < len(dictionary)):
+        # a null value in the dictionary is a null (Arrow's reading); a repeated one is one
+        # category: pandas takes neither as categories
+        target = dictionary.drop_null().unique().to_pylist()
     indices = pc.fill_null(arr.indices, 0) if arr.null_count else arr.indices
     idx = np.array(indices.to_numpy(zero_copy_only=False))  # a copy: the codes are ours
     if target is not None:
@@ -377,14 +381,15 @@ def _categorical(
                 f"{dictionary.type} values ({err})"
             ) from None
         transpose = pc.index_in(dictionary, value_set=value_set)
-        if transpose.null_count:
-            stray = dictionary.filter(transpose.is_null())[0]
+        strays = pc.and_(transpose.is_null(), dictionary.is_valid())
+        if pc.any(strays).as_py():
+            stray = dictionary.filter(strays)[0]
             raise FormatError(
                 f"{where}: column {label!r} holds {stray}, which is not among its recorded "
                 f"categories ({len(target)} of them)"
             )
-        if len(transpose):
-            idx = np.asarray(transpose.to_numpy(zero_copy_only=False))[idx]
+        if len(transpose):  # a null value of the dictionary: code -1
+            idx = np.asarray(pc.fill_null(transpose, -1).to_numpy(zero_copy_only=False))[idx]
         categories = list(target)
     else:
         categories = dictionary.to_pylist()
@@ -486,6 +491,8 @@ def from_arrow(
     meta = parse_meta((table.schema.metadata or {}).get(META_KEY), where)
     check_names(((n, n) for n in table.column_names), separator, where)
     rows = table.num_rows
+    if not table.num_columns and meta.get("batch_size"):  # Parquet keeps no rows without columns
+        rows = meta["batch_size"][0]
     columns = dict(zip(table.column_names, table.columns))
     token = _VIEW_IMMUTABLE.set(copy is False)
     try:
@@ -628,7 +635,7 @@ def to_arrow(td: Any, *, separator: str | None = None) -> Any:
     table = (
         pa.table(arrays)
         if arrays
-        else pa.table({}).append_column("__rows__", pa.nulls(bs[0])).drop(["__rows__"])
+        else pa.table({"__rows__": pa.nulls(bs[0])}).select([])  # rows, no columns
     )
     return table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
 

@@ -9,6 +9,8 @@ test's docstring.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -144,3 +146,142 @@ def test_an_index_of_strings_comes_back_through_parquet(tmp_path, index):
     df = pd.DataFrame({"x": [1.0, 2.0]}, index=index)
     back = _through_parquet(from_pandas(df, index=True), tmp_path)
     pd.testing.assert_frame_equal(to_pandas(back), df)
+
+
+# ------------------------------------------------------------------ rows, dictionaries
+
+
+def test_rows_without_columns_keep_their_count(tmp_path):
+    """``to_pandas`` gave 0 rows; ``to_parquet`` raised a bare ``ArrowInvalid``."""
+    df = pd.DataFrame(index=range(3))
+    pd.testing.assert_frame_equal(to_pandas(from_pandas(df)), df)
+    back = _through_parquet(from_pandas(df), tmp_path)
+    assert back.batch_size == torch.Size([3])
+    pd.testing.assert_frame_equal(to_pandas(back), df)
+
+
+@pytest.mark.parametrize(
+    "dictionary, indices, expected",
+    [
+        ([None, "x"], [0, 1, 0, None], [None, "x", None, None]),
+        (["x", "x", "y"], [0, 1, 2, None], ["x", "x", "y", None]),
+    ],
+    ids=["null-value", "repeated-value"],
+)
+def test_an_arrow_dictionary_with_null_or_repeated_values_reads_as_pandas_can(
+    dictionary, indices, expected
+):
+    """A null or repeated dictionary value became a category pandas refuses
+    (``to_pandas``: "categories cannot be null" / a ``FormatError``)."""
+    arr = pa.DictionaryArray.from_arrays(pa.array(indices, pa.int8()), pa.array(dictionary))
+    td = from_arrow(pa.table({"c": arr}))
+    assert to_pandas(td)["c"].astype(object).where(lambda s: s.notna(), None).tolist() == expected
+    assert to_arrow(td).column("c").to_pylist() == expected
+
+
+def test_an_empty_dictionary_column_round_trips():
+    """0 rows and 0 categories: ``to_arrow`` said the codes were outside -1..-1."""
+    arr = pa.DictionaryArray.from_arrays(pa.array([], pa.int8()), pa.array([], pa.string()))
+    back = to_arrow(from_arrow(pa.table({"c": arr})))
+    assert back.num_rows == 0 and pa.types.is_dictionary(back.schema.field("c").type)
+
+
+# ------------------------------------------------------------------ pandas dtypes
+
+
+@pytest.mark.parametrize(
+    "dtype", ["string[python]", "string[pyarrow]", "str"], ids=lambda d: d.replace("[", "-")
+)
+@pytest.mark.parametrize("how", ["pandas", "memmap", "parquet"])
+def test_string_columns_with_missing_values_keep_dtype_and_storage(tmp_path, dtype, how):
+    """The storage of a ``StringDtype`` came back as pandas' default; a missing value
+    (``NA``) could not be saved by ``memmap`` or ``to_parquet`` (a ``TypeError``)."""
+    df = pd.DataFrame({"s": pd.array(["a", None, "c"], dtype=dtype)})
+    td = from_pandas(df)
+    assert td[1]["s"] is None  # the null of JSON and Arrow, whatever pandas' NA
+    if how == "memmap":
+        td.memmap(tmp_path / "t")
+        td = TensorDict.load_memmap(tmp_path / "t")
+    elif how == "parquet":
+        td = _through_parquet(td, tmp_path)
+    pd.testing.assert_frame_equal(to_pandas(td), df)
+
+
+@pytest.mark.parametrize("arrow_type", [pa.string(), pa.large_string(), pa.binary()], ids=str)
+def test_pyarrow_backed_strings_keep_their_dtype(arrow_type):
+    """``ArrowDtype(pa.string())`` is spelled ``"string[pyarrow]"``, the name of the
+    ``StringDtype``: it came back as that."""
+    values = [b"a", None] if pa.types.is_binary(arrow_type) else ["a", None]
+    df = pd.DataFrame({"s": pd.array(values, dtype=pd.ArrowDtype(arrow_type))})
+    pd.testing.assert_frame_equal(to_pandas(from_pandas(df)), df)
+
+
+def test_the_python_storage_of_str_comes_back():
+    dtype = pd.StringDtype("python", na_value=np.nan)
+    df = pd.DataFrame({"s": pd.array(["a", None], dtype=dtype)})
+    pd.testing.assert_frame_equal(to_pandas(from_pandas(df)), df)
+
+
+@pytest.mark.parametrize(
+    "values, dtype",
+    [
+        (pd.to_datetime(["2020-01-01", "2021-06-01"]), "timestamp[ms][pyarrow]"),
+        (pd.to_datetime(["2020-01-01"]).tz_localize("UTC"), "timestamp[us, tz=UTC][pyarrow]"),
+        (pd.to_timedelta([1, 2], unit="s"), "duration[ns][pyarrow]"),
+        (pd.to_datetime(["2020-01-01"]).date, "date32[day][pyarrow]"),
+        (pd.to_datetime(["2020-01-01 01:02:03"]).time, "time64[us][pyarrow]"),
+    ],
+    ids=["timestamp", "zoned", "duration", "date", "time"],
+)
+def test_pyarrow_backed_temporal_columns_keep_their_dtype(tmp_path, values, dtype):
+    """They came back as numpy ``datetime64``/``timedelta64`` or ``object`` dates."""
+    df = pd.DataFrame({"t": pd.array(values, dtype=dtype)})
+    pd.testing.assert_frame_equal(to_pandas(from_pandas(df)), df)
+    pd.testing.assert_frame_equal(to_pandas(_through_parquet(from_pandas(df), tmp_path)), df)
+
+
+@pytest.mark.parametrize(
+    "arrow_type",
+    [pa.dictionary(pa.int8(), pa.string()), pa.list_(pa.int64()), pa.decimal128(5, 2)],
+    ids=["dictionary", "list", "decimal"],
+)
+def test_a_pyarrow_dtype_without_a_name_is_refused_naming_the_column(arrow_type):
+    """``from_pandas`` took it and ``to_pandas`` then refused its own record."""
+    import decimal
+
+    values = {
+        "dictionary": ["a", "b"],
+        "list": [[1], [2, 3]],
+        "decimal": [decimal.Decimal("1.25"), decimal.Decimal("2.50")],
+    }
+    kind = (
+        "dictionary"
+        if pa.types.is_dictionary(arrow_type)
+        else "list"
+        if pa.types.is_list(arrow_type)
+        else "decimal"
+    )
+    df = pd.DataFrame({"p": pd.array(values[kind], dtype=pd.ArrowDtype(arrow_type))})
+    with pytest.raises(TypeError, match=r"column 'p' has pandas dtype .* cannot record"):
+        from_pandas(df)
+
+
+@pytest.mark.parametrize("dtype", ["category", "datetime64[ns]", "Int64"])
+def test_a_recorded_pandas_dtype_cannot_recast_python_values(dtype):
+    """A hostile file's record made strings a categorical or datetimes."""
+    from tensorbox import FormatError
+
+    table = to_arrow(from_pandas(pd.DataFrame({"s": ["2020-01-01", "2021-01-01"]})))
+    meta = {"batch_size": [2], "columns": {"s": {"pandas": dtype}}}
+    import json
+
+    lying = table.replace_schema_metadata({b"tensorbox": json.dumps(meta).encode()})
+    with pytest.raises(FormatError, match=rf"pandas dtype of column 's' is '{re.escape(dtype)}'"):
+        to_pandas(from_arrow(lying))
+
+
+def test_a_time_of_day_pandas_cannot_hold_is_refused_naming_the_entry():
+    """A bare ``ArrowInvalid`` ("non-zero nanoseconds") named nothing."""
+    td = from_arrow(pa.table({"x": pa.array([1], pa.time64("ns"))}))
+    with pytest.raises(ValueError, match=r"entry 'x' \(time64\[ns\]\) has no pandas form"):
+        to_pandas(td)
