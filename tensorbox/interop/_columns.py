@@ -332,6 +332,39 @@ def container_of(
     return td
 
 
+#: ``json_label`` of a label JSON cannot hold (a ``Timestamp``...): the key's string is its name.
+NO_LABEL: Any = object()
+
+
+def json_label(name: Any) -> Any:
+    """A pandas column or index label as JSON: a number, bool, ``None`` or string as it
+    is, a tuple (a ``MultiIndex`` label) as a list; ``NO_LABEL`` for any other."""
+    if isinstance(name, np.generic):
+        name = name.item()
+    if isinstance(name, float) and not np.isfinite(name):
+        return None if np.isnan(name) else NO_LABEL  # pandas' missing label (None -> nan)
+    if type(name) is int and not -(2**63) <= name < 2**63:
+        return NO_LABEL  # a saved tree's JSON keeps int64
+    if name is None or type(name) in (str, int, float, bool):
+        return name
+    if isinstance(name, tuple):
+        items = [json_label(n) for n in name]
+        return NO_LABEL if any(i is NO_LABEL or isinstance(i, list) for i in items) else items
+    return NO_LABEL
+
+
+def pandas_label(value: Any) -> Any:
+    """The pandas label ``json_label`` recorded (a list: the tuple it was)."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _is_label(value: Any) -> bool:
+    scalar = (str, int, float, bool, type(None))
+    return isinstance(value, scalar) or (
+        isinstance(value, list) and all(isinstance(v, scalar) for v in value)
+    )
+
+
 def check_info(info: Any, label: str, where: str) -> dict[str, Any]:
     """A column info, checked (a ``FormatError`` naming the column when it is not one)."""
 
@@ -340,15 +373,15 @@ def check_info(info: Any, label: str, where: str) -> dict[str, Any]:
 
     if not isinstance(info, dict):
         raise bad(f"should be an object, got {type(info).__name__}")
-    index = info.get("index")
-    if index is not None and not isinstance(index, str | int | float):
-        raise bad(f"has index name {index!r}; expected a string or a number")
+    for field in ("index", "name"):  # the level's / column's pandas label
+        if not _is_label(info.get(field)):
+            raise bad(f"has {field} label {info[field]!r}; expected a string, a number or a list")
     if not isinstance(info.get("pandas", ""), str):
         raise bad(f"has pandas dtype {info['pandas']!r}; expected its name")
     kind = info.get("kind")
     if kind is None:
-        if "index" not in info and "pandas" not in info:
-            raise bad("has neither a kind, a pandas dtype nor an index name")
+        if not {"index", "pandas", "name"} & set(info):
+            raise bad("has neither a kind, a pandas dtype, an index name nor a name")
         return info
     if kind not in _KINDS:
         raise bad(f"has kind {kind!r}; expected one of {sorted(_KINDS)}")

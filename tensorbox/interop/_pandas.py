@@ -16,13 +16,16 @@ from tensorbox._core.nontensor import NonTensorData
 from tensorbox.errors import FormatError
 from tensorbox.interop._columns import (
     COLUMNS_KEY,
+    NO_LABEL,
     WHERE,
     check_codes,
     check_names,
     container_of,
     info_array,
+    json_label,
     node_infos,
     numpy_temporal,
+    pandas_label,
     place_infos,
     split,
     temporal,
@@ -153,7 +156,7 @@ def _frame_columns(dataframe: Any, index: bool) -> list[tuple[Any, str, Any, boo
             key = auto if level is None else str(level)
             series = pd.Series(idx.get_level_values(i), copy=False)
             out.append((level, key, series, True))
-    for i, col in enumerate(dataframe.columns):
+    for i, col in enumerate(dataframe.columns.tolist()):  # Python scalars, not numpy's
         out.append((col, str(col), i, False))
     return out
 
@@ -211,9 +214,18 @@ def from_pandas(
         value, info = _series_value(series, key, where)
         if dtype is not None and "kind" not in (info or {}) and _is_number(value):
             value, info = value.to(dtype), None  # cast: no longer the nullable dtype
+        label = json_label(original)
         if is_index:  # the level's name, None when it had none
-            name = original if original is None or isinstance(original, str | int | float) else key
-            info = {**(info or {}), "index": name}
+            info = {**(info or {}), "index": key if label is NO_LABEL else label}
+        elif label is NO_LABEL:
+            raise TypeError(
+                f"{where}: column {original!r} has a label of type {type(original).__name__}, "
+                "which tensorbox cannot record to give back (labels are kept as JSON: "
+                "strings, numbers, bools, tuples of those); rename the columns first "
+                "(df.columns = df.columns.astype(str))"
+            )
+        elif not isinstance(original, str):
+            info = {**(info or {}), "name": label}  # 1, not "1"; ("a", "b"), not a string
         if info is not None:
             infos[key] = info
         source[key] = value
@@ -254,6 +266,12 @@ def _columns(
             continue
         col = separator.join(path) if separator is not None else name
         info = infos.get(name, {})
+        if col in out:  # "a.b" beside a -> b (separator "."), or a label recorded for another
+            raise ValueError(
+                f"{where}: two entries would both be column {col!r} (a key holding the "
+                "separator beside a nested one, or the label recorded for another entry); "
+                "rename one"
+            )
         if isinstance(value, NonTensorData):
             out[col] = value.tolist() if value.stacked else [value.data] * rows
         elif not isinstance(value, Tensor):
@@ -284,8 +302,16 @@ def _columns(
             out[col] = (value.float() if value.dtype is torch.bfloat16 else value).numpy()
         if "pandas" in info:
             out[col] = _as_pandas_dtype(out[col], value, info["pandas"], col, where)
+        label = pandas_label(info["name"]) if "name" in info else col
+        if label != col:  # the frame's own label: 1, ("a", "b")
+            if label in out:
+                raise FormatError(
+                    f"{where}: entries {col!r} and {label!r} would both be column {label!r} "
+                    f"(the name recorded for {col!r}); rename one"
+                )
+            out[label] = out.pop(col)
         if "index" in info:
-            index.append((col, info["index"]))
+            index.append((label, pandas_label(info["index"])))
     return out
 
 
@@ -361,7 +387,7 @@ def to_pandas(td: Any, *, separator: str | None = None) -> Any:
     ['a', 'n.b']
     """
     pd = require("pandas", "arrow")
-    index: list[tuple[str, Any]] = []
+    index: list[tuple[Any, Any]] = []
     columns = _columns(td, (), separator, "to_pandas", {}, index)
     # rows without columns (``pd.DataFrame(index=range(3))``) keep their count
     rows = None if columns or not td.batch_dims else pd.RangeIndex(td.batch_size[0])
@@ -369,4 +395,6 @@ def to_pandas(td: Any, *, separator: str | None = None) -> Any:
     if index:
         frame = frame.set_index([col for col, _ in index])
         frame.index.names = [name for _, name in index]
+        # the labels' own Index (int64, a MultiIndex...), not one that held the index's
+        frame.columns = pd.Index(list(frame.columns), tupleize_cols=True)
     return frame

@@ -285,7 +285,7 @@ def _node(
             tensor = _trusted(_column_tensor(arr, label, where, ragged), label, meta, t, where)
             if dtype is not None and tensor.dtype is not torch.bool and not tensor.is_nested:
                 tensor = tensor.to(dtype)
-        for field in ("index", "pandas"):  # what only the metadata says
+        for field in ("index", "pandas", "name"):  # what only the metadata says
             if recorded is not None and field in recorded:
                 infos[name] = {**infos.get(name, {}), field: recorded[field]}
         out[name] = tensor
@@ -321,7 +321,7 @@ def _written_as(
             f"{where}: the schema metadata records column {label!r} in time zone "
             f"{recorded.get('tz')!r}, but its Arrow type has {info.get('tz')!r}"
         )
-    return {k: v for k, v in recorded.items() if k not in ("index", "pandas")}
+    return {k: v for k, v in recorded.items() if k not in ("index", "pandas", "name")}
 
 
 def _rows_first(shape: list[int], rows: int) -> tuple[int, ...]:
@@ -560,7 +560,7 @@ def _recorded(info: dict[str, Any]) -> dict[str, Any]:
     """What of a column info goes into the schema metadata (the Arrow type says the
     rest): the index name, the pandas dtype, and a categorical's categories, as Parquet
     keeps only those a row group uses, in its own order."""
-    out: dict[str, Any] = {k: info[k] for k in ("index", "pandas") if k in info}
+    out: dict[str, Any] = {k: info[k] for k in ("index", "pandas", "name") if k in info}
     if info.get("kind") != "category" or jsonable(info["categories"]):
         out.update(info)  # a unit Parquet widens (``s`` to ``ms``), categories, ordered
     return out

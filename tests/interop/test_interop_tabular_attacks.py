@@ -285,3 +285,70 @@ def test_a_time_of_day_pandas_cannot_hold_is_refused_naming_the_entry():
     td = from_arrow(pa.table({"x": pa.array([1], pa.time64("ns"))}))
     with pytest.raises(ValueError, match=r"entry 'x' \(time64\[ns\]\) has no pandas form"):
         to_pandas(td)
+
+
+# ------------------------------------------------------------------ labels
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        [1, 2],
+        [None, "x"],
+        [1.5, 2.5],
+        [True, "a"],
+        [("a", "b"), ("a", "c")],
+        [("a", 1), ("b", 2.5)],
+    ],
+    ids=["ints", "missing", "floats", "bool", "multiindex", "mixed-tuples"],
+)
+@pytest.mark.parametrize("how", ["pandas", "memmap", "parquet", "index"])
+def test_column_labels_come_back_as_they_were(tmp_path, labels, how):
+    """A column ``1`` came back ``"1"``, a ``MultiIndex`` as strings ``"('a', 'b')"``."""
+    columns = pd.MultiIndex.from_tuples(labels) if isinstance(labels[0], tuple) else labels
+    df = pd.DataFrame([[1, 2], [3, 4]], columns=columns)
+    td = from_pandas(df, index=how == "index")
+    if how == "memmap":
+        td.memmap(tmp_path / "t")
+        td = TensorDict.load_memmap(tmp_path / "t")
+    elif how == "parquet":
+        td = _through_parquet(td, tmp_path)
+    pd.testing.assert_frame_equal(to_pandas(td), df)
+
+
+def test_a_tuple_index_name_comes_back(tmp_path):
+    df = pd.DataFrame({"x": [1.0, 2.0]}, index=pd.Index([3, 4], name=("t", 1)))
+    pd.testing.assert_frame_equal(
+        to_pandas(_through_parquet(from_pandas(df, index=True), tmp_path)), df
+    )
+
+
+@pytest.mark.parametrize("label", [pd.Timestamp("2020-01-01"), 2**70], ids=["timestamp", "bigint"])
+def test_a_label_json_cannot_hold_is_refused_naming_the_column(label):
+    """It came back as its string, silently."""
+    df = pd.DataFrame([[1, 2]], columns=[label, "x"])
+    with pytest.raises(TypeError, match=r"column .* has a label of type .* cannot record"):
+        from_pandas(df)
+
+
+def test_to_pandas_refuses_two_entries_on_one_column():
+    """``"a.b"`` beside ``a -> b`` with ``separator="."``: one column was dropped."""
+    td = TensorDict({"a.b": torch.zeros(2), "a": {"b": torch.ones(2)}}, [2])
+    with pytest.raises(ValueError, match=r"two entries would both be column 'a.b'"):
+        to_pandas(td, separator=".")
+
+
+def test_a_recorded_name_that_collides_is_a_format_error():
+    import json
+
+    from tensorbox import FormatError
+
+    table = pa.table({"a": [1], "b": [2]})
+    meta = {"batch_size": [1], "columns": {"a": {"name": "b"}}}
+    lying = table.replace_schema_metadata({b"tensorbox": json.dumps(meta).encode()})
+    with pytest.raises(ValueError, match=r"two entries would both be column 'b'"):
+        to_pandas(from_arrow(lying))
+    meta["columns"] = {"b": {"name": "a"}}  # the other order: the record names a taken label
+    lying = table.replace_schema_metadata({b"tensorbox": json.dumps(meta).encode()})
+    with pytest.raises(FormatError, match=r"entries 'b' and 'a' would both be column 'a'"):
+        to_pandas(from_arrow(lying))
