@@ -262,7 +262,11 @@ def info_array(t: Tensor, rows: int, key: str, info: dict[str, Any], where: str)
         raise TypeError(f"{where}: entry {key!r} holds categorical codes of dtype {t.dtype}")
     low = check_codes(codes, len(categories), key, where)
     try:
-        values = pa.array(categories)
+        values = (
+            restore_temporal(np.asarray(categories, np.int64), info["values"], key, where)
+            if "values" in info  # datetime categories, recorded as nanoseconds
+            else pa.array(categories)
+        )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
         raise TypeError(
             f"{where}: the categories of entry {key!r} have no Arrow form ({err})"
@@ -397,6 +401,12 @@ def check_info(info: Any, label: str, where: str) -> dict[str, Any]:
             raise bad("has categories that are repeated or not hashable (values pandas takes)")
         if not isinstance(info.get("ordered", False), bool):
             raise bad("has a non-bool 'ordered'")
+        if "values" in info:  # datetime categories: int64 nanoseconds of that type
+            values = check_info(info["values"], label, where)
+            if values.get("kind") in (None, "category") or not all(
+                type(c) is int and -(2**63) <= c < 2**63 for c in categories
+            ):
+                raise bad("has 'values' other than a time type of int64 nanosecond categories")
         return info
     unit = info.get("unit")
     if kind in ("timestamp", "duration", "time32", "time64") and unit not in NS_PER:

@@ -51,6 +51,9 @@ def _series_value(s: Any, name: str, where: str) -> tuple[Any, dict[str, Any] | 
             "categories": dt.categories.tolist(),
             "ordered": bool(dt.ordered),
         }
+        if dt.categories.dtype.kind in "mM":  # as the entries: nanoseconds and their type
+            ns, values = temporal(_pa().array(dt.categories), f"{name} (its categories)", where)
+            info.update(categories=ns.tolist(), values=values)
         return torch.from_numpy(s.cat.codes.to_numpy().copy()), info
     if isinstance(dt, pd.IntervalDtype | pd.PeriodDtype):
         raise TypeError(
@@ -287,9 +290,14 @@ def _columns(
                 raise TypeError(f"{where}: entry {col!r} holds categorical codes of {value.dtype}")
             check_codes(codes, len(info["categories"]), col, where)
             try:
+                categories = (
+                    pd.Index(info_array(value[:0], 0, col, info, where).dictionary.to_pandas())
+                    if "values" in info  # datetime categories, from their nanoseconds
+                    else pd.Index(info["categories"])
+                )
                 out[col] = pd.Categorical.from_codes(
                     codes,
-                    categories=pd.Index(info["categories"]),
+                    categories=categories,
                     ordered=info.get("ordered", False),
                 )
             except ValueError as err:  # categories pandas refuses (NaN among them...)

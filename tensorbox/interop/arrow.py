@@ -56,6 +56,7 @@ from tensorbox.interop._columns import (
     node_infos,
     parse_meta,
     place_infos,
+    restore_temporal,
     split,
     temporal,
 )
@@ -364,8 +365,10 @@ def _categorical(
     pc = require("pyarrow.compute", "arrow")
     dictionary = arr.dictionary
     target = (CATEGORIES.get() or {}).get(label)
+    values_info = None  # the temporal type of recorded categories held as nanoseconds
     if target is None and recorded is not None:
         target = recorded.get("categories")
+        values_info = recorded.get("values")
     if target is None and (dictionary.null_count or len(dictionary.unique()) < len(dictionary)):
         # a null value in the dictionary is a null (Arrow's reading); a repeated one is one
         # category: pandas takes neither as categories
@@ -373,13 +376,7 @@ def _categorical(
     indices = pc.fill_null(arr.indices, 0) if arr.null_count else arr.indices
     idx = np.array(indices.to_numpy(zero_copy_only=False))  # a copy: the codes are ours
     if target is not None:
-        try:
-            value_set = pa.array(target, type=dictionary.type)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-            raise FormatError(
-                f"{where}: the categories recorded for column {label!r} are not "
-                f"{dictionary.type} values ({err})"
-            ) from None
+        value_set = _value_set(target, values_info, dictionary.type, label, where)
         transpose = pc.index_in(dictionary, value_set=value_set)
         strays = pc.and_(transpose.is_null(), dictionary.is_valid())
         if pc.any(strays).as_py():
@@ -392,7 +389,7 @@ def _categorical(
             idx = np.asarray(pc.fill_null(transpose, -1).to_numpy(zero_copy_only=False))[idx]
         categories = list(target)
     else:
-        categories = dictionary.to_pylist()
+        value_set, categories = dictionary, dictionary.to_pylist()
     index_dtype = np.dtype(arr.type.index_type.to_pandas_dtype())
     code_dtype = index_dtype if index_dtype.kind == "i" else np.dtype(np.int64)
     if len(categories) > np.iinfo(code_dtype).max:  # a file's union outgrew the index type
@@ -401,7 +398,42 @@ def _categorical(
     if arr.null_count:
         codes[np.asarray(arr.is_null().to_numpy(zero_copy_only=False))] = -1
     info = {"kind": "category", "categories": categories, "ordered": bool(arr.type.ordered)}
+    if values_info is not None:  # recorded as nanoseconds (Parquet: durations as int64)
+        info["values"] = values_info
+    elif pa.types.is_temporal(dictionary.type):  # datetimes as nanoseconds, as the entries
+        ns, values = temporal(value_set, f"{label} (its categories)", where)
+        info.update(categories=ns.tolist(), values=values)
     return torch.from_numpy(codes), info
+
+
+def _value_set(
+    target: list[Any], values_info: dict[str, Any] | None, t: Any, label: str, where: str
+) -> Any:
+    """The categories ``target`` as an Arrow array of the dictionary's type ``t``: those
+    of a temporal column are recorded as nanoseconds of the type ``values_info`` names."""
+    pa = _pa()
+    if pa.types.is_temporal(t) and values_info is None and any(type(v) is int for v in target):
+        raise FormatError(
+            f"{where}: the categories recorded for column {label!r} are numbers, but not "
+            f"the type of time they count; its dictionary holds {t}"
+        )
+    if values_info is not None and not (
+        pa.types.is_temporal(t) or (t == pa.int64() and values_info["kind"] == "duration")
+    ):  # Parquet keeps durations as int64; any other type is not what the record says
+        raise FormatError(
+            f"{where}: the categories recorded for column {label!r} are {values_info['kind']} "
+            f"values, but its dictionary holds {t}"
+        )
+    try:
+        if values_info is None:
+            return pa.array(target, type=t)
+        return restore_temporal(np.asarray(target, dtype=np.int64), values_info, label, where).cast(
+            t
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError) as err:
+        raise FormatError(
+            f"{where}: the categories recorded for column {label!r} are not {t} values ({err})"
+        ) from None
 
 
 class _Nested(dict):  # type: ignore[type-arg]

@@ -352,3 +352,55 @@ def test_a_recorded_name_that_collides_is_a_format_error():
     lying = table.replace_schema_metadata({b"tensorbox": json.dumps(meta).encode()})
     with pytest.raises(FormatError, match=r"entries 'b' and 'a' would both be column 'a'"):
         to_pandas(from_arrow(lying))
+
+
+# ------------------------------------------------------------------ datetime categories
+
+
+@pytest.mark.parametrize(
+    "categories",
+    [
+        pd.to_datetime(["2020-01-01", "2021-06-01"]),
+        pd.to_datetime(["2020-01-01", "2021-06-01"]).tz_localize("Asia/Tokyo").as_unit("s"),
+        pd.to_timedelta([1, 2], unit="s"),
+    ],
+    ids=["naive", "zoned-seconds", "timedelta"],
+)
+@pytest.mark.parametrize("how", ["memmap", "parquet", "arrow"])
+def test_a_categorical_of_datetimes_round_trips(tmp_path, categories, how):
+    """Its categories were Timestamps: ``memmap`` refused them naming ``__columns__``;
+    Parquet gave a datetime column back (or refused the missing value as a NaT)."""
+    df = pd.DataFrame({"c": pd.Categorical.from_codes([1, -1, 0], categories, ordered=True)})
+    td = from_pandas(df)
+    assert td["__columns__"]["c"]["categories"] == [v.value for v in categories.as_unit("ns")]
+    if how == "memmap":
+        td.memmap(tmp_path / "t")
+        td = TensorDict.load_memmap(tmp_path / "t")
+    elif how == "parquet":
+        td = _through_parquet(td, tmp_path)
+    else:
+        td = from_arrow(to_arrow(td))
+    pd.testing.assert_frame_equal(to_pandas(td), df)
+
+
+def test_an_arrow_dictionary_of_timestamps_reads_as_nanosecond_categories(tmp_path):
+    arr = pa.array([1, 2, 1], pa.timestamp("s", "UTC")).dictionary_encode()
+    td = from_arrow(pa.table({"c": arr}))
+    assert td["__columns__"]["c"]["categories"] == [10**9, 2 * 10**9]
+    td.memmap(tmp_path / "t")
+    back = to_arrow(TensorDict.load_memmap(tmp_path / "t"))
+    assert back.column("c").to_pylist() == arr.to_pylist()
+    assert back.schema.field("c").type == arr.type
+
+
+def test_recorded_datetime_categories_on_strings_are_a_format_error():
+    import json
+
+    from tensorbox import FormatError
+
+    table = pa.table({"c": pa.array(["1970-01-01 00:00:01"]).dictionary_encode()})
+    values = {"kind": "timestamp", "unit": "s", "tz": None}
+    meta = {"columns": {"c": {"kind": "category", "categories": [10**9], "values": values}}}
+    lying = table.replace_schema_metadata({b"tensorbox": json.dumps(meta).encode()})
+    with pytest.raises(FormatError, match=r"column 'c' are timestamp values, but its dictionary"):
+        from_arrow(lying)
