@@ -44,7 +44,7 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.nontensor import NonTensorData
-from tensorbox.errors import FormatError
+from tensorbox.errors import BatchSizeError, FormatError
 from tensorbox.interop._columns import (
     CATEGORIES,
     COLUMNS_KEY,
@@ -534,10 +534,19 @@ def from_arrow(
     infos = source.pop(COLUMNS_KEY, {})
     if copy:
         source = _copied(source)
+    recorded = batch_size is None and not auto_batch_size and "batch_size" in meta
     if batch_size is None and not auto_batch_size:
         batch_size = _rows_first(meta.get("batch_size", [rows]), rows)
     source = place_infos(split(_build(source), separator), infos, separator)
-    return container_of(cls, source, batch_size, device, auto_batch_size, batch_dims, where)
+    try:
+        return container_of(cls, source, batch_size, device, auto_batch_size, batch_dims, where)
+    except BatchSizeError as err:
+        if not recorded:
+            raise
+        raise FormatError(
+            f"{where}: the schema metadata's batch_size {meta['batch_size']} does not fit "
+            f"the columns ({err})"
+        ) from None
 
 
 # ------------------------------------------------------------------ tree -> Arrow

@@ -135,7 +135,10 @@ def from_csv(path: Any, **kwargs: Any) -> Any:
     own = {k: kwargs.pop(k) for k in (*_OWN, "index") if k in kwargs}
     if "read_csv_dtype" in kwargs:
         kwargs["dtype"] = kwargs.pop("read_csv_dtype")
-    frame = pd.read_csv(path, **kwargs)
+    try:
+        frame = pd.read_csv(path, **kwargs)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError) as err:  # they name no file
+        raise ValueError(f"{where}: {err}") from err
     with reading(where):
         return from_pandas(frame, **own)
 
@@ -176,10 +179,17 @@ def from_json(path: Any, *, lines: bool = False, **kwargs: Any) -> Any:
     where = f"from_json({_name(path)!r})"
     columns = {}
     for name in names:
+        values = [r.get(name) for r in records]
         try:
-            columns[name] = pa.array([r.get(name) for r in records])
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-            raise TypeError(f"{where}: key {name!r} holds values of mixed types ({err})") from None
+            try:
+                columns[name] = pa.array(values)
+            except OverflowError:  # past int64: uint64, as pandas' read_json
+                columns[name] = pa.array(values, pa.uint64())
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as err:
+            raise TypeError(
+                f"{where}: key {name!r} holds values no one column type holds (mixed types, "
+                f"or integers past int64 and uint64) ({err})"
+            ) from None
     table = pa.table(columns)
     if not columns and not kwargs.get("auto_batch_size"):
         kwargs.setdefault("batch_size", [len(records)])  # records without keys: rows all the same

@@ -404,3 +404,47 @@ def test_recorded_datetime_categories_on_strings_are_a_format_error():
     lying = table.replace_schema_metadata({b"tensorbox": json.dumps(meta).encode()})
     with pytest.raises(FormatError, match=r"column 'c' are timestamp values, but its dictionary"):
         from_arrow(lying)
+
+
+# ------------------------------------------------------------------ files
+
+
+def test_json_integers_past_int64_read_as_uint64_as_pandas(tmp_path):
+    """A bare ``OverflowError`` ("Python int too large to convert to C long")."""
+    import io
+    import json
+
+    text = json.dumps([{"a": 2**63}, {"a": 1}])
+    (tmp_path / "t.json").write_text(text)
+    td = TensorDict.from_json(tmp_path / "t.json")
+    frame = pd.read_json(io.StringIO(text))
+    assert td["a"].dtype == torch.uint64 and frame["a"].dtype == np.uint64
+    assert td["a"].tolist() == frame["a"].tolist()
+    (tmp_path / "t.json").write_text(json.dumps([{"a": 2**63}, {"a": -1}]))
+    with pytest.raises(TypeError, match=r"t.json'\): key 'a' holds values no one column type"):
+        TensorDict.from_json(tmp_path / "t.json")
+
+
+def test_a_csv_file_pandas_cannot_parse_is_named(tmp_path):
+    """pandas' ``EmptyDataError`` named no file."""
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(ValueError, match=r"from_csv\('.*empty.csv'\): No columns to parse"):
+        TensorDict.from_csv(tmp_path / "empty.csv")
+
+
+def test_a_recorded_batch_size_the_columns_do_not_fit_is_a_format_error(tmp_path):
+    """A ``BatchSizeError`` about key 'a' that named neither the metadata nor the file."""
+    import json
+
+    from tensorbox import FormatError
+
+    table = pa.table({"a": [1, 2]})
+    meta = {"batch_size": [2, 5]}
+    pq.write_table(
+        table.replace_schema_metadata({b"tensorbox": json.dumps(meta).encode()}),
+        tmp_path / "t.parquet",
+    )
+    with pytest.raises(
+        FormatError, match=r"t.parquet'\): the schema metadata's batch_size \[2, 5\]"
+    ):
+        TensorDict.from_parquet(tmp_path / "t.parquet")
