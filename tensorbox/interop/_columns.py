@@ -369,6 +369,44 @@ def _is_label(value: Any) -> bool:
     )
 
 
+def type_json(t: Any) -> Any:
+    """The Arrow type of a column of Python values (strings, binary, lists of those) as
+    JSON (``"large_string"``, ``["list", "string"]``), or ``None`` for another type: what
+    ``to_arrow`` gives such a column back as, when its values cannot say (no rows, all
+    null, ``large_string``)."""
+    pa = require("pyarrow", "arrow")
+    if pa.types.is_fixed_size_list(t):
+        inner = type_json(t.value_type)
+        return None if inner is None else ["fixed_size_list", t.list_size, inner]
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        inner = type_json(t.value_type)
+        return (
+            None
+            if inner is None
+            else ["large_list" if pa.types.is_large_list(t) else "list", inner]
+        )
+    return str(t) if str(t) in _OBJECT_TYPES else None
+
+
+_OBJECT_TYPES = ("string", "large_string", "binary", "large_binary", "null")
+
+
+def arrow_type(value: Any) -> Any:
+    """The Arrow type ``type_json`` wrote (``None`` when ``value`` is not one)."""
+    pa = require("pyarrow", "arrow")
+    if isinstance(value, str):
+        return pa.type_for_alias(value) if value in _OBJECT_TYPES else None
+    if isinstance(value, list) and len(value) == 2 and value[0] in ("list", "large_list"):
+        inner = arrow_type(value[1])
+        maker = pa.list_ if value[0] == "list" else pa.large_list
+        return None if inner is None else maker(inner)
+    if isinstance(value, list) and len(value) == 3 and value[0] == "fixed_size_list":
+        inner, size = arrow_type(value[2]), value[1]
+        ok = inner is not None and type(size) is int and 0 < size < 2**31
+        return pa.list_(inner, size) if ok else None
+    return None
+
+
 def check_info(info: Any, label: str, where: str) -> dict[str, Any]:
     """A column info, checked (a ``FormatError`` naming the column when it is not one)."""
 
@@ -384,7 +422,9 @@ def check_info(info: Any, label: str, where: str) -> dict[str, Any]:
         raise bad(f"has pandas dtype {info['pandas']!r}; expected its name")
     kind = info.get("kind")
     if kind is None:
-        if not {"index", "pandas", "name"} & set(info):
+        if "arrow" in info and arrow_type(info["arrow"]) is None:
+            raise bad(f"has Arrow type {info['arrow']!r}; expected strings, binary or lists")
+        if not {"index", "pandas", "name", "arrow"} & set(info):
             raise bad("has neither a kind, a pandas dtype, an index name nor a name")
         return info
     if kind not in _KINDS:

@@ -220,7 +220,9 @@ def from_pandas(
         label = json_label(original)
         if is_index:  # the level's name, None when it had none
             info = {**(info or {}), "index": key if label is NO_LABEL else label}
-        elif label is NO_LABEL:
+        elif label is NO_LABEL or (
+            isinstance(original, tuple) and not isinstance(dataframe.columns, pd.MultiIndex)
+        ):  # a tuple outside a MultiIndex would come back as one
             raise TypeError(
                 f"{where}: column {original!r} has a label of type {type(original).__name__}, "
                 "which tensorbox cannot record to give back (labels are kept as JSON: "
@@ -249,6 +251,7 @@ def _columns(
     where: str,
     out: dict[str, Any],
     index: list[tuple[str, Any]],
+    labels: dict[str, Any],
 ) -> dict[str, Any]:
     """One 1-D column per leaf (numpy arrays, lists, or the pandas values a column info
     restores); the columns that were an index go into ``index``."""
@@ -265,7 +268,7 @@ def _columns(
                     f"{where}: entry {path!r} is nested; pass separator='.' (or another) "
                     "to join nested keys into column names"
                 )
-            _columns(value, path, separator, where, out, index)
+            _columns(value, path, separator, where, out, index, labels)
             continue
         col = separator.join(path) if separator is not None else name
         info = infos.get(name, {})
@@ -310,16 +313,10 @@ def _columns(
             out[col] = (value.float() if value.dtype is torch.bfloat16 else value).numpy()
         if "pandas" in info:
             out[col] = _as_pandas_dtype(out[col], value, info["pandas"], col, where)
-        label = pandas_label(info["name"]) if "name" in info else col
-        if label != col:  # the frame's own label: 1, ("a", "b")
-            if label in out:
-                raise FormatError(
-                    f"{where}: entries {col!r} and {label!r} would both be column {label!r} "
-                    f"(the name recorded for {col!r}); rename one"
-                )
-            out[label] = out.pop(col)
+        if "name" in info:  # the frame's own label: 1, ("a", "b")
+            labels[col] = pandas_label(info["name"])
         if "index" in info:
-            index.append((label, pandas_label(info["index"])))
+            index.append((col, pandas_label(info["index"])))
     return out
 
 
@@ -396,13 +393,23 @@ def to_pandas(td: Any, *, separator: str | None = None) -> Any:
     """
     pd = require("pandas", "arrow")
     index: list[tuple[Any, Any]] = []
-    columns = _columns(td, (), separator, "to_pandas", {}, index)
+    labels: dict[str, Any] = {}
+    columns = _columns(td, (), separator, "to_pandas", {}, index, labels)
     # rows without columns (``pd.DataFrame(index=range(3))``) keep their count
     rows = None if columns or not td.batch_dims else pd.RangeIndex(td.batch_size[0])
     frame = pd.DataFrame(columns, index=rows)
     if index:
         frame = frame.set_index([col for col, _ in index])
         frame.index.names = [name for _, name in index]
-        # the labels' own Index (int64, a MultiIndex...), not one that held the index's
-        frame.columns = pd.Index(list(frame.columns), tupleize_cols=True)
+    if labels or index:  # the labels' own Index (int64, a MultiIndex...)
+        names = [labels.get(col, col) for col in frame.columns]
+        seen: dict[tuple[str, str], str] = {}
+        for col, name in zip(frame.columns, names, strict=True):
+            other = seen.setdefault((type(name).__name__, repr(name)), col)
+            if other != col:
+                raise FormatError(
+                    f"to_pandas: entries {other!r} and {col!r} would both be column "
+                    f"{name!r} (a label recorded for one of them); rename one"
+                )
+        frame.columns = pd.Index(names, tupleize_cols=True)
     return frame

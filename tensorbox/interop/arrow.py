@@ -49,6 +49,7 @@ from tensorbox.interop._columns import (
     CATEGORIES,
     COLUMNS_KEY,
     WHERE,
+    arrow_type,
     check_names,
     container_of,
     info_array,
@@ -59,6 +60,7 @@ from tensorbox.interop._columns import (
     restore_temporal,
     split,
     temporal,
+    type_json,
 )
 from tensorbox.interop._extras import require
 from tensorbox.interop._pandas import from_pandas, to_pandas  # defined there, exported here
@@ -275,6 +277,10 @@ def _node(
             continue
         if _is_object_type(t):
             tensor = _objects(arr, node_bs)
+            if t != pa.string() or arr.null_count == len(arr):  # what values cannot say
+                kept = type_json(t)
+                if kept is not None:
+                    infos[name] = {"arrow": kept}
         elif pa.types.is_temporal(t):
             ns, infos[name] = temporal(arr, label, where)
             tensor = torch.from_numpy(ns)
@@ -583,13 +589,15 @@ def _tensor_array(t: Tensor, rows: int, key: str, meta: dict[str, Any]) -> Any:
     return values
 
 
-def _object_array(value: NonTensorData, rows: int, key: str) -> Any:
+def _object_array(value: NonTensorData, rows: int, key: str, t: Any = None) -> Any:
+    """A column of Python values, of Arrow type ``t`` (what ``from_arrow`` recorded)
+    or the one Arrow infers."""
     pa = _pa()
     data = value.data.tolist() if value.stacked else [value.data] * rows
     if value.stacked and value.data.ndim == 0:
         data = [data] * rows
     try:
-        return pa.array(data)
+        return pa.array(data, type=t)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:
         raise TypeError(
             f"to_arrow: non-tensor entry {key!r} ({type(value.data).__name__}) has no Arrow "
@@ -630,7 +638,8 @@ def _arrays(
         elif isinstance(value, Tensor):
             arr = _tensor_array(value, rows, key, meta)
         elif isinstance(value, NonTensorData):
-            arr = _object_array(value, rows, key)
+            kept = None if info is None or "arrow" not in info else arrow_type(info["arrow"])
+            arr = _object_array(value, rows, key, kept)
         elif getattr(type(value), "_is_tensor_collection", False):
             meta.setdefault("nodes", {})["/".join(path)] = list(value.batch_size)
             if separator is not None:

@@ -297,10 +297,11 @@ def test_a_time_of_day_pandas_cannot_hold_is_refused_naming_the_entry():
         [None, "x"],
         [1.5, 2.5],
         [True, "a"],
+        [True, 1],
         [("a", "b"), ("a", "c")],
         [("a", 1), ("b", 2.5)],
     ],
-    ids=["ints", "missing", "floats", "bool", "multiindex", "mixed-tuples"],
+    ids=["ints", "missing", "floats", "bool", "bool-and-int", "multiindex", "mixed-tuples"],
 )
 @pytest.mark.parametrize("how", ["pandas", "memmap", "parquet", "index"])
 def test_column_labels_come_back_as_they_were(tmp_path, labels, how):
@@ -331,6 +332,13 @@ def test_a_label_json_cannot_hold_is_refused_naming_the_column(label):
         from_pandas(df)
 
 
+def test_a_tuple_label_outside_a_multiindex_is_refused():
+    """It would come back as a ``MultiIndex``: pandas makes one of tuple labels."""
+    df = pd.DataFrame([[1, 2]], columns=pd.Index([("a", 0), "x"], tupleize_cols=False))
+    with pytest.raises(TypeError, match=r"column \('a', 0\) has a label of type tuple"):
+        from_pandas(df)
+
+
 def test_to_pandas_refuses_two_entries_on_one_column():
     """``"a.b"`` beside ``a -> b`` with ``separator="."``: one column was dropped."""
     td = TensorDict({"a.b": torch.zeros(2), "a": {"b": torch.ones(2)}}, [2])
@@ -346,11 +354,11 @@ def test_a_recorded_name_that_collides_is_a_format_error():
     table = pa.table({"a": [1], "b": [2]})
     meta = {"batch_size": [1], "columns": {"a": {"name": "b"}}}
     lying = table.replace_schema_metadata({b"tensorbox": json.dumps(meta).encode()})
-    with pytest.raises(ValueError, match=r"two entries would both be column 'b'"):
+    with pytest.raises(FormatError, match=r"entries 'a' and 'b' would both be column 'b'"):
         to_pandas(from_arrow(lying))
     meta["columns"] = {"b": {"name": "a"}}  # the other order: the record names a taken label
     lying = table.replace_schema_metadata({b"tensorbox": json.dumps(meta).encode()})
-    with pytest.raises(FormatError, match=r"entries 'b' and 'a' would both be column 'a'"):
+    with pytest.raises(FormatError, match=r"entries 'a' and 'b' would both be column 'a'"):
         to_pandas(from_arrow(lying))
 
 
@@ -448,3 +456,25 @@ def test_a_recorded_batch_size_the_columns_do_not_fit_is_a_format_error(tmp_path
         FormatError, match=r"t.parquet'\): the schema metadata's batch_size \[2, 5\]"
     ):
         TensorDict.from_parquet(tmp_path / "t.parquet")
+
+
+@pytest.mark.parametrize(
+    "arr",
+    [
+        pa.array([], pa.string()),
+        pa.array([None, None], pa.string()),
+        pa.array(["a", None], pa.large_string()),
+        pa.array([None], pa.binary()),
+        pa.array([[], []], pa.list_(pa.string())),
+        pa.array([["a"], None], pa.large_list(pa.large_binary())),
+    ],
+    ids=["empty", "all-null", "large_string", "null-binary", "empty-lists", "large-lists"],
+)
+def test_a_column_of_python_values_keeps_its_arrow_type(tmp_path, arr):
+    """Arrow inferred the type again from the values: ``null`` for no rows or only
+    nulls, ``string`` for ``large_string``, ``list<null>`` for empty lists."""
+    table = pa.table({"s": arr})
+    for td in (from_arrow(table), _through_parquet(from_arrow(table), tmp_path)):
+        back = to_arrow(td)
+        assert back.schema.field("s").type == arr.type
+        assert back.column("s").to_pylist() == arr.to_pylist()
