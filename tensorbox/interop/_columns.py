@@ -265,7 +265,7 @@ def info_array(t: Tensor, rows: int, key: str, info: dict[str, Any], where: str)
         values = (
             restore_temporal(np.asarray(categories, np.int64), info["values"], key, where)
             if "values" in info  # datetime categories, recorded as nanoseconds
-            else pa.array(categories)
+            else pa.array(categories, type=arrow_type(info["arrow"]) if "arrow" in info else None)
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
         raise TypeError(
@@ -420,10 +420,10 @@ def check_info(info: Any, label: str, where: str) -> dict[str, Any]:
             raise bad(f"has {field} label {info[field]!r}; expected a string, a number or a list")
     if not isinstance(info.get("pandas", ""), str):
         raise bad(f"has pandas dtype {info['pandas']!r}; expected its name")
+    if "arrow" in info and arrow_type(info["arrow"]) is None:
+        raise bad(f"has Arrow type {info['arrow']!r}; expected strings, binary or lists")
     kind = info.get("kind")
     if kind is None:
-        if "arrow" in info and arrow_type(info["arrow"]) is None:
-            raise bad(f"has Arrow type {info['arrow']!r}; expected strings, binary or lists")
         if not {"index", "pandas", "name", "arrow"} & set(info):
             raise bad("has neither a kind, a pandas dtype, an index name nor a name")
         return info

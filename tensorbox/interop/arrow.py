@@ -275,6 +275,7 @@ def _node(
             children = {n: arr.field(i) for i, n in enumerate(names)}
             out[name] = _node(children, key_path, meta, where, dtype, ragged, rows)
             continue
+        tensor: Tensor | NonTensorData
         if _is_object_type(t):
             tensor = _objects(arr, node_bs)
             if t != pa.string() or arr.null_count == len(arr):  # what values cannot say
@@ -289,9 +290,10 @@ def _node(
         elif pa.types.is_dictionary(t):
             tensor, infos[name] = _categorical(arr, label, recorded, where)
         else:
-            tensor = _trusted(_column_tensor(arr, label, where, ragged), label, meta, t, where)
-            if dtype is not None and tensor.dtype is not torch.bool and not tensor.is_nested:
-                tensor = tensor.to(dtype)
+            values = _trusted(_column_tensor(arr, label, where, ragged), label, meta, t, where)
+            if dtype is not None and values.dtype is not torch.bool and not values.is_nested:
+                values = values.to(dtype)
+            tensor = values
         for field in ("index", "pandas", "name"):  # what only the metadata says
             if recorded is not None and field in recorded:
                 infos[name] = {**infos.get(name, {}), field: recorded[field]}
@@ -404,6 +406,8 @@ def _categorical(
     if arr.null_count:
         codes[np.asarray(arr.is_null().to_numpy(zero_copy_only=False))] = -1
     info = {"kind": "category", "categories": categories, "ordered": bool(arr.type.ordered)}
+    if not categories and type_json(dictionary.type) is not None:  # what no value says
+        info["arrow"] = type_json(dictionary.type)
     if values_info is not None:  # recorded as nanoseconds (Parquet: durations as int64)
         info["values"] = values_info
     elif pa.types.is_temporal(dictionary.type):  # datetimes as nanoseconds, as the entries
