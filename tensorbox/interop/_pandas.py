@@ -106,6 +106,8 @@ def _objects(
     inferred = pd.Series(list(values[:1000]) if len(values) else []).dtype
     # an empty column is recorded too: to_pandas of an empty list would give float64
     keep = inferred == dt and 0 < len(values) <= 1000
+    if keep and dt == np.dtype(object):  # lists and dicts would read back from Arrow as
+        keep = not any(isinstance(v, list | dict) for v in values)  # tensors and nodes
     info = None if keep else {"pandas": _dtype_name(dt, name, where)}
     return NonTensorData(values, stacked=True), info
 

@@ -264,7 +264,12 @@ def _node(
                 f"{where}: the schema metadata records column {label!r} as "
                 f"{recorded['kind']}, but its Arrow type is {t}"
             )
-        if pa.types.is_struct(t):
+        kept_as_values = (  # a pandas object column: its lists, dicts or numbers stay values
+            recorded is not None
+            and recorded.get("pandas") == "object"
+            and not (pa.types.is_dictionary(t) or pa.types.is_temporal(t))
+        )
+        if pa.types.is_struct(t) and not kept_as_values:
             if arr.null_count:
                 raise ValueError(
                     f"{where}: column {label!r} has {arr.null_count} null struct(s); "
@@ -276,7 +281,7 @@ def _node(
             out[name] = _node(children, key_path, meta, where, dtype, ragged, rows)
             continue
         tensor: Tensor | NonTensorData
-        if _is_object_type(t):
+        if _is_object_type(t) or kept_as_values:
             tensor = _objects(arr, node_bs)
             if t != pa.string() or arr.null_count == len(arr):  # what values cannot say
                 kept = type_json(t)

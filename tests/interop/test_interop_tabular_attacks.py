@@ -478,3 +478,15 @@ def test_a_column_of_python_values_keeps_its_arrow_type(tmp_path, arr):
         back = to_arrow(td)
         assert back.schema.field("s").type == arr.type
         assert back.column("s").to_pylist() == arr.to_pylist()
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[[1, 2], [3, 4]], [{"a": 1}, None], [[1], [2, 3]], [1, 2]],
+    ids=["lists", "dicts", "ragged", "numbers"],
+)
+def test_an_object_column_comes_back_through_parquet(tmp_path, values):
+    """Parquet gave it back as what Arrow makes of it: a tensor (refused by
+    ``to_pandas``), a nested node, a ragged-list refusal, or an int64 column."""
+    df = pd.DataFrame({"o": pd.Series(values, dtype=object)})
+    pd.testing.assert_frame_equal(to_pandas(_through_parquet(from_pandas(df), tmp_path)), df)
