@@ -54,6 +54,7 @@ def update(
     """Merge ``other`` into ``td``. ``inplace`` copies into existing tensors;
     ``strict`` (``update_``) also refuses keys ``td`` does not have."""
     if keys is not None:
+        touched: dict[tuple[str, ...], set[str]] = {}
         for key in keys:
             path = unravel_key(key)
             if not strict:  # as tensordict: a level the destination lacks is copied whole
@@ -61,6 +62,9 @@ def update(
             found, node, _ = _lookup_mapping(other, path)
             if found:  # as tensordict: keys_to_update filters, it does not require
                 _set_path(td, path, raw(node), inplace, strict)
+                touched.setdefault(path[:-1], set()).add(path[-1])
+        for parent, names in touched.items() if MERGED_ENTRIES else ():
+            _merge_records_at(td, other, parent, names)
         return
     store = td._tensordict
     items = other if type(other) is dict else store_of(other)
@@ -74,6 +78,25 @@ def update(
             store.pop(k, None)
         else:
             td._set_str(k, merged, (k,))
+
+
+def _merge_records_at(td: Any, other: Any, parent: tuple[str, ...], names: set[str]) -> None:
+    """After ``update(keys_to_update=...)``: the records of the node at ``parent`` take
+    ``other``'s for the entries ``names`` set (a record named itself was copied as asked)."""
+    found, node, _ = _lookup(td, parent) if parent else (True, td, [])
+    if not found or not is_coll(node):
+        return
+    _, theirs, _ = _lookup_mapping(other, parent) if parent else (True, other, None)
+    their_store = store_of(theirs) if is_coll(theirs) or isinstance(theirs, Mapping) else {}
+    for k, merge in MERGED_ENTRIES.items():
+        old, new = node._tensordict.get(k), their_store.get(k)
+        if k in names or (old is None and new is None):
+            continue
+        merged = merge(old, new, names)
+        if merged is None:
+            node._tensordict.pop(k, None)
+        else:
+            node._set_str(k, merged, (k,))
 
 
 def _update_entries(

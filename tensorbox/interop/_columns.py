@@ -580,7 +580,7 @@ def _merge_records(old: Any, new: Any, keys: set[Any]) -> Any:
     if (old is not None and plain[0] is None) or (new is not None and plain[1] is None):
         return new if new is not None else old  # rows of different frames: node_infos refuses
     merged = {k: v for k, v in (plain[0] or {}).items() if k not in keys}
-    merged.update(plain[1] or {})
+    merged.update({k: v for k, v in (plain[1] or {}).items() if k in keys})
     return NonTensorData(merged) if merged else None
 
 

@@ -65,6 +65,28 @@ def test_update_merges_nested_records():
     assert back["n.c"].tolist() == ["x", "y"] and back["n.d"].tolist() == ["p", "q"]
 
 
+def test_update_of_chosen_keys_takes_their_records_only():
+    """``update(keys_to_update=...)`` left the record alone: the new column came back as
+    codes, and a categorical replaced by another frame's kept the old categories."""
+    a = from_pandas(pd.DataFrame({"c": pd.Categorical(["x", "y"]), "g.e": [1, 2]}), separator=".")
+    b = from_pandas(
+        pd.DataFrame(
+            {
+                "c": pd.Categorical(["q", "p"], categories=["p", "q"]),
+                "g.d": pd.Categorical(["u", "v"]),
+            }
+        ),
+        separator=".",
+    )
+    a.update(b, keys_to_update=[("g", "d")])
+    assert to_pandas(a, separator=".")["g.d"].tolist() == ["u", "v"]
+    assert to_pandas(a, separator=".")["c"].tolist() == ["x", "y"]  # b's "c" not taken
+    a.update(b, keys_to_update=["c"])
+    assert to_pandas(a, separator=".")["c"].tolist() == ["q", "p"]
+    a.update({"g": {"d": torch.tensor([7, 8])}}, keys_to_update=[("g", "d")])
+    assert to_pandas(a, separator=".")["g.d"].tolist() == [7, 8]  # a plain value: no record
+
+
 @pytest.mark.parametrize(
     "how",
     [
