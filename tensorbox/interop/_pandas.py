@@ -120,10 +120,9 @@ def _dtype_name(dt: Any, label: str, where: str) -> str:
     name = str(dt)
     if isinstance(dt, pd.StringDtype):
         name = f"string[{dt.storage}]" if dt.na_value is pd.NA else f"str[{dt.storage}]"
-    if isinstance(dt, pd.ArrowDtype) and _dtype_of(name) != dt:  # "string[pyarrow]" is
-        name = (
-            f"arrow:{dt.pyarrow_dtype}"  # the StringDtype: ArrowDtype(pa.string()) by Arrow's name
-        )
+    if isinstance(dt, pd.ArrowDtype) and _dtype_of(name) != dt:
+        # ArrowDtype(pa.string()) is spelled "string[pyarrow]", the StringDtype's name
+        name = f"arrow:{dt.pyarrow_dtype}"
     if _dtype_of(name) != dt:
         raise TypeError(
             f"{where}: column {label!r} has pandas dtype {dt}, which tensorbox cannot "

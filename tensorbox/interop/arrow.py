@@ -442,9 +442,8 @@ def _value_set(
     try:
         if values_info is None:
             return pa.array(target, type=t)
-        return restore_temporal(np.asarray(target, dtype=np.int64), values_info, label, where).cast(
-            t
-        )
+        ns = np.asarray(target, dtype=np.int64)
+        return restore_temporal(ns, values_info, label, where).cast(t)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError) as err:
         raise FormatError(
             f"{where}: the categories recorded for column {label!r} are not {t} values ({err})"
