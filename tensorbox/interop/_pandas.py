@@ -392,6 +392,12 @@ def to_pandas(td: Any, *, separator: str | None = None) -> Any:
     >>> list(df.columns)
     ['a', 'n.b']
     """
+    return frame_of(td, separator)[0]
+
+
+def frame_of(td: Any, separator: str | None = None) -> tuple[Any, bool]:
+    """``to_pandas(td)``, and whether entries of ``td`` became its index (``to_csv``
+    writes the index then, so no entry is left out of the file)."""
     pd = require("pandas", "arrow")
     index: list[tuple[Any, Any]] = []
     labels: dict[str, Any] = {}
@@ -413,4 +419,4 @@ def to_pandas(td: Any, *, separator: str | None = None) -> Any:
                     f"{name!r} (a label recorded for one of them); rename one"
                 )
         frame.columns = pd.Index(names, tupleize_cols=True)
-    return frame
+    return frame, bool(index)

@@ -15,7 +15,9 @@ from typing import Any
 from tensorbox._storage.atomic import replacing
 from tensorbox.interop._columns import parse_meta, reading
 from tensorbox.interop._extras import require
-from tensorbox.interop.arrow import META_KEY, _pa, from_arrow, from_pandas, to_arrow, to_pandas
+from tensorbox.interop._pandas import frame_of
+from tensorbox.interop.arrow import META_KEY, _pa, from_arrow, from_pandas, to_arrow
+from tensorbox.interop.arrow import to_pandas as to_pandas  # read here by interop.files
 
 __all__ = [
     "ParquetRowGroups",
@@ -147,8 +149,8 @@ def to_csv(td: Any, path: Any, *, separator: str | None = None, **kwargs: Any) -
     """Write one CSV column per leaf (see ``to_pandas`` for what fits in a column);
     ``kwargs`` go to ``pandas.DataFrame.to_csv`` (pandas writes floats with their
     decimal point, so a float column reads back as floats)."""
-    kwargs.setdefault("index", False)
-    frame = to_pandas(td, separator=separator)
+    frame, has_index = frame_of(td, separator)
+    kwargs.setdefault("index", has_index)  # entries that were the index are written too
     with _atomic(path, ".csv") as target:
         frame.to_csv(target, **kwargs)
 

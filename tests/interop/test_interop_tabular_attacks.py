@@ -512,3 +512,23 @@ def test_an_object_column_comes_back_through_parquet(tmp_path, values):
     ``to_pandas``), a nested node, a ragged-list refusal, or an int64 column."""
     df = pd.DataFrame({"o": pd.Series(values, dtype=object)})
     pd.testing.assert_frame_equal(to_pandas(_through_parquet(from_pandas(df), tmp_path)), df)
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        pd.Index([10, 20], name="id"),
+        pd.RangeIndex(2),
+        pd.MultiIndex.from_tuples([(1, "a"), (2, "b")], names=["n", "s"]),
+    ],
+    ids=["named", "range", "multi"],
+)
+def test_to_csv_writes_the_entries_that_were_the_index(tmp_path, index):
+    """``to_csv`` wrote ``index=False``: the entries ``to_pandas`` made the index were
+    left out of the file."""
+    df = pd.DataFrame({"x": [1.0, 2.0]}, index=index)
+    TensorDict.from_pandas(df, index=True).to_csv(tmp_path / "t.csv")
+    back = pd.read_csv(tmp_path / "t.csv", index_col=list(range(index.nlevels)))
+    pd.testing.assert_frame_equal(
+        back, df, check_index_type=False, check_names=index.name is not None or index.nlevels > 1
+    )
