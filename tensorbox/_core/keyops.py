@@ -37,6 +37,12 @@ __all__ = ["exclude", "flatten_keys", "select", "unflatten_keys", "update"]
 
 _NTD = NonTensorData
 
+#: Entries that describe their node's other entries (the tabular bridges' column record,
+#: ``"__columns__"``, registered by ``tensorbox.interop``): ``update`` merges them with
+#: ``merge(old, new, keys the update set)`` (the raw values, ``None`` where absent; the
+#: result ``None`` deletes the entry) instead of replacing the old record with the new.
+MERGED_ENTRIES: dict[str, Any] = {}
+
 
 def update(
     td: TensorCollection,
@@ -48,6 +54,7 @@ def update(
     """Merge ``other`` into ``td``. ``inplace`` copies into existing tensors;
     ``strict`` (``update_``) also refuses keys ``td`` does not have."""
     if keys is not None:
+        touched: dict[tuple[str, ...], set[str]] = {}
         for key in keys:
             path = unravel_key(key)
             if not strict:  # as tensordict: a level the destination lacks is copied whole
@@ -55,9 +62,47 @@ def update(
             found, node, _ = _lookup_mapping(other, path)
             if found:  # as tensordict: keys_to_update filters, it does not require
                 _set_path(td, path, raw(node), inplace, strict)
+                touched.setdefault(path[:-1], set()).add(path[-1])
+        for parent, names in touched.items() if MERGED_ENTRIES else ():
+            _merge_records_at(td, other, parent, names)
         return
     store = td._tensordict
-    for k, v in (other if type(other) is dict else store_of(other)).items():
+    items = other if type(other) is dict else store_of(other)
+    records = {k: (store.get(k), items.get(k)) for k in MERGED_ENTRIES if k in store or k in items}
+    if records:  # the records are merged below, not set as entries
+        items = {k: v for k, v in items.items() if k not in records}
+    _update_entries(td, store, items, inplace, strict)
+    for k, (old, new) in records.items():  # one record of the columns of both sides
+        merged = MERGED_ENTRIES[k](old, new, set(items))
+        if merged is None:
+            store.pop(k, None)
+        else:
+            td._set_str(k, merged, (k,))
+
+
+def _merge_records_at(td: Any, other: Any, parent: tuple[str, ...], names: set[str]) -> None:
+    """After ``update(keys_to_update=...)``: the records of the node at ``parent`` take
+    ``other``'s for the entries ``names`` set (a record named itself was copied as asked)."""
+    found, node, _ = _lookup(td, parent) if parent else (True, td, [])
+    if not found or not is_coll(node):
+        return
+    _, theirs, _ = _lookup_mapping(other, parent) if parent else (True, other, None)
+    their_store = store_of(theirs) if is_coll(theirs) or isinstance(theirs, Mapping) else {}
+    for k, merge in MERGED_ENTRIES.items():
+        old, new = node._tensordict.get(k), their_store.get(k)
+        if k in names or (old is None and new is None):
+            continue
+        merged = merge(old, new, names)
+        if merged is None:
+            node._tensordict.pop(k, None)
+        else:
+            node._set_str(k, merged, (k,))
+
+
+def _update_entries(
+    td: Any, store: dict[str, Any], items: Any, inplace: bool, strict: bool
+) -> None:
+    for k, v in items.items():
         if type(k) is tuple:  # {("a", "b"): x}: a nested entry, as in tensordict
             path = unravel_key(k)
             if len(path) > 1:

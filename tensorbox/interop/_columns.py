@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from tensorbox._core.keyops import MERGED_ENTRIES
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox.errors import FormatError, KeyCollisionError
 from tensorbox.interop._extras import require
@@ -215,7 +216,7 @@ def restore_temporal(values: np.ndarray, info: dict[str, Any], key: str, where: 
 def check_codes(codes: np.ndarray, count: int, key: str, where: str) -> int:
     """The smallest code, once every code is checked to be -1 (missing) or one of the
     ``count`` categories (a ``ValueError`` naming the entry otherwise)."""
-    low, high = (int(codes.min()), int(codes.max())) if len(codes) else (0, 0)
+    low, high = (int(codes.min()), int(codes.max())) if len(codes) else (0, -1)
     if low < -1 or high >= count:
         raise ValueError(
             f"{where}: entry {key!r} holds codes outside -1..{count - 1}: it has {count} "
@@ -261,7 +262,11 @@ def info_array(t: Tensor, rows: int, key: str, info: dict[str, Any], where: str)
         raise TypeError(f"{where}: entry {key!r} holds categorical codes of dtype {t.dtype}")
     low = check_codes(codes, len(categories), key, where)
     try:
-        values = pa.array(categories)
+        values = (
+            restore_temporal(np.asarray(categories, np.int64), info["values"], key, where)
+            if "values" in info  # datetime categories, recorded as nanoseconds
+            else pa.array(categories, type=arrow_type(info["arrow"]) if "arrow" in info else None)
+        )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
         raise TypeError(
             f"{where}: the categories of entry {key!r} have no Arrow form ({err})"
@@ -331,6 +336,77 @@ def container_of(
     return td
 
 
+#: ``json_label`` of a label JSON cannot hold (a ``Timestamp``...): the key's string is its name.
+NO_LABEL: Any = object()
+
+
+def json_label(name: Any) -> Any:
+    """A pandas column or index label as JSON: a number, bool, ``None`` or string as it
+    is, a tuple (a ``MultiIndex`` label) as a list; ``NO_LABEL`` for any other."""
+    if isinstance(name, np.generic):
+        name = name.item()
+    if isinstance(name, float) and not np.isfinite(name):
+        return None if np.isnan(name) else NO_LABEL  # pandas' missing label (None -> nan)
+    if type(name) is int and not -(2**63) <= name < 2**63:
+        return NO_LABEL  # a saved tree's JSON keeps int64
+    if name is None or type(name) in (str, int, float, bool):
+        return name
+    if isinstance(name, tuple):
+        items = [json_label(n) for n in name]
+        return NO_LABEL if any(i is NO_LABEL or isinstance(i, list) for i in items) else items
+    return NO_LABEL
+
+
+def pandas_label(value: Any) -> Any:
+    """The pandas label ``json_label`` recorded (a list: the tuple it was)."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _is_label(value: Any) -> bool:
+    scalar = (str, int, float, bool, type(None))
+    return isinstance(value, scalar) or (
+        isinstance(value, list) and all(isinstance(v, scalar) for v in value)
+    )
+
+
+def type_json(t: Any) -> Any:
+    """The Arrow type of a column of Python values (strings, binary, lists of those) as
+    JSON (``"large_string"``, ``["list", "string"]``), or ``None`` for another type: what
+    ``to_arrow`` gives such a column back as, when its values cannot say (no rows, all
+    null, ``large_string``)."""
+    pa = require("pyarrow", "arrow")
+    if pa.types.is_fixed_size_list(t):
+        inner = type_json(t.value_type)
+        return None if inner is None else ["fixed_size_list", t.list_size, inner]
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        inner = type_json(t.value_type)
+        return (
+            None
+            if inner is None
+            else ["large_list" if pa.types.is_large_list(t) else "list", inner]
+        )
+    return str(t) if str(t) in _OBJECT_TYPES else None
+
+
+_OBJECT_TYPES = ("string", "large_string", "binary", "large_binary", "null")
+
+
+def arrow_type(value: Any) -> Any:
+    """The Arrow type ``type_json`` wrote (``None`` when ``value`` is not one)."""
+    pa = require("pyarrow", "arrow")
+    if isinstance(value, str):
+        return pa.type_for_alias(value) if value in _OBJECT_TYPES else None
+    if isinstance(value, list) and len(value) == 2 and value[0] in ("list", "large_list"):
+        inner = arrow_type(value[1])
+        maker = pa.list_ if value[0] == "list" else pa.large_list
+        return None if inner is None else maker(inner)
+    if isinstance(value, list) and len(value) == 3 and value[0] == "fixed_size_list":
+        inner, size = arrow_type(value[2]), value[1]
+        ok = inner is not None and type(size) is int and 0 < size < 2**31
+        return pa.list_(inner, size) if ok else None
+    return None
+
+
 def check_info(info: Any, label: str, where: str) -> dict[str, Any]:
     """A column info, checked (a ``FormatError`` naming the column when it is not one)."""
 
@@ -339,15 +415,17 @@ def check_info(info: Any, label: str, where: str) -> dict[str, Any]:
 
     if not isinstance(info, dict):
         raise bad(f"should be an object, got {type(info).__name__}")
-    index = info.get("index")
-    if index is not None and not isinstance(index, str | int | float):
-        raise bad(f"has index name {index!r}; expected a string or a number")
+    for field in ("index", "name"):  # the level's / column's pandas label
+        if not _is_label(info.get(field)):
+            raise bad(f"has {field} label {info[field]!r}; expected a string, a number or a list")
     if not isinstance(info.get("pandas", ""), str):
         raise bad(f"has pandas dtype {info['pandas']!r}; expected its name")
+    if "arrow" in info and arrow_type(info["arrow"]) is None:
+        raise bad(f"has Arrow type {info['arrow']!r}; expected strings, binary or lists")
     kind = info.get("kind")
     if kind is None:
-        if "index" not in info and "pandas" not in info:
-            raise bad("has neither a kind, a pandas dtype nor an index name")
+        if not {"index", "pandas", "name", "arrow"} & set(info):
+            raise bad("has neither a kind, a pandas dtype, an index name nor a name")
         return info
     if kind not in _KINDS:
         raise bad(f"has kind {kind!r}; expected one of {sorted(_KINDS)}")
@@ -363,6 +441,12 @@ def check_info(info: Any, label: str, where: str) -> dict[str, Any]:
             raise bad("has categories that are repeated or not hashable (values pandas takes)")
         if not isinstance(info.get("ordered", False), bool):
             raise bad("has a non-bool 'ordered'")
+        if "values" in info:  # datetime categories: int64 nanoseconds of that type
+            values = check_info(info["values"], label, where)
+            if values.get("kind") in (None, "category") or not all(
+                type(c) is int and -(2**63) <= c < 2**63 for c in categories
+            ):
+                raise bad("has 'values' other than a time type of int64 nanosecond categories")
         return info
     unit = info.get("unit")
     if kind in ("timestamp", "duration", "time32", "time64") and unit not in NS_PER:
@@ -399,7 +483,12 @@ def node_infos(td: Any, where: str) -> dict[str, dict[str, Any]]:
     if value is None:
         return {}
     data = value.data if isinstance(value, NonTensorData) and not value.stacked else None
-    if isinstance(value, NonTensorData) and value.stacked:
+    if isinstance(value, NonTensorData) and value.stacked and value.data.size:
+        # torch.stack/expand/unbind of one frame's container: every row holds one record
+        first = value.data.flat[0]
+        if all(v == first for v in value.data.flat):
+            data = first
+    if data is None and isinstance(value, NonTensorData) and value.stacked:
         # torch.cat/stack or a row write of containers from different frames: their rows
         # code categories (or datetimes) differently, and no one record fits them all
         raise FormatError(
@@ -463,7 +552,7 @@ def parse_meta(raw: bytes | None, where: str) -> dict[str, Any]:
 
 def _shape(value: Any, what: str, where: str) -> None:
     if not isinstance(value, list) or not all(
-        type(n) is int and n >= 0
+        type(n) is int and 0 <= n < 2**63
         for n in value  # bool is no size
     ):
         raise FormatError(
@@ -477,3 +566,22 @@ def jsonable(value: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return True
+
+
+def _merge_records(old: Any, new: Any, keys: set[Any]) -> Any:
+    """``a.update(b)``'s column record: ``a``'s for the entries ``b`` left alone, ``b``'s
+    for those it set (an entry set without a record of its own loses ``a``'s, which
+    described the value it replaced); ``None`` when no column keeps one."""
+    plain = [
+        v.data if isinstance(v, NonTensorData) and not v.stacked and isinstance(v.data, dict)
+        else None
+        for v in (old, new)
+    ]  # fmt: skip
+    if (old is not None and plain[0] is None) or (new is not None and plain[1] is None):
+        return new if new is not None else old  # rows of different frames: node_infos refuses
+    merged = {k: v for k, v in (plain[0] or {}).items() if k not in keys}
+    merged.update({k: v for k, v in (plain[1] or {}).items() if k in keys})
+    return NonTensorData(merged) if merged else None
+
+
+MERGED_ENTRIES[COLUMNS_KEY] = _merge_records

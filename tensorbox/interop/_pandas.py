@@ -16,13 +16,16 @@ from tensorbox._core.nontensor import NonTensorData
 from tensorbox.errors import FormatError
 from tensorbox.interop._columns import (
     COLUMNS_KEY,
+    NO_LABEL,
     WHERE,
     check_codes,
     check_names,
     container_of,
     info_array,
+    json_label,
     node_infos,
     numpy_temporal,
+    pandas_label,
     place_infos,
     split,
     temporal,
@@ -48,6 +51,9 @@ def _series_value(s: Any, name: str, where: str) -> tuple[Any, dict[str, Any] | 
             "categories": dt.categories.tolist(),
             "ordered": bool(dt.ordered),
         }
+        if dt.categories.dtype.kind in "mM":  # as the entries: nanoseconds and their type
+            ns, values = temporal(_pa().array(dt.categories), f"{name} (its categories)", where)
+            info.update(categories=ns.tolist(), values=values)
         return torch.from_numpy(s.cat.codes.to_numpy().copy()), info
     if isinstance(dt, pd.IntervalDtype | pd.PeriodDtype):
         raise TypeError(
@@ -64,7 +70,7 @@ def _series_value(s: Any, name: str, where: str) -> tuple[Any, dict[str, Any] | 
         if dt.kind in "biufc":
             return torch.from_numpy(np.array(s.to_numpy(), copy=True)), None
         if dt.kind == "O":
-            return _objects(s, dt)
+            return _objects(s, dt, name, where)
         raise TypeError(
             f"{where}: column {name!r} has dtype {dt}, which has no tensor form; {_UNSUPPORTED}"
         )
@@ -75,24 +81,71 @@ def _series_value(s: Any, name: str, where: str) -> tuple[Any, dict[str, Any] | 
                 f"{where}: column {name!r} has {int(s.isna().sum())} missing value(s) and a "
                 "tensor has no null: fill them first (DataFrame.fillna) or drop those rows"
             )
-        info = {"pandas": str(dt)}  # to_pandas gives back the nullable dtype
+        info = {"pandas": _dtype_name(dt, name, where)}  # to_pandas restores the dtype
         return torch.from_numpy(s.to_numpy(dtype=numpy_dtype).copy()), info
-    if numpy_dtype is not None and numpy_dtype.kind in "mM":  # pyarrow-backed datetimes
+    arrow_type = getattr(dt, "pyarrow_dtype", None)
+    if arrow_type is not None and _pa().types.is_temporal(arrow_type):  # pyarrow-backed
         ns, info = temporal(_pa().array(s, from_pandas=True), name, where)
-        return torch.from_numpy(ns), info
+        return torch.from_numpy(ns), {**info, "pandas": _dtype_name(dt, name, where)}
     # string dtypes and other extension types: the Python values, one per row
-    return _objects(s, dt)
+    return _objects(s, dt, name, where)
 
 
-def _objects(s: Any, dt: Any) -> tuple[NonTensorData, dict[str, Any] | None]:
+def _objects(
+    s: Any, dt: Any, name: str = "", where: str = ""
+) -> tuple[NonTensorData, dict[str, Any] | None]:
     """A column of Python values, one per row; its dtype recorded when pandas would not
-    infer it again from those values (an object column of numbers, an empty one...)."""
+    infer it again from those values (an object column of numbers, an empty one...).
+    A missing value of a string column (``NA`` or ``NaN`` by its dtype) is ``None``,
+    the null of JSON and Arrow, so the column can be saved; its dtype makes it ``NA``
+    or ``NaN`` again."""
     pd = require("pandas", "arrow")
     values = s.to_numpy(dtype=object).copy()
+    if not (isinstance(dt, np.dtype) and dt.kind == "O"):  # an object column's NaN is a value
+        values[pd.isna(values)] = None
     inferred = pd.Series(list(values[:1000]) if len(values) else []).dtype
     # an empty column is recorded too: to_pandas of an empty list would give float64
-    info = None if inferred == dt and 0 < len(values) <= 1000 else {"pandas": str(dt)}
+    keep = inferred == dt and 0 < len(values) <= 1000
+    if keep and dt == np.dtype(object):  # lists and dicts would read back from Arrow as
+        keep = not any(isinstance(v, list | dict) for v in values)  # tensors and nodes
+    info = None if keep else {"pandas": _dtype_name(dt, name, where)}
     return NonTensorData(values, stacked=True), info
+
+
+def _dtype_name(dt: Any, label: str, where: str) -> str:
+    """The name that gives pandas dtype ``dt`` back (a ``StringDtype`` with its storage:
+    ``"string[python]"``); a ``TypeError`` naming the column for a dtype no name gives
+    back (pyarrow-backed dictionaries, structs, lists, decimals)."""
+    pd = require("pandas", "arrow")
+    name = str(dt)
+    if isinstance(dt, pd.StringDtype):
+        name = f"string[{dt.storage}]" if dt.na_value is pd.NA else f"str[{dt.storage}]"
+    if isinstance(dt, pd.ArrowDtype) and _dtype_of(name) != dt:
+        # ArrowDtype(pa.string()) is spelled "string[pyarrow]", the StringDtype's name
+        name = f"arrow:{dt.pyarrow_dtype}"
+    if _dtype_of(name) != dt:
+        raise TypeError(
+            f"{where}: column {label!r} has pandas dtype {dt}, which tensorbox cannot "
+            "record to give back; convert it first (.astype(object), .astype('category'), "
+            "or a numpy dtype)"
+        )
+    return name
+
+
+def _dtype_of(name: str) -> Any:
+    """The pandas dtype a recorded name gives (``None`` for a name pandas does not know)."""
+    pd = require("pandas", "arrow")
+    if name in ("str[python]", "str[pyarrow]"):  # pandas spells these with no name
+        return pd.StringDtype(name[4:-1], na_value=np.nan)
+    if name.startswith("arrow:"):
+        try:
+            return pd.ArrowDtype(_pa().type_for_alias(name[6:]))
+        except (ValueError, KeyError):
+            return None
+    try:
+        return pd.api.types.pandas_dtype(name)
+    except (TypeError, ValueError, ImportError, NotImplementedError):
+        return None  # NotImplementedError: pandas' own for "decimal128(5, 2)[pyarrow]"
 
 
 def _frame_columns(dataframe: Any, index: bool) -> list[tuple[Any, str, Any, bool]]:
@@ -107,7 +160,7 @@ def _frame_columns(dataframe: Any, index: bool) -> list[tuple[Any, str, Any, boo
             key = auto if level is None else str(level)
             series = pd.Series(idx.get_level_values(i), copy=False)
             out.append((level, key, series, True))
-    for i, col in enumerate(dataframe.columns):
+    for i, col in enumerate(dataframe.columns.tolist()):  # Python scalars, not numpy's
         out.append((col, str(col), i, False))
     return out
 
@@ -165,9 +218,20 @@ def from_pandas(
         value, info = _series_value(series, key, where)
         if dtype is not None and "kind" not in (info or {}) and _is_number(value):
             value, info = value.to(dtype), None  # cast: no longer the nullable dtype
+        label = json_label(original)
         if is_index:  # the level's name, None when it had none
-            name = original if original is None or isinstance(original, str | int | float) else key
-            info = {**(info or {}), "index": name}
+            info = {**(info or {}), "index": key if label is NO_LABEL else label}
+        elif label is NO_LABEL or (
+            isinstance(original, tuple) and not isinstance(dataframe.columns, pd.MultiIndex)
+        ):  # a tuple outside a MultiIndex would come back as one
+            raise TypeError(
+                f"{where}: column {original!r} has a label of type {type(original).__name__}, "
+                "which tensorbox cannot record to give back (labels are kept as JSON: "
+                "strings, numbers, bools, tuples of those); rename the columns first "
+                "(df.columns = df.columns.astype(str))"
+            )
+        elif not isinstance(original, str):
+            info = {**(info or {}), "name": label}  # 1, not "1"; ("a", "b"), not a string
         if info is not None:
             infos[key] = info
         source[key] = value
@@ -188,6 +252,7 @@ def _columns(
     where: str,
     out: dict[str, Any],
     index: list[tuple[str, Any]],
+    labels: dict[str, Any],
 ) -> dict[str, Any]:
     """One 1-D column per leaf (numpy arrays, lists, or the pandas values a column info
     restores); the columns that were an index go into ``index``."""
@@ -204,10 +269,16 @@ def _columns(
                     f"{where}: entry {path!r} is nested; pass separator='.' (or another) "
                     "to join nested keys into column names"
                 )
-            _columns(value, path, separator, where, out, index)
+            _columns(value, path, separator, where, out, index, labels)
             continue
         col = separator.join(path) if separator is not None else name
         info = infos.get(name, {})
+        if col in out:  # "a.b" beside a -> b (separator "."), or a label recorded for another
+            raise ValueError(
+                f"{where}: two entries would both be column {col!r} (a key holding the "
+                "separator beside a nested one, or the label recorded for another entry); "
+                "rename one"
+            )
         if isinstance(value, NonTensorData):
             out[col] = value.tolist() if value.stacked else [value.data] * rows
         elif not isinstance(value, Tensor):
@@ -223,40 +294,86 @@ def _columns(
                 raise TypeError(f"{where}: entry {col!r} holds categorical codes of {value.dtype}")
             check_codes(codes, len(info["categories"]), col, where)
             try:
+                categories = (
+                    pd.Index(info_array(value[:0], 0, col, info, where).dictionary.to_pandas())
+                    if "values" in info  # datetime categories, from their nanoseconds
+                    else pd.Index(info["categories"])
+                )
                 out[col] = pd.Categorical.from_codes(
                     codes,
-                    categories=pd.Index(info["categories"]),
+                    categories=categories,
                     ordered=info.get("ordered", False),
                 )
             except ValueError as err:  # categories pandas refuses (NaN among them...)
                 raise ValueError(f"{where}: entry {col!r}: {err}") from None
         elif "kind" in info:  # Arrow's cast checks the units and is the fastest here
-            out[col] = info_array(value, rows, col, info, where).to_pandas()
+            out[col] = _temporal_column(info_array(value, rows, col, info, where), info, col, where)
+            info = {k: v for k, v in info.items() if k != "pandas"}  # restored there
         else:
             value = value.detach().cpu()
             out[col] = (value.float() if value.dtype is torch.bfloat16 else value).numpy()
         if "pandas" in info:
             out[col] = _as_pandas_dtype(out[col], value, info["pandas"], col, where)
+        if "name" in info:  # the frame's own label: 1, ("a", "b")
+            labels[col] = pandas_label(info["name"])
         if "index" in info:
-            index.append((col, info["index"]))
+            index.append((col, pandas_label(info["index"])))
     return out
+
+
+def _temporal_column(arr: Any, info: dict[str, Any], col: str, where: str) -> Any:
+    """The pandas values of a temporal column: pyarrow-backed when its recorded pandas
+    dtype is (``timestamp[ms][pyarrow]``...), numpy's otherwise."""
+    pd = require("pandas", "arrow")
+    if "pandas" in info:
+        dtype = _dtype_of(info["pandas"])
+        if not isinstance(dtype, pd.ArrowDtype) or dtype.pyarrow_dtype != arr.type:
+            raise FormatError(
+                f"{where}: the recorded pandas dtype of column {col!r} is "
+                f"{info['pandas']!r}, which does not fit its {arr.type} values"
+            )
+        return pd.Series(pd.arrays.ArrowExtensionArray(arr), copy=False)
+    try:
+        return arr.to_pandas()
+    except _pa().ArrowInvalid as err:  # a time of day pandas' datetime.time cannot hold
+        raise ValueError(
+            f"{where}: entry {col!r} ({arr.type}) has no pandas form ({err}); round it to "
+            "microseconds first, or read it with to_arrow"
+        ) from None
 
 
 def _as_pandas_dtype(column: Any, value: Any, name: str, col: str, where: str) -> Any:
     """``column`` as the recorded pandas dtype ``name``, once checked to fit the entry: a
     tensor may only become the nullable dtype of its own kind (``Int64`` for integers...),
-    so a record from a hostile file cannot recast the values."""
+    Python values only a dtype that holds them as they are (object, strings), so a record
+    from a hostile file cannot recast the values."""
     pd = require("pandas", "arrow")
-    try:
-        dtype = pd.api.types.pandas_dtype(name)
-    except (TypeError, ValueError):
-        dtype = None
-    kind = getattr(getattr(dtype, "numpy_dtype", None), "kind", None)
-    if dtype is None or (isinstance(value, Tensor) and kind != np.asarray(column).dtype.kind):
+    dtype = _dtype_of(name)
+    if isinstance(value, Tensor):
+        kind = getattr(getattr(dtype, "numpy_dtype", None), "kind", None)
+        fits = kind is not None and kind == np.asarray(column).dtype.kind
+    else:
+        types = _pa().types
+        holds_values = (
+            types.is_string,
+            types.is_large_string,
+            types.is_binary,
+            types.is_large_binary,
+        )
+        fits = dtype is not None and (
+            dtype == np.dtype(object)
+            or isinstance(dtype, pd.StringDtype)
+            or (
+                isinstance(dtype, pd.ArrowDtype)
+                and any(check(dtype.pyarrow_dtype) for check in holds_values)
+            )
+        )
+    if not fits:
         raise FormatError(
             f"{where}: the recorded pandas dtype of column {col!r} is {name!r}, which does "
             f"not fit its values ({getattr(value, 'dtype', type(value).__name__)}); expected "
-            "the nullable dtype of the same kind (Int64, Float32, boolean...)"
+            "the nullable dtype of the same kind (Int64, Float32, boolean...), or for "
+            "Python values object or a string dtype"
         )
     return pd.Series(column, dtype=dtype, copy=False)
 
@@ -275,10 +392,31 @@ def to_pandas(td: Any, *, separator: str | None = None) -> Any:
     >>> list(df.columns)
     ['a', 'n.b']
     """
+    return frame_of(td, separator)[0]
+
+
+def frame_of(td: Any, separator: str | None = None) -> tuple[Any, bool]:
+    """``to_pandas(td)``, and whether entries of ``td`` became its index (``to_csv``
+    writes the index then, so no entry is left out of the file)."""
     pd = require("pandas", "arrow")
-    index: list[tuple[str, Any]] = []
-    frame = pd.DataFrame(_columns(td, (), separator, "to_pandas", {}, index))
+    index: list[tuple[Any, Any]] = []
+    labels: dict[str, Any] = {}
+    columns = _columns(td, (), separator, "to_pandas", {}, index, labels)
+    # rows without columns (``pd.DataFrame(index=range(3))``) keep their count
+    rows = None if columns or not td.batch_dims else pd.RangeIndex(td.batch_size[0])
+    frame = pd.DataFrame(columns, index=rows)
     if index:
         frame = frame.set_index([col for col, _ in index])
         frame.index.names = [name for _, name in index]
-    return frame
+    if labels or index:  # the labels' own Index (int64, a MultiIndex...)
+        names = [labels.get(col, col) for col in frame.columns]
+        seen: dict[tuple[str, str], str] = {}
+        for col, name in zip(frame.columns, names, strict=True):
+            other = seen.setdefault((type(name).__name__, repr(name)), col)
+            if other != col:
+                raise FormatError(
+                    f"to_pandas: entries {other!r} and {col!r} would both be column "
+                    f"{name!r} (a label recorded for one of them); rename one"
+                )
+        frame.columns = pd.Index(names, tupleize_cols=True)
+    return frame, bool(index)

@@ -44,11 +44,12 @@ import torch
 from torch import Tensor
 
 from tensorbox._core.nontensor import NonTensorData
-from tensorbox.errors import FormatError
+from tensorbox.errors import BatchSizeError, FormatError
 from tensorbox.interop._columns import (
     CATEGORIES,
     COLUMNS_KEY,
     WHERE,
+    arrow_type,
     check_names,
     container_of,
     info_array,
@@ -56,8 +57,10 @@ from tensorbox.interop._columns import (
     node_infos,
     parse_meta,
     place_infos,
+    restore_temporal,
     split,
     temporal,
+    type_json,
 )
 from tensorbox.interop._extras import require
 from tensorbox.interop._pandas import from_pandas, to_pandas  # defined there, exported here
@@ -256,15 +259,17 @@ def _node(
         arr = _one_chunk(col)
         t = arr.type
         recorded = meta.get("columns", {}).get(label)
-        if recorded is not None and recorded.get("kind") not in (
-            None,
-            "category" if pa.types.is_dictionary(t) else None,
-        ):
+        if recorded is not None and recorded.get("kind") not in _kinds_of(t):
             raise FormatError(
                 f"{where}: the schema metadata records column {label!r} as "
                 f"{recorded['kind']}, but its Arrow type is {t}"
             )
-        if pa.types.is_struct(t):
+        kept_as_values = (  # a pandas object column: its lists, dicts or numbers stay values
+            recorded is not None
+            and recorded.get("pandas") == "object"
+            and not (pa.types.is_dictionary(t) or pa.types.is_temporal(t))
+        )
+        if pa.types.is_struct(t) and not kept_as_values:
             if arr.null_count:
                 raise ValueError(
                     f"{where}: column {label!r} has {arr.null_count} null struct(s); "
@@ -275,27 +280,62 @@ def _node(
             children = {n: arr.field(i) for i, n in enumerate(names)}
             out[name] = _node(children, key_path, meta, where, dtype, ragged, rows)
             continue
-        if _is_object_type(t):
-            out[name] = _objects(arr, node_bs)
-            if recorded is not None and "pandas" in recorded:
-                infos[name] = {"pandas": recorded["pandas"]}
-            continue
-        if pa.types.is_temporal(t):
+        tensor: Tensor | NonTensorData
+        if _is_object_type(t) or kept_as_values:
+            tensor = _objects(arr, node_bs)
+            if t != pa.string() or arr.null_count == len(arr):  # what values cannot say
+                kept = type_json(t)
+                if kept is not None:
+                    infos[name] = {"arrow": kept}
+        elif pa.types.is_temporal(t):
             ns, infos[name] = temporal(arr, label, where)
             tensor = torch.from_numpy(ns)
+            if recorded is not None and "kind" in recorded:
+                infos[name] = _written_as(infos[name], recorded, label, where)
         elif pa.types.is_dictionary(t):
             tensor, infos[name] = _categorical(arr, label, recorded, where)
         else:
-            tensor = _trusted(_column_tensor(arr, label, where, ragged), label, meta, t, where)
-            if dtype is not None and tensor.dtype is not torch.bool and not tensor.is_nested:
-                tensor = tensor.to(dtype)
-        for field in ("index", "pandas"):  # what only the metadata says
+            values = _trusted(_column_tensor(arr, label, where, ragged), label, meta, t, where)
+            if dtype is not None and values.dtype is not torch.bool and not values.is_nested:
+                values = values.to(dtype)
+            tensor = values
+        for field in ("index", "pandas", "name"):  # what only the metadata says
             if recorded is not None and field in recorded:
                 infos[name] = {**infos.get(name, {}), field: recorded[field]}
         out[name] = tensor
     if infos:
         out[COLUMNS_KEY] = infos
     return _Nested(out, node_bs) if path else out
+
+
+def _kinds_of(t: Any) -> tuple[str | None, ...]:
+    """The recorded kinds a column of Arrow type ``t`` may carry: Parquet keeps a
+    dictionary of numbers as plain values (re-encoded by the reader), and stores
+    ``timestamp[s]`` as ``[ms]``, ``date64`` as ``date32``, ``time32[s]`` as ``[ms]``."""
+    pa = _pa()
+    if pa.types.is_dictionary(t):
+        return (None, "category")
+    if pa.types.is_timestamp(t) or pa.types.is_duration(t):
+        return (None, "timestamp" if pa.types.is_timestamp(t) else "duration")
+    if pa.types.is_date(t):
+        return (None, "date32", "date64")
+    if pa.types.is_time(t):
+        return (None, "time32", "time64")
+    return (None,)
+
+
+def _written_as(
+    info: dict[str, Any], recorded: dict[str, Any], label: str, where: str
+) -> dict[str, Any]:
+    """The info of a temporal column as ``to_arrow`` recorded it (its unit, which a
+    Parquet file may have widened), once the recorded zone is checked to be the column's;
+    ``to_arrow``/``to_pandas`` refuse values that are not whole units of it."""
+    if recorded.get("tz") != info.get("tz"):
+        raise FormatError(
+            f"{where}: the schema metadata records column {label!r} in time zone "
+            f"{recorded.get('tz')!r}, but its Arrow type has {info.get('tz')!r}"
+        )
+    return {k: v for k, v in recorded.items() if k not in ("index", "pandas", "name")}
 
 
 def _rows_first(shape: list[int], rows: int) -> tuple[int, ...]:
@@ -338,30 +378,31 @@ def _categorical(
     pc = require("pyarrow.compute", "arrow")
     dictionary = arr.dictionary
     target = (CATEGORIES.get() or {}).get(label)
+    values_info = None  # the temporal type of recorded categories held as nanoseconds
     if target is None and recorded is not None:
         target = recorded.get("categories")
+        values_info = recorded.get("values")
+    if target is None and (dictionary.null_count or len(dictionary.unique()) < len(dictionary)):
+        # a null value in the dictionary is a null (Arrow's reading); a repeated one is one
+        # category: pandas takes neither as categories
+        target = dictionary.drop_null().unique().to_pylist()
     indices = pc.fill_null(arr.indices, 0) if arr.null_count else arr.indices
     idx = np.array(indices.to_numpy(zero_copy_only=False))  # a copy: the codes are ours
     if target is not None:
-        try:
-            value_set = pa.array(target, type=dictionary.type)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-            raise FormatError(
-                f"{where}: the categories recorded for column {label!r} are not "
-                f"{dictionary.type} values ({err})"
-            ) from None
+        value_set = _value_set(target, values_info, dictionary.type, label, where)
         transpose = pc.index_in(dictionary, value_set=value_set)
-        if transpose.null_count:
-            stray = dictionary.filter(transpose.is_null())[0]
+        strays = pc.and_(transpose.is_null(), dictionary.is_valid())
+        if pc.any(strays).as_py():
+            stray = dictionary.filter(strays)[0]
             raise FormatError(
                 f"{where}: column {label!r} holds {stray}, which is not among its recorded "
                 f"categories ({len(target)} of them)"
             )
-        if len(transpose):
-            idx = np.asarray(transpose.to_numpy(zero_copy_only=False))[idx]
+        if len(transpose):  # a null value of the dictionary: code -1
+            idx = np.asarray(pc.fill_null(transpose, -1).to_numpy(zero_copy_only=False))[idx]
         categories = list(target)
     else:
-        categories = dictionary.to_pylist()
+        value_set, categories = dictionary, dictionary.to_pylist()
     index_dtype = np.dtype(arr.type.index_type.to_pandas_dtype())
     code_dtype = index_dtype if index_dtype.kind == "i" else np.dtype(np.int64)
     if len(categories) > np.iinfo(code_dtype).max:  # a file's union outgrew the index type
@@ -370,7 +411,43 @@ def _categorical(
     if arr.null_count:
         codes[np.asarray(arr.is_null().to_numpy(zero_copy_only=False))] = -1
     info = {"kind": "category", "categories": categories, "ordered": bool(arr.type.ordered)}
+    if not categories and type_json(dictionary.type) is not None:  # what no value says
+        info["arrow"] = type_json(dictionary.type)
+    if values_info is not None:  # recorded as nanoseconds (Parquet: durations as int64)
+        info["values"] = values_info
+    elif pa.types.is_temporal(dictionary.type):  # datetimes as nanoseconds, as the entries
+        ns, values = temporal(value_set, f"{label} (its categories)", where)
+        info.update(categories=ns.tolist(), values=values)
     return torch.from_numpy(codes), info
+
+
+def _value_set(
+    target: list[Any], values_info: dict[str, Any] | None, t: Any, label: str, where: str
+) -> Any:
+    """The categories ``target`` as an Arrow array of the dictionary's type ``t``: those
+    of a temporal column are recorded as nanoseconds of the type ``values_info`` names."""
+    pa = _pa()
+    if pa.types.is_temporal(t) and values_info is None and any(type(v) is int for v in target):
+        raise FormatError(
+            f"{where}: the categories recorded for column {label!r} are numbers, but not "
+            f"the type of time they count; its dictionary holds {t}"
+        )
+    if values_info is not None and not (
+        pa.types.is_temporal(t) or (t == pa.int64() and values_info["kind"] == "duration")
+    ):  # Parquet keeps durations as int64; any other type is not what the record says
+        raise FormatError(
+            f"{where}: the categories recorded for column {label!r} are {values_info['kind']} "
+            f"values, but its dictionary holds {t}"
+        )
+    try:
+        if values_info is None:
+            return pa.array(target, type=t)
+        ns = np.asarray(target, dtype=np.int64)
+        return restore_temporal(ns, values_info, label, where).cast(t)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError) as err:
+        raise FormatError(
+            f"{where}: the categories recorded for column {label!r} are not {t} values ({err})"
+        ) from None
 
 
 class _Nested(dict):  # type: ignore[type-arg]
@@ -460,6 +537,8 @@ def from_arrow(
     meta = parse_meta((table.schema.metadata or {}).get(META_KEY), where)
     check_names(((n, n) for n in table.column_names), separator, where)
     rows = table.num_rows
+    if not table.num_columns and meta.get("batch_size"):  # Parquet keeps no rows without columns
+        rows = meta["batch_size"][0]
     columns = dict(zip(table.column_names, table.columns))
     token = _VIEW_IMMUTABLE.set(copy is False)
     try:
@@ -469,10 +548,19 @@ def from_arrow(
     infos = source.pop(COLUMNS_KEY, {})
     if copy:
         source = _copied(source)
+    recorded = batch_size is None and not auto_batch_size and "batch_size" in meta
     if batch_size is None and not auto_batch_size:
         batch_size = _rows_first(meta.get("batch_size", [rows]), rows)
     source = place_infos(split(_build(source), separator), infos, separator)
-    return container_of(cls, source, batch_size, device, auto_batch_size, batch_dims, where)
+    try:
+        return container_of(cls, source, batch_size, device, auto_batch_size, batch_dims, where)
+    except BatchSizeError as err:
+        if not recorded:
+            raise
+        raise FormatError(
+            f"{where}: the schema metadata's batch_size {meta['batch_size']} does not fit "
+            f"the columns ({err})"
+        ) from None
 
 
 # ------------------------------------------------------------------ tree -> Arrow
@@ -509,13 +597,15 @@ def _tensor_array(t: Tensor, rows: int, key: str, meta: dict[str, Any]) -> Any:
     return values
 
 
-def _object_array(value: NonTensorData, rows: int, key: str) -> Any:
+def _object_array(value: NonTensorData, rows: int, key: str, t: Any = None) -> Any:
+    """A column of Python values, of Arrow type ``t`` (what ``from_arrow`` recorded)
+    or the one Arrow infers."""
     pa = _pa()
     data = value.data.tolist() if value.stacked else [value.data] * rows
     if value.stacked and value.data.ndim == 0:
         data = [data] * rows
     try:
-        return pa.array(data)
+        return pa.array(data, type=t)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:
         raise TypeError(
             f"to_arrow: non-tensor entry {key!r} ({type(value.data).__name__}) has no Arrow "
@@ -527,9 +617,9 @@ def _recorded(info: dict[str, Any]) -> dict[str, Any]:
     """What of a column info goes into the schema metadata (the Arrow type says the
     rest): the index name, the pandas dtype, and a categorical's categories, as Parquet
     keeps only those a row group uses, in its own order."""
-    out: dict[str, Any] = {k: info[k] for k in ("index", "pandas") if k in info}
-    if info.get("kind") == "category" and jsonable(info["categories"]):
-        out.update(info)
+    out: dict[str, Any] = {k: info[k] for k in ("index", "pandas", "name") if k in info}
+    if info.get("kind") != "category" or jsonable(info["categories"]):
+        out.update(info)  # a unit Parquet widens (``s`` to ``ms``), categories, ordered
     return out
 
 
@@ -556,7 +646,8 @@ def _arrays(
         elif isinstance(value, Tensor):
             arr = _tensor_array(value, rows, key, meta)
         elif isinstance(value, NonTensorData):
-            arr = _object_array(value, rows, key)
+            kept = None if info is None or "arrow" not in info else arrow_type(info["arrow"])
+            arr = _object_array(value, rows, key, kept)
         elif getattr(type(value), "_is_tensor_collection", False):
             meta.setdefault("nodes", {})["/".join(path)] = list(value.batch_size)
             if separator is not None:
@@ -602,7 +693,7 @@ def to_arrow(td: Any, *, separator: str | None = None) -> Any:
     table = (
         pa.table(arrays)
         if arrays
-        else pa.table({}).append_column("__rows__", pa.nulls(bs[0])).drop(["__rows__"])
+        else pa.table({"__rows__": pa.nulls(bs[0])}).select([])  # rows, no columns
     )
     return table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
 

@@ -15,7 +15,9 @@ from typing import Any
 from tensorbox._storage.atomic import replacing
 from tensorbox.interop._columns import parse_meta, reading
 from tensorbox.interop._extras import require
-from tensorbox.interop.arrow import META_KEY, _pa, from_arrow, from_pandas, to_arrow, to_pandas
+from tensorbox.interop._pandas import frame_of
+from tensorbox.interop.arrow import META_KEY, _pa, from_arrow, from_pandas, to_arrow
+from tensorbox.interop.arrow import to_pandas as to_pandas  # read here by interop.files
 
 __all__ = [
     "ParquetRowGroups",
@@ -80,8 +82,11 @@ def _encoded(col: Any, label: str, recorded: dict[str, Any]) -> Any:
         ]  # fmt: skip
         arrays = [k.combine_chunks() for k in kids]
         return pa.chunked_array([pa.StructArray.from_arrays(arrays, names=names)])
-    if recorded.get(label, {}).get("kind") == "category" and not pa.types.is_dictionary(t):
-        return col.dictionary_encode()
+    info = recorded.get(label, {})
+    if info.get("kind") == "category" and not pa.types.is_dictionary(t):
+        encoded = col.dictionary_encode()  # unordered: the record says whether it was
+        ordered = pa.dictionary(encoded.type.index_type, t, ordered=info.get("ordered", False))
+        return pa.chunked_array([c.cast(ordered) for c in encoded.chunks], type=ordered)
     return col
 
 
@@ -132,7 +137,10 @@ def from_csv(path: Any, **kwargs: Any) -> Any:
     own = {k: kwargs.pop(k) for k in (*_OWN, "index") if k in kwargs}
     if "read_csv_dtype" in kwargs:
         kwargs["dtype"] = kwargs.pop("read_csv_dtype")
-    frame = pd.read_csv(path, **kwargs)
+    try:
+        frame = pd.read_csv(path, **kwargs)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError) as err:  # they name no file
+        raise ValueError(f"{where}: {err}") from err
     with reading(where):
         return from_pandas(frame, **own)
 
@@ -141,8 +149,8 @@ def to_csv(td: Any, path: Any, *, separator: str | None = None, **kwargs: Any) -
     """Write one CSV column per leaf (see ``to_pandas`` for what fits in a column);
     ``kwargs`` go to ``pandas.DataFrame.to_csv`` (pandas writes floats with their
     decimal point, so a float column reads back as floats)."""
-    kwargs.setdefault("index", False)
-    frame = to_pandas(td, separator=separator)
+    frame, has_index = frame_of(td, separator)
+    kwargs.setdefault("index", has_index)  # entries that were the index are written too
     with _atomic(path, ".csv") as target:
         frame.to_csv(target, **kwargs)
 
@@ -173,10 +181,17 @@ def from_json(path: Any, *, lines: bool = False, **kwargs: Any) -> Any:
     where = f"from_json({_name(path)!r})"
     columns = {}
     for name in names:
+        values = [r.get(name) for r in records]
         try:
-            columns[name] = pa.array([r.get(name) for r in records])
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-            raise TypeError(f"{where}: key {name!r} holds values of mixed types ({err})") from None
+            try:
+                columns[name] = pa.array(values)
+            except OverflowError:  # past int64: uint64, as pandas' read_json
+                columns[name] = pa.array(values, pa.uint64())
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as err:
+            raise TypeError(
+                f"{where}: key {name!r} holds values no one column type holds (mixed types, "
+                f"or integers past int64 and uint64) ({err})"
+            ) from None
     table = pa.table(columns)
     if not columns and not kwargs.get("auto_batch_size"):
         kwargs.setdefault("batch_size", [len(records)])  # records without keys: rows all the same

@@ -238,7 +238,8 @@ def test_metadata_is_checked_against_the_column_type():
         (b'{"columns": {"x": {"kind": "bogus"}}}', r"column 'x' has kind 'bogus'"),
         (b'{"batch_size": []}', r"batch_size is empty"),
         (b'{"columns": {"x": {"kind": "category", "categories": ["a", "a"]}}}', "repeated"),
-        (b'{"columns": {"x": {"index": [1]}}}', r"index name \[1\]; expected"),
+        (b'{"columns": {"x": {"index": [[1]]}}}', r"index label \[\[1\]\]; expected"),
+        (b'{"columns": {"x": {"name": {"a": 1}}}}', r"name label \{'a': 1\}; expected"),
         (b'{"dtypes": {"x": "bfloat16"}, "shapes": {"x": [2, -1]}}', "list of sizes"),
     ],
 )
