@@ -32,6 +32,8 @@ _PORTS = {
     "live": "tensorbox._redis:TensorDictStore",
     "weights": "tensorbox.weights",
     "distributed": "tensorbox.distributed",
+    # entries update() merges instead of replacing: the tabular bridges' column record
+    "merge.__columns__": "tensorbox.interop._columns:merge_records",
     # format name -> the module of its ``from_<name>``/``to_<name>``
     "format.arrow": "tensorbox.interop.arrow",
     "format.pandas": "tensorbox.interop.arrow",

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 from torch import Tensor
 
+from tensorbox._core import ports as _ports
 from tensorbox._core.apply import clone
 from tensorbox._core.entries import copy_leaf, prepare_entry
 from tensorbox._core.nestedkey import NestedKey, unravel_key
@@ -37,11 +38,12 @@ __all__ = ["exclude", "flatten_keys", "select", "unflatten_keys", "update"]
 
 _NTD = NonTensorData
 
-#: Entries that describe their node's other entries (the tabular bridges' column record,
-#: ``"__columns__"``, registered by ``tensorbox.interop``): ``update`` merges them with
-#: ``merge(old, new, keys the update set)`` (the raw values, ``None`` where absent; the
-#: result ``None`` deletes the entry) instead of replacing the old record with the new.
-MERGED_ENTRIES: dict[str, Any] = {}
+# Entries that describe their node's other entries (the tabular bridges' column record,
+# ``"__columns__"``) are bound by the package face as the ports ``"merge.<key>"``
+# (``ports.MERGED`` holds their keys): ``update`` merges them with ``merge(old, new, keys
+# the update set)`` (the raw values, ``None`` where absent; the result ``None`` deletes
+# the entry) instead of replacing the old record with the new.
+_MERGED = _ports.MERGED
 
 
 def update(
@@ -63,17 +65,17 @@ def update(
             if found:  # as tensordict: keys_to_update filters, it does not require
                 _set_path(td, path, raw(node), inplace, strict)
                 touched.setdefault(path[:-1], set()).add(path[-1])
-        for parent, names in touched.items() if MERGED_ENTRIES else ():
+        for parent, names in touched.items() if _MERGED else ():
             _merge_records_at(td, other, parent, names)
         return
     store = td._tensordict
     items = other if type(other) is dict else store_of(other)
-    records = {k: (store.get(k), items.get(k)) for k in MERGED_ENTRIES if k in store or k in items}
+    records = {k: (store.get(k), items.get(k)) for k in _MERGED if k in store or k in items}
     if records:  # the records are merged below, not set as entries
         items = {k: v for k, v in items.items() if k not in records}
     _update_entries(td, store, items, inplace, strict)
     for k, (old, new) in records.items():  # one record of the columns of both sides
-        merged = MERGED_ENTRIES[k](old, new, set(items))
+        merged = _ports.port(f"merge.{k}")(old, new, set(items))
         if merged is None:
             store.pop(k, None)
         else:
@@ -88,11 +90,11 @@ def _merge_records_at(td: Any, other: Any, parent: tuple[str, ...], names: set[s
         return
     _, theirs, _ = _lookup_mapping(other, parent) if parent else (True, other, None)
     their_store = store_of(theirs) if is_coll(theirs) or isinstance(theirs, Mapping) else {}
-    for k, merge in MERGED_ENTRIES.items():
+    for k in _MERGED:
         old, new = node._tensordict.get(k), their_store.get(k)
         if k in names or (old is None and new is None):
             continue
-        merged = merge(old, new, names)
+        merged = _ports.port(f"merge.{k}")(old, new, names)
         if merged is None:
             node._tensordict.pop(k, None)
         else:

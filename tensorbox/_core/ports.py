@@ -46,6 +46,7 @@ __all__ = [
     "FileRefs",
     "Persistence",
     "PortUnboundError",
+    "MERGED",
     "Weights",
     "backing",
     "bind",
@@ -225,6 +226,14 @@ class Distributed(Protocol):
 _PATHS: dict[str, str] = {}
 #: port name -> the object bound (filled on first use, or by :func:`install`).
 _BOUND: dict[str, Any] = {}
+#: the keys ``K`` of the ports ``"merge.K"``: entries that describe their node's other
+#: entries, which ``update`` merges through the port instead of replacing.
+MERGED: set[str] = set()
+
+
+def _note(name: str, bound: bool) -> None:
+    if name.startswith("merge."):
+        (MERGED.add if bound else MERGED.discard)(name[len("merge.") :])
 
 
 def bind(paths: dict[str, str]) -> None:
@@ -233,17 +242,20 @@ def bind(paths: dict[str, str]) -> None:
     for name, path in paths.items():
         _PATHS[name] = path
         _BOUND.pop(name, None)
+        _note(name, True)
 
 
 def unbind(name: str) -> str | None:
     """Forget the binding of ``name``; returns its path (None if it had none)."""
     _BOUND.pop(name, None)
+    _note(name, False)
     return _PATHS.pop(name, None)
 
 
 def install(name: str, obj: Any) -> None:
     """Bind ``name`` to ``obj`` itself (a test's or another backend's implementation)."""
     _BOUND[name] = obj
+    _note(name, True)
 
 
 def bound(name: str) -> Any | None:

@@ -35,7 +35,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tensorbox._core.keyops import MERGED_ENTRIES
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox.errors import FormatError, KeyCollisionError
 from tensorbox.interop._extras import require
@@ -568,7 +567,7 @@ def jsonable(value: Any) -> bool:
     return True
 
 
-def _merge_records(old: Any, new: Any, keys: set[Any]) -> Any:
+def merge_records(old: Any, new: Any, keys: set[Any]) -> Any:
     """``a.update(b)``'s column record: ``a``'s for the entries ``b`` left alone, ``b``'s
     for those it set (an entry set without a record of its own loses ``a``'s, which
     described the value it replaced); ``None`` when no column keeps one."""
@@ -582,6 +581,3 @@ def _merge_records(old: Any, new: Any, keys: set[Any]) -> Any:
     merged = {k: v for k, v in (plain[0] or {}).items() if k not in keys}
     merged.update({k: v for k, v in (plain[1] or {}).items() if k in keys})
     return NonTensorData(merged) if merged else None
-
-
-MERGED_ENTRIES[COLUMNS_KEY] = _merge_records

@@ -57,6 +57,28 @@ def test_update_drops_the_record_of_a_column_it_replaces_with_a_plain_value():
     assert to_pandas(a)["c"].cat.categories.tolist() == ["y", "z"]
 
 
+def test_update_merges_records_of_loaded_trees_before_any_bridge_is_imported(tmp_path):
+    """The merge is bound by the package face, not registered when a bridge is first
+    imported: a process that only loads saved trees merges their records too."""
+    import subprocess
+    import sys
+
+    a = from_pandas(pd.DataFrame({"c": pd.Categorical(["x", "y"])}))
+    b = from_pandas(pd.DataFrame({"d": pd.Categorical(["p", "q"])}))
+    a.memmap(tmp_path / "a")
+    b.memmap(tmp_path / "b")
+    code = (
+        "import sys, tensorbox\n"
+        f"a = tensorbox.TensorDict.load_memmap({str(tmp_path / 'a')!r}).clone()\n"
+        f"b = tensorbox.TensorDict.load_memmap({str(tmp_path / 'b')!r})\n"
+        "assert 'tensorbox.interop.arrow' not in sys.modules\n"
+        "a.update(b)\n"
+        "print(sorted(a['__columns__']))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["['c',", "'d']"]
+
+
 def test_update_merges_nested_records():
     a = from_pandas(pd.DataFrame({"n.c": pd.Categorical(["x", "y"])}), separator=".")
     b = from_pandas(pd.DataFrame({"n.d": pd.Categorical(["p", "q"])}), separator=".")
