@@ -48,9 +48,9 @@ class StoreReads:
 
     def _header(self, path: tuple[str, ...]) -> _Header | None:
         server = self._server
-        gen, raw = server.call(
-            f"read the header of {format_key(path)!r}",
-            lambda: server.client.hmget(server.index_key, [_GEN, _enc(path)]),
+        what = f"read the header of {format_key(path)!r}"
+        gen, raw = server.reply(
+            what, server.call(what, lambda: server.client.hmget(server.index_key, [_GEN, _enc(path)])), 2
         )
         server.check_gen(gen, path)
         if raw is None:
@@ -116,9 +116,12 @@ class StoreReads:
                     ranges = [(0, -1)]
                     pipe.get(dk)
                 plan.append((p, ranges))
-            res = server.call("read entries", pipe.execute)
-            server.check_gen(res[0][0])
-            fresh = res[0][1:]
+            res = server.reply("read entries", server.call("read entries", pipe.execute))
+            if len(res) != 1 + sum(1 + len(r) for _, r in plan):
+                raise server.garbled("read entries", f"{len(res)} replies to the commands sent")
+            fresh = server.reply("read entries", res[0], len(paths) + 1)
+            server.check_gen(fresh[0])
+            fresh = fresh[1:]
             changed = False
             for p, raw in zip(paths, fresh, strict=True):
                 if raw is None:

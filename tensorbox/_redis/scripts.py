@@ -125,6 +125,9 @@ def _open_store(server: _Server, new_meta: dict[str, Any] | None) -> dict[str, A
         reply = server.call(
             "open the store", lambda: run_script(server.client, "open", keys, [text, gen, _GEN])
         )
+        reply = server.reply("open the store", reply)
+        if len(reply) < 2:
+            raise server.garbled("open the store", f"{reply!r:.100}")
         raw_meta, raw_gen = reply[0], reply[1]
         if len(reply) > 2 and reply[2] == b"index":
             raise FormatError(

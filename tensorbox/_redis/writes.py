@@ -54,8 +54,10 @@ class StoreWrites(StoreReads):
         kinds = [data[p] for p in paths] if data else []
 
         def read(pipe: Any) -> tuple[dict[tuple[str, ...], _Header], dict[tuple[str, ...], Any]]:
-            reply = run_script(pipe, "state", keys, kinds)
-            flat = reply[0]
+            reply = server.reply(what, run_script(pipe, "state", keys, kinds), len(keys))
+            flat = server.reply(what, reply[0])
+            for item in reply[1:]:
+                server.reply(what, item)
             index = server.parse_index(dict(zip(flat[::2], flat[1::2], strict=True)))
             state = {p: r for p, r in zip(paths, reply[1:], strict=True)}
             return index, state
@@ -252,9 +254,13 @@ class StoreWrites(StoreReads):
             else:
                 got[p] = h
         if unknown:
-            reply = server.call(
+            reply = server.reply(
                 "read headers",
-                lambda: server.client.hmget(server.index_key, [_GEN, *map(_enc, unknown)]),
+                server.call(
+                    "read headers",
+                    lambda: server.client.hmget(server.index_key, [_GEN, *map(_enc, unknown)]),
+                ),
+                len(unknown) + 1,
             )
             server.check_gen(reply[0])
             for p, raw in zip(unknown, reply[1:], strict=True):
@@ -287,7 +293,13 @@ class StoreWrites(StoreReads):
                 args += [off, blob]
         server.check_size(next(iter(leaves), ()), 0, total)
         reply = server.write("write rows", lambda: run_script(server.client, "rows", keys, args))
-        status = _text(reply[0])
+        reply = server.reply("write rows", reply)
+        status = _text(reply[0]) if reply and isinstance(reply[0], bytes) else None
+        if status not in ("ok", "gen", "header", "length") or (
+            status == "length"
+            and (len(reply) != 3 or type(reply[1]) is not int or not 0 < reply[1] <= len(leaves))
+        ):
+            raise server.garbled("write rows", f"{reply!r:.100} where the script's status was due")
         if status == "ok":
             return True
         paths = list(leaves)
@@ -295,9 +307,8 @@ class StoreWrites(StoreReads):
             server.check_gen(reply[1] if len(reply) > 1 else None)
             self._forget(paths)  # (a handle that never learned its generation)
             return False
-        bad = paths[int(reply[1]) - 1]
         if status == "length":
-            n = int(reply[2])
+            bad, n = paths[reply[1] - 1], reply[2]
             if n == 0:
                 raise server.missing(bad)
             raise FormatError(

@@ -1,0 +1,101 @@
+"""TensorDictStore against a misbehaving server: one that stops answering, answers with
+bytes that are not Redis protocol, cuts replies short, or is written to by other
+clients. Each test runs on a real redis-server on loopback, through ``RedisProxy``
+(``tests/servers.py``) where the server itself must misbehave.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from tensorbox import FormatError, TensorDictStore
+from tests.servers import RedisProxy
+
+redis = pytest.importorskip("redis")
+
+
+def _ops(s: TensorDictStore) -> dict[str, Callable[[], Any]]:
+    """One of each kind of call a store makes: reads, row writes, whole-leaf writes."""
+    return {
+        "get": lambda: s["a"],
+        "rows": lambda: s[1:3],
+        "row write": lambda: s.__setitem__(slice(0, 2), {"a": torch.zeros(2)}),
+        "non-tensor rows": lambda: s.__setitem__(slice(0, 2), {"t": "x"}),
+        "set": lambda: s.set("a", torch.ones(4)),
+        "keys": lambda: s.keys(),
+        "contains": lambda: "a" in s,
+        "attach": lambda: TensorDictStore.from_store(
+            td_id=s.td_id, port=s._server.connect["port"], socket_timeout=0.5
+        ),
+    }
+
+
+def _through(proxy: RedisProxy) -> TensorDictStore:
+    s = TensorDictStore(batch_size=[4], port=proxy.port, socket_timeout=0.5)
+    s["a"] = torch.arange(4.0)
+    s["t"] = "text"
+    return s
+
+
+@pytest.mark.parametrize("unpickled", [False, True])
+def test_a_silent_server_ends_each_call_after_one_timeout(
+    redis_proxy: RedisProxy, unpickled: bool
+) -> None:
+    """A server that stops answering (SIGSTOP, overload) held each call for redis-py's
+    default 3 retries with growing pauses: 15 s for a 1 s socket_timeout, minutes for
+    the default 60 s. Each call is now one try: its error comes after socket_timeout.
+    Counted by the connections made (one per retry), not timed."""
+    s = _through(redis_proxy)
+    if unpickled:  # the worker's client is made from the pickle's settings
+        s = pickle.loads(pickle.dumps(s))
+        s.keys()
+    redis_proxy.mode = "silent"
+    ops = _ops(s)
+    before = redis_proxy.accepted
+    for name, op in ops.items():
+        with pytest.raises(ConnectionError, match=r"cannot reach the server \(TimeoutError"):
+            op()
+        assert redis_proxy.accepted - before <= 1, name  # no retry after a timeout
+        before = redis_proxy.accepted
+    redis_proxy.mode = "pass"
+    assert s["a"].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [b"zzz\r\n", b"+OK\r\n", b":99\r\n", b"*-1\r\n", b"*2\r\n:1\r\n:2\r\n", b"$3\r\nabc\r\n"],
+)
+def test_a_reply_that_is_not_redis_is_a_format_error(
+    redis_proxy: RedisProxy, garbage: bytes
+) -> None:
+    """A server that answers in bytes other than Redis protocol, or with replies of the
+    wrong shape, raised raw AttributeError, TypeError, IndexError or redis-py's
+    InvalidResponse. Each is a FormatError naming the store and the server, and the
+    connection that carried it is not used again."""
+    s = _through(redis_proxy)
+    redis_proxy.mode, redis_proxy.garbage = "garbage", garbage
+    for op in _ops(s).values():
+        with pytest.raises(FormatError, match=r"at redis://.*the reply is not what a Redis server"):
+            op()
+    redis_proxy.mode = "pass"
+    assert s["a"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert s["t"] == "text"
+
+
+def test_a_reply_cut_short_is_a_connection_error(redis_proxy: RedisProxy) -> None:
+    """A connection closed in the middle of a reply: a ConnectionError naming the server,
+    after one more try on a new connection (each of which is cut as well)."""
+    s = _through(redis_proxy)
+    redis_proxy.mode, redis_proxy.cut = "cut", 3
+    for name, op in _ops(s).items():
+        before = redis_proxy.accepted
+        with pytest.raises(ConnectionError, match=r"at redis://.*cannot reach the server"):
+            op()
+        assert redis_proxy.accepted - before <= 2, name  # redis-py's default: 4
+    redis_proxy.mode = "pass"
+    assert s["a"].tolist() == [0.0, 1.0, 2.0, 3.0]
