@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tensorbox import FormatError, TensorDictStore
-from tests.servers import RedisProxy
+from tests.servers import RedisProcess, RedisProxy
 
 redis = pytest.importorskip("redis")
 
@@ -99,3 +99,74 @@ def test_a_reply_cut_short_is_a_connection_error(redis_proxy: RedisProxy) -> Non
         assert redis_proxy.accepted - before <= 2, name  # redis-py's default: 4
     redis_proxy.mode = "pass"
     assert s["a"].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+class _RowsOf(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Rows of a store's leaf ``x``: a dataset whose workers unpickle the store handle."""
+
+    def __init__(self, store: TensorDictStore) -> None:
+        self.store = store
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.store[i]["x"]
+
+
+def _env_free(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TENSORBOX_REDIS_PASSWORD", "REDISCLI_AUTH", "TENSORBOX_REDIS_USERNAME"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.heavy
+def test_a_dataloader_worker_without_the_password_says_what_is_missing(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spawned DataLoader workers unpickle a handle to a password-protected server. The
+    handle raised while being unpickled, which kills the worker: the loader said only
+    "worker exited unexpectedly". The error now comes at first use, as the worker's
+    error naming what is missing; with the password in the environment, workers read."""
+    srv = RedisProcess(tmp_path, "--requirepass", "pw-4-workers")
+    _env_free(monkeypatch)
+    try:
+        s = TensorDictStore(batch_size=[4], port=srv.port, password="pw-4-workers")
+        s["x"] = torch.arange(4.0)
+        loader = torch.utils.data.DataLoader(
+            _RowsOf(s), batch_size=2, num_workers=2, multiprocessing_context="spawn"
+        )
+        with pytest.raises(PermissionError, match=r"needs credentials.*TENSORBOX_REDIS_PASSWORD"):
+            list(loader)
+        monkeypatch.setenv("TENSORBOX_REDIS_PASSWORD", "pw-4-workers")
+        assert torch.cat(list(loader)).tolist() == [0.0, 1.0, 2.0, 3.0]
+        s.close()
+    finally:
+        srv.stop()
+
+
+def test_an_acl_user_name_survives_the_pickle(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store opened with redis-py's UsernamePasswordCredentialProvider (an ACL user):
+    the pickle drops the provider, which holds the password, and dropped the user name
+    with it, so the password from the environment signed in as the default user and was
+    refused. The user name (no secret) is kept."""
+    from redis.credentials import UsernamePasswordCredentialProvider
+
+    srv = RedisProcess(tmp_path, "--requirepass", "admin-pw")
+    _env_free(monkeypatch)
+    try:
+        admin = redis.Redis(port=srv.port, password="admin-pw")
+        admin.execute_command("ACL", "SETUSER", "alice", "on", ">alice-pw", "~*", "+@all")
+        provider = UsernamePasswordCredentialProvider("alice", "alice-pw")
+        s = TensorDictStore(batch_size=[2], port=srv.port, credential_provider=provider)
+        s["x"] = torch.ones(2)
+        blob = pickle.dumps(s)
+        assert b"alice-pw" not in blob
+        monkeypatch.setenv("TENSORBOX_REDIS_PASSWORD", "alice-pw")
+        w = pickle.loads(blob)
+        assert w["x"].tolist() == [1.0, 1.0]
+        assert any(c["user"] == "alice" for c in admin.client_list() if c["user"] != "default")
+        w.close()
+        s.close()
+        admin.close()
+    finally:
+        srv.stop()
