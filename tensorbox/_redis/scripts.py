@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -168,7 +170,9 @@ def transaction(
     an endless retry (redis-py's own ``transaction()`` retries a lost connection forever)."""
     r = _redis()
     lost: Exception | None = None
-    for _ in range(_RETRIES):
+    for attempt in range(_RETRIES):
+        if attempt:  # writers that collided retry apart, not in lockstep
+            time.sleep(random.uniform(0, 0.002 * 2**attempt))
         try:
             with server.client.pipeline(transaction=True) as pipe:
                 pipe.watch(*watch)  # type: ignore[no-untyped-call]

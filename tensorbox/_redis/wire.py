@@ -30,7 +30,7 @@ _VERSION = 1
 # any value a server can hold and far below what would overflow the byte arithmetic.
 _MAX_LEAF_BYTES = 1 << 40
 _MAX_DIMS = 64
-_RETRIES = 5  # optimistic-transaction retries when another client changes the index
+_RETRIES = 8  # optimistic-transaction retries when another client changes the index
 # The index hash's field holding the store's generation: a token written when the store is
 # created. Every read and write checks it in the same round trip as its own commands, so a
 # store the server lost (eviction, FLUSHALL, a restart without persistence) or that was

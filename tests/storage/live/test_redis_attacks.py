@@ -170,3 +170,28 @@ def test_an_acl_user_name_survives_the_pickle(tmp_path: Any, monkeypatch: pytest
         admin.close()
     finally:
         srv.stop()
+
+
+def test_a_same_shape_set_leaves_other_writers_transactions_alone(
+    redis_server: Any,
+) -> None:
+    """Writers that replace whole leaves at once (``store["x"] = t``) each rewrote the
+    index, where every other writer's transaction watches: with 4 processes writing, 3%
+    of the writes failed with "the index kept changing". A value of the same dtype and
+    shape now changes only its bytes; another client's WATCH on the index survives it."""
+    s = TensorDictStore(batch_size=[3], port=redis_server.port)
+    s["x"] = torch.zeros(3, 2)
+    raw = redis.Redis(port=redis_server.port)
+    with raw.pipeline(transaction=True) as other:
+        other.watch(s._server.index_key)
+        s["x"] = torch.ones(3, 2)  # same dtype and shape
+        other.multi()
+        other.set("probe-key", b"1")
+        assert other.execute() == [True]  # the index did not change under the WATCH
+    assert s["x"].tolist() == [[1.0, 1.0]] * 3
+    s["x"] = torch.ones(3, 4)  # another shape: the header changes, and the index
+    assert s["x"].shape == (3, 4)
+    raw.delete("probe-key")
+    raw.close()
+    s.clear_redis()
+    s.close()
