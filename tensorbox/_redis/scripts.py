@@ -22,12 +22,14 @@ from tensorbox._redis.wire import _FORMAT, _GEN, _RETRIES, _VERSION, _parse_meta
 from tensorbox.errors import FormatError
 
 # KEYS: meta, index. ARGV: the new metadata ('' to attach only), a new generation.
-# Returns {meta or false, generation or false, 'created' | 'index' | nil}.
+# Returns {meta or false, generation or false, 'created' | 'index' | nil}: 'index' when
+# the metadata is gone and the index is not (to attach to, or to create over).
 _OPEN = """
 local m = redis.call('GET', KEYS[1])
 local g = redis.call('HGET', KEYS[2], ARGV[3])
-if m or ARGV[1] == '' then return {m, g} end
+if m then return {m, g} end
 if redis.call('EXISTS', KEYS[2]) == 1 then return {m, g, 'index'} end
+if ARGV[1] == '' then return {m, g} end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[3], ARGV[2])
 return {ARGV[1], ARGV[2], 'created'}
@@ -134,8 +136,9 @@ def _open_store(server: _Server, new_meta: dict[str, Any] | None) -> dict[str, A
         if len(reply) > 2 and reply[2] == b"index":
             raise FormatError(
                 f"{server.where()}: the store's metadata {server.meta_key!r} is gone but its "
-                f"index {server.index_key!r} is there (evicted under maxmemory?); the store "
-                "is damaged, refusing to create a new one over it"
+                f"index {server.index_key!r} is there (evicted under maxmemory, or deleted "
+                "by another client); the store is damaged, refusing to "
+                + ("create a new one over it" if new_meta is not None else "attach to it")
             )
         meta = _parse_meta(raw_meta, server)
         if meta is None:

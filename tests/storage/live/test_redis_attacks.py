@@ -195,3 +195,23 @@ def test_a_same_shape_set_leaves_other_writers_transactions_alone(
     raw.close()
     s.clear_redis()
     s.close()
+
+
+def test_attaching_to_a_store_whose_metadata_alone_is_gone(redis_server: Any) -> None:
+    """Another client (or eviction) deleted only the store's metadata key: attaching
+    said "No TensorDictStore with td_id=..." although the index and values were there
+    (and creating one under that id is refused as damaged). Attaching now says the
+    store is damaged, naming the key; handles opened before keep working (the identity
+    they check is the index's generation)."""
+    s = TensorDictStore(batch_size=[2], port=redis_server.port)
+    s["x"] = torch.ones(2)
+    raw = redis.Redis(port=redis_server.port)
+    raw.delete(s._server.meta_key)
+    with pytest.raises(FormatError, match=r"metadata '.*:meta' is gone but its index.*attach to it"):
+        TensorDictStore.from_store(td_id=s.td_id, port=redis_server.port)
+    with pytest.raises(FormatError, match=r"is gone but its index.*create a new one over it"):
+        TensorDictStore(batch_size=[2], td_id=s.td_id, port=redis_server.port)
+    assert s["x"].tolist() == [1.0, 1.0]
+    raw.close()
+    s.clear_redis()
+    s.close()
