@@ -57,7 +57,13 @@ def _client(url: str) -> Any:
             "redis is needed for a buffer in Redis and is not installed: "
             "pip install 'tensorbox[redis]'"
         ) from err
-    return redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=10)
+    from redis.backoff import ConstantBackoff
+    from redis.retry import Retry
+
+    # one try per timeout, as TensorDictStore's clients (redis-py's default retries a
+    # silent server 3 times with growing pauses: over 2 minutes per call here)
+    once = Retry(ConstantBackoff(0.1), 1, supported_errors=(redis.exceptions.ConnectionError,))
+    return redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=10, retry=once)
 
 
 def _prefix(name: str) -> str:
@@ -186,10 +192,18 @@ class RedisAugmentBuffer(Position):
     def _next(self) -> Any:
         g = self._g
         epoch, b = self._plan.locate(g)
-        self._wait(g, epoch, b)
-        batch = self._slots[g % self._capacity][: self._plan.rows(b)]
-        self._g = g + 1
-        self._push_upto(self._g + self._capacity)  # slot g % capacity is free again
+        try:
+            self._wait(g, epoch, b)
+            batch = self._slots[g % self._capacity][: self._plan.rows(b)]
+            self._g = g + 1
+            self._push_upto(self._g + self._capacity)  # slot g % capacity is free again
+        except _connection_errors() as err:
+            raise ConnectionError(
+                f"queue {self._name!r}: the Redis server at {self._url} did not answer while "
+                f"the consumer waited for epoch {epoch} batch {b} ({type(err).__name__}: "
+                f"{err}); once it is back, resume with a new RedisAugmentBuffer and "
+                "load_state_dict(state_dict() of this one)"
+            ) from err
         return batch
 
     def _wait(self, g: int, epoch: int, b: int) -> None:
