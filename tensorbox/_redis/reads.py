@@ -50,7 +50,9 @@ class StoreReads:
         server = self._server
         what = f"read the header of {format_key(path)!r}"
         gen, raw = server.reply(
-            what, server.call(what, lambda: server.client.hmget(server.index_key, [_GEN, _enc(path)])), 2
+            what,
+            server.call(what, lambda: server.client.hmget(server.index_key, [_GEN, _enc(path)])),
+            2,
         )
         server.check_gen(gen, path)
         if raw is None:

@@ -144,7 +144,9 @@ def test_a_dataloader_worker_without_the_password_says_what_is_missing(
         srv.stop()
 
 
-def test_an_acl_user_name_survives_the_pickle(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_acl_user_name_survives_the_pickle(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A store opened with redis-py's UsernamePasswordCredentialProvider (an ACL user):
     the pickle drops the provider, which holds the password, and dropped the user name
     with it, so the password from the environment signed in as the default user and was
@@ -207,7 +209,9 @@ def test_attaching_to_a_store_whose_metadata_alone_is_gone(redis_server: Any) ->
     s["x"] = torch.ones(2)
     raw = redis.Redis(port=redis_server.port)
     raw.delete(s._server.meta_key)
-    with pytest.raises(FormatError, match=r"metadata '.*:meta' is gone but its index.*attach to it"):
+    with pytest.raises(
+        FormatError, match=r"metadata '.*:meta' is gone but its index.*attach to it"
+    ):
         TensorDictStore.from_store(td_id=s.td_id, port=redis_server.port)
     with pytest.raises(FormatError, match=r"is gone but its index.*create a new one over it"):
         TensorDictStore(batch_size=[2], td_id=s.td_id, port=redis_server.port)
