@@ -12,6 +12,7 @@ import torch
 from tensorbox._core.nestedkey import format_key, unravel_key
 from tensorbox._core.nontensor import NonTensorData, per_row
 from tensorbox._core.tensordict import TensorDict
+from tensorbox._redis.scripts import run_script
 from tensorbox._redis.wire import (
     _GEN,
     _RETRIES,
@@ -94,16 +95,17 @@ class StoreReads:
             headers[p] = h
         for _ in range(_RETRIES):
             paths = list(wanted)
-            pipe = server.client.pipeline(transaction=True)
-            pipe.hmget(server.index_key, [_GEN, *(_enc(p) for p in paths)])
+            fields = [_GEN, *(_enc(p) for p in paths)]
+            keys: list[str] = [server.index_key]
+            args: list[Any] = [len(fields), *fields]
             plan: list[tuple[tuple[str, ...], list[tuple[int, int]]]] = []
             for p in paths:
                 h = headers[p]
                 if h.kind == "node":
                     continue
-                dk = server.data_key(p)
+                keys.append(server.data_key(p))
                 # a zero-byte value's length cannot tell it from a missing one
-                pipe.exists(dk) if h.kind == "tensor" and h.nbytes == 0 else pipe.strlen(dk)
+                args.append("exists" if h.kind == "tensor" and h.nbytes == 0 else "strlen")
                 if h.kind == "tensor":
                     # rows become bytes by the header read with them: a header another
                     # client changed re-plans the ranges too, never reads by the old one
@@ -112,13 +114,20 @@ class StoreReads:
                         [(0, h.nbytes)] if runs is None else [(s * rb, c * rb) for s, c in runs]
                     )
                     ranges = [(s, n) for s, n in ranges if n > 0]
+                    args.append(len(ranges))
                     for s, n in ranges:
-                        pipe.getrange(dk, s, s + n - 1)
+                        args += [s, s + n - 1]
                 else:
                     ranges = [(0, -1)]
-                    pipe.get(dk)
+                    args.append(-1)  # GET
                 plan.append((p, ranges))
-            res = server.reply("read entries", server.call("read entries", pipe.execute))
+            res = server.reply(
+                "read entries",
+                server.call(
+                    "read entries",
+                    lambda k=keys, a=args: run_script(server.client, "fetch", k, a),  # type: ignore[misc]
+                ),
+            )
             if len(res) != 1 + sum(1 + len(r) for _, r in plan):
                 raise server.garbled("read entries", f"{len(res)} replies to the commands sent")
             fresh = server.reply("read entries", res[0], len(paths) + 1)

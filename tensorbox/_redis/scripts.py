@@ -92,7 +92,40 @@ end
 return out
 """
 
-_SOURCES = {"open": _OPEN, "adopt": _ADOPT, "rows": _ROWS, "state": _STATE}
+# A read of entries at one instant, as MULTI/EXEC would, but which a server out of memory
+# (maxmemory, noeviction) still runs: it refuses every command queued in a MULTI, reads
+# included. KEYS: index, then one data key per value read. ARGV: the number of index
+# fields, the fields, then per data key: 'exists' or 'strlen' (its length), the number
+# of ranges (-1: GET the whole value), then (first, last) per range. Returns {the
+# fields' values, then per key: its length, then its ranges' bytes}.
+_FETCH = """
+local nf = tonumber(ARGV[1])
+local heads = {}
+for i = 1, nf do heads[i] = redis.call('HGET', KEYS[1], ARGV[1 + i]) end
+local out = {heads}
+local a = nf + 2
+for i = 2, #KEYS do
+  local k = KEYS[i]
+  if ARGV[a] == 'exists' then
+    out[#out + 1] = redis.call('EXISTS', k)
+  else
+    out[#out + 1] = redis.call('STRLEN', k)
+  end
+  local runs = tonumber(ARGV[a + 1])
+  a = a + 2
+  if runs < 0 then
+    out[#out + 1] = redis.call('GET', k)
+  else
+    for j = 1, runs do
+      out[#out + 1] = redis.call('GETRANGE', k, ARGV[a], ARGV[a + 1])
+      a = a + 2
+    end
+  end
+end
+return out
+"""
+
+_SOURCES = {"open": _OPEN, "adopt": _ADOPT, "rows": _ROWS, "state": _STATE, "fetch": _FETCH}
 _SHAS = {k: hashlib.sha1(v.encode()).hexdigest() for k, v in _SOURCES.items()}
 
 

@@ -392,6 +392,12 @@ class _Server:
         try:
             return fn()
         except r.exceptions.ResponseError as err:
+            if "used memory > 'maxmemory'" in str(err) or str(err).startswith("OOM"):
+                raise RuntimeError(
+                    f"{self.where()}: {what}: the server is out of memory (maxmemory reached "
+                    "and its policy evicts nothing): nothing of this write was applied; "
+                    f"free memory there or raise its maxmemory ({err})"
+                ) from err
             if "WRONGTYPE" in str(err):
                 raise FormatError(
                     f"{self.where()}: {what}: the server holds keys under {self.base!r} of "

@@ -307,14 +307,15 @@ class StoreWrites(StoreReads):
                 total += len(blob)
                 args += [off, blob]
         server.check_size(next(iter(leaves), ()), 0, total)
-        reply = server.write("write rows", lambda: run_script(server.client, "rows", keys, args))
-        reply = server.reply("write rows", reply)
+        what = _rows_what(leaves)
+        reply = server.write(what, lambda: run_script(server.client, "rows", keys, args))
+        reply = server.reply(what, reply)
         status = _text(reply[0]) if reply and isinstance(reply[0], bytes) else None
         if status not in ("ok", "gen", "header", "length") or (
             status == "length"
             and (len(reply) != 3 or type(reply[1]) is not int or not 0 < reply[1] <= len(leaves))
         ):
-            raise server.garbled("write rows", f"{reply!r:.100} where the script's status was due")
+            raise server.garbled(what, f"{reply!r:.100} where the script's status was due")
         if status == "ok":
             return True
         paths = list(leaves)
@@ -371,7 +372,7 @@ class StoreWrites(StoreReads):
                     raise server.missing(path)
                 self._nontensor_rows(pipe, idx, path, h, v, index, raw)
 
-        self._transaction("write rows", plan, data)
+        self._transaction(_rows_what(leaves), plan, data)
 
     def _new_leaf(
         self, v: torch.Tensor, cells: tuple[torch.Tensor, int], node_bs: torch.Size
@@ -472,3 +473,10 @@ class StoreWrites(StoreReads):
 
         self._transaction(f"rename {format_key(old)!r}", plan)
         return self
+
+
+def _rows_what(leaves: Mapping[tuple[str, ...], Any]) -> str:
+    """What a row write is doing, naming its leaves (the first few)."""
+    names = [format_key(p) for p in list(leaves)[:4]]
+    more = f" and {len(leaves) - 4} more" if len(leaves) > 4 else ""
+    return f"write rows of {', '.join(names)}{more}"

@@ -219,3 +219,34 @@ def test_attaching_to_a_store_whose_metadata_alone_is_gone(redis_server: Any) ->
     raw.close()
     s.clear_redis()
     s.close()
+
+
+def test_a_server_out_of_memory_still_reads_and_refuses_writes_whole(tmp_path: Any) -> None:
+    """A server at its maxmemory with the noeviction policy refuses every command queued
+    in a MULTI, reads included: a full server could not even be read. Reads now run as
+    one read-only script; each write is refused whole, naming its keys, and the store
+    holds what it held."""
+    srv = RedisProcess(tmp_path, "--maxmemory-policy", "noeviction")
+    try:
+        s = TensorDictStore(batch_size=[4], port=srv.port)
+        s["a"] = torch.arange(4.0)
+        s["b"] = torch.ones(4, 3)
+        raw = redis.Redis(port=srv.port)
+        raw.config_set("maxmemory", "1")  # below what it holds: out of memory from now on
+        full = r"the server is out of memory \(maxmemory.*nothing of this write was applied"
+        with pytest.raises(RuntimeError, match=rf"write rows of 'a', 'b': {full}"):
+            s[0:2] = {"a": torch.zeros(2), "b": torch.zeros(2, 3)}
+        with pytest.raises(RuntimeError, match=rf"write rows of 't': {full}"):
+            s[0:2] = {"t": "text"}
+        with pytest.raises(RuntimeError, match=rf"""write "'a'": {full}"""):
+            s["a"] = torch.zeros(4)
+        assert s["a"].tolist() == [0.0, 1.0, 2.0, 3.0]
+        assert s[1:3]["b"].tolist() == [[1.0] * 3] * 2
+        assert sorted(s.keys()) == ["a", "b"]
+        raw.config_set("maxmemory", "0")
+        s[0:2] = {"a": torch.zeros(2)}
+        assert s["a"].tolist() == [0.0, 0.0, 2.0, 3.0]
+        raw.close()
+        s.close()
+    finally:
+        srv.stop()
