@@ -148,6 +148,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 from tests.servers import (  # noqa: E402, F401
     http_server,
     redis_process,
+    redis_proxy,
     redis_server,
     s3_server,
     silent_server,

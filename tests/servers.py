@@ -138,6 +138,74 @@ def redis_process(tmp_path: Path) -> Iterator[RedisProcess]:
         server.stop()
 
 
+class RedisProxy:
+    """A TCP proxy on loopback in front of a redis-server, which a test switches to
+    misbehave: ``mode`` is ``"pass"`` (forward both ways), ``"silent"`` (swallow every
+    command: a stopped or overloaded server), ``"garbage"`` (answer every command with
+    ``garbage``, never forwarding it: not a Redis server) or ``"cut"`` (forward the first
+    ``cut`` bytes of the next reply, then close: a connection lost mid-reply).
+    ``accepted`` counts the connections clients made."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.mode, self.garbage, self.cut = "pass", b"", 0
+        self.accepted = 0
+        self._listen = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listen.bind(("127.0.0.1", 0))
+        self._listen.listen(64)
+        self.port = int(self._listen.getsockname()[1])
+        self._socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listen.accept()
+            except OSError:
+                return  # closed
+            self.accepted += 1
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            self._socks += [client, upstream]
+            threading.Thread(target=self._up, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._down, args=(client, upstream), daemon=True).start()
+
+    def _up(self, client: socket.socket, upstream: socket.socket) -> None:
+        try:
+            while data := client.recv(1 << 16):
+                if self.mode == "garbage":
+                    client.sendall(self.garbage)
+                elif self.mode != "silent":
+                    upstream.sendall(data)
+        except OSError:
+            pass
+
+    def _down(self, client: socket.socket, upstream: socket.socket) -> None:
+        try:
+            while data := upstream.recv(1 << 16):
+                if self.mode == "cut":
+                    client.sendall(data[: self.cut])
+                    client.shutdown(socket.SHUT_RDWR)
+                    return
+                client.sendall(data)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self._listen.close()
+        for sock in self._socks:
+            sock.close()
+
+
+@pytest.fixture
+def redis_proxy(redis_server: RedisServer) -> Iterator[RedisProxy]:
+    """A ``RedisProxy`` in front of the session's redis-server, for this test alone."""
+    proxy = RedisProxy(redis_server.port)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
+
 @dataclass
 class S3Server:
     endpoint_url: str

@@ -35,8 +35,28 @@ def pickled_connection(server: _Server) -> dict[str, Any]:
     if not server.pickle_credentials:
         connect.pop("password", None)
         if _holds_secret(provider):
+            # the user name is no secret: kept, so a password from the environment
+            # signs in as the same ACL user
+            if getattr(provider, "username", "") and not connect.get("username"):
+                connect["username"] = provider.username
             provider = None
     return {"connect": connect, "provider": provider, "needs": needs}
+
+
+class _NoCredentials:
+    """The client of a handle unpickled without the credentials its server needs: every
+    use raises the ``PermissionError`` naming what is missing. Raised at first use, not
+    while unpickling, so that a DataLoader worker reports it as the worker's error (an
+    error while unpickling kills the worker: "exited unexpectedly", the message lost)."""
+
+    def __init__(self, message: str) -> None:
+        self._message = message
+
+    def __getattr__(self, name: str) -> Any:
+        raise PermissionError(self._message)
+
+    def close(self) -> None:
+        pass  # nothing was opened
 
 
 def worker_client(spec: dict[str, Any], where: str) -> tuple[Any, dict[str, Any], Any]:
@@ -44,7 +64,8 @@ def worker_client(spec: dict[str, Any], where: str) -> tuple[Any, dict[str, Any]
 
     The password the pickle left out comes from ``TENSORBOX_REDIS_PASSWORD`` (or
     ``REDISCLI_AUTH``, redis-cli's), the user name from ``TENSORBOX_REDIS_USERNAME``
-    where set; with neither, a ``PermissionError`` names what is missing."""
+    where set; with neither, the client raises a ``PermissionError`` naming what is
+    missing on first use."""
     from tensorbox._redis.wire import reconnect
 
     connect = dict(spec["connect"])
@@ -52,11 +73,15 @@ def worker_client(spec: dict[str, Any], where: str) -> tuple[Any, dict[str, Any]
     if spec.get("needs") and provider is None and connect.get("password") is None:
         password = next((os.environ[v] for v in PASSWORD_VARS if os.environ.get(v)), None)
         if password is None:
-            raise PermissionError(
-                f"{where}: the server needs credentials, which the pickled handle does not "
-                f"carry (pickle_credentials=False): set {' or '.join(PASSWORD_VARS)} in "
-                "this process, open the store with a picklable credential_provider=, or "
-                "with pickle_credentials=True"
+            return (
+                _NoCredentials(
+                    f"{where}: the server needs credentials, which the pickled handle does "
+                    f"not carry (pickle_credentials=False): set {' or '.join(PASSWORD_VARS)} "
+                    "in this process, open the store with a picklable credential_provider=, "
+                    "or with pickle_credentials=True"
+                ),
+                connect,
+                provider,
             )
         connect["password"] = password
         if os.environ.get(USERNAME_VAR):

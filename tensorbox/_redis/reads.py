@@ -1,5 +1,5 @@
 """Reads: headers checked against the server's, leaves and rows fetched in one round
-trip, adjacent rows in one range."""
+trip by one read-only script, adjacent rows in one range, each value in one reply."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 from tensorbox._core.nestedkey import format_key, unravel_key
 from tensorbox._core.nontensor import NonTensorData, per_row
 from tensorbox._core.tensordict import TensorDict
-from tensorbox._redis.scripts import load_script, queue_script
+from tensorbox._redis.scripts import run_script
 from tensorbox._redis.wire import (
     _GEN,
     _RETRIES,
@@ -22,16 +22,12 @@ from tensorbox._redis.wire import (
     _from_bytes,
     _Header,
     _object_array,
-    _redis,
     _rows_of,
     _runs,
     _Server,
     _text,
 )
 from tensorbox.errors import FormatError, TensorDictKeyError
-
-# past this many ranges of one value, a read asks for them by one script, in one reply
-_SCRIPTED = 8
 
 
 class StoreReads:
@@ -54,9 +50,11 @@ class StoreReads:
 
     def _header(self, path: tuple[str, ...]) -> _Header | None:
         server = self._server
-        gen, raw = server.call(
-            f"read the header of {format_key(path)!r}",
-            lambda: server.client.hmget(server.index_key, [_GEN, _enc(path)]),
+        what = f"read the header of {format_key(path)!r}"
+        gen, raw = server.reply(
+            what,
+            server.call(what, lambda: server.client.hmget(server.index_key, [_GEN, _enc(path)])),
+            2,
         )
         server.check_gen(gen, path)
         if raw is None:
@@ -96,18 +94,14 @@ class StoreReads:
                 if h is None:
                     raise TensorDictKeyError(f"{server.where(p)}: no such key in the store")
             headers[p] = h
+        paths = list(wanted)
         for _ in range(_RETRIES):
-            paths = list(wanted)
-            pipe = server.client.pipeline(transaction=True)
-            pipe.hmget(server.index_key, [_GEN, *(_enc(p) for p in paths)])
-            plan = self._plan(pipe, headers, wanted)
-            res = self._execute(pipe)
-            if res is None:
-                continue
-            server.check_gen(res[0][0])
-            fresh = res[0][1:]
+            fields = [_GEN, *(_enc(p) for p in paths)]
+            res, plan = self._run_fetch([len(fields), *fields], headers, wanted)
+            fresh = server.reply("read entries", res[0], len(paths) + 1)
+            server.check_gen(fresh[0])
             changed = False
-            for p, raw in zip(paths, fresh, strict=True):
+            for p, raw in zip(paths, fresh[1:], strict=True):
                 if raw is None:
                     self._forget([p])
                     raise TensorDictKeyError(
@@ -141,29 +135,30 @@ class StoreReads:
         """Every entry under this node (by relative path), their headers and the byte
         ranges ``want(entries)`` asks for, in ONE round trip when the index is known
         here: the ranges are planned by the index this handle last saw, and the same
-        transaction reads the whole index again; an index that changed meanwhile
-        (an entry added, removed or re-set by anyone) is taken and the ranges planned
-        again, so nothing is ever read by a stale header, and nothing new is missed."""
+        script reads the whole index again; an index that changed meanwhile (an entry
+        added, removed or re-set by anyone) is taken and the ranges planned again, so
+        nothing is ever read by a stale header, and nothing new is missed."""
         server = self._server
         cached = self._meta_cache is not None
         snap = server.snapshot if cached else None
         for _ in range(_RETRIES):
             if snap is None:
                 raw = server.call("read the index", lambda: server.client.hgetall(server.index_key))
+                if not isinstance(raw, dict):
+                    raise server.garbled("read the index", f"{raw!r:.100} where a hash was due")
                 snap = (raw, server.parse_index(raw))
             raw, index = snap
             n = len(self._path)
             entries = {p[n:]: h for p, h in index.items() if len(p) > n and p[:n] == self._path}
             wanted = want(entries)
             headers = {p: index[p] for p in wanted}
-            pipe = server.client.pipeline(transaction=True)
-            pipe.hgetall(server.index_key)
-            plan = self._plan(pipe, headers, wanted)
-            res = self._execute(pipe)
-            if res is None:
-                continue
-            if res[0] != raw:  # changed since planned: take the new index, plan again
-                snap = (res[0], server.parse_index(res[0]))
+            res, plan = self._run_fetch([-1], headers, wanted)
+            flat = server.reply("read the index", res[0])
+            if len(flat) % 2:
+                raise server.garbled("read the index", f"{len(flat)} items where pairs were due")
+            now = dict(zip(flat[::2], flat[1::2], strict=True))
+            if now != raw:  # changed since planned: take the new index, plan again
+                snap = (now, server.parse_index(now))
                 continue
             if cached:
                 server.snapshot = snap
@@ -174,70 +169,60 @@ class StoreReads:
             f"{server.where()}: the entries kept changing under {_RETRIES} reads in a row"
         )
 
-    def _execute(self, pipe: Any) -> list[Any] | None:
-        """The read's transaction run; None when the server lacked a script (a new or
-        restarted server), which is loaded for the caller's next try."""
-        server = self._server
-        try:
-            res: list[Any] = server.call("read entries", pipe.execute)
-        except RuntimeError as err:
-            if not isinstance(err.__cause__, _redis().exceptions.NoScriptError):
-                raise
-            load_script(server, "ranges")
-            return None
-        return res
-
-    def _plan(
+    def _run_fetch(
         self,
-        pipe: Any,
+        head: list[Any],
         headers: dict[tuple[str, ...], _Header],
         wanted: dict[tuple[str, ...], list[tuple[int, int]] | None],
-    ) -> list[tuple[tuple[str, ...], list[tuple[int, int]]]]:
-        """Queue on ``pipe`` each wanted value's length check and byte ranges, planned
-        by ``headers``; returns what was queued, for ``_unpack``."""
+    ) -> tuple[list[Any], list[tuple[tuple[str, ...], int]]]:
+        """Run the read script: ``head`` (the index fields to return, or ``[-1]``: the
+        whole index), then each wanted value's length and bytes, planned by ``headers``.
+        Returns the replies and, per value read, its path and the bytes due (-1: any)."""
         server = self._server
-        plan: list[tuple[tuple[str, ...], list[tuple[int, int]]]] = []
+        keys: list[str] = [server.index_key]
+        args: list[Any] = list(head)
+        plan: list[tuple[tuple[str, ...], int]] = []
         for p in wanted:
             h = headers[p]
             if h.kind == "node":
                 continue
-            dk = server.data_key(p)
+            keys.append(server.data_key(p))
             # a zero-byte value's length cannot tell it from a missing one
-            pipe.exists(dk) if h.kind == "tensor" and h.nbytes == 0 else pipe.strlen(dk)
+            args.append("exists" if h.kind == "tensor" and h.nbytes == 0 else "strlen")
             if h.kind == "tensor":
                 # rows become bytes by the header read with them: a header another
                 # client changed re-plans the ranges too, never reads by the old one
                 rb, runs = h.row_bytes, wanted[p]
                 ranges = [(0, h.nbytes)] if runs is None else [(s * rb, c * rb) for s, c in runs]
                 ranges = [(s, n) for s, n in ranges if n > 0]
-                if len(ranges) > _SCRIPTED:  # one reply, not one per range
-                    text = " ".join(f"{s} {s + n - 1}" for s, n in ranges)
-                    queue_script(pipe, "ranges", [dk], [text])
-                    ranges = [(-1, sum(n for _, n in ranges))]
-                for s, n in ranges:
-                    if s >= 0:
-                        pipe.getrange(dk, s, s + n - 1)
+                args.append(" ".join(f"{s} {s + n - 1}" for s, n in ranges))
+                plan.append((p, sum(n for _, n in ranges)))
             else:
-                ranges = [(0, -1)]
-                pipe.get(dk)
-            plan.append((p, ranges))
-        return plan
+                args.append("-")  # GET
+                plan.append((p, -1))
+        res = server.reply(
+            "read entries",
+            server.call(
+                "read entries",
+                lambda: run_script(server.client, "fetch", keys, args),
+            ),
+            1 + 2 * len(plan),
+        )
+        return res, plan
 
     def _unpack(
         self,
         res: list[Any],
-        plan: list[tuple[tuple[str, ...], list[tuple[int, int]]]],
+        plan: list[tuple[tuple[str, ...], int]],
         headers: dict[tuple[str, ...], _Header],
     ) -> dict[tuple[str, ...], list[bytes]]:
-        """The chunks ``_plan`` queued, taken from the replies after the first, each
-        value's length checked against its header."""
+        """Each value's bytes from the read script's replies, its length checked against
+        its header."""
         server = self._server
         out: dict[tuple[str, ...], list[bytes]] = {}
-        pos = 1
-        for p, ranges in plan:
+        for i, (p, due) in enumerate(plan):
             h = headers[p]
-            length = res[pos]
-            pos += 1
+            length, data = res[1 + 2 * i], res[2 + 2 * i]
             if h.kind == "tensor" and not length:  # STRLEN (or EXISTS) 0: no value
                 raise server.missing(p)
             if h.kind == "tensor" and h.nbytes and length != h.nbytes:
@@ -245,17 +230,15 @@ class StoreReads:
                     f"{server.where(p)}: the value {server.data_key(p)!r} holds {length} "
                     f"bytes, its header ({h.dtype}, shape {h.shape}) promises {h.nbytes}"
                 )
-            chunks = list(res[pos : pos + len(ranges)])
-            pos += len(ranges)
-            for (s, n), c in zip(ranges, chunks, strict=True):
-                if c is None and h.kind == "nontensor":
-                    raise server.missing(p)
-                if c is None or (n >= 0 and len(c) != n):
-                    what = "the ranges" if s == -1 else f"the range {s}..{s + n}"
-                    raise FormatError(
-                        f"{server.where(p)}: {what} of {server.data_key(p)!r} came back short"
-                    )
-            out[p] = chunks
+            if data is None and h.kind == "nontensor":
+                raise server.missing(p)
+            if not isinstance(data, bytes) or (due >= 0 and len(data) != due):
+                raise FormatError(
+                    f"{server.where(p)}: the rows of {server.data_key(p)!r} came back short "
+                    f"({len(data) if isinstance(data, bytes) else repr(data)[:40]} of {due} "
+                    "bytes)"
+                )
+            out[p] = [data]
         return out
 
     def _leaf_value(self, path: tuple[str, ...], h: _Header, chunks: list[bytes]) -> Any:

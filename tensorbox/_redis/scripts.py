@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,12 +22,14 @@ from tensorbox._redis.wire import _FORMAT, _GEN, _RETRIES, _VERSION, _parse_meta
 from tensorbox.errors import FormatError
 
 # KEYS: meta, index. ARGV: the new metadata ('' to attach only), a new generation.
-# Returns {meta or false, generation or false, 'created' | 'index' | nil}.
+# Returns {meta or false, generation or false, 'created' | 'index' | nil}: 'index' when
+# the metadata is gone and the index is not (to attach to, or to create over).
 _OPEN = """
 local m = redis.call('GET', KEYS[1])
 local g = redis.call('HGET', KEYS[2], ARGV[3])
-if m or ARGV[1] == '' then return {m, g} end
+if m then return {m, g} end
 if redis.call('EXISTS', KEYS[2]) == 1 then return {m, g, 'index'} end
+if ARGV[1] == '' then return {m, g} end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[3], ARGV[2])
 return {ARGV[1], ARGV[2], 'created'}
@@ -88,25 +92,55 @@ end
 return out
 """
 
-# Many byte ranges of one value as one reply (a batch of scattered rows): queued in a
-# read's transaction, it spares a reply (and a +QUEUED) per range, and the ranges travel
-# as one text argument (the client packs one argument, not two per range). KEYS: the
-# value. ARGV: "first last first last ..." in bytes. Returns the ranges end to end.
-_RANGES = """
-local parts = {}
-local first = nil
-for x in string.gmatch(ARGV[1], '%d+') do
-  if first then
-    parts[#parts + 1] = redis.call('GETRANGE', KEYS[1], first, x)
-    first = nil
+# A read of entries at one instant, as MULTI/EXEC would, but which a server out of memory
+# (maxmemory, noeviction) still runs: it refuses every command queued in a MULTI, reads
+# included. KEYS: index, then one data key per value read. ARGV: the number of index
+# fields (-1: the whole index, as HGETALL), the fields, then per data key: 'exists' or
+# 'strlen' (its length), then its ranges as one text "first last first last ..." ('-':
+# GET the whole value). Returns {the fields' values (or the index), then per key: its
+# length, then its ranges' bytes end to end (one reply per value, however scattered
+# the rows: the client unpacks one reply, and packs one argument, not two per range)}.
+_FETCH = """
+local nf = tonumber(ARGV[1])
+local out
+if nf < 0 then
+  out = {redis.call('HGETALL', KEYS[1])}
+  nf = 0
+else
+  local heads = {}
+  for i = 1, nf do heads[i] = redis.call('HGET', KEYS[1], ARGV[1 + i]) end
+  out = {heads}
+end
+local a = nf + 2
+for i = 2, #KEYS do
+  local k = KEYS[i]
+  if ARGV[a] == 'exists' then
+    out[#out + 1] = redis.call('EXISTS', k)
   else
-    first = x
+    out[#out + 1] = redis.call('STRLEN', k)
+  end
+  local ranges = ARGV[a + 1]
+  a = a + 2
+  if ranges == '-' then
+    out[#out + 1] = redis.call('GET', k)
+  else
+    local parts = {}
+    local first = nil
+    for x in string.gmatch(ranges, '%d+') do
+      if first then
+        parts[#parts + 1] = redis.call('GETRANGE', k, first, x)
+        first = nil
+      else
+        first = x
+      end
+    end
+    out[#out + 1] = table.concat(parts)
   end
 end
-return table.concat(parts)
+return out
 """
 
-_SOURCES = {"open": _OPEN, "adopt": _ADOPT, "rows": _ROWS, "state": _STATE, "ranges": _RANGES}
+_SOURCES = {"open": _OPEN, "adopt": _ADOPT, "rows": _ROWS, "state": _STATE, "fetch": _FETCH}
 _SHAS = {k: hashlib.sha1(v.encode()).hexdigest() for k, v in _SOURCES.items()}
 
 
@@ -119,17 +153,6 @@ def run_script(on: Any, name: str, keys: Sequence[Any], args: Sequence[Any]) -> 
         return on.evalsha(_SHAS[name], len(keys), *keys, *args)
     except r.exceptions.NoScriptError:
         return on.eval(_SOURCES[name], len(keys), *keys, *args)
-
-
-def queue_script(pipe: Any, name: str, keys: Sequence[Any], args: Sequence[Any]) -> None:
-    """Queue ``EVALSHA`` of ``name`` in a transaction; where the server lacks the script
-    the transaction's ``NoScriptError`` is answered by ``load_script`` and a retry."""
-    pipe.evalsha(_SHAS[name], len(keys), *keys, *args)
-
-
-def load_script(server: _Server, name: str) -> None:
-    """Load the script ``name`` into the server's cache (a new or restarted server)."""
-    server.call("load a script", lambda: server.client.script_load(_SOURCES[name]))
 
 
 def open_store(server: _Server, new_meta: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -154,12 +177,16 @@ def _open_store(server: _Server, new_meta: dict[str, Any] | None) -> dict[str, A
         reply = server.call(
             "open the store", lambda: run_script(server.client, "open", keys, [text, gen, _GEN])
         )
+        reply = server.reply("open the store", reply)
+        if len(reply) < 2:
+            raise server.garbled("open the store", f"{reply!r:.100}")
         raw_meta, raw_gen = reply[0], reply[1]
         if len(reply) > 2 and reply[2] == b"index":
             raise FormatError(
                 f"{server.where()}: the store's metadata {server.meta_key!r} is gone but its "
-                f"index {server.index_key!r} is there (evicted under maxmemory?); the store "
-                "is damaged, refusing to create a new one over it"
+                f"index {server.index_key!r} is there (evicted under maxmemory, or deleted "
+                "by another client); the store is damaged, refusing to "
+                + ("create a new one over it" if new_meta is not None else "attach to it")
             )
         meta = _parse_meta(raw_meta, server)
         if meta is None:
@@ -194,7 +221,9 @@ def transaction(
     an endless retry (redis-py's own ``transaction()`` retries a lost connection forever)."""
     r = _redis()
     lost: Exception | None = None
-    for _ in range(_RETRIES):
+    for attempt in range(_RETRIES):
+        if attempt:  # writers that collided retry apart, not in lockstep
+            time.sleep(random.uniform(0, 0.002 * 2**attempt))
         try:
             with server.client.pipeline(transaction=True) as pipe:
                 pipe.watch(*watch)  # type: ignore[no-untyped-call]

@@ -4,6 +4,7 @@ helpers that turn tensors and values into bytes and back (no pickles).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -29,7 +30,7 @@ _VERSION = 1
 # any value a server can hold and far below what would overflow the byte arithmetic.
 _MAX_LEAF_BYTES = 1 << 40
 _MAX_DIMS = 64
-_RETRIES = 5  # optimistic-transaction retries when another client changes the index
+_RETRIES = 8  # optimistic-transaction retries when another client changes the index
 # The index hash's field holding the store's generation: a token written when the store is
 # created. Every read and write checks it in the same round trip as its own commands, so a
 # store the server lost (eviction, FLUSHALL, a restart without persistence) or that was
@@ -74,6 +75,32 @@ def _redis() -> Any:
             "TensorDictStore needs the redis client: pip install 'tensorbox[redis]'"
         ) from err
     return redis
+
+
+def _retry() -> Any:
+    """The retry policy of the clients a store makes: one more try after a dropped
+    connection (a pooled socket the server closed, a restart), none after a timeout.
+    redis-py's default retries a timeout 3 times with growing pauses, so a silent server
+    (stopped, overloaded) held every call for 4 socket timeouts and more; here
+    ``socket_timeout`` bounds each try, and a call makes at most two."""
+    r = _redis()
+    from redis.backoff import ConstantBackoff
+    from redis.retry import Retry
+
+    return Retry(ConstantBackoff(0.1), 1, supported_errors=(r.exceptions.ConnectionError,))
+
+
+def _client_error(err: BaseException) -> bool:
+    """Whether ``err`` (a TypeError, ValueError...) was raised inside the redis client:
+    the client failed to make sense of the server's reply."""
+    tb = err.__traceback__
+    last = None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    if last is None:
+        return False
+    name = last.tb_frame.f_code.co_filename.replace("\\", "/")
+    return "/redis/" in name
 
 
 def _enc(path: tuple[str, ...]) -> str:
@@ -368,6 +395,12 @@ class _Server:
         try:
             return fn()
         except r.exceptions.ResponseError as err:
+            if "used memory > 'maxmemory'" in str(err) or str(err).startswith("OOM"):
+                raise RuntimeError(
+                    f"{self.where()}: {what}: the server is out of memory (maxmemory reached "
+                    "and its policy evicts nothing): nothing of this write was applied; "
+                    f"free memory there or raise its maxmemory ({err})"
+                ) from err
             if "WRONGTYPE" in str(err):
                 raise FormatError(
                     f"{self.where()}: {what}: the server holds keys under {self.base!r} of "
@@ -383,6 +416,33 @@ class _Server:
             raise ConnectionError(
                 f"{self.where()}: {what}: cannot reach the server ({type(err).__name__}: {err})"
             ) from err
+        except r.exceptions.InvalidResponse as err:
+            raise self.garbled(what, err) from err
+        except (TypeError, ValueError, AttributeError, IndexError, KeyError) as err:
+            if not _client_error(err):
+                raise  # ours (a refused value), not the reply's
+            raise self.garbled(what, err) from err
+
+    def garbled(self, what: str, err: BaseException | str) -> FormatError:
+        """The error for a reply that is not what a Redis server sends."""
+        if isinstance(err, BaseException):
+            err = f"{type(err).__name__}: {err}"
+        # the connection may hold the rest of the bad reply: none is used again
+        with contextlib.suppress(Exception):
+            self.client.connection_pool.disconnect()
+        return FormatError(
+            f"{self.where()}: {what}: the reply is not what a Redis server sends ({err}); "
+            "not a Redis server, or a damaged connection"
+        )
+
+    def reply(self, what: str, value: Any, n: int | None = None) -> list[Any]:
+        """``value`` checked to be a list (of ``n`` items where given), as the commands
+        sent ask for; else the ``FormatError`` of a garbled reply."""
+        if not isinstance(value, list) or (n is not None and len(value) != n):
+            shown = repr(value)[:100]
+            want = "a list" if n is None else f"a list of {n}"
+            raise self.garbled(what, f"{shown} where {want} was due")
+        return value
 
     def write(self, what: str, fn: Callable[[], Any]) -> Any:
         """``call`` for a write: when its connection is lost, the server's limits are read
@@ -408,6 +468,8 @@ class _Server:
 
     def index(self) -> dict[tuple[str, ...], _Header]:
         raw = self.call("read the index", lambda: self.client.hgetall(self.index_key))
+        if not isinstance(raw, dict):
+            raise self.garbled("read the index", f"{raw!r:.100} where a hash was due")
         return self.parse_index(raw)
 
     def check_gen(self, raw: bytes | str | None, path: tuple[str, ...] | None = None) -> None:
@@ -416,8 +478,11 @@ class _Server:
         if raw is None:
             raise FormatError(
                 f"{self.where(path)}: the store is gone from the server: its index "
-                f"{self.index_key!r} is missing ({_GONE_WHY}); nothing is recreated"
+                f"{self.index_key!r} is missing, or lost its generation ({_GONE_WHY}); nothing "
+                "is recreated"
             )
+        if not isinstance(raw, (bytes, str)):
+            raise self.garbled("read the generation", f"{raw!r:.100} where text was due")
         found = _text(raw, self.where(path), "the generation")
         if self.gen is not None and found != self.gen:
             raise FormatError(
@@ -499,11 +564,11 @@ def _parse_meta(raw: bytes | None, server: _Server) -> dict[str, Any] | None:
         return None
     try:
         meta = json.loads(raw)
-    except ValueError:
+    except (ValueError, TypeError):
         meta = None
     if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
         raise FormatError(
-            f"{server.where()}: the key {server.meta_key!r} holds {bytes(raw)[:100]!r}, not "
+            f"{server.where()}: the key {server.meta_key!r} holds {raw!r:.100}, not "
             "a tensorbox store's metadata (foreign data under the same prefix and id?)"
         )
     if meta.get("version") != _VERSION:
@@ -531,6 +596,8 @@ def _connect(
     elif url is not None:
         # every operation has a time limit: a silent server is an error, never a hang
         kw = {"socket_connect_timeout": 10, "socket_timeout": 60, **redis_kwargs}
+        if not {"retry", "retry_on_error", "retry_on_timeout"} & set(redis_kwargs):
+            kw["retry"] = _retry()
         client = r.Redis.from_url(url, **kw)
         kw = dict(client.connection_pool.connection_kwargs)
         owns = True
@@ -538,6 +605,8 @@ def _connect(
         kw = dict(redis_kwargs)
         kw.setdefault("socket_connect_timeout", 10)
         kw.setdefault("socket_timeout", 60)
+        if not {"retry", "retry_on_error", "retry_on_timeout"} & set(kw):
+            kw["retry"] = _retry()
         if unix_socket_path is not None:
             kw["unix_socket_path"] = unix_socket_path
         else:
@@ -612,6 +681,7 @@ def reconnect(connect: dict[str, Any], provider: Any = None) -> Any:
     r = _redis()
     if provider is not None:
         connect = {**connect, "credential_provider": provider}
+    connect = {"retry": _retry(), **connect}  # a recorded policy is not plain: ours
     if "path" in connect:
         pool = r.ConnectionPool(connection_class=r.UnixDomainSocketConnection, **connect)
     else:

@@ -54,8 +54,10 @@ class StoreWrites(StoreReads):
         kinds = [data[p] for p in paths] if data else []
 
         def read(pipe: Any) -> tuple[dict[tuple[str, ...], _Header], dict[tuple[str, ...], Any]]:
-            reply = run_script(pipe, "state", keys, kinds)
-            flat = reply[0]
+            reply = server.reply(what, run_script(pipe, "state", keys, kinds), len(keys))
+            flat = server.reply(what, reply[0])
+            for item in reply[1:]:
+                server.reply(what, item)
             index = server.parse_index(dict(zip(flat[::2], flat[1::2], strict=True)))
             state = {p: r for p, r in zip(paths, reply[1:], strict=True)}
             return index, state
@@ -90,6 +92,21 @@ class StoreWrites(StoreReads):
         server = self._server
         where = server.where(path)
         _check_text(path, where)
+        h = index.get(path)
+        if (
+            h is not None
+            and h.kind == "tensor"
+            and isinstance(value, torch.Tensor)
+            and value.layout == torch.strided
+            and not getattr(value, "is_nested", False)
+            and h.raw == _tensor_header(value)
+        ):
+            # the same dtype and shape: only the bytes change and the index is left
+            # alone, so that transactions of other writers (watching it) need not retry
+            server.check_size(path, value.numel() * value.element_size())
+            pipe.set(server.data_key(path), _tensor_bytes(value))
+            self._remember(path, h)
+            return
         # intermediate nodes (created with the batch size of the level that holds them)
         for i in range(len(self._path) + 1, len(path)):
             if path[:i] not in index:
@@ -252,9 +269,13 @@ class StoreWrites(StoreReads):
             else:
                 got[p] = h
         if unknown:
-            reply = server.call(
+            reply = server.reply(
                 "read headers",
-                lambda: server.client.hmget(server.index_key, [_GEN, *map(_enc, unknown)]),
+                server.call(
+                    "read headers",
+                    lambda: server.client.hmget(server.index_key, [_GEN, *map(_enc, unknown)]),
+                ),
+                len(unknown) + 1,
             )
             server.check_gen(reply[0])
             for p, raw in zip(unknown, reply[1:], strict=True):
@@ -286,8 +307,15 @@ class StoreWrites(StoreReads):
                 total += len(blob)
                 args += [off, blob]
         server.check_size(next(iter(leaves), ()), 0, total)
-        reply = server.write("write rows", lambda: run_script(server.client, "rows", keys, args))
-        status = _text(reply[0])
+        what = _rows_what(leaves)
+        reply = server.write(what, lambda: run_script(server.client, "rows", keys, args))
+        reply = server.reply(what, reply)
+        status = _text(reply[0]) if reply and isinstance(reply[0], bytes) else None
+        if status not in ("ok", "gen", "header", "length") or (
+            status == "length"
+            and (len(reply) != 3 or type(reply[1]) is not int or not 0 < reply[1] <= len(leaves))
+        ):
+            raise server.garbled(what, f"{reply!r:.100} where the script's status was due")
         if status == "ok":
             return True
         paths = list(leaves)
@@ -295,9 +323,8 @@ class StoreWrites(StoreReads):
             server.check_gen(reply[1] if len(reply) > 1 else None)
             self._forget(paths)  # (a handle that never learned its generation)
             return False
-        bad = paths[int(reply[1]) - 1]
         if status == "length":
-            n = int(reply[2])
+            bad, n = paths[reply[1] - 1], reply[2]
             if n == 0:
                 raise server.missing(bad)
             raise FormatError(
@@ -345,7 +372,7 @@ class StoreWrites(StoreReads):
                     raise server.missing(path)
                 self._nontensor_rows(pipe, idx, path, h, v, index, raw)
 
-        self._transaction("write rows", plan, data)
+        self._transaction(_rows_what(leaves), plan, data)
 
     def _new_leaf(
         self, v: torch.Tensor, cells: tuple[torch.Tensor, int], node_bs: torch.Size
@@ -446,3 +473,10 @@ class StoreWrites(StoreReads):
 
         self._transaction(f"rename {format_key(old)!r}", plan)
         return self
+
+
+def _rows_what(leaves: Mapping[tuple[str, ...], Any]) -> str:
+    """What a row write is doing, naming its leaves (the first few)."""
+    names = [format_key(p) for p in list(leaves)[:4]]
+    more = f" and {len(leaves) - 4} more" if len(leaves) > 4 else ""
+    return f"write rows of {', '.join(names)}{more}"

@@ -42,6 +42,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from tensorbox import FormatError
 from tensorbox.buffer._plan import GlobalRNG, Plan, Position, Producer
 from tensorbox.buffer._runtime import ProducerError
 from tensorbox.buffer._slots import in_memory
@@ -57,7 +58,13 @@ def _client(url: str) -> Any:
             "redis is needed for a buffer in Redis and is not installed: "
             "pip install 'tensorbox[redis]'"
         ) from err
-    return redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=10)
+    from redis.backoff import ConstantBackoff
+    from redis.retry import Retry
+
+    # one try per timeout, as TensorDictStore's clients (redis-py's default retries a
+    # silent server 3 times with growing pauses: over 2 minutes per call here)
+    once = Retry(ConstantBackoff(0.1), 1, supported_errors=(redis.exceptions.ConnectionError,))
+    return redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=10, retry=once)
 
 
 def _prefix(name: str) -> str:
@@ -186,10 +193,24 @@ class RedisAugmentBuffer(Position):
     def _next(self) -> Any:
         g = self._g
         epoch, b = self._plan.locate(g)
-        self._wait(g, epoch, b)
-        batch = self._slots[g % self._capacity][: self._plan.rows(b)]
-        self._g = g + 1
-        self._push_upto(self._g + self._capacity)  # slot g % capacity is free again
+        try:
+            self._wait(g, epoch, b)
+            try:
+                batch = self._slots[g % self._capacity][: self._plan.rows(b)]
+            except FormatError:
+                # a producer that reconnected after a restart announced its batch to the
+                # new server, where the slots are gone: the keys-gone error, not this one
+                self._check_run(epoch, b)
+                raise
+            self._g = g + 1
+            self._push_upto(self._g + self._capacity)  # slot g % capacity is free again
+        except _connection_errors() as err:
+            raise ConnectionError(
+                f"queue {self._name!r}: the Redis server at {self._url} did not answer while "
+                f"the consumer waited for epoch {epoch} batch {b} ({type(err).__name__}: "
+                f"{err}); once it is back, resume with a new RedisAugmentBuffer and "
+                "load_state_dict(state_dict() of this one)"
+            ) from err
         return batch
 
     def _wait(self, g: int, epoch: int, b: int) -> None:
@@ -211,19 +232,7 @@ class RedisAugmentBuffer(Position):
                     remote_traceback=err["traceback"],
                 )
             now = time.monotonic()
-            config = self._r.get(self._p + ":config")
-            if config is None or json.loads(config).get("run") != self._run:
-                # a restart without persistence, FLUSHALL or eviction took the queue: no
-                # producer will ever answer this run, so waiting would never end
-                raise ProducerError(
-                    f"the keys of queue {self._name!r} are gone from the server at "
-                    f"{self._url} (a restart without persistence, FLUSHALL or eviction) "
-                    f"while waiting for epoch {epoch} batch {b}; resume with a new "
-                    "RedisAugmentBuffer and load_state_dict(state_dict() of this one)",
-                    worker=-1,
-                    epoch=epoch,
-                    batch=b,
-                )
+            self._check_run(epoch, b)
             holder = self._holder(f"{self._run}:{g}")
             if holder is not None and not self._r.exists(f"{self._p}:alive:{holder}"):
                 raise ProducerError(
@@ -244,6 +253,21 @@ class RedisAugmentBuffer(Position):
                     epoch=epoch,
                     batch=b,
                 )
+
+    def _check_run(self, epoch: int, b: int) -> None:
+        """Raise unless the queue's keys are this run's: a restart without persistence,
+        FLUSHALL or eviction took them, and no producer will ever answer this run."""
+        config = self._r.get(self._p + ":config")
+        if config is None or json.loads(config).get("run") != self._run:
+            raise ProducerError(
+                f"the keys of queue {self._name!r} are gone from the server at "
+                f"{self._url} (a restart without persistence, FLUSHALL or eviction) "
+                f"while waiting for epoch {epoch} batch {b}; resume with a new "
+                "RedisAugmentBuffer and load_state_dict(state_dict() of this one)",
+                worker=-1,
+                epoch=epoch,
+                batch=b,
+            )
 
     def _holder(self, task: str) -> str | None:
         """The producer whose working list holds ``task``, if any."""
@@ -452,6 +476,13 @@ class _ProducerState:
         except lost:
             raise
         except Exception as exc:  # reported to the consumer, which raises it
+            raw = r.get(p + ":config")
+            if raw is None or json.loads(raw).get("run") != task_run:
+                # the run is gone (a restart without persistence, FLUSHALL: its slots
+                # with it): no consumer waits for this batch, and the one that did
+                # says the keys are gone; not the transform's error
+                self.run = None
+                return
             text = "".join(traceback.format_exception(exc))
             r.rpush(
                 f"{p}:done:{task_run}:{g_text}",

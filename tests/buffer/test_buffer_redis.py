@@ -17,7 +17,7 @@ import torch
 
 from tensorbox.buffer import AugmentBuffer, ProducerError, RedisAugmentBuffer, run_producer
 from tests.redis_producer import augment, data
-from tests.servers import RedisProcess, RedisServer
+from tests.servers import RedisProcess, RedisProxy, RedisServer
 
 pytest.importorskip("redis")
 ROOT = Path(__file__).resolve().parents[2]
@@ -186,3 +186,25 @@ def test_a_producer_gives_up_after_its_bound(redis_process: RedisProcess) -> Non
         ConnectionError, match=r"queue 'gone': the Redis server at redis://.* unreachable for 1 s"
     ):
         raise out[0]
+
+
+@pytest.mark.slow  # waits out the buffer's 30 s socket timeout once
+def test_a_silent_server_is_a_connection_error_naming_the_queue(redis_proxy: RedisProxy) -> None:
+    """A server that stops answering (SIGSTOP, overload) while the consumer waits: the
+    consumer's client retried each call 3 times with growing pauses (over 2 minutes),
+    then raised redis-py's bare TimeoutError. One try now, and a ConnectionError naming
+    the queue, the server and the batch."""
+    url = f"redis://127.0.0.1:{redis_proxy.port}/0"
+    with RedisAugmentBuffer(
+        data, augment, url=url, name="quiet", batch_size=8, capacity=2, timeout=600
+    ) as buf:
+        it = iter(buf)
+        redis_proxy.mode = "silent"
+        before = redis_proxy.accepted
+        with pytest.raises(
+            ConnectionError,
+            match=r"queue 'quiet': the Redis server at redis://.* did not answer .*epoch 0 batch 0",
+        ):
+            next(it)
+        assert redis_proxy.accepted - before <= 1
+        redis_proxy.mode = "pass"
