@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from tensorbox._core.container import TensorCollection
     from tensorbox._core.methods.base import C, MixinBase
 
-__all__ = ["exclude", "flatten_keys", "select", "unflatten_keys", "update"]
+__all__ = ["chosen", "exclude", "flatten_keys", "select", "unflatten_keys", "update"]
 
 _NTD = NonTensorData
 
@@ -48,13 +48,8 @@ def update(
     """Merge ``other`` into ``td``. ``inplace`` copies into existing tensors;
     ``strict`` (``update_``) also refuses keys ``td`` does not have."""
     if keys is not None:
-        for key in keys:
-            path = unravel_key(key)
-            if not strict:  # as tensordict: a level the destination lacks is copied whole
-                path = next((path[:i] for i in range(1, len(path)) if not _has(td, path[:i])), path)
-            found, node, _ = _lookup_mapping(other, path)
-            if found:  # as tensordict: keys_to_update filters, it does not require
-                _set_path(td, path, raw(node), inplace, strict)
+        for path, node in chosen(td, other, keys, strict).items():
+            _set_path(td, path, raw(node), inplace, strict)
         return
     store = td._tensordict
     for k, v in (other if type(other) is dict else store_of(other)).items():
@@ -80,6 +75,23 @@ def update(
             store[k] = prepare_entry(td, k, v, (k,))
         else:
             td._set_str(k, v, (k,))
+
+
+def chosen(
+    td: Any, other: Any, keys: Sequence[NestedKey], strict: bool
+) -> dict[tuple[str, ...], Any]:
+    """The entries of ``other`` that ``update(other, keys_to_update=keys)`` writes into
+    ``td``, by path (as tensordict: ``keys`` filters, it does not require; without
+    ``strict``, a level ``td`` lacks is taken whole)."""
+    out = {}
+    for key in keys:
+        path = unravel_key(key)
+        if not strict:
+            path = next((path[:i] for i in range(1, len(path)) if not _has(td, path[:i])), path)
+        found, node, _ = _lookup_mapping(other, path)
+        if found:
+            out[path] = node
+    return out
 
 
 def _set_path(td: Any, path: tuple[str, ...], value: Any, inplace: bool, strict: bool) -> None:
