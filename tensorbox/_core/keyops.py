@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 from torch import Tensor
 
 from tensorbox._core.apply import clone
-from tensorbox._core.entries import copy_leaf, prepare_entry
+from tensorbox._core.entries import copy_leaf, replace_value
 from tensorbox._core.nestedkey import NestedKey, unravel_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.tree import find_missing, is_coll, missing_key_error, new_plain, raw, store_of
@@ -72,7 +72,7 @@ def update(
         elif type(cur) is not _NTD and (is_coll(v) or isinstance(v, Mapping)):
             update(cur, v, inplace, None, strict)
         elif type(cur) is _NTD and inplace:
-            store[k] = prepare_entry(td, k, v, (k,))
+            store[k] = replace_value(td, k, v, (k,))
         else:
             td._set_str(k, v, (k,))
 

@@ -190,7 +190,7 @@ class Saver:
         store = td._tensordict if self.mode == "inplace" else {}
         entries: dict[str, Any] = {}
         std_json = False
-        version = 2  # 3 only where a node holds a jagged entry (see the format spec)
+        version = 2  # 3 where a node holds a jagged entry, 4 a MetaData (the format spec)
         legacy = self.legacy and directory is not None
         names: set[str] = set()  # legacy: the node's file names so far
         for k, v in td._tensordict.items():
@@ -201,7 +201,7 @@ class Saver:
                 self._legacy_entry(k, v, kpath, names)
             if type(v) is NJT:
                 entries[k] = self._jagged_leaf(v, k, kpath, directory, store)
-                version = 3
+                version = max(version, 3)
             elif isinstance(v, Tensor):
                 entries[k] = self._leaf(v, k, kpath, directory, store)
             elif is_coll(v):
@@ -212,6 +212,8 @@ class Saver:
             else:
                 entry, needs_std = _json_entry(v, kpath, td.batch_size)
                 std_json |= needs_std
+                if "meta" in entry:
+                    version = 4
                 entries[k] = entry
                 if legacy:  # tensordict keeps a value in a sub-node of its own
                     sub = f"{directory}/{legacy_name(k)}" if directory else legacy_name(k)
@@ -380,4 +382,7 @@ def _json_entry(
             )
         value = v.data.tolist()
         return {"kind": "json", "value": value, "stacked": True}, check_json_value(value, where)
-    return {"kind": "json", "value": v.data}, check_json_value(v.data, where)
+    entry = {"kind": "json", "value": v.data}
+    if v.meta:  # loads back as a MetaData, not a NonTensorData (format version 4)
+        entry["meta"] = True
+    return entry, check_json_value(v.data, where)

@@ -33,7 +33,7 @@ from tensorbox._core import ports as _ports
 from tensorbox._core import tree as _tree
 from tensorbox._core.backing import TREES as _TREES
 from tensorbox._core.backing import UNLOCK as _UNLOCK
-from tensorbox._core.entries import copy_leaf, prepare_entry
+from tensorbox._core.entries import copy_leaf, prepare_entry, replace_value
 from tensorbox._core.getdefault import UNSET, missing_default
 from tensorbox._core.methods.base import MISSING, MixinBase, is_container
 from tensorbox._core.nestedkey import NestedKey, format_key, unravel_key
@@ -103,7 +103,7 @@ def put(node: Any, key: str, value: Any, path: tuple[str, ...]) -> None:
 def copy_other(node: Any, path: tuple[str, ...], value: Any, current: Any) -> None:
     """``set_`` of a non-tensor entry or a nested container ``current``."""
     if type(current) is NonTensorData:
-        node._tensordict[path[-1]] = prepare_entry(node, path[-1], value, path)
+        node._tensordict[path[-1]] = replace_value(node, path[-1], value, path)
     else:
         current.update_(value)
 
