@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from tensorbox import TensorDict
+from tensorbox.errors import LockedError
 
 
 def _tree(path: Path) -> TensorDict:
@@ -90,3 +91,56 @@ def test_a_write_whose_commit_finds_a_full_disk_puts_its_tensors_back(
     os.unlink(small_tmpfs / "filler")
     write(td)  # room again: the same write goes through
     _written(small_tmpfs / "t")
+
+
+# ---------------------------------------------------------------- apply_
+
+
+def _applied(path: Path) -> TensorDict:
+    td = TensorDict({"n": {"z": torch.zeros(3)}, "x": torch.zeros(3), "w": torch.zeros(3)}, [3])
+    return td.memmap(path)
+
+
+def _untouched(td: TensorDict, path: Path) -> None:
+    for back in (TensorDict.load_memmap(path), td):
+        assert back["n", "z"].tolist() == back["x"].tolist() == [0.0] * 3
+        assert back["w"].tolist() == [0.0] * 3 and back["w"].dtype == torch.float32
+
+
+def test_an_apply_whose_commit_fails_writes_no_leaf(tmp_path: Path) -> None:
+    # "w" gets another dtype: a new file, committed; the other leaves are written in
+    # place only once that commit is made, so a stale tree leaves them as they were
+    mine = _applied(tmp_path / "t")
+    other = TensorDict.load_memmap(tmp_path / "t")
+    with other.unlock_():
+        other["y"] = torch.ones(3)
+    fn = lambda t: t.double() if t.shape == (3,) and t is mine["w"] else t + 1  # noqa: E731
+    with mine.unlock_(), pytest.raises(RuntimeError, match=r"was saved again since this"):
+        mine.apply_(fn)
+    _untouched(mine, tmp_path / "t")
+
+
+def _fails_on_w(td: TensorDict, exc: BaseException) -> Callable[[Any], Any]:
+    def fn(t: Any) -> Any:
+        if t is td["w"]:
+            raise exc
+        return t + 1
+
+    return fn
+
+
+def test_an_apply_whose_fn_raises_midway_writes_no_leaf(tmp_path: Path) -> None:
+    td = _applied(tmp_path / "t")  # "n" and "x" come before "w"
+    with pytest.raises(ValueError, match="no value for w"):
+        td.apply_(_fails_on_w(td, ValueError("no value for w")))
+    _untouched(td, tmp_path / "t")
+
+
+def test_an_apply_refused_by_the_lock_midway_writes_no_leaf(tmp_path: Path) -> None:
+    td = _applied(tmp_path / "t")
+    fn = lambda t: torch.zeros(3, 2) if t is td["w"] else t + 1  # noqa: E731
+    with pytest.raises(LockedError, match=r"apply\(inplace=True\) would replace 'w' of a locked"):
+        td.apply_(fn)
+    _untouched(td, tmp_path / "t")
+    td.apply_(lambda t: t + 1)  # then a plain apply_ goes through, into the files
+    assert TensorDict.load_memmap(tmp_path / "t")["n", "z"].tolist() == [1.0] * 3
