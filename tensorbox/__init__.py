@@ -31,7 +31,7 @@ _PORTS = {
     "file_refs": "tensorbox._storage.fileref",
     "live": "tensorbox._redis:TensorDictStore",
     "weights": "tensorbox.weights",
-    "transport": "tensorbox.distributed",
+    "distributed": "tensorbox.distributed",
     # format name -> the module of its ``from_<name>``/``to_<name>``
     "format.arrow": "tensorbox.interop.arrow",
     "format.pandas": "tensorbox.interop.arrow",

@@ -132,9 +132,6 @@ def attach(
 def forward(shim: str, target: str) -> tuple[Getattr, Dir]:
     """``(__getattr__, __dir__)`` for the shim module ``shim``: every public name of
     ``target`` (imported on first use) read through it. Private names are not forwarded.
-    A shim of a renamed module is a package of one file (``interop/files/__init__.py``,
-    not ``files.py``), so that version control carries edits made to the old module
-    under its old name to the renamed one.
 
     >>> get, _ = forward("tensorbox.base", "tensorbox")
     >>> get("TensorDict").__name__

@@ -13,7 +13,7 @@ once, typed to return ``Self``, in the mixin of its job (``tensorbox._core.metho
 - ``MathMethods`` (``methods/math.py``): operators, elementwise math, reductions.
 - ``PersistenceMethods`` (``methods/persistence.py``), ``ConvertMethods``
   (``methods/convert.py``), ``WeightsMethods`` (``methods/weights.py``),
-  ``TransportMethods`` (``methods/transport.py``): saved trees, other formats, module
+  ``DistributedMethods`` (``methods/distributed.py``): saved trees, other formats, module
   weights, ``torch.distributed``; each reaches the layer above the core that does the
   work through a port (``_core/ports.py``), never by import.
 
@@ -57,13 +57,13 @@ from tensorbox._core.batchshape import BatchShaped
 from tensorbox._core.entries import prepare_entry
 from tensorbox._core.methods.compat import CompatMethods
 from tensorbox._core.methods.convert import ConvertMethods
+from tensorbox._core.methods.distributed import DistributedMethods
 from tensorbox._core.methods.entries import EntryMethods, is_key, put
 from tensorbox._core.methods.leaves import LeafMethods
 from tensorbox._core.methods.math import MathMethods
 from tensorbox._core.methods.persistence import PersistenceMethods
 from tensorbox._core.methods.shape import ShapeMethods
 from tensorbox._core.methods.structure import StructureMethods
-from tensorbox._core.methods.transport import TransportMethods
 from tensorbox._core.methods.weights import WeightsMethods
 from tensorbox._core.nestedkey import format_key
 from tensorbox._core.nontensor import NonTensorData
@@ -91,7 +91,7 @@ class TensorCollection(
     PersistenceMethods,
     ConvertMethods,
     WeightsMethods,
-    TransportMethods,
+    DistributedMethods,
     CompatMethods,
 ):
     """The container behaviour shared by ``TensorDict`` and tensorclasses (not built directly)."""

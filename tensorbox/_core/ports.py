@@ -42,14 +42,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Backing",
+    "Distributed",
     "FileRefs",
     "Persistence",
     "PortUnboundError",
-    "Transport",
     "Weights",
     "backing",
     "bind",
     "bound",
+    "distributed",
     "file_refs",
     "formats",
     "install",
@@ -61,7 +62,6 @@ __all__ = [
     "port",
     "reserve",
     "subview",
-    "transport",
     "unbind",
     "weights",
 ]
@@ -184,7 +184,7 @@ class Weights(Protocol):
         ...
 
 
-class Transport(Protocol):
+class Distributed(Protocol):
     """Containers over ``torch.distributed`` (``tensorbox.distributed``)."""
 
     def send(self, td: Any, dst: int, **kwargs: Any) -> None:
@@ -305,9 +305,9 @@ def weights() -> Weights:
     return cast(Weights, port("weights"))
 
 
-def transport() -> Transport:
-    """``torch.distributed`` transport."""
-    return cast(Transport, port("transport"))
+def distributed() -> Distributed:
+    """Containers over ``torch.distributed``."""
+    return cast(Distributed, port("distributed"))
 
 
 def formats(name: str) -> Any:

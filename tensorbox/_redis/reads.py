@@ -4,6 +4,7 @@ trip, adjacent rows in one range."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,7 @@ import torch
 from tensorbox._core.nestedkey import format_key, unravel_key
 from tensorbox._core.nontensor import NonTensorData, per_row
 from tensorbox._core.tensordict import TensorDict
+from tensorbox._redis.scripts import load_script, queue_script
 from tensorbox._redis.wire import (
     _GEN,
     _RETRIES,
@@ -20,12 +22,16 @@ from tensorbox._redis.wire import (
     _from_bytes,
     _Header,
     _object_array,
+    _redis,
     _rows_of,
     _runs,
     _Server,
     _text,
 )
 from tensorbox.errors import FormatError, TensorDictKeyError
+
+# past this many ranges of one value, a read asks for them by one script, in one reply
+_SCRIPTED = 8
 
 
 class StoreReads:
@@ -94,29 +100,10 @@ class StoreReads:
             paths = list(wanted)
             pipe = server.client.pipeline(transaction=True)
             pipe.hmget(server.index_key, [_GEN, *(_enc(p) for p in paths)])
-            plan: list[tuple[tuple[str, ...], list[tuple[int, int]]]] = []
-            for p in paths:
-                h = headers[p]
-                if h.kind == "node":
-                    continue
-                dk = server.data_key(p)
-                # a zero-byte value's length cannot tell it from a missing one
-                pipe.exists(dk) if h.kind == "tensor" and h.nbytes == 0 else pipe.strlen(dk)
-                if h.kind == "tensor":
-                    # rows become bytes by the header read with them: a header another
-                    # client changed re-plans the ranges too, never reads by the old one
-                    rb, runs = h.row_bytes, wanted[p]
-                    ranges = (
-                        [(0, h.nbytes)] if runs is None else [(s * rb, c * rb) for s, c in runs]
-                    )
-                    ranges = [(s, n) for s, n in ranges if n > 0]
-                    for s, n in ranges:
-                        pipe.getrange(dk, s, s + n - 1)
-                else:
-                    ranges = [(0, -1)]
-                    pipe.get(dk)
-                plan.append((p, ranges))
-            res = server.call("read entries", pipe.execute)
+            plan = self._plan(pipe, headers, wanted)
+            res = self._execute(pipe)
+            if res is None:
+                continue
             server.check_gen(res[0][0])
             fresh = res[0][1:]
             changed = False
@@ -133,36 +120,143 @@ class StoreReads:
                 for p, h in headers.items():
                     self._remember(p, h)
                 continue
-            out: dict[tuple[str, ...], list[bytes]] = {}
-            pos = 1
-            for p, ranges in plan:
-                h = headers[p]
-                length = res[pos]
-                pos += 1
-                if h.kind == "tensor" and not length:  # STRLEN (or EXISTS) 0: no value
-                    raise server.missing(p)
-                if h.kind == "tensor" and h.nbytes and length != h.nbytes:
-                    raise FormatError(
-                        f"{server.where(p)}: the value {server.data_key(p)!r} holds {length} "
-                        f"bytes, its header ({h.dtype}, shape {h.shape}) promises {h.nbytes}"
-                    )
-                chunks = list(res[pos : pos + len(ranges)])
-                pos += len(ranges)
-                for (s, n), c in zip(ranges, chunks, strict=True):
-                    if c is None and h.kind == "nontensor":
-                        raise server.missing(p)
-                    if c is None or (n >= 0 and len(c) != n):
-                        raise FormatError(
-                            f"{server.where(p)}: the range {s}..{s + n} of "
-                            f"{server.data_key(p)!r} came back short"
-                        )
-                out[p] = chunks
+            out = self._unpack(res, plan, headers)
             for p, h in headers.items():
                 self._remember(p, h)
             return headers, out
         raise RuntimeError(
             f"{server.where()}: the entries kept changing under {_RETRIES} reads in a row"
         )
+
+    def _read_node(
+        self,
+        want: Callable[
+            [dict[tuple[str, ...], _Header]], dict[tuple[str, ...], list[tuple[int, int]] | None]
+        ],
+    ) -> tuple[
+        dict[tuple[str, ...], _Header],
+        dict[tuple[str, ...], _Header],
+        dict[tuple[str, ...], list[bytes]],
+    ]:
+        """Every entry under this node (by relative path), their headers and the byte
+        ranges ``want(entries)`` asks for, in ONE round trip when the index is known
+        here: the ranges are planned by the index this handle last saw, and the same
+        transaction reads the whole index again; an index that changed meanwhile
+        (an entry added, removed or re-set by anyone) is taken and the ranges planned
+        again, so nothing is ever read by a stale header, and nothing new is missed."""
+        server = self._server
+        cached = self._meta_cache is not None
+        snap = server.snapshot if cached else None
+        for _ in range(_RETRIES):
+            if snap is None:
+                raw = server.call("read the index", lambda: server.client.hgetall(server.index_key))
+                snap = (raw, server.parse_index(raw))
+            raw, index = snap
+            n = len(self._path)
+            entries = {p[n:]: h for p, h in index.items() if len(p) > n and p[:n] == self._path}
+            wanted = want(entries)
+            headers = {p: index[p] for p in wanted}
+            pipe = server.client.pipeline(transaction=True)
+            pipe.hgetall(server.index_key)
+            plan = self._plan(pipe, headers, wanted)
+            res = self._execute(pipe)
+            if res is None:
+                continue
+            if res[0] != raw:  # changed since planned: take the new index, plan again
+                snap = (res[0], server.parse_index(res[0]))
+                continue
+            if cached:
+                server.snapshot = snap
+                for p, h in headers.items():
+                    self._remember(p, h)
+            return entries, headers, self._unpack(res, plan, headers)
+        raise RuntimeError(
+            f"{server.where()}: the entries kept changing under {_RETRIES} reads in a row"
+        )
+
+    def _execute(self, pipe: Any) -> list[Any] | None:
+        """The read's transaction run; None when the server lacked a script (a new or
+        restarted server), which is loaded for the caller's next try."""
+        server = self._server
+        try:
+            res: list[Any] = server.call("read entries", pipe.execute)
+        except RuntimeError as err:
+            if not isinstance(err.__cause__, _redis().exceptions.NoScriptError):
+                raise
+            load_script(server, "ranges")
+            return None
+        return res
+
+    def _plan(
+        self,
+        pipe: Any,
+        headers: dict[tuple[str, ...], _Header],
+        wanted: dict[tuple[str, ...], list[tuple[int, int]] | None],
+    ) -> list[tuple[tuple[str, ...], list[tuple[int, int]]]]:
+        """Queue on ``pipe`` each wanted value's length check and byte ranges, planned
+        by ``headers``; returns what was queued, for ``_unpack``."""
+        server = self._server
+        plan: list[tuple[tuple[str, ...], list[tuple[int, int]]]] = []
+        for p in wanted:
+            h = headers[p]
+            if h.kind == "node":
+                continue
+            dk = server.data_key(p)
+            # a zero-byte value's length cannot tell it from a missing one
+            pipe.exists(dk) if h.kind == "tensor" and h.nbytes == 0 else pipe.strlen(dk)
+            if h.kind == "tensor":
+                # rows become bytes by the header read with them: a header another
+                # client changed re-plans the ranges too, never reads by the old one
+                rb, runs = h.row_bytes, wanted[p]
+                ranges = [(0, h.nbytes)] if runs is None else [(s * rb, c * rb) for s, c in runs]
+                ranges = [(s, n) for s, n in ranges if n > 0]
+                if len(ranges) > _SCRIPTED:  # one reply, not one per range
+                    text = " ".join(f"{s} {s + n - 1}" for s, n in ranges)
+                    queue_script(pipe, "ranges", [dk], [text])
+                    ranges = [(-1, sum(n for _, n in ranges))]
+                for s, n in ranges:
+                    if s >= 0:
+                        pipe.getrange(dk, s, s + n - 1)
+            else:
+                ranges = [(0, -1)]
+                pipe.get(dk)
+            plan.append((p, ranges))
+        return plan
+
+    def _unpack(
+        self,
+        res: list[Any],
+        plan: list[tuple[tuple[str, ...], list[tuple[int, int]]]],
+        headers: dict[tuple[str, ...], _Header],
+    ) -> dict[tuple[str, ...], list[bytes]]:
+        """The chunks ``_plan`` queued, taken from the replies after the first, each
+        value's length checked against its header."""
+        server = self._server
+        out: dict[tuple[str, ...], list[bytes]] = {}
+        pos = 1
+        for p, ranges in plan:
+            h = headers[p]
+            length = res[pos]
+            pos += 1
+            if h.kind == "tensor" and not length:  # STRLEN (or EXISTS) 0: no value
+                raise server.missing(p)
+            if h.kind == "tensor" and h.nbytes and length != h.nbytes:
+                raise FormatError(
+                    f"{server.where(p)}: the value {server.data_key(p)!r} holds {length} "
+                    f"bytes, its header ({h.dtype}, shape {h.shape}) promises {h.nbytes}"
+                )
+            chunks = list(res[pos : pos + len(ranges)])
+            pos += len(ranges)
+            for (s, n), c in zip(ranges, chunks, strict=True):
+                if c is None and h.kind == "nontensor":
+                    raise server.missing(p)
+                if c is None or (n >= 0 and len(c) != n):
+                    what = "the ranges" if s == -1 else f"the range {s}..{s + n}"
+                    raise FormatError(
+                        f"{server.where(p)}: {what} of {server.data_key(p)!r} came back short"
+                    )
+            out[p] = chunks
+        return out
 
     def _leaf_value(self, path: tuple[str, ...], h: _Header, chunks: list[bytes]) -> Any:
         if h.kind == "tensor":
@@ -201,21 +295,24 @@ class StoreReads:
         if rows is None:
             out: TensorDict = self.to_local()[index]
             return out
-        flat = rows.reshape(-1).tolist()
-        uniq = sorted(set(flat))
-        pos = {r: i for i, r in enumerate(uniq)}
-        gather = torch.tensor([pos[r] for r in flat], dtype=torch.long)
-        entries = self._entries()
-        wanted: dict[tuple[str, ...], list[tuple[int, int]] | None] = {}
+        uniq_t, gather = torch.unique(rows.reshape(-1), sorted=True, return_inverse=True)
+        uniq: list[int] = uniq_t.tolist()
         runs = _runs(uniq)
         span = (uniq[-1] - uniq[0] + 1) if uniq else 0
         covering = bool(uniq) and span <= 2 * len(uniq)  # one range wastes at most half
-        for rel, h in entries.items():
-            if h.kind == "tensor":
-                wanted[self._path + rel] = [(uniq[0], span)] if covering else runs
-            elif h.kind == "nontensor":
-                wanted[self._path + rel] = None
-        headers, data = self._fetch(wanted) if wanted else ({}, {})
+
+        def want(
+            entries: dict[tuple[str, ...], _Header],
+        ) -> dict[tuple[str, ...], list[tuple[int, int]] | None]:
+            wanted: dict[tuple[str, ...], list[tuple[int, int]] | None] = {}
+            for rel, h in entries.items():
+                if h.kind == "tensor":
+                    wanted[self._path + rel] = [(uniq[0], span)] if covering else runs
+                elif h.kind == "nontensor":
+                    wanted[self._path + rel] = None
+            return wanted
+
+        entries, headers, data = self._read_node(want)
         out = TensorDict(batch_size=new_bs, device=self._device)
         for rel, h in sorted(entries.items(), key=lambda e: len(e[0])):
             path = self._path + rel
@@ -232,7 +329,7 @@ class StoreReads:
                         if uniq
                         else torch.empty([0, *rest], dtype=h.dtype)
                     )
-                    sub = sub[torch.tensor(uniq, dtype=torch.long) - uniq[0]] if uniq else sub
+                    sub = sub[uniq_t - uniq[0]] if uniq else sub
                 else:
                     sub = _from_bytes(blob, h.dtype, [len(uniq), *rest])
                 value: Any = sub[gather].reshape([*rows.shape, *rest])
@@ -255,11 +352,11 @@ class StoreReads:
     def to_local(self) -> TensorDict:
         """Every entry read now into a local ``TensorDict`` (one round trip when the
         headers are known here)."""
-        entries = self._entries()
-        wanted: dict[tuple[str, ...], list[tuple[int, int]] | None] = {
-            self._path + rel: None for rel, h in entries.items() if h.kind != "node"
-        }
-        headers, data = self._fetch(wanted) if wanted else ({}, {})
+        entries, headers, data = self._read_node(
+            lambda entries: {
+                self._path + rel: None for rel, h in entries.items() if h.kind != "node"
+            }
+        )
         out = TensorDict(batch_size=self._batch_size, device=self._device)
         for rel, h in sorted(entries.items(), key=lambda e: len(e[0])):
             path = self._path + rel

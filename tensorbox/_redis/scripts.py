@@ -88,7 +88,25 @@ end
 return out
 """
 
-_SOURCES = {"open": _OPEN, "adopt": _ADOPT, "rows": _ROWS, "state": _STATE}
+# Many byte ranges of one value as one reply (a batch of scattered rows): queued in a
+# read's transaction, it spares a reply (and a +QUEUED) per range, and the ranges travel
+# as one text argument (the client packs one argument, not two per range). KEYS: the
+# value. ARGV: "first last first last ..." in bytes. Returns the ranges end to end.
+_RANGES = """
+local parts = {}
+local first = nil
+for x in string.gmatch(ARGV[1], '%d+') do
+  if first then
+    parts[#parts + 1] = redis.call('GETRANGE', KEYS[1], first, x)
+    first = nil
+  else
+    first = x
+  end
+end
+return table.concat(parts)
+"""
+
+_SOURCES = {"open": _OPEN, "adopt": _ADOPT, "rows": _ROWS, "state": _STATE, "ranges": _RANGES}
 _SHAS = {k: hashlib.sha1(v.encode()).hexdigest() for k, v in _SOURCES.items()}
 
 
@@ -101,6 +119,17 @@ def run_script(on: Any, name: str, keys: Sequence[Any], args: Sequence[Any]) -> 
         return on.evalsha(_SHAS[name], len(keys), *keys, *args)
     except r.exceptions.NoScriptError:
         return on.eval(_SOURCES[name], len(keys), *keys, *args)
+
+
+def queue_script(pipe: Any, name: str, keys: Sequence[Any], args: Sequence[Any]) -> None:
+    """Queue ``EVALSHA`` of ``name`` in a transaction; where the server lacks the script
+    the transaction's ``NoScriptError`` is answered by ``load_script`` and a retry."""
+    pipe.evalsha(_SHAS[name], len(keys), *keys, *args)
+
+
+def load_script(server: _Server, name: str) -> None:
+    """Load the script ``name`` into the server's cache (a new or restarted server)."""
+    server.call("load a script", lambda: server.client.script_load(_SOURCES[name]))
 
 
 def open_store(server: _Server, new_meta: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -337,6 +337,9 @@ class _Server:
         # the store's batch size, once known: every header the server sends must start
         # with it (a header another client rewrote must not steer reads or SETRANGEs)
         self.batch: torch.Size | None = None
+        # the index as last read whole, raw and parsed: row reads plan by it and check
+        # it in the same transaction (one round trip while nobody changes the index)
+        self.snapshot: tuple[Any, dict[tuple[str, ...], _Header]] | None = None
         for name, text in (("prefix", namespace), ("td_id", td_id)):
             try:
                 text.encode()

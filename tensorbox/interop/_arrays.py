@@ -1,5 +1,5 @@
 """Reading and writing the arrays and trees of a ``PersistentTensorDict`` through a
-``Backend`` (indices in numpy's terms, partial reads, whole-tree writes, atomic saves).
+``Adapter`` (indices in numpy's terms, partial reads, whole-tree writes, atomic saves).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.tree import keys_list
 from tensorbox._storage.atomic import replace_folder, replacing
 from tensorbox.errors import TensorDictKeyError
-from tensorbox.interop._backends import BATCH_ATTR, Backend, encode_non_tensor
+from tensorbox.interop._adapters import BATCH_ATTR, Adapter, encode_non_tensor
 
 __all__ = [
     "as_tensor",
@@ -110,7 +110,7 @@ def leaf_keys(value: Any) -> list[Any]:
     return keys_list(value, True, True)  # non-tensor values too
 
 
-def read(backend: Backend, arr: Any, index: Any) -> np.ndarray:
+def read(backend: Adapter, arr: Any, index: Any) -> np.ndarray:
     idx = np_index(index)
     if is_basic(idx):
         return backend.read(arr, idx)
@@ -132,7 +132,7 @@ def read(backend: Backend, arr: Any, index: Any) -> np.ndarray:
     return out
 
 
-def write(backend: Backend, arr: Any, index: Any, value: np.ndarray) -> None:
+def write(backend: Adapter, arr: Any, index: Any, value: np.ndarray) -> None:
     idx = np_index(index)
     if is_basic(idx):
         backend.write(arr, idx, value)
@@ -148,7 +148,7 @@ def tree_attrs(td: Any) -> dict[str, Any]:
 
 
 def write_tree(
-    backend: Backend, group: Any, td: Any, path: tuple[str, ...], kwargs: dict[str, Any]
+    backend: Adapter, group: Any, td: Any, path: tuple[str, ...], kwargs: dict[str, Any]
 ) -> None:
     for name, value in td._tensordict.items():
         key = ".".join((*path, name))
@@ -179,7 +179,7 @@ def _shared(data: Any) -> tuple[bool, Any]:
     return True, first
 
 
-def write_non_tensor(backend: Backend, group: Any, name: str, value: Any, key: str) -> None:
+def write_non_tensor(backend: Adapter, group: Any, name: str, value: Any, key: str) -> None:
     """A non-tensor entry: one value, or one per batch element (a stack: its rows' shape
     is recorded, so that each row reads back as its own value). Rows that all hold the
     same value are written once, as tensordict writes an expanded value: reading gives
@@ -196,7 +196,7 @@ def write_non_tensor(backend: Backend, group: Any, name: str, value: Any, key: s
         backend.write_non_tensor(group, name, raw, encoding)
 
 
-def read_non_tensor(backend: Backend, obj: Any, key: str, where: str, batch: Any) -> Any:
+def read_non_tensor(backend: Adapter, obj: Any, key: str, where: str, batch: Any) -> Any:
     """The ``NonTensorData`` of a non-tensor entry (per-row values as a stack)."""
     value = backend.read_non_tensor(obj, key, where)
     rows = backend.rows(obj)

@@ -44,19 +44,19 @@ from tensorbox._core.nontensor import NonTensorData
 from tensorbox._storage.format.parse import JsonEntry
 from tensorbox._storage.store import Node, NodeEntry, NodeFiles, Store, TensorEntry, Writer
 from tensorbox.errors import FormatError
+from tensorbox.interop._adapters import (
+    BATCH_ATTR,
+    Unreadable,
+    backend_for,
+    recorded_batch,
+    tensor_dtype,
+)
 from tensorbox.interop._arrays import (
     as_tensor,
     atomic_path,
     numpy_of,
     read_non_tensor,
     write_non_tensor,
-)
-from tensorbox.interop._backends import (
-    BATCH_ATTR,
-    Unreadable,
-    backend_for,
-    recorded_batch,
-    tensor_dtype,
 )
 
 __all__ = ["GroupStore"]

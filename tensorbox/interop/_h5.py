@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from tensorbox.interop._backends import (
+from tensorbox.interop._adapters import (
     NON_TENSOR_ATTR,
     ROWS_ATTR,
-    Backend,
+    Adapter,
     Unreadable,
     decode_non_tensor,
 )
@@ -30,7 +30,7 @@ from tensorbox.interop._extras import require
 __all__ = ["H5Backend"]
 
 
-class H5Backend(Backend):
+class H5Backend(Adapter):
     name = "h5"
     extra = "hdf5"
 

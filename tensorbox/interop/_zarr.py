@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from tensorbox.interop._backends import NON_TENSOR_ATTR, ROWS_ATTR, Backend, decode_non_tensor
+from tensorbox.interop._adapters import NON_TENSOR_ATTR, ROWS_ATTR, Adapter, decode_non_tensor
 from tensorbox.interop._extras import require
 
 __all__ = ["ZarrBackend"]
 
 
-class ZarrBackend(Backend):
+class ZarrBackend(Adapter):
     name = "zarr"
     extra = "zarr"
 

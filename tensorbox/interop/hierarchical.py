@@ -39,6 +39,14 @@ from tensorbox._core.tensordict import TensorDict
 from tensorbox._storage.format.spec import MAX_DEPTH
 from tensorbox._storage.save import Saver
 from tensorbox.errors import BatchSizeError, FormatError, TensorDictKeyError
+from tensorbox.interop._adapters import (
+    BATCH_ATTR,
+    Adapter,
+    Unreadable,
+    backend_for,
+    recorded_batch,
+    tensor_dtype,
+)
 from tensorbox.interop._arrays import (
     as_tensor,
     infer_batch_size,
@@ -52,14 +60,6 @@ from tensorbox.interop._arrays import (
     write,
     write_non_tensor,
     write_tree,
-)
-from tensorbox.interop._backends import (
-    BATCH_ATTR,
-    Backend,
-    Unreadable,
-    backend_for,
-    recorded_batch,
-    tensor_dtype,
 )
 from tensorbox.interop._group_layout import GroupStore
 
@@ -190,7 +190,7 @@ class PersistentTensorDict(_WholeTreeReads, BatchShaped):
         if external_links and backend != "h5":
             raise ValueError(f"external_links=True: {backend} has no external links (HDF5 only)")
         options = {"external_links": external_links} if backend == "h5" else {}
-        self._backend: Backend = backend_for(backend, **options)
+        self._backend: Adapter = backend_for(backend, **options)
         self._mode = mode
         self._kwargs = kwargs
         self._device = None if device is None else torch.device(device)

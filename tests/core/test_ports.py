@@ -26,7 +26,7 @@ PROTOCOLS = {
     "file_refs": ports.FileRefs,
     "backing": ports.Backing,
     "weights": ports.Weights,
-    "transport": ports.Transport,
+    "distributed": ports.Distributed,
 }
 
 

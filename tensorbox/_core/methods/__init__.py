@@ -6,7 +6,7 @@
 - ``shape.ShapeMethods``: every batch-shape op.
 - ``math.MathMethods``: operators, elementwise math, reductions.
 - ``persistence.PersistenceMethods``, ``convert.ConvertMethods``,
-  ``weights.WeightsMethods``, ``transport.TransportMethods``: saved trees, other
+  ``weights.WeightsMethods``, ``distributed.DistributedMethods``: saved trees, other
   formats, module weights, ``torch.distributed``, one port of ``_core/ports.py`` each
   (the core imports nothing above it).
 

@@ -911,15 +911,18 @@ def test_rows_read_while_another_client_reshapes_the_leaf(
     store["obs"] = torch.zeros(10, 5)
     other = TensorDictStore.from_store(td_id=store.td_id, **_kw(server))
     new = torch.arange(30.0).reshape(10, 3)
-    entries = store._entries
+    plan = store._plan
+    once = [True]
 
-    def entries_then_reshape() -> Any:
-        got = entries()
-        other["obs"] = new  # lands between the headers and the rows
+    def plan_then_reshape(*args: Any) -> Any:
+        got = plan(*args)
+        if once.pop() if once else False:
+            other["obs"] = new  # lands between the planning and the reading of the rows
         return got
 
-    monkeypatch.setattr(store, "_entries", entries_then_reshape)
+    monkeypatch.setattr(store, "_plan", plan_then_reshape)
     assert torch.equal(store[index]["obs"], new[index])
+    assert not once  # the race happened
     other.close()
 
 
@@ -960,3 +963,61 @@ def test_batch_size_is_fixed_and_setting_it_says_what_to_do(store: TensorDictSto
     with pytest.raises(RuntimeError, match=r"batch size of a lazy stack: densify it first"):
         lazy.batch_size = [1, 2]
     assert lazy.batch_size == torch.Size([2])
+
+
+def test_a_row_read_is_one_round_trip_and_sees_other_clients(
+    store: TensorDictStore, server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Row reads plan by the index this handle last saw and read the whole index again in
+    the same transaction: one round trip while nobody changes it (two before: the index,
+    then the rows), and an entry another client adds or re-sets is seen at once."""
+    import redis.connection
+
+    store["obs"] = torch.arange(40.0).reshape(10, 4)
+    store["act"] = torch.arange(10)
+    store[0]  # learns the index
+    sends = [0]
+    send = redis.connection.AbstractConnection.send_packed_command
+
+    def counting(self: Any, command: Any, check_health: bool = True) -> None:
+        sends[0] += 1
+        send(self, command, check_health)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counting)
+    for i in (3, slice(2, 5), [1, 7]):
+        sends[0] = 0
+        assert torch.equal(store[i]["obs"], torch.arange(40.0).reshape(10, 4)[i])
+        assert sends[0] == 1
+    other = TensorDictStore.from_store(td_id=store.td_id, **_kw(server))
+    other["new"] = torch.full((10, 2), 7)
+    other["act"] = -torch.arange(10)
+    sends[0] = 0
+    got = store[4]
+    assert sends[0] == 2  # the changed index came back with the rows: planned again
+    assert got["new"].tolist() == [7, 7] and got["act"].item() == -4
+    other.close()
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(idx=st.lists(st.integers(0, 99), min_size=1, max_size=40), flush=st.booleans())
+def test_scattered_rows_by_one_script_even_after_script_flush(
+    server: RedisServer, idx: list[int], flush: bool
+) -> None:
+    """Many scattered rows of a value come back as one reply of a server-side script
+    (one reply, not one per range); a server that lost its scripts (``SCRIPT FLUSH``, a
+    restart) is given the script again and the read succeeds. Oracle: torch indexing."""
+    local = TensorDict({"obs": torch.randn(100, 3), "a": torch.arange(100)}, [100])
+    store = TensorDictStore.from_tensordict(local, **_kw(server))
+    raw = _raw(server)
+    try:
+        if flush:
+            raw.script_flush()
+        got = store[idx]
+        assert torch.equal(got["obs"], local["obs"][idx])
+        assert torch.equal(got["a"], local["a"][idx])
+    finally:
+        raw.close()
+        store.clear_redis()
+        store.close()

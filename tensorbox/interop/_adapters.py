@@ -30,7 +30,7 @@ __all__ = [
     "BATCH_ATTR",
     "NON_TENSOR_ATTR",
     "ROWS_ATTR",
-    "Backend",
+    "Adapter",
     "Unreadable",
     "backend_for",
     "recorded_batch",
@@ -153,7 +153,7 @@ def decode_non_tensor(raw: bytes, encoding: Any, key: str, where: str) -> Any:
     )
 
 
-class Backend:
+class Adapter:
     """The operations ``PersistentTensorDict`` uses; ``group`` and ``array`` are the
     library's own objects."""
 
@@ -243,11 +243,11 @@ class Backend:
 BACKENDS = {"h5": ("_h5", "H5Backend"), "zarr": ("_zarr", "ZarrBackend")}
 
 
-def backend_for(name: str, **options: Any) -> Backend:
+def backend_for(name: str, **options: Any) -> Adapter:
     """The adapter for ``name`` ("h5" or "zarr"); its library is imported now.
     ``options``: the adapter's own (h5: ``external_links``)."""
     if name not in BACKENDS:
         raise ValueError(f"backend={name!r}; expected 'h5' or 'zarr'")
     module, cls = BACKENDS[name]
-    adapter: Backend = getattr(import_module(f"tensorbox.interop.{module}"), cls)(**options)
+    adapter: Adapter = getattr(import_module(f"tensorbox.interop.{module}"), cls)(**options)
     return adapter

@@ -3,9 +3,7 @@
 The module of ``PersistentTensorDict`` (a lazy container over an HDF5 file or a zarr v3
 store, the hierarchical formats) is named for its job now, apart from the storage
 layer's ``persist`` names; imports of the old name keep working and forward every public
-name there. tensordict's own path, ``tensorbox.persistent``, is a shim of its own. The
-shim is a package of one file rather than ``persistent.py`` so that version control
-carries edits made to the old module under its old name to the renamed one.
+name there. tensordict's own path, ``tensorbox.persistent``, is a shim of its own.
 
 >>> import tensorbox.interop.hierarchical as new
 >>> from tensorbox.interop.persistent import PersistentTensorDict as old
