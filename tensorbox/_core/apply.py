@@ -48,12 +48,14 @@ def apply(
     prefix: tuple[str, ...] = (),
     default: Any = KEEP,
     filter_empty: bool | None = None,
+    held: list[tuple[dict[str, Any], str, Tensor]] | None = None,
 ) -> Any:
     """``fn`` on every tensor leaf (with the matching entries of ``others``).
 
     A ``None`` result drops the leaf (and a nested container left empty by that);
     results must keep the batch size (or ``batch_size``, when given).
-    ``device`` is ``KEEP`` to keep each container's device.
+    ``device`` is ``KEEP`` to keep each container's device. ``held`` (in place): the
+    copies into existing leaves are listed there instead of made (:func:`apply_held`).
     """
     if not (others or named or inplace or prefix) and batch_size is None and filter_empty is None:
         return _apply_simple(td, fn, device)
@@ -92,7 +94,18 @@ def apply(
             sub_bs = None if batch_size is None else bs
             path = (*prefix, k)
             r = apply(
-                v, fn, ovs, sub_bs, device, inplace, named, nested_keys, path, default, filter_empty
+                v,
+                fn,
+                ovs,
+                sub_bs,
+                device,
+                inplace,
+                named,
+                nested_keys,
+                path,
+                default,
+                filter_empty,
+                held,
             )
             if filter_empty is None:  # drop only what fn emptied (every leaf gave None)
                 keep = r is v or bool(r._tensordict) or not v._tensordict
@@ -115,7 +128,10 @@ def apply(
             ):
                 # Written into the existing tensor (and so into its file), as tensordict;
                 # a locked container keeps its dtypes, so the result is cast.
-                cur.copy_(r)
+                if held is None:
+                    cur.copy_(r)
+                else:
+                    held.append((store, k, r))
                 continue
             if td._locked:
                 raise LockedError(
@@ -132,6 +148,20 @@ def apply(
         td._device = dev
         return td
     return td._new_unsafe(out, bs, dev)
+
+
+def apply_held(td: Any, args: tuple[Any, ...], write: Callable[..., Any]) -> Any:
+    """``apply(td, *args)`` in place on a node of a saved tree, run by ``write`` (which
+    commits what the apply changes in ``meta.json``: a replaced or dropped leaf). The
+    copies into the existing leaves (into their files) are made only once it returned,
+    so an ``apply_`` that raises (``fn``, a locked entry, a failed commit) writes no
+    byte. Each copy goes to the leaf at its key then (the commit may have mapped it
+    anew), and the results are held until then: the whole tree's, not one level's."""
+    held: list[tuple[dict[str, Any], str, Tensor]] = []
+    out = write(apply, td, *args, held)
+    for store, key, r in held:
+        store[key].copy_(r)
+    return out
 
 
 def _apply_simple(td: MixinBase, fn: Callable[[Tensor], Any], device: Any) -> Any:

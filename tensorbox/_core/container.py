@@ -289,6 +289,14 @@ class TensorCollection(
         """``self[index] = value`` on a node of a saved tree (through the backing hook)."""
         _ports.backing().write_rows(self, index, value)
 
+    def _write_many(self, value: Any, index: Any, fn: Any, *args: Any) -> Any:
+        """``fn(*args)``, a write of the entries ``value`` into the rows ``index`` (None:
+        whole entries), committed at once, all or nothing, when this is a node of a saved
+        tree (through the backing hook)."""
+        if _TREES and id(self) in _TREES:
+            return _ports.backing().guarded(self, value, index, fn, *args)
+        return fn(*args)
+
     def _write(self, fn: Any, *args: Any) -> Any:
         """``fn(*args)``, committed at once when this is a node of a saved tree."""
         if _TREES and id(self) in _TREES:

@@ -155,6 +155,21 @@ def prepare_entry(td: TensorCollection, key: str, value: Any, path: tuple[str, .
 _NUMBER_TYPES = (bool, int, float, complex, np.number, np.bool_)
 
 
+def replace_value(td: TensorCollection, key: str, value: Any, path: tuple[str, ...]) -> Any:
+    """The entry that ``set_``/``update_`` of ``value`` puts in place of the non-tensor
+    entry ``key``: a ``MetaData`` stays one, as in tensordict (and so in a saved tree).
+
+    >>> from tensorbox import MetaData, TensorDict
+    >>> isinstance(TensorDict(run=MetaData("a")).set_("run", "b").get("run"), MetaData)
+    True
+    """
+    new = prepare_entry(td, key, value, path)
+    if td._tensordict[key].meta and type(new) is NonTensorData and not (new.meta or new.stacked):
+        # a new value, never the caller's object changed
+        new = NonTensorData(new.data, batch_size=new._batch_size, device=new.device, meta=True)
+    return new
+
+
 def _as_number_tensor(value: Any) -> Tensor | None:
     """A tensor of ``value`` when it is a number, a bool or a (nested) list of them."""
     if isinstance(value, _NUMBER_TYPES):

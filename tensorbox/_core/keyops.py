@@ -24,7 +24,7 @@ from torch import Tensor
 
 from tensorbox._core import ports as _ports
 from tensorbox._core.apply import clone
-from tensorbox._core.entries import copy_leaf, prepare_entry
+from tensorbox._core.entries import copy_leaf, replace_value
 from tensorbox._core.nestedkey import NestedKey, unravel_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.tree import find_missing, is_coll, missing_key_error, new_plain, raw, store_of
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from tensorbox._core.container import TensorCollection
     from tensorbox._core.methods.base import C, MixinBase
 
-__all__ = ["exclude", "flatten_keys", "select", "unflatten_keys", "update"]
+__all__ = ["chosen", "exclude", "flatten_keys", "select", "unflatten_keys", "update"]
 
 _NTD = NonTensorData
 
@@ -57,14 +57,9 @@ def update(
     ``strict`` (``update_``) also refuses keys ``td`` does not have."""
     if keys is not None:
         touched: dict[tuple[str, ...], set[str]] = {}
-        for key in keys:
-            path = unravel_key(key)
-            if not strict:  # as tensordict: a level the destination lacks is copied whole
-                path = next((path[:i] for i in range(1, len(path)) if not _has(td, path[:i])), path)
-            found, node, _ = _lookup_mapping(other, path)
-            if found:  # as tensordict: keys_to_update filters, it does not require
-                _set_path(td, path, raw(node), inplace, strict)
-                touched.setdefault(path[:-1], set()).add(path[-1])
+        for path, node in chosen(td, other, keys, strict).items():
+            _set_path(td, path, raw(node), inplace, strict)
+            touched.setdefault(path[:-1], set()).add(path[-1])
         for parent, names in touched.items() if _MERGED else ():
             _merge_records_at(td, other, parent, names)
         return
@@ -124,9 +119,26 @@ def _update_entries(
         elif type(cur) is not _NTD and (is_coll(v) or isinstance(v, Mapping)):
             update(cur, v, inplace, None, strict)
         elif type(cur) is _NTD and inplace:
-            store[k] = prepare_entry(td, k, v, (k,))
+            store[k] = replace_value(td, k, v, (k,))
         else:
             td._set_str(k, v, (k,))
+
+
+def chosen(
+    td: Any, other: Any, keys: Sequence[NestedKey], strict: bool
+) -> dict[tuple[str, ...], Any]:
+    """The entries of ``other`` that ``update(other, keys_to_update=keys)`` writes into
+    ``td``, by path (as tensordict: ``keys`` filters, it does not require; without
+    ``strict``, a level ``td`` lacks is taken whole)."""
+    out = {}
+    for key in keys:
+        path = unravel_key(key)
+        if not strict:
+            path = next((path[:i] for i in range(1, len(path)) if not _has(td, path[:i])), path)
+        found, node, _ = _lookup_mapping(other, path)
+        if found:
+            out[path] = node
+    return out
 
 
 def _set_path(td: Any, path: tuple[str, ...], value: Any, inplace: bool, strict: bool) -> None:

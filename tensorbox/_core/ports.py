@@ -159,6 +159,11 @@ class Backing(Protocol):
         """``node[index] = value``, non-tensor values included, committed to the tree."""
         ...
 
+    def guarded(self, node: Any, value: Any, index: Any, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)``, a write of the entries ``value`` into the rows ``index`` (None:
+        whole entries) of ``node``, and commit its tree: all or nothing."""
+        ...
+
 
 class Weights(Protocol):
     """Containers of ``nn.Module`` weights (``tensorbox.weights``)."""

@@ -29,7 +29,7 @@ from tensorbox._storage.memmap_tensor import MemoryMappedTensor
 from tensorbox._storage.save import Saver
 from tensorbox._storage.store import Store
 
-__all__ = ["all_nodes", "register", "run", "tree_of", "unregister"]
+__all__ = ["all_nodes", "check_fresh", "register", "run", "tree_of", "unregister"]
 
 _LEAVES = frozenset((Tensor, MemoryMappedTensor, NonTensorData))
 
@@ -115,6 +115,18 @@ def all_nodes(root: Any) -> list[Any]:
     return out
 
 
+def check_fresh(store: Store, expect: Any) -> None:
+    """Refuse a write-through to the tree in ``store`` when it is no longer the
+    generation ``expect`` (None: nothing to compare) that the container last saw."""
+    if expect is not None and store.generation() != expect:
+        raise RuntimeError(
+            f"the tree at {store.name!r} was saved again since this container was "
+            "loaded or saved: its changes would drop that save's. Load it again "
+            "and repeat the write, or call memmap_(path) to replace that tree "
+            "with this container"
+        )
+
+
 def run(
     saver: Saver,
     obj: Any,
@@ -131,13 +143,7 @@ def run(
         return saver.run(obj, num_threads).lock_()
     live = store.in_place
     with contextlib.nullcontext() if held else store.writing():  # one writer at a time
-        if expect is not None and store.generation() != expect:
-            raise RuntimeError(
-                f"the tree at {store.name!r} was saved again since this container was "
-                "loaded or saved: its changes would drop that save's. Load it again "
-                "and repeat the write, or call memmap_(path) to replace that tree "
-                "with this container"
-            )
+        check_fresh(store, expect)
         result = saver.run(obj, num_threads)
         gen = store.generation() if live else None  # this one, while locked
     result.lock_()

@@ -306,7 +306,7 @@ def dispose(old: str, root: str) -> None:
 
 #: A temporary file tensorbox names (:func:`tensorbox._storage.atomic.temp_name`).
 _TEMP = re.compile(r"\.tbx-[0-9]+-[0-9]+-[0-9]+\.tmp").fullmatch
-_LEGACY_NODE_TYPES = ("TensorDict", "NonTensorData", "NonTensorStack")
+_LEGACY_NODE_TYPES = ("TensorDict", "NonTensorData", "NonTensorStack", "MetaData")
 
 
 class Listed(NamedTuple):

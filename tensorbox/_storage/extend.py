@@ -510,7 +510,7 @@ class _ExtendedTree:
             elif have is None:
                 e = node.entries[key]
                 assert type(e) is JsonEntry
-                old = NonTensorData(e.value, stacked=e.stacked)
+                old = NonTensorData(e.value, stacked=e.stacked, meta=e.meta)
                 new = NonTensorData.cat([old, v], 0, [disk.batch, rows._batch_size])
                 check_json_value(
                     new.data.tolist() if new.stacked else new.data, f"key {format_key(kpath)}"

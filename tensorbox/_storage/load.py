@@ -127,7 +127,7 @@ class Loader:
             elif type(e) is JaggedEntry:
                 leaf = _jagged_io.build(tensor(e.values, mode), tensor(e.offsets, mode), e)
             else:
-                out[key] = NonTensorData(e.value, stacked=e.stacked)  # type: ignore[union-attr]
+                out[key] = NonTensorData(e.value, stacked=e.stacked, meta=e.meta)  # type: ignore[union-attr]
                 continue
             out[key] = (
                 leaf

@@ -3,7 +3,8 @@ memory-mapped container, even while it is locked.
 
 On a tree-backed container (``memmap(path)``, ``load_memmap(path)``) the entry is set
 through the write-through gates, so it is committed to the tree at once and mapped
-back from its new file: the returned tensor *is* the container's leaf, and writes into
+back from its new file (``make_memmap``'s, and ``make_memmap_from_tensor(...,
+copy_data=False)``'s, a sparse file of zeros, as ``memmap_like``'s): the returned tensor *is* the container's leaf, and writes into
 it reach the file. On a container memory-mapped without a path (``memmap()``) the entry
 is a tensor in anonymous shared memory. Anything else refuses the call: there is no
 storage the entry could be made in.

@@ -105,6 +105,9 @@ class Saver:
         # (by id) written with their data even by memmap_like (they are structure)
         self.jagged: list[tuple[dict[str, Any], dict[Any, Any], str]] = []
         self.structure: set[int] = set()
+        # entries (by id) of one zero broadcast (make_memmap's new entry): a sparse file of
+        # zeros, as memmap_like's, not bytes written
+        self.zeros: set[int] = set()
         # (container, its new store, parent store, key in parent, meta.json plan): post-order
         self.nodes: list[tuple[Any, dict[Any, Any], dict[Any, Any] | None, str | None, Any]] = []
 
@@ -130,6 +133,8 @@ class Saver:
         options = dict(self.options)
         if self.mode == "like":
             options["sparse"] = self.sparse
+        elif self.zeros:
+            options["sparse"] = True  # the only files made as zeros in this save
         writer: Writer = self.store.writer(fsync=self.fsync, **options)
         try:
             metas = {m[0]: m for *_, m in self.nodes}
@@ -143,16 +148,18 @@ class Saver:
                     self.keeps.remove(job)  # no hard links here: write the bytes instead
                     job[4]["id"] = new_id()
                     self.writes.append(job)
-            like, structure = self.mode == "like", self.structure
+            like, structure, zero = self.mode == "like", self.structure, self.zeros
+
+            def blank(e: dict[Any, Any]) -> bool:  # a file of zeros, made without writing
+                return (like and id(e) not in structure) or id(e) in zero
+
             if self.checksum:
                 for job in (*self.writes, *self.keeps):
-                    zeros = like and id(job[4]) not in structure
-                    job[4]["sha256"] = _checksum.tensor_sha256(None if zeros else job[1], job[1])
+                    sha = _checksum.tensor_sha256(None if blank(job[4]) else job[1], job[1])
+                    job[4]["sha256"] = sha
             legacy = self.legacy  # tensordict's layout records no ids: none to check
             index = [
-                writer.leaf(
-                    p, t, like and id(e) not in structure, None if legacy else e.get("id"), k
-                )
+                writer.leaf(p, t, blank(e), None if legacy else e.get("id"), k)
                 for p, t, _, k, e in self.writes
             ]
         except BaseException:
@@ -190,7 +197,7 @@ class Saver:
         store = td._tensordict if self.mode == "inplace" else {}
         entries: dict[str, Any] = {}
         std_json = False
-        version = 2  # 3 only where a node holds a jagged entry (see the format spec)
+        version = 2  # 3 where a node holds a jagged entry, 4 a MetaData (the format spec)
         legacy = self.legacy and directory is not None
         names: set[str] = set()  # legacy: the node's file names so far
         for k, v in td._tensordict.items():
@@ -201,7 +208,7 @@ class Saver:
                 self._legacy_entry(k, v, kpath, names)
             if type(v) is NJT:
                 entries[k] = self._jagged_leaf(v, k, kpath, directory, store)
-                version = 3
+                version = max(version, 3)
             elif isinstance(v, Tensor):
                 entries[k] = self._leaf(v, k, kpath, directory, store)
             elif is_coll(v):
@@ -212,6 +219,8 @@ class Saver:
             else:
                 entry, needs_std = _json_entry(v, kpath, td.batch_size)
                 std_json |= needs_std
+                if "meta" in entry:
+                    version = 4
                 entries[k] = entry
                 if legacy:  # tensordict keeps a value in a sub-node of its own
                     sub = f"{directory}/{legacy_name(k)}" if directory else legacy_name(k)
@@ -293,6 +302,8 @@ class Saver:
                     "the files"
                 )
         entry["id"] = new_id()
+        if self.mode != "like" and _broadcast_zero(t):
+            self.zeros.add(id(entry))
         self.writes.append((target, t, store, k, entry))
         return entry
 
@@ -347,6 +358,15 @@ class Saver:
         return result
 
 
+def _broadcast_zero(t: Tensor) -> bool:
+    """Whether ``t`` is one zero broadcast to its shape (``torch.zeros(()).expand(shape)``,
+    the new entry of ``make_memmap``): its file is then made sparse (no byte written),
+    as a ``memmap_like`` file is, and reads the same zeros."""
+    if t.numel() < 2 or any(t.stride()) or t.device.type != "cpu":
+        return False
+    return not bool(t.as_strided((1,), (1,)).view(torch.uint8).any())
+
+
 def new_id() -> str:
     """A file generation id: 128 random bits, never reused (see the format spec).
 
@@ -380,4 +400,7 @@ def _json_entry(
             )
         value = v.data.tolist()
         return {"kind": "json", "value": value, "stacked": True}, check_json_value(value, where)
-    return {"kind": "json", "value": v.data}, check_json_value(v.data, where)
+    entry = {"kind": "json", "value": v.data}
+    if v.meta:  # loads back as a MetaData, not a NonTensorData (format version 4)
+        entry["meta"] = True
+    return entry, check_json_value(v.data, where)

@@ -297,8 +297,8 @@ class Store(abc.ABC):
         value = parse_json(self.read_meta(rel), meta)
         if type(value) is not dict or "data" not in value:
             raise FormatError(f"{meta}: expected an object with a 'data' field")
-        if kind == "value":
-            return JsonEntry(value["data"], False)
+        if kind != "stack":  # "value", "meta"
+            return JsonEntry(value["data"], False, kind == "meta")
         if value.get("stack_dim", 0) != 0:
             raise FormatError(f"{meta}: only stacks along dim 0 are supported")
         return JsonEntry(stacked_array(value["data"], batch, where), True)

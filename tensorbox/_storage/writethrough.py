@@ -39,17 +39,17 @@ from typing import Any
 
 from tensorbox._core.backing import sync_open
 from tensorbox._core.encoding import check_json_value
-from tensorbox._core.nestedkey import format_key
+from tensorbox._core.nestedkey import format_key, unravel_key
 from tensorbox._core.nontensor import NonTensorData
 from tensorbox._core.tree import is_coll
-from tensorbox._storage.backed import all_nodes, run, tree_of, unregister
+from tensorbox._storage.backed import all_nodes, check_fresh, run, tree_of, unregister
 from tensorbox._storage.save import Saver
 from tensorbox._storage.store import Store
 
 #: One node of a saved tree before a write: node, its dict, a copy, batch size, device.
 _Snap = tuple[Any, dict[str, Any], dict[str, Any], Any, Any]
 
-__all__ = ["commit", "through", "write_rows"]
+__all__ = ["commit", "guarded", "through", "write_rows"]
 
 
 class _Active(threading.local):
@@ -118,28 +118,53 @@ def commit(root: Any, store: Store, gen: Any, before: list[_Snap] | None = None,
 def write_rows(td: Any, index: Any, value: Any) -> None:
     """``td[index] = value`` on a node of a saved tree: every non-tensor value bound for a
     non-tensor entry is checked first, so a value the tree cannot hold raises before any
-    row is written; a changed one is then committed with the rows."""
+    row is written; a write that commits is all or nothing (see :func:`guarded`)."""
     from tensorbox._core.index import setitem_batch
     from tensorbox._storage.reserve import reserve_rows
 
-    texts = (is_coll(value) or isinstance(value, Mapping)) and _check_values(td, value, ())
+    plan = _plan(td, value, ())
     reserve_rows(td, index)  # sparse files: a full disk is an OSError here, not a SIGBUS
-    if not texts:
-        through(td, setitem_batch, td, index, value)  # tensors only: nothing to commit
-        return
-    # The rows' tensors go through the mapping before the commit of the text, which can
-    # still fail (another save since, a full disk): then they are written back as they
-    # were, so that the write that raised leaves neither half of the row.
-    old = td[index].clone()
+    _guard(td, index, plan, setitem_batch, td, index, value)
+
+
+def guarded(td: Any, value: Any, index: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn(*args)``: a write of the entries ``value`` (a mapping or a container) into
+    the rows ``index`` (None: whole entries) of ``td``, a node of a saved tree
+    (``update_``, ``update(..., inplace=True)``, ``update_at_``, a row write).
+
+    A write that commits (a non-tensor value, a new key) writes its tensors through the
+    mapping before the commit, which can still fail (a full disk, a read-only
+    ``meta.json``): the tensors it overwrites are kept first and written back then, so
+    the write that raised leaves neither half. A tree saved again since this container
+    saw it raises before any byte is written. A write of tensors only keeps nothing.
+    """
+    return _guard(td, index, _plan(td, value, ()), fn, *args)
+
+
+def _guard(
+    td: Any,
+    index: Any,
+    plan: tuple[bool, list[tuple[str, ...]]],
+    fn: Callable[..., Any],
+    *args: Any,
+) -> Any:
+    commits, paths = plan
+    found = tree_of(td)
+    if not commits or found is None or id(found[0]) in _active.ids:
+        return through(td, fn, *args)  # nothing to keep: no commit, or an outer write's
+    check_fresh(found[1], found[2])  # one meta.json read, only for a write that commits
+    index = ... if index is None else index
+    old = td.select(*paths)[index].clone() if paths else None
     try:
-        through(td, setitem_batch, td, index, value)
+        return through(td, fn, *args)
     except BaseException:
-        _put_back(td, index, old)
+        if old is not None:
+            _put_back(td, index, old)
         raise
 
 
 def _put_back(td: Any, index: Any, old: Any) -> None:
-    """Write the rows ``old`` back at ``index``, committing nothing (memory as it was)."""
+    """Write the entries ``old`` back at ``index``, committing nothing (memory as it was)."""
     from tensorbox._core.index import setitem_batch
 
     found = tree_of(td)
@@ -154,20 +179,34 @@ def _put_back(td: Any, index: Any, old: Any) -> None:
         _active.ids.discard(id(found[0]))
 
 
-def _check_values(td: Any, value: Any, path: tuple[str, ...]) -> bool:
-    """Check every non-tensor value bound for a non-tensor entry; True if there is one."""
+def _plan(td: Any, value: Any, path: tuple[str, ...]) -> tuple[bool, list[tuple[str, ...]]]:
+    """What writing ``value`` into the node ``td`` does: whether it commits (a value for a
+    non-tensor entry, each checked here; a key ``td`` lacks; a non-tensor value for a
+    tensor, which a row write refuses midway) and the entries it writes in place."""
     store = value._tensordict if is_coll(value) else value if isinstance(value, Mapping) else {}
-    texts = False
+    commits, paths = False, []  # paths from the node the write began at
     for k, v in store.items():
-        cur = td._tensordict.get(k)
+        rel = unravel_key(k) if type(k) is tuple else (k,)
+        node = td
+        for part in rel[:-1]:
+            node = node._tensordict.get(part) if is_coll(node) else None
+        cur = node._tensordict.get(rel[-1]) if is_coll(node) else None
+        full = (*path, *rel)
         if type(cur) is NonTensorData:
             data = v if type(v) is not NonTensorData else v.data
             data = data.tolist() if hasattr(data, "tolist") else data
-            check_json_value(data, f"key {format_key((*path, k))}")
-            texts = True
-        elif is_coll(cur):
-            texts |= _check_values(cur, v, (*path, k))
-    return texts
+            check_json_value(data, f"key {format_key(full)}")
+            commits = True
+        elif is_coll(cur) and (is_coll(v) or isinstance(v, Mapping)):
+            sub_commits, sub_paths = _plan(cur, v, full)
+            commits |= sub_commits
+            paths += sub_paths
+        elif cur is None:
+            commits = True  # a new key
+        else:  # a tensor, or a sub-container given one value for all its tensors
+            paths.append(full)
+            commits |= is_coll(v) or isinstance(v, (Mapping, str)) or type(v) is NonTensorData
+    return commits, paths
 
 
 def _relock(node: Any, locks: dict[int, bool], inherited: bool) -> None:

@@ -33,7 +33,7 @@ from tensorbox._core import ports as _ports
 from tensorbox._core import tree as _tree
 from tensorbox._core.backing import TREES as _TREES
 from tensorbox._core.backing import UNLOCK as _UNLOCK
-from tensorbox._core.entries import copy_leaf, prepare_entry
+from tensorbox._core.entries import copy_leaf, prepare_entry, replace_value
 from tensorbox._core.getdefault import UNSET, missing_default
 from tensorbox._core.methods.base import MISSING, MixinBase, is_container
 from tensorbox._core.nestedkey import NestedKey, format_key, unravel_key
@@ -103,7 +103,7 @@ def put(node: Any, key: str, value: Any, path: tuple[str, ...]) -> None:
 def copy_other(node: Any, path: tuple[str, ...], value: Any, current: Any) -> None:
     """``set_`` of a non-tensor entry or a nested container ``current``."""
     if type(current) is NonTensorData:
-        node._tensordict[path[-1]] = prepare_entry(node, path[-1], value, path)
+        node._tensordict[path[-1]] = replace_value(node, path[-1], value, path)
     else:
         current.update_(value)
 
@@ -511,7 +511,11 @@ class EntryMethods(MixinBase):
                 else _tree.new_plain({}, self._batch_size, None).update(other).clone()
             )
         if _TREES and id(self) in _TREES:  # a node of a saved tree: one commit
-            self._through(_keyops.update, self, other, inplace, keys_to_update)
+            args = (_keyops.update, self, other, inplace, keys_to_update)
+            if inplace:  # tensors written through the mapping: all or nothing
+                self._write_many(_written(self, other, keys_to_update, False), None, *args)
+            else:  # entries replaced: the commit writes them, or memory is put back
+                self._through(*args)
         else:  # the common case, without the gate's extra call
             _keyops.update(self, other, inplace, keys_to_update)  # type: ignore[arg-type]
         return self
@@ -528,7 +532,8 @@ class EntryMethods(MixinBase):
         in place; every key must exist here (works on locked containers)."""
         if other is None or kwargs:
             other = {**(dict(other.items()) if is_coll(other) else other or {}), **kwargs}
-        self._write(_keyops.update, self, other, True, keys_to_update, True)
+        written = _written(self, other, keys_to_update, True)
+        self._write_many(written, None, _keyops.update, self, other, True, keys_to_update, True)
         return self
 
     def update_at_(
@@ -583,10 +588,11 @@ class EntryMethods(MixinBase):
             items = [(k, v) for k, v in items if any(k[: len(w)] == w for w in wanted)]
         for path, _ in items:  # every key checked before anything is written
             entry_parent(self, path, "update_at_")
-        for path, v in items:
-            if clone and (isinstance(v, Tensor) or is_container(v)):
-                v = v.clone()
-            self.set_at_(path, v, idx)
+        if clone:
+            items = [
+                (k, v.clone() if isinstance(v, Tensor) or is_container(v) else v) for k, v in items
+            ]
+        self._write_many(dict(items), idx, _set_all_at, self, items, idx)  # one commit
         return self
 
     def __delitem__(self, key: NestedKey) -> None:
@@ -776,3 +782,13 @@ def _resize_update(td: Any, other: Any, inplace: bool, keys: Sequence[NestedKey]
             cur.update(v, update_batch_size=True)
         else:
             td._set_str(k, v, (k,))
+
+
+def _written(td: Any, other: Any, keys: Any, strict: bool) -> Any:
+    """What ``update(other, keys_to_update=keys)`` writes into ``td``."""
+    return other if keys is None or other is None else _keyops.chosen(td, other, keys, strict)
+
+
+def _set_all_at(td: Any, items: list[tuple[tuple[str, ...], Any]], idx: Any) -> None:
+    for path, v in items:
+        td.set_at_(path, v, idx)

@@ -27,6 +27,7 @@ from tensorbox._core import apply as _apply
 from tensorbox._core import jagged_pad as _jagged_pad
 from tensorbox._core import ports as _ports
 from tensorbox._core import tree as _tree
+from tensorbox._core.backing import TREES as _TREES
 from tensorbox._core.methods.base import MixinBase, is_container
 from tensorbox._core.nestedkey import NestedKey, unravel_key
 from tensorbox._core.nontensor import NonTensorData
@@ -108,7 +109,12 @@ class LeafMethods(MixinBase):
         if inplace:  # fn may write into the mapped leaves themselves: their blocks first
             _reserve_leaves(self)
         # in place on a saved tree: saved at once (a whole-tree commit, see _persist_writes)
-        res: Self = self._write(_apply.apply, self, *a) if inplace else _apply.apply(self, *a)
+        if not inplace:
+            res: Self = _apply.apply(self, *a)
+        elif _TREES and id(self) in _TREES:  # nothing written into a file unless it all is
+            res = _apply.apply_held(self, a, self._through)
+        else:
+            res = _apply.apply(self, *a)
         if out is not None:
             # the results replace out's entries (their dtype and shape may differ), as tensordict
             out.update(cast(Any, res))  # res is a container (a mixin's Self)

@@ -37,7 +37,7 @@ _LEGACY_LAZY_TYPES = (
     "<class 'tensordict._lazy.LazyStackedTensorDict'>",
     "tensordict:LazyStackedTensorDict",
 )
-_LEAF_KINDS = ("NonTensorData", "NonTensorStack")
+_LEAF_KINDS = {"NonTensorData": "value", "NonTensorStack": "stack", "MetaData": "meta"}
 INNER = "_tensordict"  # where tensordict keeps a tensorclass's tensors
 
 
@@ -95,10 +95,8 @@ def parse_legacy(doc: dict[Any, Any], where: str, exists: Callable[[str], bool])
             entries[key] = leaf_spec(file, dtype[6:], e.get("shape"), batch_size, kwhere)
             continue
         kind = e.get("type")
-        if kind in _LEAF_KINDS:
-            entries[key] = ChildSpec(
-                _existing(key, exists), "stack" if kind == "NonTensorStack" else "value"
-            )
+        if type(kind) is str and kind in _LEAF_KINDS:
+            entries[key] = ChildSpec(_existing(key, exists), _LEAF_KINDS[kind])
         elif type(kind) is str and kind:
             # a TensorDict, a tensorclass (named by its class) or a lazy stack: a sub-node
             # whose own meta.json says which
@@ -213,7 +211,8 @@ def legacy_node_meta(batch_size: Any, entries: dict[str, Any]) -> dict[str, Any]
         elif kind == "node":
             out[k] = {"type": "TensorDict"}
         else:
-            out[k] = {"type": "NonTensorStack" if e.get("stacked") else "NonTensorData"}
+            value = "MetaData" if e.get("meta") else "NonTensorData"
+            out[k] = {"type": "NonTensorStack" if e.get("stacked") else value}
     out.update(
         shape=[int(d) for d in batch_size],
         device="cpu",  # what tensordict writes: a memory-mapped tree lives on the CPU
@@ -236,8 +235,9 @@ def legacy_value_meta(entry: dict[str, Any]) -> dict[str, Any]:
             "device": None,
             "data": entry["value"],
         }
+    kind = "MetaData" if entry.get("meta") else "NonTensorData"
     return {
-        "_type": "<class 'tensordict.tensorclass.NonTensorData'>",
+        "_type": f"<class 'tensordict.tensorclass.{kind}'>",
         "data": entry["value"],
         "_metadata": None,
         "_is_non_tensor": True,

@@ -74,7 +74,8 @@ class JaggedSpec(NamedTuple):
 
 class ChildSpec(NamedTuple):
     """A nested node: the sub-directory name(s) to try, as for :class:`LeafSpec`; ``json``
-    marks a tensordict ``NonTensorData``/``NonTensorStack`` node (``"value"``/``"stack"``)."""
+    marks a tensordict ``NonTensorData``/``NonTensorStack``/``MetaData`` node (``"value"``/
+    ``"stack"``/``"meta"``)."""
 
     dir: str | tuple[str, ...]
     json: str | None = None
@@ -83,6 +84,7 @@ class ChildSpec(NamedTuple):
 class JsonEntry(NamedTuple):
     value: Any  # a plain value, or a numpy object array of shape batch_size when stacked
     stacked: bool
+    meta: bool = False  # a MetaData (format version 4; tensordict's "MetaData" nodes)
 
 
 Spec = LeafSpec | JaggedSpec | ChildSpec | JsonEntry
@@ -106,11 +108,12 @@ _TENSOR_FIELDS = {
     1: frozenset(("kind", "dtype", "shape", "file")),
     2: frozenset(("kind", "dtype", "shape", "file", "id")),
     3: frozenset(("kind", "dtype", "shape", "file", "id")),
+    4: frozenset(("kind", "dtype", "shape", "file", "id")),
 }
 _ENTRY_FIELDS = {
     "tensor": frozenset(("kind", "dtype", "shape", "file")),
     "node": frozenset(("kind", "dir")),
-    "json": frozenset(("kind", "value", "stacked")),
+    "json": frozenset(("kind", "value", "stacked", "meta")),
     "jagged": frozenset(("kind", "dtype", "shape", "length", "values", "offsets")),
 }
 _JAGGED_PARTS = {"values": frozenset(("file", "id")), "offsets": frozenset(("file", "dtype", "id"))}
@@ -268,8 +271,16 @@ def _entry(where: str, key: str, e: Any, batch: tuple[int, ...], version: int = 
     stacked = e.get("stacked", False)
     if type(stacked) is not bool:
         raise FormatError(f"{kwhere}: 'stacked' is {stacked!r}, expected true or false")
+    meta = e.get("meta", False)
+    if "meta" in e and version < 4:
+        raise FormatError(f"{kwhere} has a 'meta' field, which format version 4 added")
+    if type(meta) is not bool or (meta and stacked):
+        raise FormatError(
+            f"{kwhere}: 'meta' is {_short_repr(meta)}, expected true or false (and false "
+            "for a stacked value: metadata is one value for the whole batch)"
+        )
     value = stacked_array(e["value"], batch, kwhere) if stacked else e["value"]
-    return JsonEntry(value, stacked)
+    return JsonEntry(value, stacked, meta)
 
 
 def _ids(e: dict[str, Any], part: str, where: str) -> tuple[Any, Any]:

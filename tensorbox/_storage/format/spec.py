@@ -2,15 +2,16 @@
 
 This docstring is the specification (also rendered in ``docs/format.md``).
 
-Format ``tensorbox`` version 3
+Format ``tensorbox`` version 4
 ==============================
 
-Version 3 adds one entry kind, ``jagged`` (below); a writer writes version 3 in
-the ``meta.json`` of a node that holds a jagged entry and version 2 elsewhere, so
-a reader of versions 1 and 2 still opens every node that uses nothing new, and
-refuses a jagged node by its version rather than by an unknown entry. Version 2
-added one field to tensor entries, ``id``, and an optional ``sha256``; readers
-accept versions 1 (the same without them), 2 and 3.
+Version 4 adds one optional field to ``json`` entries, ``meta`` (below); a writer
+writes version 4 in the ``meta.json`` of a node that holds such an entry, version 3
+in one that holds a jagged entry and version 2 elsewhere, so a reader of older
+versions still opens every node that uses nothing new, and refuses a newer node by
+its version rather than by an unknown field. Version 3 added one entry kind,
+``jagged`` (below). Version 2 added one field to tensor entries, ``id``, and an
+optional ``sha256``; readers accept versions 1 (the same without them), 2, 3 and 4.
 
 A saved tree is a directory. Every *node* (the root, and each nested
 ``TensorDict`` or tensorclass instance) is a directory that holds:
@@ -38,7 +39,8 @@ can collide with a field::
                    "file": "pixels.memmap", "id": "9f0c...32 hex digits"},
         "info":   {"kind": "node", "dir": "info"},
         "name":   {"kind": "json", "value": "a string"},
-        "tags":   {"kind": "json", "value": ["a", "b", "c"], "stacked": true}
+        "tags":   {"kind": "json", "value": ["a", "b", "c"], "stacked": true},
+        "run":    {"kind": "json", "value": "run-1", "meta": true}
       }
     }
 
@@ -77,7 +79,9 @@ can collide with a field::
   JSON (``NaN`` and ``Infinity`` are written as Python's ``json`` writes them),
   nested at most :data:`MAX_JSON_DEPTH` deep, integers of at most
   ``sys.get_int_max_str_digits()`` digits: a writer refuses more before it
-  writes anything, so what saves loads.
+  writes anything, so what saves loads. ``"meta": true`` (version 4; never with
+  ``stacked``) marks a ``MetaData``: metadata of the whole batch, loaded back as a
+  ``MetaData`` (without the field, a ``NonTensorData``).
 
 Nodes nest at most :data:`MAX_DEPTH` deep below the root, for writers and
 readers alike.
@@ -191,9 +195,10 @@ __all__ = [
 ]
 
 FORMAT = "tensorbox"
-VERSION = 3
-#: Versions this reader accepts (1: tensor entries without an ``id``; 3: jagged entries).
-VERSIONS = (1, 2, 3)
+VERSION = 4
+#: Versions this reader accepts (1: tensor entries without an ``id``; 3: jagged entries;
+#: 4: the ``meta`` field of a json entry).
+VERSIONS = (1, 2, 3, 4)
 META = "meta.json"
 SUFFIX = ".memmap"
 #: Bounds that keep a hostile file from asking for absurd work before the size check.

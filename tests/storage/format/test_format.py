@@ -194,7 +194,7 @@ def test_missing_meta_is_incomplete(tmp_path: Path) -> None:
         ("", "is not valid JSON"),
         ("[1, 2]", "expected a JSON object, got list"),
         ('{"format": "other"}', "'format' is 'other', expected 'tensorbox'"),
-        ('{"format": "tensorbox", "version": 4}', "format version 4; .* newer: upgrade"),
+        ('{"format": "tensorbox", "version": 5}', "format version 5; .* newer: upgrade"),
         ('{"format": "tensorbox", "version": "1"}', "'version' is '1', expected an int"),
         ('{"format": "tensorbox", "version": true}', "'version' is True, expected an int"),
         ('{"format": "tensorbox", "version": 1}', r"missing fields \['batch_size'"),

@@ -137,3 +137,48 @@ def test_augmented_assignment_on_a_locked_tree(tmp_path) -> None:
         td.set("a", td["a"])  # set() of a locked container refuses, as tensordict's
     with pytest.raises(LockedError, match="cannot set"):
         td.set(("a",), td["a"])
+
+
+# ------------------------------------------------- a new entry of a saved tree is sparse
+
+
+def _allocated(path) -> int:  # type: ignore[no-untyped-def]
+    return os.stat(path).st_blocks * 512
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda td: td.make_memmap("big", (4, 1 << 18)), id="make_memmap"),
+        pytest.param(
+            lambda td: td.make_memmap_from_tensor("big", torch.ones(4, 1 << 18), copy_data=False),
+            id="make_memmap_from_tensor(copy_data=False)",
+        ),
+    ],
+)
+def test_a_new_entry_of_a_saved_tree_is_a_sparse_file(small_tmpfs, make) -> None:  # type: ignore[no-untyped-def]
+    # 4 MiB of zeros on an 8 MiB file system: made as a sparse file (as memmap_like's),
+    # its blocks taken only by the rows written
+    td = TensorDict(a=torch.zeros(4), batch_size=[4]).memmap(small_tmpfs / "t")
+    x = make(td)
+    file = small_tmpfs / "t" / "big.memmap"
+    assert os.path.getsize(file) == 4 << 20 and _allocated(file) == 0
+    td[1] = {"big": torch.full((1 << 18,), 2.0)}  # one row reserved, then written
+    assert 0 < _allocated(file) < 4 << 20
+    back = TensorDict.load_memmap(small_tmpfs / "t")
+    assert back["big"].sum().item() == 2.0 * (1 << 18) and x[1, 0].item() == 2.0
+
+
+def test_a_new_entry_larger_than_the_disk_is_made_and_its_rows_raise_when_full(
+    small_tmpfs,
+) -> None:  # type: ignore[no-untyped-def]
+    td = TensorDict(a=torch.zeros(8), batch_size=[8]).memmap(small_tmpfs / "t")
+    td.make_memmap("big", (8, 1 << 20))  # 32 MiB on 8 MiB: nothing is written now
+    td[0] = {"big": torch.ones(1 << 20)}  # 4 MiB
+    with pytest.raises(
+        OSError, match=r"no space left on the device to write rows 1\.\.1 of key 'big'"
+    ):
+        td[1] = {"big": torch.ones(1 << 20)}  # 4 more: the disk is full
+    # row 1 took no block (reading a hole of a full tmpfs would need a page: not read)
+    assert _allocated(small_tmpfs / "t" / "big.memmap") == 4 << 20
+    assert TensorDict.load_memmap(small_tmpfs / "t")["big"][0].sum().item() == 1 << 20
