@@ -29,6 +29,13 @@ def test_a_tensordict_tensorclass_tree_loads_as_the_class_passed() -> None:
 
 
 def test_without_a_class_it_loads_as_a_tensordict_that_remembers_the_type() -> None:
+    """tensordict's tree names ``__main__.Sample``; with two classes named ``Sample``
+    registered here (this module's and the one below) none stands for it. (With one, that
+    one would: whether this test passed hung on which other test modules had run.)"""
+
+    class Sample(TensorClass):  # a second class of the name, registered by defining it
+        x: torch.Tensor
+
     td = TensorDict.load_memmap(FIXTURE, mode="r")
     assert type(td) is TensorDict and sorted(td.keys()) == ["images", "labels", "subset"]
     assert saved_type(td) == "__main__:Sample"
