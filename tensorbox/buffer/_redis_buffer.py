@@ -73,10 +73,10 @@ def _prefix(name: str) -> str:
     return f"tensorbox:augment:{name}"
 
 
-def _store(url: str, name: str) -> Any:
+def _store(url: str, name: str, td_id: str) -> Any:
     from tensorbox import TensorDictStore
 
-    return TensorDictStore.from_store(url=url, prefix=_prefix(name), td_id="slots")
+    return TensorDictStore.from_store(url=url, prefix=_prefix(name), td_id=td_id)
 
 
 class RedisAugmentBuffer(Position):
@@ -139,10 +139,8 @@ class RedisAugmentBuffer(Position):
         self._g = 0
         self._closed = False
         self._reset_keys()
-        zeros = in_memory(layout, capacity, batch_size).zero_()
-        self._slots = TensorDictStore.from_dict(
-            zeros, url=url, prefix=self._p, td_id="slots", batch_size=[capacity, batch_size]
-        )
+        self._layout = layout
+        self._slots: TensorDictStore | None = None
         self._start_run()
 
     # ------------------------------------------------------------------ the run
@@ -154,11 +152,28 @@ class RedisAugmentBuffer(Position):
             self._r.delete(*keys[i : i + 500])
 
     def _start_run(self) -> None:
-        """A new run id from position ``self._g``: producers drop the old run's tasks."""
+        """A new run id from position ``self._g``: producers drop the old run's tasks.
+
+        Each run has slots of its own, and the old run's are deleted once the new config
+        is in place: a producer still making a batch of the old run then fails to write
+        it (its store is gone) instead of overwriting a slot the new run reads."""
+        from tensorbox import TensorDictStore
+
         self._run = uuid.uuid4().hex[:12]
+        old, bs = self._slots, self._plan.batch_size
+        zeros = in_memory(self._layout, self._capacity, bs).zero_()
+        self._slots = TensorDictStore.from_dict(
+            zeros,
+            url=self._url,
+            prefix=self._p,
+            td_id=f"slots-{self._run}",
+            batch_size=[self._capacity, bs],
+        )
+        del zeros
         p = self._plan
         config = {
             "run": self._run,
+            "slots": f"slots-{self._run}",
             "num_samples": p.num_samples,
             "batch_size": p.batch_size,
             "shuffle": p.shuffle,
@@ -170,6 +185,9 @@ class RedisAugmentBuffer(Position):
         pipe.delete(self._p + ":tasks")
         pipe.set(self._p + ":config", json.dumps(config))
         pipe.execute()
+        if old is not None:
+            old.clear_redis()
+            old.close()
         self._pushed = self._g
         self._push_upto(self._g + self._capacity)
 
@@ -196,6 +214,7 @@ class RedisAugmentBuffer(Position):
         try:
             self._wait(g, epoch, b)
             try:
+                assert self._slots is not None
                 batch = self._slots[g % self._capacity][: self._plan.rows(b)]
             except FormatError:
                 # a producer that reconnected after a restart announced its batch to the
@@ -301,7 +320,8 @@ class RedisAugmentBuffer(Position):
             return
         self._closed = True
         self._reset_keys()
-        self._slots.close()
+        if self._slots is not None:
+            self._slots.close()
         self._r.close()
 
     def __enter__(self) -> RedisAugmentBuffer:
@@ -449,7 +469,7 @@ class _ProducerState:
         )
         if self.store is not None:
             self.store.close()
-        self.store = _store(self.url, self.name)
+        self.store = _store(self.url, self.name, config.get("slots", "slots"))
         # the slot layout as the consumer stored it (one sample of slot 0)
         self.slots = in_memory(self.store[0][0], 1, plan.batch_size)
         producer.attach(self.slots)

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,46 @@ def test_a_silent_server_is_a_connection_error_naming_the_queue(redis_proxy: Red
             next(it)
         assert redis_proxy.accepted - before <= 1
         redis_proxy.mode = "pass"
+
+
+def test_a_late_batch_of_an_old_run_never_lands_in_the_new_runs_slot(
+    redis_server: RedisServer,
+) -> None:
+    """A producer still making a batch of the run a ``load_state_dict`` ended wrote it into
+    the slot the new run reads (both runs shared one slot store): the resumed buffer
+    served the old batch (1 in 4 runs of the test above). Each run has slots of its own
+    now, and the late write fails on the deleted store and is dropped."""
+    import redis as redis_py
+
+    from tensorbox.buffer import _redis_buffer as rb
+
+    kw = dict(batch_size=16, seed=7, shuffle=False)
+    with RedisAugmentBuffer(
+        data, augment, url=redis_server.url, name="late", capacity=1, timeout=30, **kw
+    ) as buf:
+        r = redis_py.Redis.from_url(redis_server.url)
+        p = rb._prefix("late")
+        old_task = r.lpop(p + ":tasks")  # the run's first batch, taken by a slow producer
+        slow = rb._ProducerState(data, augment, None, True, redis_server.url, "late")
+        fast = rb._ProducerState(data, augment, None, True, redis_server.url, "late")
+        produce = rb.Producer.produce
+        resumed = [False]
+
+        def produce_then_resume(self: Any, g: int, w: int) -> Any:
+            out = produce(self, g, w)
+            if not resumed[0]:  # the consumer resumes, a fast producer serves the new run
+                resumed[0] = True
+                buf.load_state_dict({**buf.state_dict(), "batch": 1})
+                fast.serve(r, p, "fast", r.lpop(p + ":tasks"))
+            return out
+
+        rb.Producer.produce = produce_then_resume  # type: ignore[method-assign]
+        try:
+            slow.serve(r, p, "slow", old_task)  # finishes after the resume: dropped
+        finally:
+            rb.Producer.produce = produce  # type: ignore[method-assign]
+        got = next(iter(buf))
+        r.close()
+    with AugmentBuffer(data, augment, num_workers=0, **kw) as local:
+        want = [b.clone() for b in local][1]
+    assert resumed[0] and (got == want).all()
