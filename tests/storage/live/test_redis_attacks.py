@@ -56,6 +56,8 @@ def test_a_silent_server_ends_each_call_after_one_timeout(
         s.keys()
     redis_proxy.mode = "silent"
     ops = _ops(s)
+    if unpickled:  # the settings the pickle carried: one read, one write, one listing
+        ops = {k: ops[k] for k in ("rows", "row write", "keys")}
     before = redis_proxy.accepted
     for name, op in ops.items():
         with pytest.raises(ConnectionError, match=r"cannot reach the server \(TimeoutError"):
