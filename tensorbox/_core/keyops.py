@@ -65,9 +65,20 @@ def update(
         return
     store = td._tensordict
     items = other if type(other) is dict else store_of(other)
+    for k in _MERGED:  # rare: an entry that describes the others, on either side
+        if k in store or k in items:
+            _update_with_records(td, store, items, inplace, strict)
+            return
+    _update_entries(td, store, items, inplace, strict)
+
+
+def _update_with_records(
+    td: Any, store: dict[str, Any], items: Any, inplace: bool, strict: bool
+) -> None:
+    """``update`` where entries that describe the others take part: they are merged
+    through their port after the rest, not set as entries."""
     records = {k: (store.get(k), items.get(k)) for k in _MERGED if k in store or k in items}
-    if records:  # the records are merged below, not set as entries
-        items = {k: v for k, v in items.items() if k not in records}
+    items = {k: v for k, v in items.items() if k not in records}
     _update_entries(td, store, items, inplace, strict)
     for k, (old, new) in records.items():  # one record of the columns of both sides
         merged = _ports.port(f"merge.{k}")(old, new, set(items))
