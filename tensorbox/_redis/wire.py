@@ -365,7 +365,7 @@ class _Server:
         # with it (a header another client rewrote must not steer reads or SETRANGEs)
         self.batch: torch.Size | None = None
         # the index as last read whole, raw and parsed: row reads plan by it and check
-        # it in the same transaction (one round trip while nobody changes the index)
+        # it in the same read script (one round trip while nobody changes the index)
         self.snapshot: tuple[Any, dict[tuple[str, ...], _Header]] | None = None
         for name, text in (("prefix", namespace), ("td_id", td_id)):
             try:
