@@ -148,8 +148,7 @@ class StoreReads:
                     raise server.garbled("read the index", f"{raw!r:.100} where a hash was due")
                 snap = (raw, server.parse_index(raw))
             raw, index = snap
-            n = len(self._path)
-            entries = {p[n:]: h for p, h in index.items() if len(p) > n and p[:n] == self._path}
+            entries = self._under(index)
             wanted = want(entries)
             headers = {p: index[p] for p in wanted}
             res, plan = self._run_fetch([-1], headers, wanted)
@@ -265,11 +264,13 @@ class StoreReads:
         return NonTensorData(value)
 
     def _entries(self) -> dict[tuple[str, ...], _Header]:
-        """Every entry under this node, by path relative to it."""
+        """Every entry under this node, by path relative to it (the index read now)."""
+        return self._under(self._server.index())
+
+    def _under(self, index: dict[tuple[str, ...], _Header]) -> dict[tuple[str, ...], _Header]:
+        """The entries of ``index`` under this node, by path relative to it."""
         n = len(self._path)
-        return {
-            p[n:]: h for p, h in self._server.index().items() if len(p) > n and p[:n] == self._path
-        }
+        return {p[n:]: h for p, h in index.items() if len(p) > n and p[:n] == self._path}
 
     def _rows(self, index: Any) -> TensorDict:
         """``self[index]`` as a local TensorDict, fetching only the selected rows."""

@@ -10,8 +10,11 @@ batches are identical to the local buffer's for any number of producers.
 The protocol, all under the key prefix ``tensorbox:augment:NAME``:
 
 - ``:config``: the schedule (dataset size, batch size, seed, shuffle, drop_last,
-  capacity) and a run id, written by the consumer. A producer builds its plan from it,
-  and checks that its dataset has the announced size.
+  capacity), a run id and the run's slot store (``slots-RUN``), written by the consumer.
+  A producer builds its plan from it, and checks that its dataset has the announced
+  size. Each run has slots of its own, deleted when the next run starts, so a late
+  batch of an ended run (``load_state_dict``) fails to land instead of overwriting a
+  slot the new run reads.
 - ``:tasks``: stream positions to make (``run:g``). The consumer pushes ``g`` only once
   ``g - capacity`` is consumed: that is the back-pressure. A producer moves a task
   atomically (``BLMOVE``) into its own ``:working:ID`` list while it makes it, so a
